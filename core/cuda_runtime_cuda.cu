@@ -1,0 +1,46 @@
+// The CUDA runtime functions for builds with the CUDA path (see cuda_runtime.h).
+#include <cuda_runtime.h>
+
+#include "absl/strings/str_cat.h"
+#include "core/cuda_runtime.h"
+
+namespace tessera {
+namespace {
+absl::Status FromCuda(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
+}
+}  // namespace
+
+bool CudaCompiled() { return true; }
+
+int CudaDeviceCount() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return n;
+}
+
+absl::StatusOr<void*> CudaMallocZeroed(size_t bytes) {
+  void* p = nullptr;
+  absl::Status st = FromCuda(cudaMalloc(&p, bytes == 0 ? 256 : bytes), "cudaMalloc");
+  if (!st.ok()) return st;
+  st = FromCuda(cudaMemset(p, 0, bytes), "cudaMemset");
+  if (!st.ok()) {
+    cudaFree(p);
+    return st;
+  }
+  return p;
+}
+
+void CudaFree(void* ptr) {
+  if (ptr != nullptr) cudaFree(ptr);
+}
+
+absl::Status CudaMemcpy(void* dst, const void* src, size_t bytes) {
+  return FromCuda(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "cudaMemcpy");
+}
+
+}  // namespace tessera

@@ -1,0 +1,44 @@
+#include "core/parallel.h"
+
+#include <omp.h>
+
+#include <algorithm>
+
+namespace tessera {
+
+extern "C" void openblas_set_num_threads(int num_threads);
+
+int NumThreads() { return omp_get_max_threads(); }
+
+void SetNumThreads(int n) {
+  if (n < 1) n = 1;
+  omp_set_num_threads(n);
+  openblas_set_num_threads(n);
+}
+
+void ChunkRange(int64_t n, int threads, int t, int64_t* begin, int64_t* end) {
+  int64_t base = n / threads, extra = n % threads;
+  *begin = t * base + std::min<int64_t>(t, extra);
+  *end = *begin + base + (t < extra ? 1 : 0);
+}
+
+void ParallelFor(int64_t n, int64_t min_chunk,
+                 const std::function<void(int64_t, int64_t, int)>& fn) {
+  if (n <= 0) return;
+  min_chunk = std::max<int64_t>(min_chunk, 1);
+  int threads = static_cast<int>(
+      std::min<int64_t>(NumThreads(), (n + min_chunk - 1) / min_chunk));
+  if (threads <= 1) {
+    fn(0, n, 0);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    int t = omp_get_thread_num();
+    int64_t b, e;
+    ChunkRange(n, threads, t, &b, &e);
+    if (b < e) fn(b, e, t);
+  }
+}
+
+}  // namespace tessera

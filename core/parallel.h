@@ -1,0 +1,26 @@
+// CPU parallelism: one OpenMP thread pool shared with OpenBLAS (both use libgomp, so they do
+// not oversubscribe the cores). Work is split into fixed contiguous chunks by thread index, so
+// the same thread count gives the same partition, and reductions that combine per-thread partials
+// in thread order give the same bits run after run.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace tessera {
+
+// Threads used by ParallelFor and by OpenBLAS. Default: OMP_NUM_THREADS or the core count.
+int NumThreads();
+// Sets the thread count for both our loops and OpenBLAS; n >= 1.
+void SetNumThreads(int n);
+
+// Calls fn(begin, end, thread) for contiguous chunks covering [0, n), chunk t going to thread t
+// of min(NumThreads(), ceil(n / min_chunk)) threads. Blocks until all chunks are done.
+// fn must not throw.
+void ParallelFor(int64_t n, int64_t min_chunk,
+                 const std::function<void(int64_t begin, int64_t end, int thread)>& fn);
+
+// The chunk [begin, end) that thread t of `threads` gets for n items (the split ParallelFor uses).
+void ChunkRange(int64_t n, int threads, int t, int64_t* begin, int64_t* end);
+
+}  // namespace tessera

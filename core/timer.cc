@@ -1,0 +1,30 @@
+#include "core/timer.h"
+
+namespace tessera {
+
+void PhaseTimes::Add(const std::string& phase, double seconds) {
+  for (auto& [name, total] : phases_) {
+    if (name == phase) {
+      total += seconds;
+      return;
+    }
+  }
+  phases_.emplace_back(phase, seconds);
+}
+
+double PhaseTimes::Get(const std::string& phase) const {
+  for (const auto& [name, total] : phases_) {
+    if (name == phase) return total;
+  }
+  return 0.0;
+}
+
+double PhaseTimes::Total() const {
+  double t = 0;
+  for (const auto& p : phases_) t += p.second;
+  return t;
+}
+
+void PhaseTimes::Clear() { phases_.clear(); }
+
+}  // namespace tessera

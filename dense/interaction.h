@@ -1,0 +1,31 @@
+// Feature interactions between the bottom MLP's output and the pooled embeddings.
+//
+// DLRM dot interaction (facebookresearch/dlrm, self-interaction off): per sample, stack
+// Z = [bottom; emb_0; ...; emb_{F-1}] as rows 0..F ((F + 1) x d) and output
+//   [bottom, Z_1.Z_0, Z_2.Z_0, Z_2.Z_1, Z_3.Z_0, ...]   (pairs (i, j), j < i, loop `for i: for j<i`)
+// of width d + F (F + 1) / 2. The CPU twin forms Z Z^T per sample with a small GEMM.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "core/device.h"
+
+namespace tessera {
+
+// Output width of the dot interaction for F embeddings of width d.
+inline int64_t DotInteractionOutputDim(int64_t num_embeddings, int64_t dim) {
+  return dim + num_embeddings * (num_embeddings + 1) / 2;
+}
+
+// bottom [batch, d], emb [batch, F * d] (feature-major within a sample), out [batch, out_dim].
+absl::Status DotInteractionForward(const DeviceContext& ctx, const float* bottom,
+                                   const float* emb, int64_t batch, int64_t num_embeddings,
+                                   int64_t dim, float* out);
+// From d_out [batch, out_dim] writes d_bottom [batch, d] and d_emb [batch, F * d].
+absl::Status DotInteractionBackward(const DeviceContext& ctx, const float* bottom,
+                                    const float* emb, const float* d_out, int64_t batch,
+                                    int64_t num_embeddings, int64_t dim, float* d_bottom,
+                                    float* d_emb);
+
+}  // namespace tessera

@@ -1,0 +1,18 @@
+// Binary cross-entropy with logits, mean over the batch (PyTorch's BCEWithLogitsLoss):
+//   loss = mean_b [ max(z, 0) - z y + log(1 + exp(-|z|)) ]      (numerically stable form)
+//   dloss/dz_b = (sigmoid(z_b) - y_b) / batch
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "core/device.h"
+
+namespace tessera {
+
+// Returns the mean loss (accumulated in double) and, when d_logits is non-null, writes the
+// gradient of the mean loss.
+absl::StatusOr<double> BceWithLogits(const DeviceContext& ctx, const float* logits,
+                                     const float* labels, int64_t batch, float* d_logits);
+
+}  // namespace tessera

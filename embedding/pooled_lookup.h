@@ -1,0 +1,86 @@
+// Pooled embedding lookup (forward) and the fused backward + optimizer update: the two ops of an
+// embedding bag. CPU twin in pooled_lookup_cpu.cc, CUDA twin in pooled_lookup_cuda.cu; these
+// entry points dispatch on the DeviceContext. Kernels take plain views; the caller owns memory.
+//
+// Bags are CSR: bag i holds indices[offsets[i] .. offsets[i + 1]) (offsets are absolute into
+// `indices`, so a feature's slice of a KeyedJagged can be passed without rebasing). Indices are
+// slots of a RowStore (row r of the table at weights + r * dim).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "core/device.h"
+#include "embedding/row_optimizer.h"
+
+namespace tessera {
+
+enum class PoolingMode { kSum, kMean };
+
+struct PooledLookupArgs {
+  const float* weights = nullptr;       // [slots, dim]
+  int64_t dim = 0;
+  const int64_t* offsets = nullptr;     // [num_bags + 1]
+  const int64_t* indices = nullptr;     // slots
+  const float* per_id_weights = nullptr;  // optional, parallel to indices
+  int64_t num_bags = 0;
+  PoolingMode pooling = PoolingMode::kSum;
+  float* out = nullptr;                 // bag i writes out[i * out_stride .. + dim)
+  int64_t out_stride = 0;
+};
+
+// out[bag] = pool_{j in bag} w_j * weights[indices[j]]; an empty bag writes zeros; kMean divides
+// by the bag's length. Returns InvalidArgument for inconsistent sizes.
+absl::Status PooledLookupForward(const DeviceContext& ctx, const PooledLookupArgs& args);
+
+// The gradient of one feature's bags: bag i's output gradient is grad[i * grad_stride .. + dim).
+struct BagGradients {
+  const int64_t* offsets = nullptr;
+  const int64_t* indices = nullptr;
+  const float* per_id_weights = nullptr;
+  int64_t num_bags = 0;
+  const float* grad = nullptr;
+  int64_t grad_stride = 0;
+};
+
+// Scratch memory reused across steps (sorting keys, unique rows, summed gradients).
+struct EmbeddingWorkspace {
+  std::vector<int64_t> keys;
+  std::vector<int64_t> order;
+  std::vector<int64_t> unique_slots;
+  std::vector<float> row_grads;
+  std::vector<int64_t> scratch;
+};
+
+// Sums the gradient of every slot touched by `sources` (all features that share one table):
+// writes the distinct slots in increasing order to `unique_slots` and their summed gradients to
+// `row_grads` ([unique, dim]). Summation order per slot is fixed (source order, then bag order,
+// then position in bag), so results are bit-reproducible for any thread count.
+absl::Status AggregateRowGradients(const DeviceContext& ctx, absl::Span<const BagGradients> sources,
+                                   int64_t dim, PoolingMode pooling, EmbeddingWorkspace* ws,
+                                   std::vector<int64_t>* unique_slots,
+                                   std::vector<float>* row_grads);
+
+struct RowUpdateArgs {
+  float* weights = nullptr;  // [slots, dim]
+  float* state = nullptr;    // [slots, state_dim]
+  int64_t dim = 0;
+  RowOptimizerOptions optimizer;
+  float lr = 0.0f;
+  int64_t step = 1;          // global 1-based step
+};
+
+// Applies ApplyRowUpdate to each of `slots` with the matching row of `row_grads`. Slots must be
+// distinct.
+absl::Status ApplyRowUpdates(const DeviceContext& ctx, absl::Span<const int64_t> slots,
+                             const float* row_grads, const RowUpdateArgs& args);
+
+// AggregateRowGradients then ApplyRowUpdates: the fused backward of one table. A full gradient
+// table never exists.
+absl::Status FusedBackwardUpdate(const DeviceContext& ctx, absl::Span<const BagGradients> sources,
+                                 PoolingMode pooling, const RowUpdateArgs& args,
+                                 EmbeddingWorkspace* ws);
+
+}  // namespace tessera

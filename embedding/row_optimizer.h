@@ -1,0 +1,78 @@
+// Row optimizers: the update rules applied to one embedding row inside the fused backward, once
+// per unique row of the batch with that row's summed gradient. One definition, callable from the
+// CPU twin and from CUDA kernels (TESSERA_HD), so both paths apply bit-for-bit the same formula.
+//
+// Per-row optimizer state lives next to the row in the RowStore (state_dim floats per row):
+//   kSgd            0 floats      w -= lr * g
+//   kRowWiseAdagrad 1 float  v    v += mean(g^2); w -= lr * g / (sqrt(v / c) + eps)
+//   kAdam           2*dim floats  m, u (lazy Adam: only rows in the batch update their moments)
+//                                 m = b1 m + (1-b1) g; u = b2 u + (1-b2) g^2;
+//                                 w -= lr * (m / (1-b1^t)) / (sqrt(u / (1-b2^t)) + eps)
+// where c = `adagrad_divisor` (1 normally; M replicas in the 2D `average` replica sync) and t is
+// the global 1-based step.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/hd.h"
+
+namespace tessera {
+
+enum class RowOptimizerType { kSgd, kRowWiseAdagrad, kAdam };
+
+struct RowOptimizerOptions {
+  RowOptimizerType type = RowOptimizerType::kRowWiseAdagrad;
+  // Added to the denominator. Default: 1e-8 (FBGEMM's default for row-wise AdaGrad).
+  float eps = 1e-8f;
+  // Adam moment decays. Default: 0.9 and 0.999.
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  // Row-wise AdaGrad divides its accumulator by this in the step (v / c). Default: 1.
+  float adagrad_divisor = 1.0f;
+  // Initial value of the row-wise AdaGrad accumulator. Default: 0.
+  float adagrad_initial = 0.0f;
+};
+
+// Floats of optimizer state per row for `type` and row width `dim`.
+TESSERA_HD_INLINE int64_t RowStateDim(RowOptimizerType type, int64_t dim) {
+  switch (type) {
+    case RowOptimizerType::kSgd: return 0;
+    case RowOptimizerType::kRowWiseAdagrad: return 1;
+    case RowOptimizerType::kAdam: return 2 * dim;
+  }
+  return 0;
+}
+
+// Applies one update to row `w` (dim floats) with state `s` (RowStateDim floats) and summed
+// gradient `g`. `lr` is the learning rate of this step, `step` the global 1-based step.
+TESSERA_HD_INLINE void ApplyRowUpdate(const RowOptimizerOptions& o, float lr, int64_t step,
+                                      int64_t dim, const float* g, float* w, float* s) {
+  switch (o.type) {
+    case RowOptimizerType::kSgd:
+      for (int64_t k = 0; k < dim; ++k) w[k] -= lr * g[k];
+      break;
+    case RowOptimizerType::kRowWiseAdagrad: {
+      float sq = 0.0f;
+      for (int64_t k = 0; k < dim; ++k) sq += g[k] * g[k];
+      s[0] += sq / static_cast<float>(dim);
+      float scale = lr / (sqrtf(s[0] / o.adagrad_divisor) + o.eps);
+      for (int64_t k = 0; k < dim; ++k) w[k] -= scale * g[k];
+      break;
+    }
+    case RowOptimizerType::kAdam: {
+      float* m = s;
+      float* u = s + dim;
+      float bc1 = 1.0f - powf(o.beta1, static_cast<float>(step));
+      float bc2 = 1.0f - powf(o.beta2, static_cast<float>(step));
+      for (int64_t k = 0; k < dim; ++k) {
+        m[k] = o.beta1 * m[k] + (1.0f - o.beta1) * g[k];
+        u[k] = o.beta2 * u[k] + (1.0f - o.beta2) * g[k] * g[k];
+        w[k] -= lr * (m[k] / bc1) / (sqrtf(u[k] / bc2) + o.eps);
+      }
+      break;
+    }
+  }
+}
+
+}  // namespace tessera

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Installs dependencies, builds, and runs the whole test suite (ctest). The README's test command.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install_deps.sh
+bash scripts/build.sh
+cd build && ctest --output-on-failure -j "${TESSERA_TEST_JOBS:-2}" --timeout 600
