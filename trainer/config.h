@@ -1,0 +1,117 @@
+// Config: everything a training run needs, as read from a YAML file (docs/CONFIG.md documents
+// every key). LoadConfig validates it completely before anything runs: an unknown key, a wrong
+// type, a negative size or a missing file is an InvalidArgument naming the file, line, key and
+// value. Every field below carries its default; `key.path` names its YAML key.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "dense/dense_arch.h"
+#include "dense/lr_schedule.h"
+#include "dense/optimizer.h"
+#include "embedding/embedding_collection.h"
+#include "embedding/row_optimizer.h"
+#include "io/reader.h"
+
+namespace tessera {
+
+enum class DataFormat { kSynthetic, kCriteoTsv, kCriteoCsv, kBinary };
+
+// data.synthetic: power-law ids and a planted model (io/synthetic.h).
+struct SyntheticDataConfig {
+  int64_t num_train_samples = 1 << 20;   // data.synthetic.train_samples
+  int64_t num_eval_samples = 1 << 16;    // data.synthetic.eval_samples
+  double zipf_exponent = 1.05;           // data.synthetic.zipf_exponent
+  std::vector<int64_t> pooling;          // data.synthetic.pooling: ids per bag, per feature
+                                         // (one value = all features). Default: 1
+  double planted_scale = 1.0;            // data.synthetic.planted_scale: logit scale of the model
+  uint64_t seed = 0;                     // data.synthetic.seed; 0 = the run's seed
+};
+
+struct DataConfig {
+  DataFormat format = DataFormat::kSynthetic;  // data.format: synthetic|criteo_tsv|criteo_csv|binary
+  std::string train_path;                // data.train (files; relative to the config's folder)
+  std::string eval_path;                 // data.eval
+  int64_t batch_size = 2048;             // data.batch_size
+  int64_t eval_batch_size = 0;           // data.eval_batch_size; 0 = batch_size
+  bool shuffle = false;                  // data.shuffle: shuffle batches' order within a window
+  BadRecordPolicy on_bad_record = BadRecordPolicy::kFail;  // data.on_bad_record: fail|skip
+  int64_t max_bad_records = 1000;        // data.max_bad_records: skip cap, then fail
+  int prefetch_batches = 4;              // data.prefetch_batches: reader thread queue depth
+  SyntheticDataConfig synthetic;         // data.synthetic
+};
+
+struct ModelConfig {
+  InteractionType interaction = InteractionType::kDot;  // model.type: dlrm|dcnv2
+  int64_t num_dense = 13;                // model.num_dense
+  int64_t embedding_dim = 16;            // model.embedding_dim
+  std::vector<int64_t> bottom_mlp;       // model.bottom_mlp
+  std::vector<int64_t> top_mlp;          // model.top_mlp
+  int dcn_num_layers = 3;                // model.dcn.num_layers
+  int64_t dcn_low_rank = 0;              // model.dcn.low_rank; 0 = full rank
+  std::vector<TableConfig> tables;       // model.tables (or the model.table_rows shorthand:
+                                         // one table "t<i>" per feature i)
+  int64_t max_table_rows = 0;            // model.max_table_rows: cap every table (0 = no cap)
+  std::string init_from;                 // model.init_from: safetensors file to start from
+};
+
+struct OptimizerConfig {
+  RowOptimizerOptions embedding;         // optimizer.embedding.{type,eps,beta1,beta2}
+  float embedding_lr = 0.1f;             // optimizer.embedding.lr
+  DenseOptimizerOptions dense;           // optimizer.dense.{type,eps,beta1,beta2,weight_decay}
+  float dense_lr = 0.1f;                 // optimizer.dense.lr
+  LrScheduleOptions schedule;            // optimizer.schedule.{warmup_steps,decay_start,...};
+                                         // base_lr is 1 and scales both lrs
+};
+
+struct TrainConfig {
+  int64_t steps = 0;                     // train.steps; 0 = epochs over the training data
+  int64_t epochs = 1;                    // train.epochs
+  int64_t eval_every = 0;                // train.eval_every (steps); 0 = only at the end
+  int64_t eval_batches = 0;              // train.eval_batches: cap per eval; 0 = whole set
+  int64_t log_every = 100;               // train.log_every (steps)
+};
+
+struct OutputConfig {
+  std::string dir = "runs/default";      // output.dir (created; relative to the working dir)
+  std::string metrics = "metrics.jsonl"; // output.metrics: JSON lines, inside dir
+  std::string export_path = "model.safetensors";  // output.export, inside dir ("" = none)
+  bool progress = true;                  // output.progress: progress line on a terminal
+};
+
+// Reserved for 2D sharding (sharding/); a world of one ignores it.
+struct ShardingConfig {
+  int group_size = 0;                    // sharding.group_size (N); 0 = the whole world
+  std::string layout = "replicas_adjacent";  // sharding.layout: replicas_adjacent|groups_contiguous
+  std::string replica_sync = "exact";    // sharding.replica_sync: exact|average
+  int64_t sync_every = 1;                // sharding.sync_every (k, average mode)
+  std::string plan;                      // sharding.plan: plan file (YAML); "" = default plan
+};
+
+struct Config {
+  std::string source;                    // the file it was read from
+  uint64_t seed = 1234;                  // seed
+  int threads = 0;                       // threads; 0 = OMP_NUM_THREADS or all cores
+  std::string device = "cpu";            // device: cpu|cuda
+  ModelConfig model;
+  DataConfig data;
+  OptimizerConfig optimizer;
+  TrainConfig train;
+  OutputConfig output;
+  ShardingConfig sharding;
+};
+
+// Reads and validates `path`. `overrides` are "dotted.key=value" strings applied on top of the
+// file (value parsed as YAML, so "model.bottom_mlp=[64,16]" works) before validation.
+// Relative data paths are resolved against the config file's folder.
+absl::StatusOr<Config> LoadConfig(const std::string& path,
+                                  const std::vector<std::string>& overrides = {});
+
+// The same, from YAML text (`source_name` is used in messages and to resolve relative paths).
+absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::string& source_name,
+                                   const std::vector<std::string>& overrides = {});
+
+}  // namespace tessera
