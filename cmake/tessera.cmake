@@ -1,12 +1,13 @@
 # Helpers shared by the folders' CMakeLists.
 
-# tessera_library(NAME SOURCES a.cc ... CUDA_SOURCES x.cu ... DEPS lib ...)
+# tessera_library(NAME SOURCES a.cc ... CUDA_SOURCES x.cu ... DEPS lib ... CUDA_DEPS lib ...)
 # One static library per folder; CUDA sources are compiled only when the CUDA path is on.
 function(tessera_library name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;CUDA_SOURCES;DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "" "SOURCES;CUDA_SOURCES;DEPS;CUDA_DEPS" ${ARGN})
   set(srcs ${ARG_SOURCES})
   if(TESSERA_HAVE_CUDA)
     list(APPEND srcs ${ARG_CUDA_SOURCES})
+    list(APPEND ARG_DEPS ${ARG_CUDA_DEPS})
   endif()
   if(NOT srcs)
     # A folder whose sources have not landed yet: headers only.
