@@ -114,4 +114,8 @@ absl::StatusOr<Config> LoadConfig(const std::string& path,
 absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::string& source_name,
                                    const std::vector<std::string>& overrides = {});
 
+// The effective config as YAML (every key, defaults included, tables expanded, paths as
+// resolved), for the run directory's log. ParseConfig(ConfigToYaml(c), ...) gives back `c`.
+std::string ConfigToYaml(const Config& config);
+
 }  // namespace tessera
