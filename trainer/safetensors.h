@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -93,12 +94,16 @@ class SafetensorsWriter {
     std::map<int64_t, int64_t> written;  // relative [begin -> end) ranges, merged
     int64_t written_bytes = 0;
   };
+  // Records the first I/O error; Finish() then fails with it.
   absl::Status Fail(absl::Status status);
+  void RemoveTmp();
 
   std::string path_;
   std::string tmp_path_;
   int fd_ = -1;
   bool finished_ = false;
+  std::mutex mu_;             // guards entries_' written ranges and error_
+  absl::Status error_;
   std::vector<TensorSpec> tensors_;
   std::map<std::string, Entry, std::less<>> entries_;
 };
