@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -64,10 +65,16 @@ struct InMemoryRowStoreOptions {
   RowInit init;
   uint64_t seed = 0;
   uint64_t table_id = 0;
+  // Table name used in error messages. Default: empty ("table <table_id>").
+  std::string name;
 };
 
-// The whole table in host memory (huge pages), initialised eagerly with InitRow in parallel.
-// Returns InvalidArgument for non-positive sizes, ResourceExhausted when memory is short.
+// The whole table in host memory (huge pages), initialised eagerly with InitRow in parallel:
+// row r holds InitRow(init, seed, table_id, num_rows, r, dim), every state float `state_init`.
+// Slots are row ids (Resolve is the identity after a range check; its error names the table,
+// the row and its position). state() is null when state_dim is 0.
+// Returns InvalidArgument for non-positive num_rows or dim, a negative state_dim or a table
+// too large to address, ResourceExhausted when memory is short.
 absl::StatusOr<std::unique_ptr<RowStore>> CreateInMemoryRowStore(
     const InMemoryRowStoreOptions& options);
 
