@@ -29,10 +29,16 @@ struct PooledLookupArgs {
   PoolingMode pooling = PoolingMode::kSum;
   float* out = nullptr;                 // bag i writes out[i * out_stride .. + dim)
   int64_t out_stride = 0;
+  // When >= 0, every index is checked to lie in [0, num_slots) first (one extra sequential pass
+  // over `indices`). Default: -1 (unchecked; the caller's Resolve already checked).
+  int64_t num_slots = -1;
 };
 
-// out[bag] = pool_{j in bag} w_j * weights[indices[j]]; an empty bag writes zeros; kMean divides
-// by the bag's length. Returns InvalidArgument for inconsistent sizes.
+// out[bag] = pool_{j in bag} w_j * weights[indices[j]] (w_j = 1 without per-id weights); an
+// empty bag writes zeros; kMean multiplies the sum by 1 / (bag length). Each bag is summed in
+// index order by one thread, so the result does not depend on the thread count.
+// Returns InvalidArgument for inconsistent sizes (dim <= 0, out_stride < dim, null pointers,
+// decreasing offsets) or, with num_slots >= 0, an index out of range.
 absl::Status PooledLookupForward(const DeviceContext& ctx, const PooledLookupArgs& args);
 
 // The gradient of one feature's bags: bag i's output gradient is grad[i * grad_stride .. + dim).
@@ -45,19 +51,26 @@ struct BagGradients {
   int64_t grad_stride = 0;
 };
 
-// Scratch memory reused across steps (sorting keys, unique rows, summed gradients).
+// Scratch memory reused across steps (sorting keys, unique rows, summed gradients). Vectors only
+// grow, so a steady-state step allocates nothing. One workspace per concurrent caller.
 struct EmbeddingWorkspace {
-  std::vector<int64_t> keys;
-  std::vector<int64_t> order;
-  std::vector<int64_t> unique_slots;
-  std::vector<float> row_grads;
-  std::vector<int64_t> scratch;
+  std::vector<int64_t> keys;           // (slot << position_bits | position), sorted
+  std::vector<int64_t> order;          // start of each unique slot's run in `keys`, + end
+  std::vector<int64_t> unique_slots;   // FusedBackwardUpdate's distinct slots
+  std::vector<float> row_grads;        // FusedBackwardUpdate's summed gradients
+  std::vector<int64_t> scratch;        // the other half of the sort's ping-pong buffer
+  std::vector<const float*> grad_rows;  // per position: its bag's output-gradient row
+  std::vector<float> scales;           // per position: per-id weight / bag length (kMean)
+  std::vector<int64_t> histogram;      // radix-sort counters, per-chunk statistics
 };
 
 // Sums the gradient of every slot touched by `sources` (all features that share one table):
 // writes the distinct slots in increasing order to `unique_slots` and their summed gradients to
-// `row_grads` ([unique, dim]). Summation order per slot is fixed (source order, then bag order,
-// then position in bag), so results are bit-reproducible for any thread count.
+// `row_grads` ([unique, dim]). Id j of bag b contributes w_j * grad[b] (times 1 / length of b
+// for kMean). Summation order per slot is fixed (source order, then bag order, then position in
+// bag), so results are bit-reproducible for any thread count. `unique_slots` and `row_grads`
+// may be ws->unique_slots and ws->row_grads; they are resized (grown only in capacity).
+// Returns InvalidArgument for inconsistent sizes or a negative slot.
 absl::Status AggregateRowGradients(const DeviceContext& ctx, absl::Span<const BagGradients> sources,
                                    int64_t dim, PoolingMode pooling, EmbeddingWorkspace* ws,
                                    std::vector<int64_t>* unique_slots,
@@ -72,8 +85,10 @@ struct RowUpdateArgs {
   int64_t step = 1;          // global 1-based step
 };
 
-// Applies ApplyRowUpdate to each of `slots` with the matching row of `row_grads`. Slots must be
-// distinct.
+// Applies ApplyRowUpdate to each of `slots` with the matching row of `row_grads` ([slots, dim]),
+// in parallel over slots. Slots must be distinct (not checked: duplicates would race).
+// Returns InvalidArgument for dim <= 0, step < 1, null weights, or null state when the optimizer
+// keeps state.
 absl::Status ApplyRowUpdates(const DeviceContext& ctx, absl::Span<const int64_t> slots,
                              const float* row_grads, const RowUpdateArgs& args);
 

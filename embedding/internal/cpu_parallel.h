@@ -1,0 +1,69 @@
+// Small helpers shared by the CPU kernels of embedding/: a fixed split of n items into chunks
+// (one per thread), portable function multiversioning and software prefetch of rows.
+// Header-only; not part of the public interface.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/parallel.h"
+
+// Compiles the marked function for AVX-512, AVX2 and baseline x86-64 and picks one at load time
+// (GCC/Clang ifunc), so the binary runs on any x86-64 while hot loops use the widest vectors.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__CUDACC__) && !defined(__clang__)
+#define TESSERA_TARGET_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define TESSERA_TARGET_CLONES
+#endif
+
+#if defined(__GNUC__)
+#define TESSERA_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define TESSERA_ALWAYS_INLINE inline
+#endif
+
+namespace tessera::embedding_internal {
+
+// The number of chunks ParallelFor would use for n items of at least min_chunk each.
+inline int NumChunks(int64_t n, int64_t min_chunk) {
+  if (n <= 0) return 0;
+  min_chunk = std::max<int64_t>(min_chunk, 1);
+  return static_cast<int>(std::min<int64_t>(NumThreads(), (n + min_chunk - 1) / min_chunk));
+}
+
+// Calls fn(c) for every chunk c in [0, chunks), in parallel, and waits. A chunk's work must not
+// depend on which thread runs it, so results never depend on scheduling. `fn` is captured by
+// reference so that std::function keeps the closure inline (no heap allocation per call).
+template <typename Fn>
+void RunChunks(int chunks, Fn& fn) {
+  if (chunks <= 0) return;
+  if (chunks == 1) {
+    fn(0);
+    return;
+  }
+  auto call = [&fn](int64_t begin, int64_t end, int) {
+    for (int64_t c = begin; c < end; ++c) fn(static_cast<int>(c));
+  };
+  ParallelFor(chunks, 1, call);
+}
+
+// Prefetches every cache line of the `bytes` bytes at `p` (read or write intent).
+TESSERA_ALWAYS_INLINE void PrefetchBytes(const void* p, int64_t bytes, bool write) {
+  uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
+  uintptr_t last = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes) - 1;
+  for (uintptr_t q = first; q <= last; q += 64) {
+    if (write) {
+      __builtin_prefetch(reinterpret_cast<const void*>(q), 1, 3);
+    } else {
+      __builtin_prefetch(reinterpret_cast<const void*>(q), 0, 3);
+    }
+  }
+}
+
+// How many rows ahead to prefetch: enough rows that ~2 KiB are in flight (about 20-30 line
+// fills, what one core's miss buffers sustain), at least 4 and at most 32 rows.
+inline int64_t PrefetchRowsAhead(int64_t row_bytes) {
+  return std::clamp<int64_t>(2048 / std::max<int64_t>(row_bytes, 1), 4, 32);
+}
+
+}  // namespace tessera::embedding_internal

@@ -1,0 +1,432 @@
+// CPU twin of pooled_lookup.h, and the entry points that dispatch on the DeviceContext.
+//
+// Forward: bags are split into contiguous chunks, one per thread; each bag is summed in index
+// order into a local accumulator (kept in vector registers for the common dims, which are
+// instantiated as templates), while the rows a few ids ahead are prefetched. Random row gathers
+// are latency-bound, so the prefetch is what brings the loop near the memory system's limit
+// (../shared/MACHINE.md: about 2x on this hardware).
+//
+// Backward: every id becomes a key (slot << position_bits | position); a stable radix sort on
+// the slot bits groups equal slots while keeping positions in order, so each slot's gradient is
+// summed in (source, bag, position) order by one thread: no float atomics, the same bits for any
+// thread count. The optimizer then runs in parallel over the distinct slots.
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "core/parallel.h"
+#include "core/status.h"
+#include "embedding/internal/cpu_parallel.h"
+#include "embedding/internal/radix_sort.h"
+#include "embedding/pooled_lookup.h"
+
+namespace tessera {
+namespace {
+
+using embedding_internal::BitWidth;
+using embedding_internal::NumChunks;
+using embedding_internal::PrefetchBytes;
+using embedding_internal::PrefetchRowsAhead;
+using embedding_internal::RadixSortBits;
+using embedding_internal::RunChunks;
+
+// Smallest parallel chunks worth a second thread (each bag, entry or row costs ~10-100 ns).
+constexpr int64_t kForwardMinBags = 64;
+constexpr int64_t kKeyMinBags = 256;
+constexpr int64_t kRunMinEntries = 16384;
+constexpr int64_t kSumMinEntries = 1024;
+constexpr int64_t kUpdateMinRows = 128;
+
+absl::Status CudaNotBuilt(const char* op) {
+  // The CUDA twin (pooled_lookup_cuda.cu) slots in here behind `#if TESSERA_HAVE_CUDA`.
+  return absl::UnimplementedError(absl::StrCat(op, ": the CUDA twin is not built yet"));
+}
+
+// Checks one CSR bag list: non-negative count, offsets present, starting >= 0, never decreasing.
+absl::Status ValidateBags(const char* op, const int64_t* offsets, const int64_t* indices,
+                          int64_t num_bags) {
+  if (num_bags < 0) return absl::InvalidArgumentError(absl::StrCat(op, ": num_bags ", num_bags));
+  if (num_bags == 0) return absl::OkStatus();
+  if (offsets == nullptr) return absl::InvalidArgumentError(absl::StrCat(op, ": null offsets"));
+  if (offsets[0] < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": offsets[0] = ", offsets[0], " < 0"));
+  }
+  for (int64_t b = 0; b < num_bags; ++b) {
+    if (offsets[b + 1] < offsets[b]) {
+      return absl::InvalidArgumentError(absl::StrCat(op, ": offsets decrease at bag ", b, " (",
+                                                     offsets[b], " then ", offsets[b + 1], ")"));
+    }
+  }
+  if (offsets[num_bags] > offsets[0] && indices == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": null indices"));
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward.
+
+// Pools bags [b0, b1). kDim > 0 fixes the row width at compile time; 0 reads args.dim.
+template <int kDim>
+TESSERA_ALWAYS_INLINE void PoolBags(const PooledLookupArgs& a, int64_t b0, int64_t b1) {
+  const int64_t dim = kDim > 0 ? kDim : a.dim;
+  const int64_t row_bytes = dim * static_cast<int64_t>(sizeof(float));
+  const int64_t ahead = PrefetchRowsAhead(row_bytes);
+  const float* weights = a.weights;
+  const int64_t* idx = a.indices;
+  const float* pw = a.per_id_weights;
+  const int64_t j_last = a.offsets[b1];
+  for (int64_t b = b0; b < b1; ++b) {
+    const int64_t jb = a.offsets[b], je = a.offsets[b + 1];
+    float* __restrict out = a.out + b * a.out_stride;
+    const float scale = (a.pooling == PoolingMode::kMean && je > jb)
+                            ? 1.0f / static_cast<float>(je - jb)
+                            : 1.0f;
+    if constexpr (kDim > 0) {
+      float acc[kDim];
+      for (int k = 0; k < kDim; ++k) acc[k] = 0.0f;
+      for (int64_t j = jb; j < je; ++j) {
+        if (j + ahead < j_last) PrefetchBytes(weights + idx[j + ahead] * dim, row_bytes, false);
+        const float* __restrict row = weights + idx[j] * dim;
+        const float s = pw != nullptr ? pw[j] : 1.0f;
+        for (int k = 0; k < kDim; ++k) acc[k] += s * row[k];
+      }
+      for (int k = 0; k < kDim; ++k) out[k] = acc[k] * scale;
+    } else {
+      for (int64_t k = 0; k < dim; ++k) out[k] = 0.0f;
+      for (int64_t j = jb; j < je; ++j) {
+        if (j + ahead < j_last) PrefetchBytes(weights + idx[j + ahead] * dim, row_bytes, false);
+        const float* __restrict row = weights + idx[j] * dim;
+        const float s = pw != nullptr ? pw[j] : 1.0f;
+        for (int64_t k = 0; k < dim; ++k) out[k] += s * row[k];
+      }
+      for (int64_t k = 0; k < dim; ++k) out[k] *= scale;
+    }
+  }
+}
+
+TESSERA_TARGET_CLONES
+void PoolBagsCpu(const PooledLookupArgs& a, int64_t b0, int64_t b1) {
+  switch (a.dim) {
+    case 8: PoolBags<8>(a, b0, b1); return;
+    case 16: PoolBags<16>(a, b0, b1); return;
+    case 32: PoolBags<32>(a, b0, b1); return;
+    case 64: PoolBags<64>(a, b0, b1); return;
+    case 128: PoolBags<128>(a, b0, b1); return;
+    default: PoolBags<0>(a, b0, b1); return;
+  }
+}
+
+absl::Status PooledLookupForwardCpu(const PooledLookupArgs& a) {
+  constexpr const char* kOp = "PooledLookupForward";
+  if (a.dim <= 0) return absl::InvalidArgumentError(absl::StrCat(kOp, ": dim ", a.dim));
+  if (a.out_stride < a.dim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": out_stride ", a.out_stride, " < dim ", a.dim));
+  }
+  TESSERA_RETURN_IF_ERROR(ValidateBags(kOp, a.offsets, a.indices, a.num_bags));
+  if (a.num_bags == 0) return absl::OkStatus();
+  if (a.out == nullptr) return absl::InvalidArgumentError(absl::StrCat(kOp, ": null out"));
+  const int64_t jb = a.offsets[0], je = a.offsets[a.num_bags];
+  if (je > jb && a.weights == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": null weights"));
+  }
+  if (a.num_slots >= 0) {
+    for (int64_t j = jb; j < je; ++j) {
+      if (a.indices[j] < 0 || a.indices[j] >= a.num_slots) {
+        return absl::InvalidArgumentError(absl::StrCat(kOp, ": index ", a.indices[j], " at ", j,
+                                                       " outside [0, ", a.num_slots, ")"));
+      }
+    }
+  }
+  ParallelFor(a.num_bags, kForwardMinBags,
+              [&a](int64_t b0, int64_t b1, int) { PoolBagsCpu(a, b0, b1); });
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward: gradient aggregation.
+
+struct SumRunsArgs {
+  const int64_t* keys;         // sorted (slot << pos_bits | position)
+  const int64_t* run_starts;   // [unique + 1]
+  const float* const* grad_rows;
+  const float* scales;
+  int64_t pos_mask;
+  int64_t dim;
+  float* row_grads;            // [unique, dim]
+};
+
+// Sums the runs [u0, u1): row_grads[u] = sum over the run's positions p, in position order, of
+// scales[p] * grad_rows[p]. The gradient rows are scattered over the output gradient (one per
+// bag), so they are prefetched two stages ahead: first the per-position pointer, then the row.
+template <int kDim>
+TESSERA_ALWAYS_INLINE void SumRuns(const SumRunsArgs& a, int64_t u0, int64_t u1) {
+  const int64_t dim = kDim > 0 ? kDim : a.dim;
+  const int64_t row_bytes = dim * static_cast<int64_t>(sizeof(float));
+  const int64_t ahead = PrefetchRowsAhead(row_bytes);
+  const int64_t e_last = a.run_starts[u1];
+  const int64_t mask = a.pos_mask;
+  for (int64_t u = u0; u < u1; ++u) {
+    float* __restrict out = a.row_grads + u * dim;
+    for (int64_t k = 0; k < dim; ++k) out[k] = 0.0f;
+    const int64_t eb = a.run_starts[u], ee = a.run_starts[u + 1];
+    for (int64_t e = eb; e < ee; ++e) {
+      if (e + 2 * ahead < e_last) {
+        const int64_t p2 = a.keys[e + 2 * ahead] & mask;
+        __builtin_prefetch(a.grad_rows + p2, 0, 3);
+        __builtin_prefetch(a.scales + p2, 0, 3);
+      }
+      if (e + ahead < e_last) PrefetchBytes(a.grad_rows[a.keys[e + ahead] & mask], row_bytes, false);
+      const int64_t p = a.keys[e] & mask;
+      const float* __restrict g = a.grad_rows[p];
+      const float s = a.scales[p];
+      for (int64_t k = 0; k < dim; ++k) out[k] += s * g[k];
+    }
+  }
+}
+
+TESSERA_TARGET_CLONES
+void SumRunsCpu(const SumRunsArgs& a, int64_t u0, int64_t u1) {
+  switch (a.dim) {
+    case 16: SumRuns<16>(a, u0, u1); return;
+    case 32: SumRuns<32>(a, u0, u1); return;
+    case 64: SumRuns<64>(a, u0, u1); return;
+    case 128: SumRuns<128>(a, u0, u1); return;
+    default: SumRuns<0>(a, u0, u1); return;
+  }
+}
+
+template <typename T>
+void GrowTo(std::vector<T>* v, int64_t n) {
+  if (static_cast<int64_t>(v->size()) < n) v->resize(n);
+}
+
+absl::Status AggregateRowGradientsCpu(absl::Span<const BagGradients> sources, int64_t dim,
+                                      PoolingMode pooling, EmbeddingWorkspace* ws,
+                                      std::vector<int64_t>* unique_slots,
+                                      std::vector<float>* row_grads) {
+  constexpr const char* kOp = "AggregateRowGradients";
+  if (dim <= 0) return absl::InvalidArgumentError(absl::StrCat(kOp, ": dim ", dim));
+  if (ws == nullptr || unique_slots == nullptr || row_grads == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": null workspace or output"));
+  }
+  int64_t n = 0;
+  for (size_t s = 0; s < sources.size(); ++s) {
+    const BagGradients& src = sources[s];
+    TESSERA_RETURN_IF_ERROR(ValidateBags(kOp, src.offsets, src.indices, src.num_bags));
+    if (src.num_bags == 0) continue;
+    if (src.grad == nullptr || src.grad_stride < dim) {
+      return absl::InvalidArgumentError(absl::StrCat(kOp, ": source ", s, " has null grad or ",
+                                                     "grad_stride ", src.grad_stride, " < dim ",
+                                                     dim));
+    }
+    n += src.offsets[src.num_bags] - src.offsets[0];
+  }
+  unique_slots->clear();
+  row_grads->clear();
+  if (n == 0) return absl::OkStatus();
+
+  // 1. One key per id, in (source, bag, position) order, plus its gradient row and scale.
+  const int pos_bits = BitWidth(n - 1);
+  const int64_t max_packable = std::numeric_limits<int64_t>::max() >> pos_bits;
+  GrowTo(&ws->keys, n);
+  GrowTo(&ws->scratch, n);
+  GrowTo(&ws->grad_rows, n);
+  GrowTo(&ws->scales, n);
+  int64_t* keys = ws->keys.data();
+  const float** grad_rows = ws->grad_rows.data();
+  float* scales = ws->scales.data();
+  int64_t max_slot = 0, base = 0;
+  for (size_t s = 0; s < sources.size(); ++s) {
+    const BagGradients& src = sources[s];
+    if (src.num_bags == 0) continue;
+    const int64_t pos0 = base - src.offsets[0];  // position of indices[j] is pos0 + j
+    const int chunks = NumChunks(src.num_bags, kKeyMinBags);
+    GrowTo(&ws->histogram, 3 * chunks);
+    int64_t* stats = ws->histogram.data();  // per chunk: max slot, first bad j, its slot
+    auto fill = [&](int c) {
+      int64_t b0, b1;
+      ChunkRange(src.num_bags, chunks, c, &b0, &b1);
+      int64_t mx = 0, bad_j = -1, bad_slot = 0;
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t jb = src.offsets[b], je = src.offsets[b + 1];
+        const float inv = (pooling == PoolingMode::kMean && je > jb)
+                              ? 1.0f / static_cast<float>(je - jb)
+                              : 1.0f;
+        const float* g = src.grad + b * src.grad_stride;
+        for (int64_t j = jb; j < je; ++j) {
+          int64_t slot = src.indices[j];
+          if (slot < 0 || slot > max_packable) {
+            if (bad_j < 0) bad_j = j, bad_slot = slot;
+            slot = 0;
+          }
+          mx = std::max(mx, slot);
+          const int64_t p = pos0 + j;
+          keys[p] = (slot << pos_bits) | p;
+          grad_rows[p] = g;
+          scales[p] = (src.per_id_weights != nullptr ? src.per_id_weights[j] : 1.0f) * inv;
+        }
+      }
+      stats[3 * c] = mx;
+      stats[3 * c + 1] = bad_j;
+      stats[3 * c + 2] = bad_slot;
+    };
+    RunChunks(chunks, fill);
+    for (int c = 0; c < chunks; ++c) {
+      if (stats[3 * c + 1] >= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            kOp, ": source ", s, " index ", stats[3 * c + 1], " holds slot ", stats[3 * c + 2],
+            stats[3 * c + 2] < 0 ? " (negative)" : " (too large to sort with this many ids)"));
+      }
+      max_slot = std::max(max_slot, stats[3 * c]);
+    }
+    base += src.offsets[src.num_bags] - src.offsets[0];
+  }
+
+  // 2. Group equal slots, positions staying in order within each group.
+  int64_t* sorted = RadixSortBits(keys, ws->scratch.data(), n, pos_bits,
+                                  pos_bits + BitWidth(max_slot), &ws->histogram);
+  if (sorted != keys) std::swap(ws->keys, ws->scratch);
+  keys = ws->keys.data();
+
+  // 3. Runs of equal slots: count run starts per chunk, prefix, then write slots and starts.
+  const int run_chunks = NumChunks(n, kRunMinEntries);
+  GrowTo(&ws->histogram, run_chunks + 1);
+  int64_t* run_count = ws->histogram.data();
+  auto count_runs = [&](int c) {
+    int64_t b, e;
+    ChunkRange(n, run_chunks, c, &b, &e);
+    int64_t count = 0;
+    for (int64_t i = b; i < e; ++i) {
+      count += (i == 0 || (keys[i] >> pos_bits) != (keys[i - 1] >> pos_bits)) ? 1 : 0;
+    }
+    run_count[c] = count;
+  };
+  RunChunks(run_chunks, count_runs);
+  int64_t unique = 0;
+  for (int c = 0; c < run_chunks; ++c) {
+    const int64_t v = run_count[c];
+    run_count[c] = unique;
+    unique += v;
+  }
+  unique_slots->resize(unique);
+  ws->order.resize(unique + 1);
+  int64_t* slots_out = unique_slots->data();
+  int64_t* run_starts = ws->order.data();
+  auto write_runs = [&](int c) {
+    int64_t b, e;
+    ChunkRange(n, run_chunks, c, &b, &e);
+    int64_t u = run_count[c];
+    for (int64_t i = b; i < e; ++i) {
+      if (i == 0 || (keys[i] >> pos_bits) != (keys[i - 1] >> pos_bits)) {
+        slots_out[u] = keys[i] >> pos_bits;
+        run_starts[u] = i;
+        ++u;
+      }
+    }
+  };
+  RunChunks(run_chunks, write_runs);
+  run_starts[unique] = n;
+
+  // 4. Sum each run. Chunks split the entries evenly and snap to run starts, so a hot row with a
+  // long run does not leave the other threads idle for long.
+  row_grads->resize(unique * dim);
+  const SumRunsArgs sum_args{keys,  run_starts, grad_rows, scales,
+                             (int64_t{1} << pos_bits) - 1, dim, row_grads->data()};
+  const int sum_chunks = NumChunks(n, kSumMinEntries);
+  auto sum = [&](int c) {
+    int64_t eb, ee;
+    ChunkRange(n, sum_chunks, c, &eb, &ee);
+    const int64_t u0 = std::lower_bound(run_starts, run_starts + unique, eb) - run_starts;
+    const int64_t u1 = std::lower_bound(run_starts, run_starts + unique, ee) - run_starts;
+    if (u0 < u1) SumRunsCpu(sum_args, u0, u1);
+  };
+  RunChunks(sum_chunks, sum);
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward: the optimizer update.
+
+absl::Status ValidateRowUpdate(const RowUpdateArgs& a) {
+  constexpr const char* kOp = "ApplyRowUpdates";
+  if (a.dim <= 0) return absl::InvalidArgumentError(absl::StrCat(kOp, ": dim ", a.dim));
+  if (a.step < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": step ", a.step, " (1-based)"));
+  }
+  if (a.weights == nullptr) return absl::InvalidArgumentError(absl::StrCat(kOp, ": null weights"));
+  if (RowStateDim(a.optimizer.type, a.dim) > 0 && a.state == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": the optimizer keeps per-row state but state is null"));
+  }
+  return absl::OkStatus();
+}
+
+// Updates rows [u0, u1) of `slots`, prefetching the weights and state of rows further ahead
+// with write intent (they are read, then written).
+TESSERA_TARGET_CLONES
+void UpdateRowsCpu(const int64_t* slots, const float* row_grads, const RowUpdateArgs& a,
+                   int64_t u0, int64_t u1) {
+  const int64_t dim = a.dim;
+  const int64_t sd = RowStateDim(a.optimizer.type, dim);
+  const int64_t ahead = PrefetchRowsAhead((dim + sd) * static_cast<int64_t>(sizeof(float)));
+  for (int64_t u = u0; u < u1; ++u) {
+    if (u + ahead < u1) {
+      const int64_t next = slots[u + ahead];
+      PrefetchBytes(a.weights + next * dim, dim * sizeof(float), true);
+      if (sd > 0) PrefetchBytes(a.state + next * sd, sd * sizeof(float), true);
+    }
+    const int64_t slot = slots[u];
+    ApplyRowUpdate(a.optimizer, a.lr, a.step, dim, row_grads + u * dim, a.weights + slot * dim,
+                   sd > 0 ? a.state + slot * sd : nullptr);
+  }
+}
+
+absl::Status ApplyRowUpdatesCpu(absl::Span<const int64_t> slots, const float* row_grads,
+                                const RowUpdateArgs& args) {
+  TESSERA_RETURN_IF_ERROR(ValidateRowUpdate(args));
+  if (slots.empty()) return absl::OkStatus();
+  if (row_grads == nullptr) {
+    return absl::InvalidArgumentError("ApplyRowUpdates: null row_grads");
+  }
+  const int64_t* s = slots.data();
+  ParallelFor(static_cast<int64_t>(slots.size()), kUpdateMinRows,
+              [&](int64_t u0, int64_t u1, int) { UpdateRowsCpu(s, row_grads, args, u0, u1); });
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status PooledLookupForward(const DeviceContext& ctx, const PooledLookupArgs& args) {
+  if (ctx.is_cuda()) return CudaNotBuilt("PooledLookupForward");
+  return PooledLookupForwardCpu(args);
+}
+
+absl::Status AggregateRowGradients(const DeviceContext& ctx, absl::Span<const BagGradients> sources,
+                                   int64_t dim, PoolingMode pooling, EmbeddingWorkspace* ws,
+                                   std::vector<int64_t>* unique_slots,
+                                   std::vector<float>* row_grads) {
+  if (ctx.is_cuda()) return CudaNotBuilt("AggregateRowGradients");
+  return AggregateRowGradientsCpu(sources, dim, pooling, ws, unique_slots, row_grads);
+}
+
+absl::Status ApplyRowUpdates(const DeviceContext& ctx, absl::Span<const int64_t> slots,
+                             const float* row_grads, const RowUpdateArgs& args) {
+  if (ctx.is_cuda()) return CudaNotBuilt("ApplyRowUpdates");
+  return ApplyRowUpdatesCpu(slots, row_grads, args);
+}
+
+absl::Status FusedBackwardUpdate(const DeviceContext& ctx, absl::Span<const BagGradients> sources,
+                                 PoolingMode pooling, const RowUpdateArgs& args,
+                                 EmbeddingWorkspace* ws) {
+  if (ctx.is_cuda()) return CudaNotBuilt("FusedBackwardUpdate");
+  if (ws == nullptr) return absl::InvalidArgumentError("FusedBackwardUpdate: null workspace");
+  TESSERA_RETURN_IF_ERROR(ValidateRowUpdate(args));
+  TESSERA_RETURN_IF_ERROR(AggregateRowGradientsCpu(sources, args.dim, pooling, ws,
+                                                   &ws->unique_slots, &ws->row_grads));
+  return ApplyRowUpdatesCpu(ws->unique_slots, ws->row_grads.data(), args);
+}
+
+}  // namespace tessera
