@@ -1,8 +1,13 @@
 // DCNv2 cross network, as the MLPerf DLRM-DCNv2 reference (TorchRec's CrossNet / LowRankCrossNet):
 //   full:     x_{l+1} = x_0 * (W_l x_l + b_l) + x_l            W_l [in, in]
 //   low rank: x_{l+1} = x_0 * (U_l (V_l x_l) + b_l) + x_l      V_l [r, in], U_l [in, r]
-// (* elementwise). Parameter names: full "cross.<l>.weight" [in, in], "cross.<l>.bias" [in];
-// low rank "cross.<l>.V.weight" [r, in], "cross.<l>.U.weight" [in, r], "cross.<l>.bias" [in].
+// (* elementwise). Parameter names ("cross" is the network's name): full "cross.<l>.weight"
+// [in, in], "cross.<l>.bias" [in]; low rank "cross.<l>.V.weight" [r, in], "cross.<l>.U.weight"
+// [in, r], "cross.<l>.bias" [in].
+// Backward, with g = dL/dx_{l+1}: d_inner = g * x0, db_l = sum_b d_inner, dW_l = d_inner^T x_l
+// (low rank: dU_l = d_inner^T (V x_l), d_low = d_inner U_l, dV_l = d_low^T x_l), and
+// dL/dx_l = g + d_inner W_l (or + d_low V_l); dx0 collects g * (W_l x_l + b_l) from every layer
+// plus dL/dx_0.
 // Not thread-safe; buffers grow to the largest batch seen; x0 must stay alive until Backward.
 #pragma once
 
@@ -26,13 +31,20 @@ struct CrossNetworkOptions {
 
 class CrossNetwork {
  public:
+  // InvalidArgument naming the field unless in_dim >= 1, num_layers >= 1, 0 <= low_rank.
+  static absl::Status Validate(const CrossNetworkOptions& options);
+  // REQUIRES: Validate(options) is OK (a broken one is a bug and aborts).
   CrossNetwork(std::string name, const CrossNetworkOptions& options, const DeviceContext& ctx);
   // Weights ~ N(0, sqrt(2 / (fan_in + fan_out))) (Xavier normal, TorchRec's default), bias zero.
   void Init(uint64_t seed);
-  // x0 [batch, in_dim] -> y [batch, in_dim] (owned by the network).
+  // x0 [batch, in_dim] -> y [batch, in_dim] (owned by the network, valid until the next Forward).
+  // Errors: InvalidArgument (null pointers, batch < 1), ResourceExhausted when buffers cannot
+  // grow, Unimplemented on kCuda for now.
   absl::Status Forward(const float* x0, int64_t batch, const float** y);
-  // dy [batch, in_dim] (may be overwritten) -> dx0 [batch, in_dim]; writes parameter grads.
+  // dy [batch, in_dim] (overwritten) -> dx0 [batch, in_dim]; writes parameter grads. Uses the x0
+  // of the last Forward (FailedPrecondition without one).
   absl::Status Backward(float* dy, float* dx0);
+  // Per layer: full "weight", "bias"; low rank "V.weight", "U.weight", "bias".
   std::vector<Parameter*> parameters();
   int64_t dim() const { return options_.in_dim; }
 
@@ -43,9 +55,11 @@ class CrossNetwork {
   std::vector<Parameter> params_;
   const float* x0_ = nullptr;
   int64_t batch_ = 0;
-  std::vector<Buffer> xs_;     // x_0 .. x_L activations
-  std::vector<Buffer> inner_;  // per layer: W x_l + b (and V x_l for low rank)
-  Buffer scratch_;
+  std::vector<Buffer> xs_;     // x_1 .. x_L activations (xs_[0] unused: x_0 is the caller's)
+  std::vector<Buffer> inner_;  // per layer: W x_l + b (or U V x_l + b)
+  std::vector<Buffer> low_;    // per layer, low rank only: V x_l [batch, r]
+  Buffer scratch_;             // d_inner [batch, in_dim] during Backward
+  Buffer d_low_;               // low rank: d_low [batch, r]
 };
 
 }  // namespace tessera

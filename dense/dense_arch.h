@@ -4,6 +4,11 @@
 //   DLRM:  bottom (ReLU after every layer) -> dot interaction -> top (no ReLU on the logit)
 //   DCNv2: bottom -> concat [bottom, emb] -> cross network -> top
 // Parameter names follow PyTorch: bottom_mlp.<i>.*, top_mlp.<i>.*, cross.<l>.*.
+// The top MLP's input is DotInteractionOutputDim(F, d) wide for kDot and bottom_mlp.back() + F d
+// (the cross network's width) for kDcn. Backward is hand-written: top -> interaction (or cross
+// network, then the split of its input gradient) -> bottom; no autograd.
+// Owns its parameters and activation buffers (grown to the largest batch seen, so steady-state
+// steps do not allocate). The inputs of Forward must stay alive until Backward. Not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -34,17 +39,28 @@ struct DenseArchOptions {
 
 class DenseArch {
  public:
-  // Returns InvalidArgument naming the field for inconsistent sizes.
+  // Returns InvalidArgument naming the field for inconsistent sizes, and Unimplemented for a
+  // CUDA context in a build without the CUDA path.
   static absl::StatusOr<std::unique_ptr<DenseArch>> Create(const DenseArchOptions& options,
                                                            const DeviceContext& ctx);
+  // Create's checks alone.
+  static absl::Status Validate(const DenseArchOptions& options);
+  // Weights as each layer documents (Linear: DLRM's normal init; cross: Xavier normal), drawn from
+  // (seed, parameter name), so the same seed gives the same model on any rank or device.
   void Init(uint64_t seed);
-  // dense [batch, num_dense], emb [batch, F * d] -> logits [batch] (owned by the arch).
+  // dense [batch, num_dense], emb [batch, F * d] -> logits [batch] (owned by the arch, valid until
+  // the next Forward). Errors: InvalidArgument (null pointers, batch < 1), ResourceExhausted,
+  // Unimplemented on kCuda until the CUDA twins land.
   absl::Status Forward(const float* dense, const float* emb, int64_t batch, const float** logits);
-  // d_logits [batch] -> d_emb [batch, F * d]; writes every parameter's grad.
+  // d_logits [batch] -> d_emb [batch, F * d] (overwritten); writes every parameter's grad
+  // (overwritten, not accumulated). Uses the inputs of the last Forward (FailedPrecondition
+  // without one).
   absl::Status Backward(const float* d_logits, float* d_emb);
   // All parameters in a fixed order: bottom, cross, top.
   std::vector<Parameter*> parameters();
   const DenseArchOptions& options() const { return options_; }
+  // Width of the top MLP's input.
+  int64_t interaction_dim() const;
 
  private:
   DenseArch() = default;
@@ -54,8 +70,10 @@ class DenseArch {
   std::unique_ptr<CrossNetwork> cross_;
   const float* dense_ = nullptr;
   const float* emb_ = nullptr;
+  const float* bottom_out_ = nullptr;
   int64_t batch_ = 0;
   Buffer interaction_out_, d_interaction_, d_top_, d_bottom_;
+  Buffer d_cross_;  // kDcn: gradient of the cross network's input [batch, cross dim]
 };
 
 }  // namespace tessera

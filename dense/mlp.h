@@ -19,6 +19,20 @@ namespace tessera {
 
 enum class Activation { kNone, kRelu };
 
+// The Linear kernels on plain views (memory of ctx.device), for callers that own their buffers.
+// y[batch, out] = act(x[batch, in] w[out, in]^T + b[out]).
+// Returns InvalidArgument for null pointers or sizes outside [1, 2^31), Unimplemented for kCuda
+// until the CUDA twin (dense/linear_cuda.cu) lands.
+absl::Status LinearForward(const DeviceContext& ctx, const float* x, const float* w,
+                           const float* b, int64_t batch, int64_t in, int64_t out, Activation act,
+                           float* y);
+// Backward of LinearForward given its x, w and output y: dy[batch, out] is overwritten with
+// dz = dy * act'(y); writes dw[out, in] = dz^T x, db[out] = sum over the batch of dz and, when dx
+// is non-null, dx[batch, in] = dz w. Same errors as LinearForward.
+absl::Status LinearBackward(const DeviceContext& ctx, const float* x, const float* w,
+                            const float* y, float* dy, int64_t batch, int64_t in, int64_t out,
+                            Activation act, float* dw, float* db, float* dx);
+
 class Linear {
  public:
   // `name` prefixes the parameter names: "<name>.weight", "<name>.bias".
@@ -27,18 +41,23 @@ class Linear {
   // drawn from CounterRng(seed, hash of name).
   void Init(uint64_t seed);
 
-  // y[batch, out] = act(x[batch, in] W^T + b). Returns y (owned by the layer).
+  // y[batch, out] = act(x[batch, in] W^T + b). Sets *y to the layer's output buffer, valid until
+  // the next Forward. Errors: InvalidArgument (null x or y, batch < 1), ResourceExhausted when the
+  // output cannot grow, Unimplemented on kCuda for now.
   absl::Status Forward(const float* x, int64_t batch, const float** y);
   // From dy[batch, out] (overwritten with dz), writes weight/bias grads and, when dx is non-null,
-  // dx[batch, in]. Uses the x and y of the last Forward.
+  // dx[batch, in]. Uses the x and y of the last Forward (FailedPrecondition without one).
   absl::Status Backward(float* dy, float* dx);
 
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
   Parameter& weight() { return weight_; }
   Parameter& bias() { return bias_; }
+  const std::string& name() const { return name_; }
+  Activation activation() const { return act_; }
 
  private:
+  std::string name_;
   DeviceContext ctx_;
   int64_t in_, out_;
   Activation act_;
@@ -49,23 +68,27 @@ class Linear {
 };
 
 // A stack of Linear layers named "<name>.<i>" (i = 0, 1, ...). ReLU after every layer, except the
-// last when `relu_last` is false (DLRM's top MLP ends in the raw logit).
+// last when `relu_last` is false (DLRM's top MLP ends in the raw logit). REQUIRES: sizes is
+// non-empty and every size >= 1 (DenseArch::Create validates configs before building).
 class Mlp {
  public:
   Mlp(std::string name, int64_t in, const std::vector<int64_t>& sizes, bool relu_last,
       const DeviceContext& ctx);
   void Init(uint64_t seed);
-  // Returns the last layer's output [batch, out_dim()] (owned by the MLP).
+  // Returns the last layer's output [batch, out_dim()] (owned by the MLP). Errors as Linear.
   absl::Status Forward(const float* x, int64_t batch, const float** y);
   // dy [batch, out_dim()] is overwritten; dx [batch, in] written when non-null.
   absl::Status Backward(float* dy, float* dx);
   int64_t in_dim() const;
   int64_t out_dim() const;
+  int num_layers() const { return static_cast<int>(layers_.size()); }
+  Linear& layer(int i) { return *layers_[i]; }
+  // Weights and biases, layer by layer: "<name>.0.weight", "<name>.0.bias", "<name>.1.weight", ...
   std::vector<Parameter*> parameters();
 
  private:
   std::vector<std::unique_ptr<Linear>> layers_;
-  std::vector<Buffer> grads_;  // dy of each hidden layer
+  std::vector<Buffer> grads_;  // grads_[i]: dy of layer i (the dx of layer i + 1), i < L - 1
 };
 
 }  // namespace tessera

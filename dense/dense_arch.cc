@@ -1,0 +1,173 @@
+// DenseArch: wiring of bottom MLP, interaction (dot or cross network) and top MLP, forward and
+// hand-written backward. All arithmetic happens in the layers' and ops' twins; this file only
+// validates, owns buffers and calls them in order.
+#include "dense/dense_arch.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "core/cuda_runtime.h"
+#include "core/status.h"
+#include "dense/interaction.h"
+#include "dense/internal/common.h"
+#include "dense/internal/kernels.h"
+
+namespace tessera {
+namespace {
+
+absl::Status CheckSizes(const char* field, const std::vector<int64_t>& sizes) {
+  if (sizes.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DenseArchOptions.", field, " is empty: it needs at least one layer"));
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("DenseArchOptions.", field, "[", i,
+                                                     "] = ", sizes[i], " must be >= 1"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status DenseArch::Validate(const DenseArchOptions& o) {
+  auto bad = [](const char* field, int64_t value, const std::string& rule) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DenseArchOptions.", field, " = ", value, " ", rule));
+  };
+  if (o.num_dense < 1) return bad("num_dense", o.num_dense, "must be >= 1");
+  if (o.num_embeddings < 1) return bad("num_embeddings", o.num_embeddings, "must be >= 1");
+  if (o.embedding_dim < 1) return bad("embedding_dim", o.embedding_dim, "must be >= 1");
+  TESSERA_RETURN_IF_ERROR(CheckSizes("bottom_mlp", o.bottom_mlp));
+  TESSERA_RETURN_IF_ERROR(CheckSizes("top_mlp", o.top_mlp));
+  if (o.top_mlp.back() != 1) {
+    return bad("top_mlp.back()", o.top_mlp.back(), "must be 1 (the logit)");
+  }
+  if (o.interaction == InteractionType::kDot) {
+    if (o.bottom_mlp.back() != o.embedding_dim) {
+      return bad("bottom_mlp.back()", o.bottom_mlp.back(),
+                 absl::StrCat("must equal embedding_dim = ", o.embedding_dim,
+                              " for the dot interaction"));
+    }
+  } else {
+    CrossNetworkOptions c;
+    c.in_dim = o.bottom_mlp.back() + o.num_embeddings * o.embedding_dim;
+    c.num_layers = o.dcn_num_layers;
+    c.low_rank = o.dcn_low_rank;
+    if (o.dcn_num_layers < 1) return bad("dcn_num_layers", o.dcn_num_layers, "must be >= 1");
+    if (o.dcn_low_rank < 0) return bad("dcn_low_rank", o.dcn_low_rank, "must be >= 0");
+    TESSERA_RETURN_IF_ERROR(CrossNetwork::Validate(c));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<DenseArch>> DenseArch::Create(const DenseArchOptions& options,
+                                                             const DeviceContext& ctx) {
+  TESSERA_RETURN_IF_ERROR(Validate(options));
+  if (ctx.is_cuda() && !CudaCompiled()) {
+    return absl::UnimplementedError(
+        "DenseArch: a CUDA DeviceContext in a build without the CUDA path (configure with "
+        "-DTESSERA_CUDA=ON on a machine with the CUDA toolkit)");
+  }
+  std::unique_ptr<DenseArch> arch(new DenseArch());
+  arch->options_ = options;
+  arch->ctx_ = ctx;
+  arch->bottom_ = std::make_unique<Mlp>("bottom_mlp", options.num_dense, options.bottom_mlp,
+                                        /*relu_last=*/true, ctx);
+  if (options.interaction == InteractionType::kDcn) {
+    CrossNetworkOptions c;
+    c.in_dim = options.bottom_mlp.back() + options.num_embeddings * options.embedding_dim;
+    c.num_layers = options.dcn_num_layers;
+    c.low_rank = options.dcn_low_rank;
+    arch->cross_ = std::make_unique<CrossNetwork>("cross", c, ctx);
+  }
+  arch->top_ = std::make_unique<Mlp>("top_mlp", arch->interaction_dim(), options.top_mlp,
+                                     /*relu_last=*/false, ctx);
+  return arch;
+}
+
+int64_t DenseArch::interaction_dim() const {
+  if (options_.interaction == InteractionType::kDot) {
+    return DotInteractionOutputDim(options_.num_embeddings, options_.embedding_dim);
+  }
+  return options_.bottom_mlp.back() + options_.num_embeddings * options_.embedding_dim;
+}
+
+void DenseArch::Init(uint64_t seed) {
+  bottom_->Init(seed);
+  if (cross_ != nullptr) cross_->Init(seed);
+  top_->Init(seed);
+}
+
+std::vector<Parameter*> DenseArch::parameters() {
+  std::vector<Parameter*> out = bottom_->parameters();
+  if (cross_ != nullptr) {
+    for (Parameter* p : cross_->parameters()) out.push_back(p);
+  }
+  for (Parameter* p : top_->parameters()) out.push_back(p);
+  return out;
+}
+
+absl::Status DenseArch::Forward(const float* dense, const float* emb, int64_t batch,
+                                const float** logits) {
+  constexpr char kOp[] = "DenseArch::Forward";
+  TESSERA_RETURN_IF_ERROR(dense_internal::CheckNotNull(kOp, "dense", dense));
+  TESSERA_RETURN_IF_ERROR(dense_internal::CheckNotNull(kOp, "emb", emb));
+  TESSERA_RETURN_IF_ERROR(dense_internal::CheckNotNull(kOp, "logits", logits));
+  TESSERA_RETURN_IF_ERROR(dense_internal::CheckSize(kOp, "batch", batch));
+  const Device dev = ctx_.device;
+  const int64_t nf = options_.num_embeddings, d = options_.embedding_dim;
+  const int64_t bottom_dim = bottom_->out_dim(), inter = interaction_dim();
+  // Every buffer of the step grows here, so Backward never allocates.
+  TESSERA_RETURN_IF_ERROR(dense_internal::EnsureFloats(dev, batch, inter, &interaction_out_));
+  TESSERA_RETURN_IF_ERROR(dense_internal::EnsureFloats(dev, batch, inter, &d_interaction_));
+  TESSERA_RETURN_IF_ERROR(dense_internal::EnsureFloats(dev, batch, 1, &d_top_));
+  TESSERA_RETURN_IF_ERROR(dense_internal::EnsureFloats(dev, batch, bottom_dim, &d_bottom_));
+  if (cross_ != nullptr) {
+    TESSERA_RETURN_IF_ERROR(dense_internal::EnsureFloats(dev, batch, inter, &d_cross_));
+  }
+
+  const float* bottom_out = nullptr;
+  TESSERA_RETURN_IF_ERROR(bottom_->Forward(dense, batch, &bottom_out));
+  const float* top_in = interaction_out_.data<float>();
+  if (cross_ == nullptr) {
+    TESSERA_RETURN_IF_ERROR(DotInteractionForward(ctx_, bottom_out, emb, batch, nf, d,
+                                                  interaction_out_.data<float>()));
+  } else {
+    TESSERA_RETURN_IF_ERROR(dense_internal::ConcatColumns(
+        ctx_, bottom_out, bottom_dim, emb, nf * d, batch, interaction_out_.data<float>()));
+    TESSERA_RETURN_IF_ERROR(cross_->Forward(interaction_out_.data<float>(), batch, &top_in));
+  }
+  TESSERA_RETURN_IF_ERROR(top_->Forward(top_in, batch, logits));
+  dense_ = dense;
+  emb_ = emb;
+  bottom_out_ = bottom_out;
+  batch_ = batch;
+  return absl::OkStatus();
+}
+
+absl::Status DenseArch::Backward(const float* d_logits, float* d_emb) {
+  constexpr char kOp[] = "DenseArch::Backward";
+  if (batch_ == 0) return absl::FailedPreconditionError("DenseArch: Backward before Forward");
+  TESSERA_RETURN_IF_ERROR(dense_internal::CheckNotNull(kOp, "d_logits", d_logits));
+  TESSERA_RETURN_IF_ERROR(dense_internal::CheckNotNull(kOp, "d_emb", d_emb));
+  const int64_t nf = options_.num_embeddings, d = options_.embedding_dim;
+  // The top MLP overwrites its dy in place; d_logits is the caller's.
+  TESSERA_RETURN_IF_ERROR(
+      dense_internal::CopyFloats(ctx_, d_logits, batch_, d_top_.data<float>()));
+  TESSERA_RETURN_IF_ERROR(top_->Backward(d_top_.data<float>(), d_interaction_.data<float>()));
+  if (cross_ == nullptr) {
+    TESSERA_RETURN_IF_ERROR(DotInteractionBackward(ctx_, bottom_out_, emb_,
+                                                   d_interaction_.data<float>(), batch_, nf, d,
+                                                   d_bottom_.data<float>(), d_emb));
+  } else {
+    TESSERA_RETURN_IF_ERROR(cross_->Backward(d_interaction_.data<float>(), d_cross_.data<float>()));
+    TESSERA_RETURN_IF_ERROR(dense_internal::SplitColumns(ctx_, d_cross_.data<float>(),
+                                                         bottom_->out_dim(), nf * d, batch_,
+                                                         d_bottom_.data<float>(), d_emb));
+  }
+  return bottom_->Backward(d_bottom_.data<float>(), nullptr);
+}
+
+}  // namespace tessera

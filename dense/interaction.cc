@@ -1,0 +1,54 @@
+// Dispatch of the dot interaction to its CPU or CUDA twin (dense/internal/kernels.h).
+#include "dense/interaction.h"
+
+#include "core/status.h"
+#include "dense/internal/common.h"
+#include "dense/internal/kernels.h"
+
+namespace tessera {
+namespace {
+
+absl::Status CheckShape(const char* op, int64_t batch, int64_t num_embeddings, int64_t dim) {
+  using dense_internal::CheckSize;
+  TESSERA_RETURN_IF_ERROR(CheckSize(op, "batch", batch));
+  TESSERA_RETURN_IF_ERROR(CheckSize(op, "num_embeddings", num_embeddings));
+  TESSERA_RETURN_IF_ERROR(CheckSize(op, "dim", dim));
+  TESSERA_RETURN_IF_ERROR(
+      CheckSize(op, "batch * output width", batch * DotInteractionOutputDim(num_embeddings, dim)));
+  return CheckSize(op, "batch * num_embeddings * dim", batch * num_embeddings * dim);
+}
+
+}  // namespace
+
+absl::Status DotInteractionForward(const DeviceContext& ctx, const float* bottom,
+                                   const float* emb, int64_t batch, int64_t num_embeddings,
+                                   int64_t dim, float* out) {
+  constexpr char kOp[] = "DotInteractionForward";
+  using dense_internal::CheckNotNull;
+  TESSERA_RETURN_IF_ERROR(CheckNotNull(kOp, "bottom", bottom));
+  TESSERA_RETURN_IF_ERROR(CheckNotNull(kOp, "emb", emb));
+  TESSERA_RETURN_IF_ERROR(CheckNotNull(kOp, "out", out));
+  TESSERA_RETURN_IF_ERROR(CheckShape(kOp, batch, num_embeddings, dim));
+  if (ctx.is_cuda()) return dense_internal::NoCudaTwin(kOp, "dense/interaction_cuda.cu");
+  return dense_internal::DotInteractionForwardCpu(ctx, bottom, emb, batch, num_embeddings, dim,
+                                                  out);
+}
+
+absl::Status DotInteractionBackward(const DeviceContext& ctx, const float* bottom,
+                                    const float* emb, const float* d_out, int64_t batch,
+                                    int64_t num_embeddings, int64_t dim, float* d_bottom,
+                                    float* d_emb) {
+  constexpr char kOp[] = "DotInteractionBackward";
+  using dense_internal::CheckNotNull;
+  TESSERA_RETURN_IF_ERROR(CheckNotNull(kOp, "bottom", bottom));
+  TESSERA_RETURN_IF_ERROR(CheckNotNull(kOp, "emb", emb));
+  TESSERA_RETURN_IF_ERROR(CheckNotNull(kOp, "d_out", d_out));
+  TESSERA_RETURN_IF_ERROR(CheckNotNull(kOp, "d_bottom", d_bottom));
+  TESSERA_RETURN_IF_ERROR(CheckNotNull(kOp, "d_emb", d_emb));
+  TESSERA_RETURN_IF_ERROR(CheckShape(kOp, batch, num_embeddings, dim));
+  if (ctx.is_cuda()) return dense_internal::NoCudaTwin(kOp, "dense/interaction_cuda.cu");
+  return dense_internal::DotInteractionBackwardCpu(ctx, bottom, emb, d_out, batch,
+                                                   num_embeddings, dim, d_bottom, d_emb);
+}
+
+}  // namespace tessera

@@ -1,0 +1,138 @@
+// The twins behind the dense entry points. Each op has a CPU twin in dense/<op>_cpu.cc (the
+// reference the tests trust) and a CUDA twin with the same signature in dense/<op>_cuda.cu; the
+// dispatching entry point (dense/<op>.cc) picks one by ctx.device and is the only place that
+// knows whether the CUDA path is built. Kernels take plain views: pointers into memory of
+// ctx.device and sizes; the caller owns memory, checks arguments and keeps pointers alive.
+//
+// Until a CUDA twin is written its entry point returns Unimplemented for kCuda; the *Cuda
+// declarations below fix the signatures the twins must have.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "core/device.h"
+#include "dense/mlp.h"
+
+namespace tessera::dense_internal {
+
+// ---- Linear (dense/linear_cpu.cc) -------------------------------------------------------------
+// y[batch, out] = act(x[batch, in] w[out, in]^T + b): one GEMM, then bias and activation in one
+// pass over y.
+absl::Status LinearForwardCpu(const DeviceContext& ctx, const float* x, const float* w,
+                              const float* b, int64_t batch, int64_t in, int64_t out,
+                              Activation act, float* y);
+absl::Status LinearForwardCuda(const DeviceContext& ctx, const float* x, const float* w,
+                               const float* b, int64_t batch, int64_t in, int64_t out,
+                               Activation act, float* y);
+// dy[batch, out] becomes dz (ReLU mask applied in place, using y); db = column sums of dz;
+// dw[out, in] = dz^T x; dx[batch, in] = dz w when dx is non-null.
+absl::Status LinearBackwardCpu(const DeviceContext& ctx, const float* x, const float* w,
+                               const float* y, float* dy, int64_t batch, int64_t in, int64_t out,
+                               Activation act, float* dw, float* db, float* dx);
+absl::Status LinearBackwardCuda(const DeviceContext& ctx, const float* x, const float* w,
+                                const float* y, float* dy, int64_t batch, int64_t in,
+                                int64_t out, Activation act, float* dw, float* db, float* dx);
+
+// ---- Dot interaction (dense/interaction_cpu.cc); contract in dense/interaction.h ---------------
+absl::Status DotInteractionForwardCpu(const DeviceContext& ctx, const float* bottom,
+                                      const float* emb, int64_t batch, int64_t num_embeddings,
+                                      int64_t dim, float* out);
+absl::Status DotInteractionForwardCuda(const DeviceContext& ctx, const float* bottom,
+                                       const float* emb, int64_t batch, int64_t num_embeddings,
+                                       int64_t dim, float* out);
+absl::Status DotInteractionBackwardCpu(const DeviceContext& ctx, const float* bottom,
+                                       const float* emb, const float* d_out, int64_t batch,
+                                       int64_t num_embeddings, int64_t dim, float* d_bottom,
+                                       float* d_emb);
+absl::Status DotInteractionBackwardCuda(const DeviceContext& ctx, const float* bottom,
+                                        const float* emb, const float* d_out, int64_t batch,
+                                        int64_t num_embeddings, int64_t dim, float* d_bottom,
+                                        float* d_emb);
+
+// ---- DCNv2 cross layer (dense/cross_network_cpu.cc) ---------------------------------------------
+// One layer's parameters: full rank (rank == 0) uses w [dim, dim]; low rank uses v [rank, dim]
+// and u [dim, rank]. b [dim] always.
+struct CrossLayerParams {
+  int64_t dim = 0;
+  int64_t rank = 0;
+  const float* w = nullptr;
+  const float* v = nullptr;
+  const float* u = nullptr;
+  const float* b = nullptr;
+};
+struct CrossLayerGrads {
+  float* dw = nullptr;  // full rank
+  float* dv = nullptr;  // low rank
+  float* du = nullptr;  // low rank
+  float* db = nullptr;
+};
+// inner[batch, dim] = W x_l + b (full) or U (V x_l) + b with low[batch, rank] = V x_l (low rank);
+// x_next = x0 * inner + x_l.
+absl::Status CrossLayerForwardCpu(const DeviceContext& ctx, const CrossLayerParams& p,
+                                  const float* x0, const float* xl, int64_t batch, float* inner,
+                                  float* low, float* x_next);
+absl::Status CrossLayerForwardCuda(const DeviceContext& ctx, const CrossLayerParams& p,
+                                   const float* x0, const float* xl, int64_t batch, float* inner,
+                                   float* low, float* x_next);
+// g[batch, dim] holds dL/dx_{l+1} on entry and dL/dx_l (this layer's path only) on return.
+// dx0 gets g * inner added (or assigned when `assign_dx0`). Writes the layer's grads. Scratch:
+// d_inner [batch, dim] and, low rank, d_low [batch, rank].
+absl::Status CrossLayerBackwardCpu(const DeviceContext& ctx, const CrossLayerParams& p,
+                                   const float* x0, const float* xl, const float* inner,
+                                   const float* low, int64_t batch, float* g, bool assign_dx0,
+                                   float* dx0, float* d_inner, float* d_low,
+                                   const CrossLayerGrads& grads);
+absl::Status CrossLayerBackwardCuda(const DeviceContext& ctx, const CrossLayerParams& p,
+                                    const float* x0, const float* xl, const float* inner,
+                                    const float* low, int64_t batch, float* g, bool assign_dx0,
+                                    float* dx0, float* d_inner, float* d_low,
+                                    const CrossLayerGrads& grads);
+
+// ---- Row plumbing (dense/row_ops_cpu.cc); dispatchers without suffix in dense/row_ops.cc --------
+// out[b] = [a[b] (a_cols), c[b] (c_cols)] for each of `batch` rows.
+absl::Status ConcatColumnsCpu(const DeviceContext& ctx, const float* a, int64_t a_cols,
+                              const float* c, int64_t c_cols, int64_t batch, float* out);
+absl::Status ConcatColumnsCuda(const DeviceContext& ctx, const float* a, int64_t a_cols,
+                               const float* c, int64_t c_cols, int64_t batch, float* out);
+// The inverse: a[b] = in[b][0, a_cols), c[b] = in[b][a_cols, a_cols + c_cols).
+absl::Status SplitColumnsCpu(const DeviceContext& ctx, const float* in, int64_t a_cols,
+                             int64_t c_cols, int64_t batch, float* a, float* c);
+absl::Status SplitColumnsCuda(const DeviceContext& ctx, const float* in, int64_t a_cols,
+                              int64_t c_cols, int64_t batch, float* a, float* c);
+// y[i] += x[i] for i < n (elementwise; any thread count gives the same bits).
+absl::Status AddInPlaceCpu(const DeviceContext& ctx, const float* x, int64_t n, float* y);
+absl::Status AddInPlaceCuda(const DeviceContext& ctx, const float* x, int64_t n, float* y);
+// dst[i] = src[i] for i < n.
+absl::Status CopyFloatsCpu(const DeviceContext& ctx, const float* src, int64_t n, float* dst);
+absl::Status CopyFloatsCuda(const DeviceContext& ctx, const float* src, int64_t n, float* dst);
+// Dispatchers of the four above (callers check their arguments).
+absl::Status ConcatColumns(const DeviceContext& ctx, const float* a, int64_t a_cols,
+                           const float* c, int64_t c_cols, int64_t batch, float* out);
+absl::Status SplitColumns(const DeviceContext& ctx, const float* in, int64_t a_cols,
+                          int64_t c_cols, int64_t batch, float* a, float* c);
+absl::Status AddInPlace(const DeviceContext& ctx, const float* x, int64_t n, float* y);
+absl::Status CopyFloats(const DeviceContext& ctx, const float* src, int64_t n, float* dst);
+
+// ---- Loss (dense/loss_cpu.cc); contract in dense/loss.h -----------------------------------------
+absl::StatusOr<double> BceWithLogitsCpu(const DeviceContext& ctx, const float* logits,
+                                        const float* labels, int64_t batch, float* d_logits);
+absl::StatusOr<double> BceWithLogitsCuda(const DeviceContext& ctx, const float* logits,
+                                         const float* labels, int64_t batch, float* d_logits);
+
+// ---- Dense optimizers (dense/optimizer_cpu.cc); rules in dense/internal/optimizer_rules.h ------
+struct DenseStepScalars;  // optimizer_rules.h
+absl::Status SgdStepCpu(const DeviceContext& ctx, const DenseStepScalars& s, int64_t n, float* w,
+                        const float* g);
+absl::Status SgdStepCuda(const DeviceContext& ctx, const DenseStepScalars& s, int64_t n,
+                         float* w, const float* g);
+absl::Status AdagradStepCpu(const DeviceContext& ctx, const DenseStepScalars& s, int64_t n,
+                            float* w, const float* g, float* sum);
+absl::Status AdagradStepCuda(const DeviceContext& ctx, const DenseStepScalars& s, int64_t n,
+                             float* w, const float* g, float* sum);
+absl::Status AdamStepCpu(const DeviceContext& ctx, const DenseStepScalars& s, int64_t n,
+                         float* w, const float* g, float* m, float* v);
+absl::Status AdamStepCuda(const DeviceContext& ctx, const DenseStepScalars& s, int64_t n,
+                          float* w, const float* g, float* m, float* v);
+
+}  // namespace tessera::dense_internal

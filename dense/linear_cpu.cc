@@ -1,0 +1,89 @@
+// CPU twin of Linear: OpenBLAS sgemm for the three products, and one pass over the output for
+// everything elementwise (bias + ReLU forward; ReLU mask + bias gradient backward).
+#include <algorithm>
+#include <cstdint>
+
+#include "core/parallel.h"
+#include "dense/internal/blas.h"
+#include "dense/internal/kernels.h"
+#include "dense/internal/simd.h"
+
+namespace tessera::dense_internal {
+namespace {
+
+// Rows per ParallelFor chunk so a chunk has at least ~16 K elements: below that the fork/join
+// costs more than the pass.
+int64_t RowChunk(int64_t cols) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1)); }
+
+TESSERA_VECTOR_CLONES
+void BiasActRows(float* __restrict y, const float* __restrict b, int64_t r0, int64_t r1,
+                 int64_t cols, bool relu) {
+  for (int64_t r = r0; r < r1; ++r) {
+    float* __restrict row = y + r * cols;
+    if (relu) {
+      // `v < 0 ? 0 : v` keeps NaN visible (as torch.relu does) instead of hiding it as 0.
+      for (int64_t c = 0; c < cols; ++c) {
+        const float v = row[c] + b[c];
+        row[c] = v < 0.0f ? 0.0f : v;
+      }
+    } else {
+      for (int64_t c = 0; c < cols; ++c) row[c] += b[c];
+    }
+  }
+}
+
+// Applies the ReLU mask (dy = 0 where y <= 0, when y is non-null) to columns [c0, c1) of dy and
+// writes their column sums to db. Each column is summed by one thread, row by row, in double:
+// the bits do not depend on the thread count, and there is no cross-thread reduction.
+TESSERA_VECTOR_CLONES
+void MaskColumnSums(float* __restrict dy, const float* __restrict y, int64_t rows, int64_t cols,
+                    int64_t c0, int64_t c1, float* __restrict db) {
+  constexpr int64_t kBlock = 256;
+  double acc[kBlock];
+  for (int64_t cb = c0; cb < c1; cb += kBlock) {
+    const int64_t w = std::min(kBlock, c1 - cb);
+    for (int64_t c = 0; c < w; ++c) acc[c] = 0.0;
+    for (int64_t r = 0; r < rows; ++r) {
+      float* __restrict d = dy + r * cols + cb;
+      if (y != nullptr) {
+        const float* __restrict yr = y + r * cols + cb;
+        for (int64_t c = 0; c < w; ++c) {
+          const float v = yr[c] > 0.0f ? d[c] : 0.0f;
+          d[c] = v;
+          acc[c] += static_cast<double>(v);
+        }
+      } else {
+        for (int64_t c = 0; c < w; ++c) acc[c] += static_cast<double>(d[c]);
+      }
+    }
+    for (int64_t c = 0; c < w; ++c) db[cb + c] = static_cast<float>(acc[c]);
+  }
+}
+
+}  // namespace
+
+absl::Status LinearForwardCpu(const DeviceContext& ctx, const float* x, const float* w,
+                              const float* b, int64_t batch, int64_t in, int64_t out,
+                              Activation act, float* y) {
+  Sgemm(false, true, batch, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+  const bool relu = act == Activation::kRelu;
+  ParallelFor(batch, RowChunk(out), [&](int64_t r0, int64_t r1, int) {
+    BiasActRows(y, b, r0, r1, out, relu);
+  });
+  return absl::OkStatus();
+}
+
+absl::Status LinearBackwardCpu(const DeviceContext& ctx, const float* x, const float* w,
+                               const float* y, float* dy, int64_t batch, int64_t in, int64_t out,
+                               Activation act, float* dw, float* db, float* dx) {
+  const float* mask = act == Activation::kRelu ? y : nullptr;
+  // Split by columns (at least 32 per thread) so each column sum stays on one thread.
+  ParallelFor(out, 32, [&](int64_t c0, int64_t c1, int) {
+    MaskColumnSums(dy, mask, batch, out, c0, c1, db);
+  });
+  Sgemm(true, false, out, in, batch, 1.0f, dy, out, x, in, 0.0f, dw, in);
+  if (dx != nullptr) Sgemm(false, false, batch, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
+  return absl::OkStatus();
+}
+
+}  // namespace tessera::dense_internal

@@ -1,0 +1,20 @@
+// Dispatch of BCE with logits to its CPU or CUDA twin.
+#include "dense/loss.h"
+
+#include "core/status.h"
+#include "dense/internal/common.h"
+#include "dense/internal/kernels.h"
+
+namespace tessera {
+
+absl::StatusOr<double> BceWithLogits(const DeviceContext& ctx, const float* logits,
+                                     const float* labels, int64_t batch, float* d_logits) {
+  constexpr char kOp[] = "BceWithLogits";
+  TESSERA_RETURN_IF_ERROR(dense_internal::CheckNotNull(kOp, "logits", logits));
+  TESSERA_RETURN_IF_ERROR(dense_internal::CheckNotNull(kOp, "labels", labels));
+  TESSERA_RETURN_IF_ERROR(dense_internal::CheckSize(kOp, "batch", batch));
+  if (ctx.is_cuda()) return dense_internal::NoCudaTwin(kOp, "dense/loss_cuda.cu");
+  return dense_internal::BceWithLogitsCpu(ctx, logits, labels, batch, d_logits);
+}
+
+}  // namespace tessera

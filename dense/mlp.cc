@@ -1,0 +1,140 @@
+// Linear and Mlp: parameter and buffer management around the Linear kernels, and the dispatch
+// between their CPU and CUDA twins.
+#include "dense/mlp.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+#include "dense/internal/common.h"
+#include "dense/internal/kernels.h"
+
+namespace tessera {
+
+using dense_internal::CheckNotNull;
+using dense_internal::CheckSize;
+
+absl::Status LinearForward(const DeviceContext& ctx, const float* x, const float* w,
+                           const float* b, int64_t batch, int64_t in, int64_t out, Activation act,
+                           float* y) {
+  constexpr char kOp[] = "LinearForward";
+  TESSERA_RETURN_IF_ERROR(CheckNotNull(kOp, "x", x));
+  TESSERA_RETURN_IF_ERROR(CheckNotNull(kOp, "w", w));
+  TESSERA_RETURN_IF_ERROR(CheckNotNull(kOp, "b", b));
+  TESSERA_RETURN_IF_ERROR(CheckNotNull(kOp, "y", y));
+  TESSERA_RETURN_IF_ERROR(CheckSize(kOp, "batch", batch));
+  TESSERA_RETURN_IF_ERROR(CheckSize(kOp, "in", in));
+  TESSERA_RETURN_IF_ERROR(CheckSize(kOp, "out", out));
+  if (ctx.is_cuda()) return dense_internal::NoCudaTwin(kOp, "dense/linear_cuda.cu");
+  return dense_internal::LinearForwardCpu(ctx, x, w, b, batch, in, out, act, y);
+}
+
+absl::Status LinearBackward(const DeviceContext& ctx, const float* x, const float* w,
+                            const float* y, float* dy, int64_t batch, int64_t in, int64_t out,
+                            Activation act, float* dw, float* db, float* dx) {
+  constexpr char kOp[] = "LinearBackward";
+  TESSERA_RETURN_IF_ERROR(CheckNotNull(kOp, "x", x));
+  TESSERA_RETURN_IF_ERROR(CheckNotNull(kOp, "w", w));
+  if (act != Activation::kNone) TESSERA_RETURN_IF_ERROR(CheckNotNull(kOp, "y", y));
+  TESSERA_RETURN_IF_ERROR(CheckNotNull(kOp, "dy", dy));
+  TESSERA_RETURN_IF_ERROR(CheckNotNull(kOp, "dw", dw));
+  TESSERA_RETURN_IF_ERROR(CheckNotNull(kOp, "db", db));
+  TESSERA_RETURN_IF_ERROR(CheckSize(kOp, "batch", batch));
+  TESSERA_RETURN_IF_ERROR(CheckSize(kOp, "in", in));
+  TESSERA_RETURN_IF_ERROR(CheckSize(kOp, "out", out));
+  if (ctx.is_cuda()) return dense_internal::NoCudaTwin(kOp, "dense/linear_cuda.cu");
+  return dense_internal::LinearBackwardCpu(ctx, x, w, y, dy, batch, in, out, act, dw, db, dx);
+}
+
+Linear::Linear(std::string name, int64_t in, int64_t out, Activation act,
+               const DeviceContext& ctx)
+    : name_(std::move(name)),
+      ctx_(ctx),
+      in_(in),
+      out_(out),
+      act_(act),
+      weight_(MakeParameter(absl::StrCat(name_, ".weight"), {out, in}, ctx.device)),
+      bias_(MakeParameter(absl::StrCat(name_, ".bias"), {out}, ctx.device)) {
+  TESSERA_CHECK(in >= 1 && out >= 1) << name_ << ": in " << in << ", out " << out;
+}
+
+void Linear::Init(uint64_t seed) {
+  dense_internal::InitNormal(seed, std::sqrt(2.0f / static_cast<float>(in_ + out_)), &weight_);
+  dense_internal::InitNormal(seed, std::sqrt(1.0f / static_cast<float>(out_)), &bias_);
+}
+
+absl::Status Linear::Forward(const float* x, int64_t batch, const float** y) {
+  TESSERA_RETURN_IF_ERROR(CheckNotNull(name_, "y (output pointer)", y));
+  TESSERA_RETURN_IF_ERROR(CheckSize(name_, "batch", batch));
+  TESSERA_RETURN_IF_ERROR(dense_internal::EnsureFloats(ctx_.device, batch, out_, &y_));
+  TESSERA_RETURN_IF_ERROR(LinearForward(ctx_, x, weight_.value.data<float>(),
+                                        bias_.value.data<float>(), batch, in_, out_, act_,
+                                        y_.data<float>()));
+  x_ = x;
+  batch_ = batch;
+  *y = y_.data<float>();
+  return absl::OkStatus();
+}
+
+absl::Status Linear::Backward(float* dy, float* dx) {
+  if (x_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(name_, ": Backward before Forward"));
+  }
+  return LinearBackward(ctx_, x_, weight_.value.data<float>(), y_.data<float>(), dy, batch_, in_,
+                        out_, act_, weight_.grad.data<float>(), bias_.grad.data<float>(), dx);
+}
+
+Mlp::Mlp(std::string name, int64_t in, const std::vector<int64_t>& sizes, bool relu_last,
+         const DeviceContext& ctx) {
+  TESSERA_CHECK(!sizes.empty()) << name << ": an MLP needs at least one layer";
+  int64_t prev = in;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const bool last = i + 1 == sizes.size();
+    const Activation act = (last && !relu_last) ? Activation::kNone : Activation::kRelu;
+    layers_.push_back(
+        std::make_unique<Linear>(absl::StrCat(name, ".", i), prev, sizes[i], act, ctx));
+    prev = sizes[i];
+  }
+  grads_.resize(sizes.size() - 1);
+}
+
+void Mlp::Init(uint64_t seed) {
+  for (auto& layer : layers_) layer->Init(seed);
+}
+
+absl::Status Mlp::Forward(const float* x, int64_t batch, const float** y) {
+  const Device device = layers_[0]->weight().value.device();
+  // Grow the gradient buffers here, so Backward never allocates.
+  for (size_t i = 0; i < grads_.size(); ++i) {
+    TESSERA_RETURN_IF_ERROR(
+        dense_internal::EnsureFloats(device, batch, layers_[i]->out(), &grads_[i]));
+  }
+  const float* h = x;
+  for (auto& layer : layers_) TESSERA_RETURN_IF_ERROR(layer->Forward(h, batch, &h));
+  *y = h;
+  return absl::OkStatus();
+}
+
+absl::Status Mlp::Backward(float* dy, float* dx) {
+  for (int i = static_cast<int>(layers_.size()) - 1; i >= 0; --i) {
+    float* layer_dy = i + 1 == static_cast<int>(layers_.size()) ? dy : grads_[i].data<float>();
+    float* layer_dx = i == 0 ? dx : grads_[i - 1].data<float>();
+    TESSERA_RETURN_IF_ERROR(layers_[i]->Backward(layer_dy, layer_dx));
+  }
+  return absl::OkStatus();
+}
+
+int64_t Mlp::in_dim() const { return layers_.front()->in(); }
+int64_t Mlp::out_dim() const { return layers_.back()->out(); }
+
+std::vector<Parameter*> Mlp::parameters() {
+  std::vector<Parameter*> out;
+  for (auto& layer : layers_) {
+    out.push_back(&layer->weight());
+    out.push_back(&layer->bias());
+  }
+  return out;
+}
+
+}  // namespace tessera

@@ -1,0 +1,32 @@
+// Dispatch of the row plumbing (dense/internal/kernels.h) to its CPU or CUDA twin.
+#include "dense/internal/common.h"
+#include "dense/internal/kernels.h"
+
+namespace tessera::dense_internal {
+namespace {
+constexpr char kCudaFile[] = "dense/row_ops_cuda.cu";
+}  // namespace
+
+absl::Status ConcatColumns(const DeviceContext& ctx, const float* a, int64_t a_cols,
+                           const float* c, int64_t c_cols, int64_t batch, float* out) {
+  if (ctx.is_cuda()) return NoCudaTwin("ConcatColumns", kCudaFile);
+  return ConcatColumnsCpu(ctx, a, a_cols, c, c_cols, batch, out);
+}
+
+absl::Status SplitColumns(const DeviceContext& ctx, const float* in, int64_t a_cols,
+                          int64_t c_cols, int64_t batch, float* a, float* c) {
+  if (ctx.is_cuda()) return NoCudaTwin("SplitColumns", kCudaFile);
+  return SplitColumnsCpu(ctx, in, a_cols, c_cols, batch, a, c);
+}
+
+absl::Status AddInPlace(const DeviceContext& ctx, const float* x, int64_t n, float* y) {
+  if (ctx.is_cuda()) return NoCudaTwin("AddInPlace", kCudaFile);
+  return AddInPlaceCpu(ctx, x, n, y);
+}
+
+absl::Status CopyFloats(const DeviceContext& ctx, const float* src, int64_t n, float* dst) {
+  if (ctx.is_cuda()) return NoCudaTwin("CopyFloats", kCudaFile);
+  return CopyFloatsCpu(ctx, src, n, dst);
+}
+
+}  // namespace tessera::dense_internal
