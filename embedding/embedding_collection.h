@@ -37,35 +37,65 @@ struct EmbeddingCollectionOptions {
 
 class EmbeddingCollection {
  public:
-  // Creates tables with in-memory stores. Returns InvalidArgument naming the table for bad sizes
-  // or a feature served twice / not at all.
+  // Creates tables with in-memory stores (table t's rows initialised from (seed, t, row)).
+  // Returns InvalidArgument naming the table for bad sizes, an empty or repeated name, or a
+  // feature out of range, served twice or not at all.
   static absl::StatusOr<std::unique_ptr<EmbeddingCollection>> Create(
       const EmbeddingCollectionOptions& options, const DeviceContext& ctx);
   // Same, with caller-made stores (one per table, e.g. the RocksDB tier); takes ownership.
+  // Also InvalidArgument when a store's num_rows, dim or state_dim (RowStateDim of the
+  // optimizer) disagrees with its table.
   static absl::StatusOr<std::unique_ptr<EmbeddingCollection>> CreateWithStores(
       const EmbeddingCollectionOptions& options, std::vector<std::unique_ptr<RowStore>> stores,
       const DeviceContext& ctx);
 
+  EmbeddingCollection(const EmbeddingCollection&) = delete;
+  EmbeddingCollection& operator=(const EmbeddingCollection&) = delete;
+
   // Output width per sample: the sum of the dims of all features, and feature f's column offset.
-  int64_t output_dim() const;
-  int64_t feature_column(int f) const;
+  int64_t output_dim() const { return output_dim_; }
+  int64_t feature_column(int f) const { return feature_column_[f]; }
 
   // Pooled lookup of `batch` into out[b * output_dim() + feature_column(f) ...]. Resolves ids
-  // to slots (kept for Backward).
+  // to slots (kept, with a copy of the batch's offsets and weights, for BackwardUpdate; `batch`
+  // need not outlive the call). A Forward not followed by BackwardUpdate (evaluation) ends the
+  // stores' step at the next Forward. Returns InvalidArgument for a batch of the wrong shape or
+  // an id out of range (naming the table, feature, sample and id); the stores' errors otherwise.
   absl::Status Forward(const KeyedJagged& batch, float* out);
   // Fused backward + update from d_out (same layout as Forward's out) for the batch of the last
   // Forward; `lr` and 1-based `step` for the optimizer. Ends the stores' step.
+  // Returns FailedPrecondition without a preceding Forward.
   absl::Status BackwardUpdate(const float* d_out, float lr, int64_t step);
 
-  int num_tables() const;
-  const TableConfig& table(int t) const;
-  RowStore& store(int t);
-  const EmbeddingCollectionOptions& options() const;
+  int num_tables() const { return static_cast<int>(options_.tables.size()); }
+  const TableConfig& table(int t) const { return options_.tables[t]; }
+  RowStore& store(int t) { return *stores_[t]; }
+  const EmbeddingCollectionOptions& options() const { return options_; }
+  // The table serving feature f.
+  int table_of_feature(int f) const { return table_of_feature_[f]; }
 
  private:
   EmbeddingCollection() = default;
-  struct Impl;
-  std::shared_ptr<Impl> impl_;
+  absl::Status EndPendingStep();
+
+  EmbeddingCollectionOptions options_;
+  DeviceContext ctx_;
+  std::vector<std::unique_ptr<RowStore>> stores_;
+  std::vector<int> table_of_feature_;
+  std::vector<int64_t> feature_column_;
+  int64_t output_dim_ = 0;
+
+  // The last Forward's batch, for BackwardUpdate: slots_[i] is the slot of batch.values[i].
+  bool pending_step_ = false;
+  int64_t batch_size_ = 0;
+  std::vector<int64_t> offsets_;
+  std::vector<float> id_weights_;
+  std::vector<int64_t> slots_;
+  // Scratch reused every step (grown only).
+  std::vector<int64_t> table_ids_;
+  std::vector<int64_t> table_slots_;
+  std::vector<BagGradients> sources_;
+  EmbeddingWorkspace ws_;
 };
 
 }  // namespace tessera

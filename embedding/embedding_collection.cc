@@ -1,0 +1,251 @@
+#include "embedding/embedding_collection.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+
+namespace tessera {
+namespace {
+
+std::string TableLabel(const TableConfig& table, int t) {
+  return table.name.empty() ? absl::StrCat("table #", t) : absl::StrCat("table '", table.name, "'");
+}
+
+absl::Status ValidateOptions(const EmbeddingCollectionOptions& o) {
+  if (o.num_features <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("EmbeddingCollection: num_features ", o.num_features, " must be positive"));
+  }
+  std::vector<int> served_by(o.num_features, -1);
+  absl::flat_hash_set<std::string> names;
+  for (int t = 0; t < static_cast<int>(o.tables.size()); ++t) {
+    const TableConfig& table = o.tables[t];
+    const std::string label = TableLabel(table, t);
+    if (table.name.empty()) return absl::InvalidArgumentError(absl::StrCat(label, ": empty name"));
+    if (!names.insert(table.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat(label, ": name used by two tables"));
+    }
+    if (table.num_rows <= 0 || table.dim <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(label, ": num_rows (", table.num_rows,
+                                                     ") and dim (", table.dim,
+                                                     ") must be positive"));
+    }
+    if (table.features.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(label, ": serves no feature"));
+    }
+    for (int f : table.features) {
+      if (f < 0 || f >= o.num_features) {
+        return absl::InvalidArgumentError(absl::StrCat(label, ": feature ", f, " outside [0, ",
+                                                       o.num_features, ")"));
+      }
+      if (served_by[f] >= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(label, ": feature ", f,
+                                                       " is already served by ",
+                                                       TableLabel(o.tables[served_by[f]],
+                                                                  served_by[f])));
+      }
+      served_by[f] = t;
+    }
+  }
+  for (int f = 0; f < o.num_features; ++f) {
+    if (served_by[f] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("EmbeddingCollection: feature ", f, " is served by no table"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::Create(
+    const EmbeddingCollectionOptions& options, const DeviceContext& ctx) {
+  TESSERA_RETURN_IF_ERROR(ValidateOptions(options));
+  std::vector<std::unique_ptr<RowStore>> stores;
+  for (int t = 0; t < static_cast<int>(options.tables.size()); ++t) {
+    const TableConfig& table = options.tables[t];
+    InMemoryRowStoreOptions so;
+    so.num_rows = table.num_rows;
+    so.dim = table.dim;
+    so.state_dim = RowStateDim(options.optimizer.type, table.dim);
+    so.state_init = options.optimizer.type == RowOptimizerType::kRowWiseAdagrad
+                        ? options.optimizer.adagrad_initial
+                        : 0.0f;
+    so.init = table.init;
+    so.seed = options.seed;
+    so.table_id = static_cast<uint64_t>(t);
+    so.name = table.name;
+    TESSERA_ASSIGN_OR_RETURN(auto store, CreateInMemoryRowStore(so));
+    stores.push_back(std::move(store));
+  }
+  return CreateWithStores(options, std::move(stores), ctx);
+}
+
+absl::StatusOr<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::CreateWithStores(
+    const EmbeddingCollectionOptions& options, std::vector<std::unique_ptr<RowStore>> stores,
+    const DeviceContext& ctx) {
+  TESSERA_RETURN_IF_ERROR(ValidateOptions(options));
+  if (stores.size() != options.tables.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("EmbeddingCollection: ", stores.size(),
+                                                   " stores for ", options.tables.size(),
+                                                   " tables"));
+  }
+  for (int t = 0; t < static_cast<int>(stores.size()); ++t) {
+    const TableConfig& table = options.tables[t];
+    const RowStore* s = stores[t].get();
+    const int64_t state_dim = RowStateDim(options.optimizer.type, table.dim);
+    if (s == nullptr || s->num_rows() != table.num_rows || s->dim() != table.dim ||
+        s->state_dim() != state_dim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          TableLabel(table, t), ": store does not match the table (want ", table.num_rows,
+          " rows, dim ", table.dim, ", state_dim ", state_dim, s == nullptr ? "; got null)" : "; got ",
+          s == nullptr ? "" : absl::StrCat(s->num_rows(), " rows, dim ", s->dim(), ", state_dim ",
+                                           s->state_dim(), ")")));
+    }
+  }
+  std::unique_ptr<EmbeddingCollection> c(new EmbeddingCollection());
+  c->options_ = options;
+  c->ctx_ = ctx;
+  c->stores_ = std::move(stores);
+  c->table_of_feature_.assign(options.num_features, -1);
+  for (int t = 0; t < static_cast<int>(options.tables.size()); ++t) {
+    for (int f : options.tables[t].features) c->table_of_feature_[f] = t;
+  }
+  c->feature_column_.resize(options.num_features);
+  for (int f = 0; f < options.num_features; ++f) {
+    c->feature_column_[f] = c->output_dim_;
+    c->output_dim_ += options.tables[c->table_of_feature_[f]].dim;
+  }
+  return c;
+}
+
+absl::Status EmbeddingCollection::EndPendingStep() {
+  if (!pending_step_) return absl::OkStatus();
+  pending_step_ = false;
+  for (auto& store : stores_) TESSERA_RETURN_IF_ERROR(store->EndStep());
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingCollection::Forward(const KeyedJagged& batch, float* out) {
+  TESSERA_RETURN_IF_ERROR(EndPendingStep());
+  const int64_t B = batch.batch_size;
+  if (batch.num_features != options_.num_features || B < 0 ||
+      static_cast<int64_t>(batch.offsets.size()) != batch.num_bags() + 1 ||
+      batch.offsets.front() != 0 ||
+      batch.offsets.back() != static_cast<int64_t>(batch.values.size()) ||
+      (!batch.weights.empty() && batch.weights.size() != batch.values.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "EmbeddingCollection::Forward: batch of ", batch.num_features, " features (want ",
+        options_.num_features, "), ", B, " samples, ", batch.offsets.size(), " offsets (want ",
+        batch.num_bags() + 1, ", from 0 to values.size() = ", batch.values.size(), "), ",
+        batch.weights.size(), " weights (want 0 or values.size())"));
+  }
+  if (out == nullptr && B > 0) {
+    return absl::InvalidArgumentError("EmbeddingCollection::Forward: null out");
+  }
+  // Range-check every id here, where the table, feature and sample can be named; a store's
+  // Resolve then only fails for its own reasons (I/O).
+  for (int f = 0; f < options_.num_features; ++f) {
+    const int t = table_of_feature_[f];
+    const uint64_t rows = static_cast<uint64_t>(options_.tables[t].num_rows);
+    const int64_t fb = batch.feature_begin(f), fe = batch.feature_end(f);
+    bool bad = false;
+    for (int64_t j = fb; j < fe; ++j) bad |= static_cast<uint64_t>(batch.values[j]) >= rows;
+    if (!bad) continue;
+    for (int64_t j = fb; j < fe; ++j) {
+      if (static_cast<uint64_t>(batch.values[j]) < rows) continue;
+      const int64_t* offs = batch.feature_offsets(f);
+      const int64_t sample = std::upper_bound(offs, offs + B + 1, j) - offs - 1;
+      return absl::InvalidArgumentError(absl::StrCat(
+          TableLabel(options_.tables[t], t), ": feature ", f, " sample ", sample, " has id ",
+          batch.values[j], " outside [0, ", options_.tables[t].num_rows, ")"));
+    }
+  }
+
+  batch_size_ = B;
+  offsets_.assign(batch.offsets.begin(), batch.offsets.end());
+  id_weights_.assign(batch.weights.begin(), batch.weights.end());
+  slots_.resize(batch.values.size());
+  pending_step_ = true;
+  for (int t = 0; t < num_tables(); ++t) {
+    const TableConfig& table = options_.tables[t];
+    RowStore& store = *stores_[t];
+    // One Resolve per table and step: a tiered store may move rows between Resolve calls.
+    if (table.features.size() == 1) {
+      const int f = table.features[0];
+      const int64_t fb = batch.feature_begin(f), n = batch.feature_end(f) - fb;
+      TESSERA_RETURN_IF_ERROR(store.Resolve(absl::MakeConstSpan(batch.values.data() + fb, n),
+                                            absl::MakeSpan(slots_.data() + fb, n)));
+    } else {
+      table_ids_.clear();
+      for (int f : table.features) {
+        table_ids_.insert(table_ids_.end(), batch.values.begin() + batch.feature_begin(f),
+                          batch.values.begin() + batch.feature_end(f));
+      }
+      table_slots_.resize(table_ids_.size());
+      TESSERA_RETURN_IF_ERROR(store.Resolve(table_ids_, absl::MakeSpan(table_slots_)));
+      int64_t k = 0;
+      for (int f : table.features) {
+        for (int64_t j = batch.feature_begin(f); j < batch.feature_end(f); ++j) {
+          slots_[j] = table_slots_[k++];
+        }
+      }
+    }
+    for (int f : table.features) {
+      PooledLookupArgs args;
+      args.weights = store.weights();
+      args.dim = table.dim;
+      args.offsets = batch.feature_offsets(f);
+      args.indices = slots_.data();
+      args.per_id_weights = batch.weights.empty() ? nullptr : batch.weights.data();
+      args.num_bags = B;
+      args.pooling = table.pooling;
+      args.out = out + feature_column_[f];
+      args.out_stride = output_dim_;
+      TESSERA_RETURN_IF_ERROR(PooledLookupForward(ctx_, args));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingCollection::BackwardUpdate(const float* d_out, float lr, int64_t step) {
+  if (!pending_step_) {
+    return absl::FailedPreconditionError(
+        "EmbeddingCollection::BackwardUpdate: no Forward since the last update");
+  }
+  if (d_out == nullptr && batch_size_ > 0) {
+    return absl::InvalidArgumentError("EmbeddingCollection::BackwardUpdate: null d_out");
+  }
+  for (int t = 0; t < num_tables(); ++t) {
+    const TableConfig& table = options_.tables[t];
+    RowStore& store = *stores_[t];
+    sources_.clear();
+    for (int f : table.features) {
+      BagGradients g;
+      g.offsets = offsets_.data() + static_cast<int64_t>(f) * batch_size_;
+      g.indices = slots_.data();
+      g.per_id_weights = id_weights_.empty() ? nullptr : id_weights_.data();
+      g.num_bags = batch_size_;
+      g.grad = d_out + feature_column_[f];
+      g.grad_stride = output_dim_;
+      sources_.push_back(g);
+    }
+    RowUpdateArgs args;
+    args.weights = store.weights();
+    args.state = store.state();
+    args.dim = table.dim;
+    args.optimizer = options_.optimizer;
+    args.lr = lr;
+    args.step = step;
+    absl::Status st = FusedBackwardUpdate(ctx_, sources_, table.pooling, args, &ws_);
+    if (!st.ok()) {
+      return absl::Status(st.code(), absl::StrCat(TableLabel(table, t), ": ", st.message()));
+    }
+  }
+  return EndPendingStep();
+}
+
+}  // namespace tessera
