@@ -1,0 +1,354 @@
+#include "embedding/internal/rocksdb_rows.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+#include "rocksdb/filter_policy.h"
+#include "rocksdb/table.h"
+
+namespace tessera::internal {
+
+namespace fs = std::filesystem;
+
+void EncodeRowKey(uint64_t table_id, int64_t row, char* out) {
+  uint64_t r = static_cast<uint64_t>(row);
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(table_id >> (56 - 8 * i));
+  for (int i = 0; i < 8; ++i) out[8 + i] = static_cast<char>(r >> (56 - 8 * i));
+}
+
+bool DecodeRowKey(const rocksdb::Slice& key, uint64_t table_id, int64_t* row) {
+  if (key.size() != kRowKeyBytes) return false;
+  const auto* p = reinterpret_cast<const unsigned char*>(key.data());
+  uint64_t t = 0, r = 0;
+  for (int i = 0; i < 8; ++i) t = (t << 8) | p[i];
+  for (int i = 0; i < 8; ++i) r = (r << 8) | p[8 + i];
+  if (t != table_id) return false;
+  *row = static_cast<int64_t>(r);
+  return true;
+}
+
+namespace {
+
+uint32_t FloatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+// Parses "key=value" lines.
+std::map<std::string, std::string> ParseRecord(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    size_t eq = line.find('=');
+    if (eq != std::string::npos) out[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string LayoutRecord(const TieredRowStoreOptions& o) {
+  // Floats are recorded by their bits: a scale that differs in the last bit changes every lazily
+  // initialised row, and that must be caught, not rounded away.
+  return absl::StrCat("format=1\n", "dtype=fp32\n", "table_id=", o.table_id, "\n",
+                      "dim=", o.dim, "\n", "state_dim=", o.state_dim, "\n",
+                      "num_rows=", o.num_rows, "\n", "seed=", o.seed, "\n",
+                      "init_type=", static_cast<int>(o.init.type), "\n",
+                      "init_scale_bits=", FloatBits(o.init.scale), "\n",
+                      "state_init_bits=", FloatBits(o.state_init), "\n");
+}
+
+absl::Status CheckLayout(const std::string& path, const std::string& stored,
+                         const std::string& expected) {
+  auto have = ParseRecord(stored);
+  auto want = ParseRecord(expected);
+  std::string diffs;
+  for (const auto& [key, value] : want) {
+    auto it = have.find(key);
+    std::string got = it == have.end() ? "(missing)" : it->second;
+    if (got != value) {
+      absl::StrAppend(&diffs, diffs.empty() ? "" : "; ", key, ": database has ", got,
+                      ", table has ", value);
+    }
+  }
+  if (diffs.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "RocksDB tier at ", path, " was written with another table layout (", diffs,
+      "); refusing to reinterpret it. Use another path or the matching table config."));
+}
+
+rocksdb::Options RowDbOptions(const TieredRowStoreOptions& o) {
+  rocksdb::Options opt;
+  opt.create_if_missing = true;
+  // Rows are random floats: compression gains nothing and costs CPU on every miss.
+  opt.compression = rocksdb::kNoCompression;
+  opt.bottommost_compression = rocksdb::kNoCompression;
+  // Large memtables: a step's write-back lands in memory; flushes are rare and big.
+  opt.write_buffer_size = static_cast<size_t>(o.write_buffer_bytes);
+  opt.max_write_buffer_number = 3;
+  opt.target_file_size_base = 128ull << 20;
+  opt.max_bytes_for_level_base = 1ull << 30;
+  opt.level_compaction_dynamic_level_bytes = true;
+  // Two cores shared with training: keep background flush/compaction modest.
+  opt.max_background_jobs = 2;
+  opt.use_direct_reads = o.use_direct_reads;
+  // A memtable filter lets a lookup of a row never written (lazy init, the common miss early in
+  // training) skip the memtable search.
+  opt.memtable_prefix_bloom_size_ratio = 0.02;
+  opt.memtable_whole_key_filtering = true;
+
+  rocksdb::BlockBasedTableOptions t;
+  // 10 bits/key: ~1% false positives, so a never-written row costs no disk read.
+  t.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10, false));
+  t.whole_key_filtering = true;
+  // Our row cache is the real cache; the block cache only absorbs re-reads of recent blocks.
+  t.block_cache = rocksdb::NewLRUCache(static_cast<size_t>(o.block_cache_bytes));
+  // 4 KiB blocks = one page = one random disk read per point lookup.
+  t.block_size = 4096;
+  // A hash index inside each data block makes the in-block point lookup O(1).
+  t.data_block_index_type = rocksdb::BlockBasedTableOptions::kDataBlockBinaryAndHash;
+  opt.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
+  return opt;
+}
+
+rocksdb::WriteOptions RowWriteOptions() {
+  rocksdb::WriteOptions w;
+  // No write-ahead log: durability comes from Checkpoint, and the WAL would double every write.
+  w.disableWAL = true;
+  return w;
+}
+
+rocksdb::ReadOptions RowReadOptions() {
+  rocksdb::ReadOptions r;
+  // Point reads of rows we will cache ourselves: do not churn the block cache with scans.
+  r.verify_checksums = true;
+  return r;
+}
+
+absl::Status FromRocks(const rocksdb::Status& s, const std::string& what,
+                       const std::string& path) {
+  if (s.ok()) return absl::OkStatus();
+  std::string msg = absl::StrCat("RocksDB tier at ", path, ": ", what, ": ", s.ToString());
+  if (s.IsCorruption()) return absl::DataLossError(msg);
+  if (s.IsNoSpace()) return absl::ResourceExhaustedError(msg);
+  if (s.IsInvalidArgument()) return absl::InvalidArgumentError(msg);
+  if (s.IsIOError() && s.ToString().find("ermission denied") != std::string::npos) {
+    return absl::PermissionDeniedError(msg);
+  }
+  if (s.IsBusy() || s.IsTimedOut()) return absl::UnavailableError(msg);
+  return absl::InternalError(msg);
+}
+
+absl::Status RestoreCheckpoint(const std::string& checkpoint, const std::string& path,
+                               const rocksdb::Options& db_options) {
+  std::error_code ec;
+  if (!fs::exists(fs::path(checkpoint) / "CURRENT", ec)) {
+    return absl::NotFoundError(
+        absl::StrCat("RocksDB tier: checkpoint ", checkpoint, " is not a RocksDB checkpoint ",
+                     "(no CURRENT file)"));
+  }
+  if (fs::exists(path, ec)) {
+    // Only ever delete a RocksDB database: a mistyped path must not wipe a user's directory.
+    bool empty = fs::is_directory(path, ec) && fs::is_empty(path, ec);
+    if (!empty && !fs::exists(fs::path(path) / "CURRENT", ec)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("RocksDB tier: cannot restore ", checkpoint, " into ", path,
+                       ": it exists and is not a RocksDB database"));
+    }
+    if (!empty) {
+      TESSERA_RETURN_IF_ERROR(
+          FromRocks(rocksdb::DestroyDB(path, db_options), "destroy before restore", path));
+    }
+  }
+  fs::create_directories(path, ec);
+  if (ec) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("RocksDB tier: cannot create ", path, ": ", ec.message()));
+  }
+  for (const auto& entry : fs::directory_iterator(checkpoint, ec)) {
+    if (!entry.is_regular_file()) continue;
+    std::string name = entry.path().filename().string();
+    if (name == "LOCK" || name.rfind("LOG", 0) == 0) continue;
+    fs::path dst = fs::path(path) / name;
+    std::error_code link_ec;
+    bool linked = false;
+    if (entry.path().extension() == ".sst") {
+      fs::create_hard_link(entry.path(), dst, link_ec);
+      linked = !link_ec;
+    }
+    if (!linked) {
+      std::error_code copy_ec;
+      fs::copy_file(entry.path(), dst, fs::copy_options::overwrite_existing, copy_ec);
+      if (copy_ec) {
+        return absl::InternalError(absl::StrCat("RocksDB tier: restoring ", checkpoint, " into ",
+                                                path, ": copying ", name, ": ",
+                                                copy_ec.message()));
+      }
+    }
+  }
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat("RocksDB tier: reading checkpoint ", checkpoint, ": ", ec.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<rocksdb::DB>> OpenRowDb(const TieredRowStoreOptions& o) {
+  rocksdb::Options db_options = RowDbOptions(o);
+  if (!o.restore_from.empty()) {
+    TESSERA_RETURN_IF_ERROR(RestoreCheckpoint(o.restore_from, o.path, db_options));
+  }
+  std::error_code ec;
+  fs::create_directories(o.path, ec);
+  if (ec || !fs::is_directory(o.path, ec)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "RocksDB tier: cannot create directory ", o.path, ": ",
+        ec ? ec.message() : std::string("exists and is not a directory")));
+  }
+  if (::access(o.path.c_str(), W_OK | X_OK) != 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("RocksDB tier: directory ", o.path, " is not writable"));
+  }
+  rocksdb::DB* raw = nullptr;
+  TESSERA_RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(db_options, o.path, &raw), "open", o.path));
+  std::unique_ptr<rocksdb::DB> db(raw);
+
+  std::string expected = LayoutRecord(o);
+  std::string stored;
+  rocksdb::Status s = db->Get(rocksdb::ReadOptions(), kLayoutKey, &stored);
+  if (s.IsNotFound()) {
+    // A database with rows but no layout record was not written by us: refuse it.
+    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
+    it->SeekToFirst();
+    if (it->Valid()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "RocksDB tier at ", o.path, " holds data without a tessera layout record"));
+    }
+    // The layout record goes through the WAL-less path too, so flush it at once: a database
+    // must never hold rows without the record that says how to read them.
+    TESSERA_RETURN_IF_ERROR(FromRocks(db->Put(RowWriteOptions(), kLayoutKey, expected),
+                                      "writing the layout record", o.path));
+    TESSERA_RETURN_IF_ERROR(
+        FromRocks(db->Flush(rocksdb::FlushOptions()), "flushing the layout record", o.path));
+    return db;
+  }
+  TESSERA_RETURN_IF_ERROR(FromRocks(s, "reading the layout record", o.path));
+  TESSERA_RETURN_IF_ERROR(CheckLayout(o.path, stored, expected));
+  return db;
+}
+
+// ---------------------------------------------------------------------------------------------
+// RowReader
+
+RowReader::RowReader(rocksdb::DB* db, std::string path, uint64_t table_id, size_t value_bytes,
+                     int threads, int64_t batch)
+    : db_(db),
+      path_(std::move(path)),
+      table_id_(table_id),
+      value_bytes_(value_bytes),
+      batch_(std::max<int64_t>(1, batch)) {
+  for (int i = 0; i < std::max(1, threads); ++i) workers_.emplace_back([this] { WorkerLoop(); });
+}
+
+RowReader::~RowReader() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void RowReader::WorkerLoop() {
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task();
+  }
+}
+
+absl::Status RowReader::ReadChunk(absl::Span<const int64_t> rows, int64_t base, const Sink& sink,
+                                  int64_t* found) {
+  const size_t n = rows.size();
+  std::vector<char> key_bytes(n * kRowKeyBytes);
+  std::vector<rocksdb::Slice> keys(n);
+  for (size_t i = 0; i < n; ++i) {
+    EncodeRowKey(table_id_, rows[i], key_bytes.data() + i * kRowKeyBytes);
+    keys[i] = rocksdb::Slice(key_bytes.data() + i * kRowKeyBytes, kRowKeyBytes);
+  }
+  std::vector<rocksdb::PinnableSlice> values(n);
+  std::vector<rocksdb::Status> statuses(n);
+  // Keys are big-endian rows, so sorted rows are sorted keys; RocksDB then skips its own sort.
+  bool sorted = std::is_sorted(rows.begin(), rows.end());
+  db_->MultiGet(RowReadOptions(), db_->DefaultColumnFamily(), n, keys.data(), values.data(),
+                statuses.data(), sorted);
+  int64_t hit = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (statuses[i].IsNotFound()) continue;
+    TESSERA_RETURN_IF_ERROR(
+        FromRocks(statuses[i], absl::StrCat("reading row ", rows[i]), path_));
+    if (values[i].size() != value_bytes_) {
+      return absl::DataLossError(absl::StrCat("RocksDB tier at ", path_, ": row ", rows[i],
+                                              " has ", values[i].size(), " bytes, expected ",
+                                              value_bytes_));
+    }
+    sink(base + static_cast<int64_t>(i), values[i].data());
+    ++hit;
+  }
+  *found = hit;
+  return absl::OkStatus();
+}
+
+absl::Status RowReader::Read(absl::Span<const int64_t> rows, const Sink& sink, int64_t* found) {
+  *found = 0;
+  const int64_t n = static_cast<int64_t>(rows.size());
+  if (n == 0) return absl::OkStatus();
+  // Spread the keys over every worker (more requests in flight), but keep each MultiGet at
+  // least a few keys long so its per-call overhead stays small.
+  int64_t workers = static_cast<int64_t>(workers_.size());
+  int64_t chunk = std::min(batch_, std::max<int64_t>(8, (n + workers - 1) / workers));
+  int64_t chunks = (n + chunk - 1) / chunk;
+  if (chunks == 1) return ReadChunk(rows, 0, sink, found);
+
+  std::vector<absl::Status> statuses(chunks);
+  std::vector<int64_t> counts(chunks, 0);
+  std::mutex done_mu;
+  std::condition_variable done_cv;
+  int64_t remaining = chunks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int64_t c = 0; c < chunks; ++c) {
+      queue_.push_back([&, c] {
+        int64_t b = c * chunk, e = std::min(n, b + chunk);
+        statuses[c] = ReadChunk(rows.subspan(b, e - b), b, sink, &counts[c]);
+        std::lock_guard<std::mutex> l(done_mu);
+        if (--remaining == 0) done_cv.notify_all();
+      });
+    }
+  }
+  cv_.notify_all();
+  std::unique_lock<std::mutex> lock(done_mu);
+  done_cv.wait(lock, [&] { return remaining == 0; });
+  for (int64_t c = 0; c < chunks; ++c) {
+    TESSERA_RETURN_IF_ERROR(statuses[c]);
+    *found += counts[c];
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tessera::internal

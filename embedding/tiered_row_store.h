@@ -1,0 +1,164 @@
+// TieredRowStore: a RowStore whose rows (embedding + optimizer state) live in RocksDB, with the
+// hot rows cached in host memory. A table may be far larger than memory (2^31 rows × dim 128 is
+// 1 TiB); its memory footprint is the cache, its disk footprint the rows ever written.
+//
+// Layout. The cache is `cache_rows` slots: weights() is [cache_rows × dim] floats and state() is
+// [cache_rows × state_dim] floats, so the lookup and backward kernels run on it exactly as on an
+// in-memory table. A hash map translates row -> slot. RocksDB holds one value per written row,
+// the row's dim weights then its state_dim state floats (fp32, native little-endian), under the
+// 16-byte key (table_id, row) both big-endian, so keys sort by row and a row range is one scan.
+//
+// Determinism. A row never written reads as InitRow(init, seed, table_id, num_rows, row, dim)
+// with every state float = state_init: exactly what CreateInMemoryRowStore holds for that row.
+// The same sequence of Resolve / updates / EndStep therefore gives bit-identical rows whatever
+// the tier, cache size or policy.
+//
+// Step protocol (see row_store.h):
+//   Prefetch(next ids)  reads the next batch's misses into staging rows on background threads.
+//   Resolve(ids)        pins every row of `ids` (hits stay, misses are installed from staging,
+//                       the write-back buffer, RocksDB or lazy init, evicting unpinned rows).
+//                       Several Resolve calls may share one step; all their rows stay pinned.
+//   kernels update weights()/state() at the slots.
+//   EndStep()           every row resolved in the step is marked dirty and unpinned; dirty rows
+//                       evicted during the step are written to RocksDB in one WriteBatch.
+// Pinned rows are never evicted: if one step's distinct rows exceed cache_rows, Resolve returns
+// ResourceExhausted naming the table and the sizes (and leaves the cache consistent; call
+// EndStep before the next step).
+//
+// Durability. The RocksDB write-ahead log is off: rows reach disk through memtable flushes, so
+// after a crash the working database at `path` is some mixture of steps. Durable state is a
+// Checkpoint(dir): dirty rows flushed, memtables flushed, and a RocksDB checkpoint (hard links
+// to the immutable SST files) taken into `dir`. Resume by opening with restore_from = dir.
+//
+// Thread-safety: one caller at a time (the training loop), as for every RowStore. The store
+// runs its own reader threads and one prefetch thread; metrics() may be called from the
+// training thread only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "embedding/row_init.h"
+#include "embedding/row_store.h"
+
+namespace tessera {
+
+enum class CachePolicy {
+  kLru,  // evict the row least recently used (by step)
+  kLfu,  // evict the row used in the fewest steps since it was cached; ties: least recent
+};
+
+// Parses "lru" / "lfu" (the config's `policy`). InvalidArgument names the bad value.
+absl::StatusOr<CachePolicy> ParseCachePolicy(const std::string& name);
+const char* CachePolicyName(CachePolicy policy);
+
+struct TieredRowStoreOptions {
+  // Directory of the working RocksDB database. Created if missing; an existing database is
+  // reopened (its layout must match, see below). Required.
+  std::string path;
+  // When non-empty: a directory written by Checkpoint. The database at `path` (if any) is
+  // destroyed and replaced by a copy of the checkpoint (SST files hard-linked, the rest
+  // copied), so training resumes from it and the checkpoint itself is never modified.
+  // Default: "" (open `path` as it is).
+  std::string restore_from;
+
+  // Table layout; with init/seed/state_init it is recorded in the database on creation and a
+  // reopen with any difference is rejected (InvalidArgument naming the path and the field),
+  // since lazily-initialised rows would otherwise silently change.
+  int64_t num_rows = 0;   // logical rows, up to 2^62
+  int64_t dim = 0;        // weights per row, > 0
+  int64_t state_dim = 0;  // optimizer state floats per row, >= 0
+  // Initial value of every state float of a row never written. Default: 0.
+  float state_init = 0.0f;
+  RowInit init;
+  uint64_t seed = 0;
+  uint64_t table_id = 0;
+  // Table name used in error messages. Default: empty ("table <table_id>").
+  std::string name;
+
+  // Cache size in rows. When 0, derived from cache_bytes. One of the two is required; the cache
+  // must hold at least one step's distinct rows. Default: 0.
+  int64_t cache_rows = 0;
+  // Cache size in bytes (slots + per-slot bookkeeping ~48 bytes/row), used when cache_rows == 0.
+  // Default: 0.
+  int64_t cache_bytes = 0;
+  // Default: kLru.
+  CachePolicy policy = CachePolicy::kLru;
+
+  // When false, Prefetch is a no-op (misses are read synchronously in Resolve). Default: true.
+  bool prefetch = true;
+  // Threads issuing RocksDB MultiGets for misses. Debian's RocksDB has no io_uring, so requests
+  // in flight = threads; the disk here does ~4× more random reads at depth 32 than at depth 1.
+  // Use 16-32 for a database much larger than the page cache. Default: 8.
+  int reader_threads = 8;
+  // Keys per MultiGet call; a miss list is split into chunks of at most this many keys spread
+  // over the reader threads. Default: 256.
+  int64_t multiget_batch = 256;
+
+  // RocksDB knobs (see docs/TIER.md for why these defaults).
+  // Block cache for SST data blocks. Small: the row cache above is the real cache, and the OS
+  // page cache holds recently read blocks too. Default: 64 MiB.
+  int64_t block_cache_bytes = int64_t{64} << 20;
+  // Memtable size; large so that a step's write-back lands in memory and flushes are rare and
+  // big. Default: 128 MiB (×2 memtables).
+  int64_t write_buffer_bytes = int64_t{128} << 20;
+  // O_DIRECT reads (bypass the OS page cache). Default: false (the page cache is ~10× faster
+  // than the disk here when the database fits).
+  bool use_direct_reads = false;
+};
+
+// Counters since Open (or since ResetMetrics). Cumulative; callers difference them per step.
+struct TieredRowStoreMetrics {
+  int64_t steps = 0;               // EndStep calls
+  int64_t hits = 0;                // distinct rows per step found in the cache
+  int64_t misses = 0;              // distinct rows per step installed into the cache
+  int64_t prefetched_rows = 0;     // rows Prefetch started reading
+  int64_t prefetch_used = 0;       // misses served from prefetch staging
+  int64_t rows_read = 0;           // rows found in RocksDB (sync + prefetch)
+  int64_t rows_initialized = 0;    // misses lazily initialised (row never written)
+  int64_t rows_written = 0;        // rows written to RocksDB (write-back, flush, WriteRows)
+  int64_t evictions = 0;           // rows evicted from the cache
+  double read_seconds = 0;         // time Resolve spent reading misses synchronously
+  double prefetch_stall_seconds = 0;  // time Resolve waited for prefetch reads in flight
+  double write_seconds = 0;        // time spent in WriteBatch writes
+  // Gauges at the time metrics() was called.
+  int64_t cache_rows = 0;
+  int64_t resident_rows = 0;
+  int64_t sst_bytes = 0;       // rocksdb.total-sst-files-size
+  int64_t memtable_bytes = 0;  // rocksdb.cur-size-all-mem-tables
+
+  double hit_rate() const {
+    return hits + misses > 0 ? static_cast<double>(hits) / static_cast<double>(hits + misses) : 0;
+  }
+};
+
+class TieredRowStore : public RowStore {
+ public:
+  // Opens (or creates) the store. Errors: InvalidArgument for bad options or a database whose
+  // recorded layout differs (message names the path and each mismatching field);
+  // PermissionDenied / Internal naming the path when it cannot be created or opened.
+  static absl::StatusOr<std::unique_ptr<TieredRowStore>> Open(
+      const TieredRowStoreOptions& options);
+
+  // Flushes (best effort, logging a failure) and closes the database.
+  ~TieredRowStore() override;
+
+  // Writes every dirty cached row and the pending write-back to RocksDB and flushes the
+  // memtables to SST files, so that `path` alone reproduces the current rows. Rows stay cached.
+  virtual absl::Status Flush() = 0;
+  // Flush(), then takes a RocksDB checkpoint into `dir` (hard links where on the same file
+  // system). `dir` must not exist; its parent must. Restore with restore_from = dir.
+  virtual absl::Status Checkpoint(const std::string& dir) = 0;
+
+  virtual TieredRowStoreMetrics metrics() = 0;
+  virtual void ResetMetrics() = 0;
+  virtual const TieredRowStoreOptions& options() const = 0;
+
+ protected:
+  TieredRowStore() = default;
+};
+
+}  // namespace tessera
