@@ -26,6 +26,9 @@ absl::StatusOr<double> BceWithLogitsCpu(const DeviceContext& ctx, const float* l
   const int64_t blocks = (batch + kBlock - 1) / kBlock;
   thread_local std::vector<BlockResult> results;  // grows only: no allocation per step
   if (static_cast<int64_t>(results.size()) < blocks) results.resize(blocks);
+  // Worker threads must write the calling thread's array (a thread_local named inside the lambda
+  // would be their own).
+  BlockResult* block_results = results.data();
   const double inv_batch = 1.0 / static_cast<double>(batch);
   ParallelFor(blocks, 1, [&](int64_t k0, int64_t k1, int) {
     for (int64_t k = k0; k < k1; ++k) {
@@ -42,17 +45,17 @@ absl::StatusOr<double> BceWithLogitsCpu(const DeviceContext& ctx, const float* l
           d_logits[i] = static_cast<float>((sig - y) * inv_batch);
         }
       }
-      results[k] = res;
+      block_results[k] = res;
     }
   });
   double total = 0.0;
   for (int64_t k = 0; k < blocks; ++k) {
-    if (results[k].first_bad_label >= 0) {
-      const int64_t i = results[k].first_bad_label;
+    if (block_results[k].first_bad_label >= 0) {
+      const int64_t i = block_results[k].first_bad_label;
       return absl::InvalidArgumentError(absl::StrCat("BceWithLogits: labels[", i, "] = ",
                                                      labels[i], " is outside [0, 1]"));
     }
-    total += results[k].loss;
+    total += block_results[k].loss;
   }
   return total * inv_batch;
 }
