@@ -1,0 +1,197 @@
+// ConfigToYaml (declared in trainer/config.h): the effective config, every key written out, so
+// a run directory records exactly what ran. Kept apart from the parser because it is a plain
+// walk over the struct.
+#include <charconv>
+#include <sstream>
+
+#include "trainer/config.h"
+#include "yaml-cpp/yaml.h"
+
+namespace tessera {
+namespace {
+
+// Shortest text that reads back to the same bits (0.0123, not 0.0122999996).
+template <typename T>
+std::string Shortest(T v) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, r.ptr);
+}
+
+template <typename T>
+void Key(YAML::Emitter& e, const char* key, const T& value) {
+  e << YAML::Key << key << YAML::Value << value;
+}
+
+void Key(YAML::Emitter& e, const char* key, float value) {
+  e << YAML::Key << key << YAML::Value << Shortest(value);
+}
+void Key(YAML::Emitter& e, const char* key, double value) {
+  e << YAML::Key << key << YAML::Value << Shortest(value);
+}
+
+void IntList(YAML::Emitter& e, const char* key, const std::vector<int64_t>& v) {
+  e << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginSeq;
+  for (int64_t x : v) e << x;
+  e << YAML::EndSeq;
+}
+
+const char* Name(InteractionType t) { return t == InteractionType::kDcn ? "dcnv2" : "dlrm"; }
+const char* Name(PoolingMode p) { return p == PoolingMode::kMean ? "mean" : "sum"; }
+const char* Name(RowInitType t) {
+  switch (t) {
+    case RowInitType::kUniform: return "uniform";
+    case RowInitType::kNormal: return "normal";
+    case RowInitType::kZero: return "zero";
+  }
+  return "?";
+}
+const char* Name(DataFormat f) {
+  switch (f) {
+    case DataFormat::kSynthetic: return "synthetic";
+    case DataFormat::kCriteoTsv: return "criteo_tsv";
+    case DataFormat::kCriteoCsv: return "criteo_csv";
+    case DataFormat::kBinary: return "binary";
+  }
+  return "?";
+}
+const char* Name(BadRecordPolicy p) { return p == BadRecordPolicy::kSkip ? "skip" : "fail"; }
+const char* Name(RowOptimizerType t) {
+  switch (t) {
+    case RowOptimizerType::kSgd: return "sgd";
+    case RowOptimizerType::kRowWiseAdagrad: return "rowwise_adagrad";
+    case RowOptimizerType::kAdam: return "adam";
+  }
+  return "?";
+}
+const char* Name(DenseOptimizerType t) {
+  switch (t) {
+    case DenseOptimizerType::kSgd: return "sgd";
+    case DenseOptimizerType::kAdagrad: return "adagrad";
+    case DenseOptimizerType::kAdam: return "adam";
+  }
+  return "?";
+}
+
+void EmitModel(YAML::Emitter& e, const ModelConfig& m) {
+  e << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
+  Key(e, "type", Name(m.interaction));
+  Key(e, "num_dense", m.num_dense);
+  Key(e, "embedding_dim", m.embedding_dim);
+  IntList(e, "bottom_mlp", m.bottom_mlp);
+  IntList(e, "top_mlp", m.top_mlp);
+  e << YAML::Key << "dcn" << YAML::Value << YAML::BeginMap;
+  Key(e, "num_layers", m.dcn_num_layers);
+  Key(e, "low_rank", m.dcn_low_rank);
+  e << YAML::EndMap;
+  Key(e, "max_table_rows", m.max_table_rows);
+  Key(e, "init_from", m.init_from);
+  e << YAML::Key << "tables" << YAML::Value << YAML::BeginSeq;
+  for (const TableConfig& t : m.tables) {
+    e << YAML::Flow << YAML::BeginMap;
+    Key(e, "name", t.name);
+    Key(e, "rows", t.num_rows);
+    Key(e, "dim", t.dim);
+    Key(e, "pooling", Name(t.pooling));
+    e << YAML::Key << "features" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+    for (int f : t.features) e << f;
+    e << YAML::EndSeq;
+    e << YAML::Key << "init" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    Key(e, "type", Name(t.init.type));
+    if (t.init.scale > 0) Key(e, "scale", t.init.scale);  // absent = sqrt(1 / rows)
+    e << YAML::EndMap << YAML::EndMap;
+  }
+  e << YAML::EndSeq << YAML::EndMap;
+}
+
+void EmitData(YAML::Emitter& e, const DataConfig& d) {
+  e << YAML::Key << "data" << YAML::Value << YAML::BeginMap;
+  Key(e, "format", Name(d.format));
+  if (d.format != DataFormat::kSynthetic) {
+    Key(e, "train", d.train_path);
+    Key(e, "eval", d.eval_path);
+  }
+  Key(e, "batch_size", d.batch_size);
+  Key(e, "eval_batch_size", d.eval_batch_size);
+  Key(e, "shuffle", d.shuffle);
+  Key(e, "on_bad_record", Name(d.on_bad_record));
+  Key(e, "max_bad_records", d.max_bad_records);
+  Key(e, "prefetch_batches", d.prefetch_batches);
+  if (d.format == DataFormat::kSynthetic) {
+    const SyntheticDataConfig& s = d.synthetic;
+    e << YAML::Key << "synthetic" << YAML::Value << YAML::BeginMap;
+    Key(e, "train_samples", s.num_train_samples);
+    Key(e, "eval_samples", s.num_eval_samples);
+    Key(e, "zipf_exponent", s.zipf_exponent);
+    IntList(e, "pooling", s.pooling);
+    Key(e, "planted_scale", s.planted_scale);
+    Key(e, "seed", s.seed);
+    e << YAML::EndMap;
+  }
+  e << YAML::EndMap;
+}
+
+void EmitOptimizer(YAML::Emitter& e, const OptimizerConfig& o) {
+  e << YAML::Key << "optimizer" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "embedding" << YAML::Value << YAML::BeginMap;
+  Key(e, "type", Name(o.embedding.type));
+  Key(e, "lr", o.embedding_lr);
+  Key(e, "eps", o.embedding.eps);
+  Key(e, "beta1", o.embedding.beta1);
+  Key(e, "beta2", o.embedding.beta2);
+  Key(e, "adagrad_initial", o.embedding.adagrad_initial);
+  e << YAML::EndMap;
+  e << YAML::Key << "dense" << YAML::Value << YAML::BeginMap;
+  Key(e, "type", Name(o.dense.type));
+  Key(e, "lr", o.dense_lr);
+  Key(e, "eps", o.dense.eps);
+  Key(e, "beta1", o.dense.beta1);
+  Key(e, "beta2", o.dense.beta2);
+  Key(e, "weight_decay", o.dense.weight_decay);
+  Key(e, "adagrad_initial", o.dense.adagrad_initial);
+  e << YAML::EndMap;
+  e << YAML::Key << "schedule" << YAML::Value << YAML::BeginMap;
+  Key(e, "warmup_steps", o.schedule.warmup_steps);
+  Key(e, "decay_start", o.schedule.decay_start);
+  Key(e, "decay_steps", o.schedule.decay_steps);
+  Key(e, "decay_power", o.schedule.decay_power);
+  Key(e, "end_lr", o.schedule.end_lr);
+  e << YAML::EndMap << YAML::EndMap;
+}
+
+}  // namespace
+
+std::string ConfigToYaml(const Config& c) {
+  YAML::Emitter e;
+  e << YAML::Comment("effective config of " + c.source);
+  e << YAML::BeginMap;
+  Key(e, "seed", c.seed);
+  Key(e, "threads", c.threads);
+  Key(e, "device", c.device);
+  EmitModel(e, c.model);
+  EmitData(e, c.data);
+  EmitOptimizer(e, c.optimizer);
+  e << YAML::Key << "train" << YAML::Value << YAML::BeginMap;
+  Key(e, "steps", c.train.steps);
+  Key(e, "epochs", c.train.epochs);
+  Key(e, "eval_every", c.train.eval_every);
+  Key(e, "eval_batches", c.train.eval_batches);
+  Key(e, "log_every", c.train.log_every);
+  e << YAML::EndMap;
+  e << YAML::Key << "output" << YAML::Value << YAML::BeginMap;
+  Key(e, "dir", c.output.dir);
+  Key(e, "metrics", c.output.metrics);
+  Key(e, "export", c.output.export_path);
+  Key(e, "progress", c.output.progress);
+  e << YAML::EndMap;
+  e << YAML::Key << "sharding" << YAML::Value << YAML::BeginMap;
+  Key(e, "group_size", c.sharding.group_size);
+  Key(e, "layout", c.sharding.layout);
+  Key(e, "replica_sync", c.sharding.replica_sync);
+  Key(e, "sync_every", c.sharding.sync_every);
+  Key(e, "plan", c.sharding.plan);
+  e << YAML::EndMap << YAML::EndMap;
+  return std::string(e.c_str()) + "\n";
+}
+
+}  // namespace tessera
