@@ -44,6 +44,26 @@ TESSERA_HD_INLINE int64_t RowStateDim(RowOptimizerType type, int64_t dim) {
   return 0;
 }
 
+// Sum of g[k]^2 over k in [0, dim), in a fixed order that compilers vectorise: 16 interleaved
+// partial sums (partial l takes k = l mod 16), combined pairwise at the end. A plain sequential
+// sum is one dependent add per element (~4 cycles each), which made row-wise AdaGrad's update
+// at dim 128 cost more than the row's memory traffic. The order does not depend on the ISA or
+// the thread count, and CUDA code calling this gets the same order.
+TESSERA_HD_INLINE float RowSumOfSquares(const float* g, int64_t dim) {
+  constexpr int kLanes = 16;
+  float part[kLanes];
+  for (int l = 0; l < kLanes; ++l) part[l] = 0.0f;
+  int64_t k = 0;
+  for (; k + kLanes <= dim; k += kLanes) {
+    for (int l = 0; l < kLanes; ++l) part[l] += g[k + l] * g[k + l];
+  }
+  for (int l = 0; k + l < dim; ++l) part[l] += g[k + l] * g[k + l];
+  for (int width = kLanes / 2; width > 0; width /= 2) {
+    for (int l = 0; l < width; ++l) part[l] += part[l + width];
+  }
+  return part[0];
+}
+
 // Applies one update to row `w` (dim floats) with state `s` (RowStateDim floats) and summed
 // gradient `g`. `lr` is the learning rate of this step, `step` the global 1-based step.
 TESSERA_HD_INLINE void ApplyRowUpdate(const RowOptimizerOptions& o, float lr, int64_t step,
@@ -53,9 +73,7 @@ TESSERA_HD_INLINE void ApplyRowUpdate(const RowOptimizerOptions& o, float lr, in
       for (int64_t k = 0; k < dim; ++k) w[k] -= lr * g[k];
       break;
     case RowOptimizerType::kRowWiseAdagrad: {
-      float sq = 0.0f;
-      for (int64_t k = 0; k < dim; ++k) sq += g[k] * g[k];
-      s[0] += sq / static_cast<float>(dim);
+      s[0] += RowSumOfSquares(g, dim) / static_cast<float>(dim);
       float scale = lr / (sqrtf(s[0] / o.adagrad_divisor) + o.eps);
       for (int64_t k = 0; k < dim; ++k) w[k] -= scale * g[k];
       break;
