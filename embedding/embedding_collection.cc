@@ -146,6 +146,13 @@ absl::Status EmbeddingCollection::Forward(const KeyedJagged& batch, float* out) 
   if (out == nullptr && B > 0) {
     return absl::InvalidArgumentError("EmbeddingCollection::Forward: null out");
   }
+  for (int64_t i = 0; i < batch.num_bags(); ++i) {
+    if (batch.offsets[i + 1] < batch.offsets[i]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "EmbeddingCollection::Forward: offsets decrease at bag ", i, " (feature ", i / B,
+          " sample ", i % B, ")"));
+    }
+  }
   // Range-check every id here, where the table, feature and sample can be named; a store's
   // Resolve then only fails for its own reasons (I/O).
   for (int f = 0; f < options_.num_features; ++f) {

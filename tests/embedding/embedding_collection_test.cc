@@ -193,6 +193,11 @@ TEST(EmbeddingCollectionTest, OutOfRangeIdIsInvalidArgumentNamingTable) {
   KeyedJagged wrong = kj;
   wrong.num_features = 2;
   EXPECT_EQ((*c)->Forward(wrong, out.data()).code(), absl::StatusCode::kInvalidArgument);
+  wrong = kj;
+  wrong.offsets[2] = 1000;  // past values.size(), then decreasing
+  absl::Status st = (*c)->Forward(wrong, out.data());
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("offsets decrease at bag 2"));
   EXPECT_EQ((*c)->BackwardUpdate(out.data(), 0.1f, 1).code(),
             absl::StatusCode::kFailedPrecondition);
 }
