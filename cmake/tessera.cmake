@@ -44,7 +44,7 @@ function(tessera_test name)
   if(ARG_LABELS)
     set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}")
   endif()
-  set_tests_properties(${name} PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2")
+  set_tests_properties(${name} PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
 endfunction()
 
 # tessera_mpi_test(NAME NP n SOURCES ... DEPS ...)

@@ -1,0 +1,83 @@
+// Model: a DLRM or DCNv2 assembled from a Config: the SparseArch (embedding tables) and the
+// DenseArch (bottom MLP, interaction, top MLP), their optimizers and the step that ties them:
+//   lookup -> dense forward -> loss -> dense backward -> fused embedding update
+//   -> (dense gradient hook, e.g. the all-reduce) -> dense optimizer step.
+// The model owns everything it creates; batches are borrowed for the call. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/buffer.h"
+#include "core/device.h"
+#include "core/timer.h"
+#include "dense/dense_arch.h"
+#include "dense/optimizer.h"
+#include "io/batch.h"
+#include "trainer/config.h"
+#include "trainer/sparse_arch.h"
+
+namespace tessera {
+
+// Called with the dense parameters after their gradients are computed, before the optimizer
+// step (the distributed trainer all-reduces them here).
+using DenseGradHook = std::function<absl::Status(const std::vector<Parameter*>&)>;
+
+// Per-step phase names recorded into PhaseTimes (tessera-bench prints them).
+inline constexpr char kPhaseLookup[] = "lookup";
+inline constexpr char kPhaseForward[] = "interaction+mlp fwd";
+inline constexpr char kPhaseBackward[] = "backward";
+inline constexpr char kPhaseEmbeddingUpdate[] = "embedding update";
+inline constexpr char kPhaseDenseUpdate[] = "dense update";
+
+class Model {
+ public:
+  // Builds the tables (in memory, seeded from config.seed) and the dense arch, and loads
+  // config.model.init_from when set. Takes `sparse` when given (the sharded path), otherwise
+  // creates a LocalSparseArch.
+  static absl::StatusOr<std::unique_ptr<Model>> Create(const Config& config,
+                                                      const DeviceContext& ctx,
+                                                      std::unique_ptr<SparseArch> sparse = nullptr);
+
+  // One training step on `batch` with 0-based `step` (the LR schedule's step). Returns the
+  // batch's mean loss. `times` (nullable) receives per-phase seconds.
+  absl::StatusOr<double> TrainStep(const Batch& batch, int64_t step, PhaseTimes* times = nullptr);
+  // Click probabilities for `batch` (no update) appended to `probs`.
+  absl::Status Predict(const Batch& batch, std::vector<float>* probs);
+
+  void set_dense_grad_hook(DenseGradHook hook) { dense_grad_hook_ = std::move(hook); }
+  std::vector<Parameter*> dense_parameters() { return dense_->parameters(); }
+  SparseArch& sparse() { return *sparse_; }
+  DenseArch& dense() { return *dense_; }
+  const Config& config() const { return config_; }
+
+  // Writes every parameter (tables and dense) to a safetensors file with PyTorch names
+  // (docs/FORMATS.md). Atomic: a failed export leaves no file at `path`.
+  absl::Status Export(const std::string& path, int64_t step);
+  // Loads every parameter from a safetensors file written by Export; names and shapes must
+  // match this model (DataLoss/InvalidArgument naming the tensor otherwise).
+  absl::Status Import(const std::string& path);
+
+ private:
+  Model() = default;
+  absl::Status EnsureBuffers(int64_t batch);
+
+  Config config_;
+  DeviceContext ctx_;
+  std::unique_ptr<SparseArch> sparse_;
+  std::unique_ptr<DenseArch> dense_;
+  std::unique_ptr<DenseOptimizer> dense_optimizer_;
+  DenseGradHook dense_grad_hook_;
+  Buffer emb_out_, d_emb_, d_logits_;
+  int64_t capacity_ = 0;
+};
+
+// Builds the EmbeddingCollectionOptions and DenseArchOptions a Config describes.
+EmbeddingCollectionOptions EmbeddingOptionsFromConfig(const Config& config);
+DenseArchOptions DenseOptionsFromConfig(const Config& config);
+
+}  // namespace tessera

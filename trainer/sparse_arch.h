@@ -1,0 +1,59 @@
+// SparseArch: the embedding tables as the training loop sees them, whether they live in this
+// process (LocalSparseArch over embedding/EmbeddingCollection) or are sharded over ranks
+// (sharding/ShardedEmbeddingCollection). Forward writes each sample's pooled vectors,
+// features side by side, into a [batch, output_dim()] row; BackwardUpdate applies the fused
+// optimizer from the gradient in the same layout. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "core/keyed_jagged.h"
+#include "embedding/embedding_collection.h"
+
+namespace tessera {
+
+class SparseArch {
+ public:
+  virtual ~SparseArch() = default;
+  virtual int64_t output_dim() const = 0;
+  // Pooled lookup of the local batch into out [batch, output_dim()].
+  virtual absl::Status Forward(const KeyedJagged& batch, float* out) = 0;
+  // Fused backward + update for the batch of the last Forward.
+  virtual absl::Status BackwardUpdate(const float* d_out, float lr, int64_t step) = 0;
+  virtual int num_tables() const = 0;
+  virtual const TableConfig& table(int t) const = 0;
+  // Rows [begin, begin + count) of table t's weights, in row order (count * dim floats).
+  virtual absl::Status ReadRows(int t, int64_t begin, int64_t count, float* out) = 0;
+  // Overwrites rows [begin, begin + count) of table t's weights (optimizer state untouched).
+  virtual absl::Status WriteRows(int t, int64_t begin, int64_t count, const float* rows) = 0;
+};
+
+// The single-process SparseArch: owns an EmbeddingCollection.
+class LocalSparseArch final : public SparseArch {
+ public:
+  explicit LocalSparseArch(std::unique_ptr<EmbeddingCollection> collection)
+      : collection_(std::move(collection)) {}
+  int64_t output_dim() const override { return collection_->output_dim(); }
+  absl::Status Forward(const KeyedJagged& batch, float* out) override {
+    return collection_->Forward(batch, out);
+  }
+  absl::Status BackwardUpdate(const float* d_out, float lr, int64_t step) override {
+    return collection_->BackwardUpdate(d_out, lr, step);
+  }
+  int num_tables() const override { return collection_->num_tables(); }
+  const TableConfig& table(int t) const override { return collection_->table(t); }
+  absl::Status ReadRows(int t, int64_t begin, int64_t count, float* out) override {
+    return collection_->store(t).ReadRows(begin, count, out, nullptr);
+  }
+  absl::Status WriteRows(int t, int64_t begin, int64_t count, const float* rows) override {
+    return collection_->store(t).WriteRows(begin, count, rows, nullptr);
+  }
+  EmbeddingCollection& collection() { return *collection_; }
+
+ private:
+  std::unique_ptr<EmbeddingCollection> collection_;
+};
+
+}  // namespace tessera

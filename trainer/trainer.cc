@@ -1,0 +1,167 @@
+#include "trainer/trainer.h"
+
+#include <cmath>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "core/logging.h"
+#include "core/parallel.h"
+#include "core/status.h"
+#include "dense/lr_schedule.h"
+
+namespace tessera {
+namespace fs = std::filesystem;
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config) {
+  std::unique_ptr<Trainer> t(new Trainer());
+  t->config_ = config;
+  if (config.device == "cuda") {
+    return absl::UnimplementedError(
+        "device: cuda is not wired into the training loop yet; use device: cpu");
+  }
+  t->ctx_ = DeviceContext::Cpu();
+  if (config.threads > 0) SetNumThreads(config.threads);
+  TESSERA_ASSIGN_OR_RETURN(t->data_, OpenDataSources(config));
+  TESSERA_ASSIGN_OR_RETURN(t->model_, Model::Create(config, t->ctx_));
+  std::error_code ec;
+  fs::create_directories(config.output.dir, ec);
+  if (ec) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        config.source, ": output.dir: cannot create '", config.output.dir, "': ", ec.message()));
+  }
+  std::string metrics =
+      config.output.metrics.empty() ? "" : (fs::path(config.output.dir) / config.output.metrics).string();
+  TESSERA_ASSIGN_OR_RETURN(t->log_, RunLog::Open(metrics, config.output.progress));
+  return t;
+}
+
+absl::StatusOr<EvalMetrics> Trainer::Evaluate(int64_t max_batches) {
+  if (data_.eval == nullptr) return EvalMetrics{};
+  TESSERA_RETURN_IF_ERROR(data_.eval->Rewind());
+  EvalAccumulator acc;
+  Batch batch;
+  std::vector<float> probs;
+  for (int64_t n = 0; max_batches <= 0 || n < max_batches; ++n) {
+    TESSERA_ASSIGN_OR_RETURN(bool more, data_.eval->Next(&batch));
+    if (!more) break;
+    probs.clear();
+    TESSERA_RETURN_IF_ERROR(model_->Predict(batch, &probs));
+    acc.Add(probs, batch.labels);
+  }
+  return acc.Compute();
+}
+
+absl::StatusOr<TrainSummary> Trainer::Run() {
+  absl::StatusOr<TrainSummary> result = RunLoop();
+  if (!result.ok()) {
+    log_->EndProgress();
+    // A failed run says so last, so its metrics never read as a finished run.
+    (void)log_->Write(JsonLine()
+                          .Add("status", std::string("failed"))
+                          .Add("error", std::string(result.status().message())));
+  }
+  return result;
+}
+
+absl::StatusOr<TrainSummary> Trainer::RunLoop() {
+  TrainSummary s;
+  s.planted_auc = data_.planted_auc;
+  const TrainConfig& tc = config_.train;
+  int64_t total_steps = tc.steps;
+  if (total_steps <= 0 && data_.train_batches_per_epoch > 0) {
+    total_steps = tc.epochs * data_.train_batches_per_epoch;
+  }
+  const int64_t log_every = std::max<int64_t>(1, tc.log_every);
+  Batch batch;
+  int64_t epoch = 0, step = 0;
+  double interval_loss = 0;
+  int64_t interval_steps = 0, interval_samples = 0;
+  Stopwatch total_watch, interval_watch;
+  double eval_seconds = 0, interval_eval_seconds = 0;
+
+  auto eval_and_log = [&](bool final_eval) -> absl::Status {
+    if (data_.eval == nullptr) return absl::OkStatus();
+    Stopwatch w;
+    TESSERA_ASSIGN_OR_RETURN(EvalMetrics m, Evaluate(final_eval ? 0 : tc.eval_batches));
+    double secs = w.ElapsedSeconds();
+    eval_seconds += secs;
+    interval_eval_seconds += secs;
+    log_->EndProgress();
+    TESSERA_LOG(INFO) << "step " << step << ": eval AUC " << m.auc << ", log loss " << m.logloss
+                      << ", NE " << m.ne << " over " << m.count << " samples";
+    if (final_eval) s.eval = m;
+    return log_->Write(JsonLine()
+                           .Add("step", step)
+                           .Add("eval_auc", m.auc)
+                           .Add("eval_logloss", m.logloss)
+                           .Add("eval_ne", m.ne)
+                           .Add("eval_samples", m.count));
+  };
+
+  while (total_steps <= 0 || step < total_steps) {
+    Stopwatch data_watch;
+    TESSERA_ASSIGN_OR_RETURN(bool more, data_.train->Next(&batch));
+    if (!more) {
+      ++epoch;
+      if (step == 0 && epoch == 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(config_.source, ": data.train: the training data has no records"));
+      }
+      if (tc.steps <= 0 && epoch >= tc.epochs) break;
+      TESSERA_RETURN_IF_ERROR(data_.train->Rewind());
+      continue;
+    }
+    s.phases.Add("data", data_watch.ElapsedSeconds());
+    TESSERA_ASSIGN_OR_RETURN(double loss, model_->TrainStep(batch, step, &s.phases));
+    ++step;
+    s.samples += batch.batch_size;
+    interval_loss += loss;
+    ++interval_steps;
+    interval_samples += batch.batch_size;
+    s.last_train_loss = interval_loss / interval_steps;
+    if (step % log_every == 0 || step == total_steps) {
+      double secs = interval_watch.ElapsedSeconds() - interval_eval_seconds;
+      double sps = secs > 0 ? interval_samples / secs : 0;
+      double elapsed = total_watch.ElapsedSeconds() - eval_seconds;
+      log_->Progress(step, total_steps, sps, s.last_train_loss, elapsed);
+      TESSERA_RETURN_IF_ERROR(log_->Write(
+          JsonLine()
+              .Add("step", step)
+              .Add("train_loss", s.last_train_loss)
+              .Add("samples_per_sec", sps)
+              .Add("lr_scale",
+                   static_cast<double>(LearningRate(config_.optimizer.schedule, step - 1)))));
+      interval_loss = 0;
+      interval_steps = 0;
+      interval_samples = 0;
+      interval_eval_seconds = 0;
+      interval_watch.Reset();
+    }
+    if (tc.eval_every > 0 && step % tc.eval_every == 0 && step != total_steps) {
+      TESSERA_RETURN_IF_ERROR(eval_and_log(false));
+    }
+  }
+  s.steps = step;
+  s.seconds = total_watch.ElapsedSeconds() - eval_seconds;
+  s.samples_per_sec = s.seconds > 0 ? s.samples / s.seconds : 0;
+  log_->EndProgress();
+  TESSERA_RETURN_IF_ERROR(eval_and_log(true));
+  if (!config_.output.export_path.empty()) {
+    s.export_path = (fs::path(config_.output.dir) / config_.output.export_path).string();
+    TESSERA_RETURN_IF_ERROR(model_->Export(s.export_path, step));
+  }
+  JsonLine done;
+  done.Add("status", std::string("done"))
+      .Add("step", step)
+      .Add("samples", s.samples)
+      .Add("samples_per_sec", s.samples_per_sec)
+      .Add("train_loss", s.last_train_loss);
+  if (data_.eval != nullptr) {
+    done.Add("eval_auc", s.eval.auc).Add("eval_logloss", s.eval.logloss).Add("eval_ne", s.eval.ne);
+  }
+  if (std::isfinite(s.planted_auc)) done.Add("planted_auc", s.planted_auc);
+  TESSERA_RETURN_IF_ERROR(log_->Write(done));
+  return s;
+}
+
+}  // namespace tessera
