@@ -119,11 +119,14 @@ struct TieredRowStoreMetrics {
   int64_t prefetch_used = 0;       // misses served from prefetch staging
   int64_t rows_read = 0;           // rows found in RocksDB (sync + prefetch)
   int64_t rows_initialized = 0;    // misses lazily initialised (row never written)
-  int64_t rows_written = 0;        // rows written to RocksDB (write-back, flush, WriteRows)
+  int64_t rows_written = 0;        // rows written to RocksDB (write-back, flush, WriteRows);
+                                   // an EndStep's write-back counts when EndStep starts it
   int64_t evictions = 0;           // rows evicted from the cache
   double read_seconds = 0;         // time Resolve spent reading misses synchronously
   double prefetch_stall_seconds = 0;  // time Resolve waited for prefetch reads in flight
-  double write_seconds = 0;        // time spent in WriteBatch writes
+  double write_stall_seconds = 0;   // time EndStep waited for the previous step's write-back
+  double write_seconds = 0;        // time spent in WriteBatch writes (mostly in the background
+                                   // writer thread, overlapping the next step)
   // Gauges at the time metrics() was called.
   int64_t cache_rows = 0;
   int64_t resident_rows = 0;

@@ -101,10 +101,8 @@ rocksdb::Options RowDbOptions(const TieredRowStoreOptions& o) {
   // Two cores shared with training: keep background flush/compaction modest.
   opt.max_background_jobs = 2;
   opt.use_direct_reads = o.use_direct_reads;
-  // A memtable filter lets a lookup of a row never written (lazy init, the common miss early in
-  // training) skip the memtable search.
-  opt.memtable_prefix_bloom_size_ratio = 0.02;
-  opt.memtable_whole_key_filtering = true;
+  // No memtable bloom filter: measured here it adds ~25% CPU to every write-back Put (2344-row
+  // batch: 6.5 vs 5.0 ms) and saves only a skiplist probe per read of a row never written.
 
   rocksdb::BlockBasedTableOptions t;
   // 10 bits/key: ~1% false positives, so a never-written row costs no disk read.

@@ -188,6 +188,9 @@ TEST(TieredRowStoreTest, EvictionWritesBackAndRereads) {
   set_rows({10, 11, 12, 13}, 200.0f);  // evicts 0..3, all dirty
   EXPECT_EQ(store->metrics().evictions, 4);
   EXPECT_EQ(store->metrics().rows_written, 4);
+  // The write-back runs in the background; Flush waits for it, so the re-read below must come
+  // from RocksDB (not from the in-flight write buffer).
+  ASSERT_TRUE(store->Flush().ok());
   std::vector<int64_t> ids = {3, 2, 1, 0};
   std::vector<int64_t> slots(4);
   ASSERT_TRUE(store->Resolve(ids, absl::MakeSpan(slots)).ok());
