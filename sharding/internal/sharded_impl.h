@@ -1,0 +1,115 @@
+// The state of ShardedEmbeddingCollection, shared by sharded_embedding.cc (routing, forward,
+// backward) and internal/sharded_sync.cc (replica sync, data-parallel tables, column-split
+// row-wise AdaGrad). Private to sharding/.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "embedding/pooled_lookup.h"
+#include "embedding/row_store.h"
+#include "sharding/sharded_embedding.h"
+
+namespace tessera::internal {
+
+// One shard of one table as every rank sees it (requester side), in (table, shard) order.
+struct Request {
+  int table = 0;
+  int shard = 0;          // index in the plan's (sorted) shard list of the table
+  Shard rect;
+  int owner = 0;          // shard rank
+  bool col_split = false; // the shard holds part of each row's columns
+  int local = -1;         // index in Impl::local when this rank owns it
+  // This step (requester): unique ids routed to the shard, and per feature of the table (in
+  // TableConfig::features order) bag lengths, positions into `uids` and per-id weights.
+  std::vector<int64_t> uids;
+  absl::flat_hash_map<int64_t, int32_t> uid_index;
+  std::vector<std::vector<int32_t>> lengths, pos;
+  std::vector<std::vector<float>> wts;
+};
+
+// A shard this rank owns.
+struct LocalShard {
+  int request = 0;
+  int table = 0;
+  Shard rect;
+  int64_t width = 0;
+  bool col_split = false;
+  std::unique_ptr<RowStore> store;
+  // This step (owner): per sender (shard rank) its batch size and where its data starts.
+  std::vector<int64_t> src_batch;
+  std::vector<int64_t> urows, uslots;     // unique local rows of all senders, and their slots
+  std::vector<int64_t> slots;             // per position (senders, then features, then bags)
+  std::vector<float> weights;             // per position, when the batch is weighted
+  std::vector<int64_t> offsets;           // per (sender, feature): batch + 1 absolute offsets
+  std::vector<int64_t> offsets_start;     // (sender * features + feature) -> start in offsets
+  // After aggregation (and replica sync): distinct local rows, increasing, and their gradients.
+  std::vector<int64_t> rows;
+  std::vector<float> grads;
+  // Average mode: rows updated since the last sync (increasing), and the delayed state average.
+  std::vector<int64_t> touched;
+  std::vector<int64_t> pending_rows;
+  std::vector<float> pending_avg, pending_snapshot;
+};
+
+struct DpTable {
+  int table = 0;
+  std::unique_ptr<RowStore> store;
+};
+
+struct TableRoute {
+  bool data_parallel = false;
+  int dp = -1;                        // index in Impl::dp
+  std::vector<int64_t> bounds;        // row-block boundaries, from 0 to num_rows
+  std::vector<std::vector<int>> block_requests;  // per row block: requests covering it
+  std::vector<int> requests;          // all requests of the table, in shard order
+};
+
+}  // namespace tessera::internal
+
+namespace tessera {
+
+struct ShardedEmbeddingCollection::Impl {
+  ShardedEmbeddingOptions options;
+  ShardingPlan plan;
+  DeviceContext ctx;
+  std::shared_ptr<Communicator> world, group, replica;
+  int n = 1, m = 1, me = 0;
+  RowOptimizerOptions update_opt;  // the optimizer as applied here (average mode: divisor c)
+  std::vector<int> table_of_feature;
+  std::vector<int64_t> feature_column;
+  int64_t output_dim = 0;
+  std::vector<internal::TableRoute> routes;
+  std::vector<internal::Request> requests;
+  std::vector<std::vector<int>> dst_requests;  // per shard rank: its requests, in order
+  std::vector<internal::LocalShard> local;
+  std::vector<internal::DpTable> dp;
+  PhaseTimes* times = nullptr;
+  EmbeddingWorkspace ws;
+
+  // The step between Forward and BackwardUpdate.
+  bool pending = false;
+  int64_t batch = 0;
+  bool weighted = false;
+  std::vector<int64_t> offsets;     // the local batch's offsets
+  std::vector<float> id_weights;    // the local batch's per-id weights
+  std::vector<int64_t> dp_slots;    // slots of data-parallel tables' ids, parallel to values
+  std::vector<int64_t> src_batch;   // per shard rank: its batch size this step
+  int64_t updates = 0;              // BackwardUpdate calls (average mode's sync clock)
+
+  // Exchange buffers, reused across steps.
+  std::vector<float> send_f, recv_f;
+  std::vector<int64_t> send_counts, send_displs, recv_counts, recv_displs;
+
+  // internal/sharded_sync.cc
+  absl::Status ExactReplicaSync();
+  // The fused update of every local shard from rows/grads (row-wise AdaGrad on column-split
+  // shards with the full row's mean squared gradient, exchanged in the sharding group).
+  absl::Status ApplyUpdates(float lr, int64_t step);
+  absl::Status DataParallelBackward(const float* d_out, float lr, int64_t step);
+  absl::Status AverageSync();
+};
+
+}  // namespace tessera

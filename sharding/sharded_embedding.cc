@@ -1,0 +1,725 @@
+// ShardedEmbeddingCollection: setup, input/output dist, forward and backward routes, export.
+// Replica sync, data-parallel tables and column-split AdaGrad are in internal/sharded_sync.cc.
+#include "sharding/sharded_embedding.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+#include "embedding/row_init.h"
+#include "sharding/internal/sharded_impl.h"
+
+namespace tessera {
+
+using internal::LocalShard;
+using internal::Request;
+
+absl::StatusOr<ReplicaSync> ParseReplicaSync(const std::string& name) {
+  if (name == "exact") return ReplicaSync::kExact;
+  if (name == "average") return ReplicaSync::kAverage;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "sharding.replica_sync: unknown mode '", name, "' (expected exact or average)"));
+}
+
+ShardedEmbeddingCollection::~ShardedEmbeddingCollection() = default;
+
+namespace {
+
+// Writes rows [begin, end) x columns [c0, c1) of table t's initial values into `out`
+// (row-major, c1 - c0 wide): the slice of what one rank's InMemoryRowStore would hold.
+void InitSlice(const TableConfig& cfg, uint64_t seed, int t, int64_t begin, int64_t end,
+               int64_t c0, int64_t c1, float* out) {
+  std::vector<float> row(cfg.dim);
+  for (int64_t r = begin; r < end; ++r) {
+    InitRow(cfg.init, seed, static_cast<uint64_t>(t), cfg.num_rows, r, cfg.dim, row.data());
+    std::memcpy(out + (r - begin) * (c1 - c0), row.data() + c0, (c1 - c0) * sizeof(float));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<RowStore>> MakeStore(const EmbeddingCollectionOptions& o, int t,
+                                                    int64_t r0, int64_t r1, int64_t c0,
+                                                    int64_t c1) {
+  const TableConfig& cfg = o.tables[t];
+  InMemoryRowStoreOptions so;
+  so.num_rows = r1 - r0;
+  so.dim = c1 - c0;
+  so.state_dim = RowStateDim(o.optimizer.type, c1 - c0);
+  so.state_init =
+      o.optimizer.type == RowOptimizerType::kRowWiseAdagrad ? o.optimizer.adagrad_initial : 0.0f;
+  so.init.type = RowInitType::kZero;  // overwritten below with the full table's slice
+  so.seed = o.seed;
+  so.table_id = static_cast<uint64_t>(t);
+  so.name = cfg.name;
+  TESSERA_ASSIGN_OR_RETURN(auto store, CreateInMemoryRowStore(so));
+  constexpr int64_t kChunk = 4096;
+  std::vector<float> buf;
+  for (int64_t b = r0; b < r1; b += kChunk) {
+    const int64_t e = std::min(r1, b + kChunk);
+    buf.resize((e - b) * (c1 - c0));
+    InitSlice(cfg, o.seed, t, b, e, c0, c1, buf.data());
+    TESSERA_RETURN_IF_ERROR(store->WriteRows(b - r0, e - b, buf.data(), nullptr));
+  }
+  return store;
+}
+
+int64_t Align8(int64_t x) { return (x + 7) & ~int64_t{7}; }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ShardedEmbeddingCollection>> ShardedEmbeddingCollection::Create(
+    const ShardedEmbeddingOptions& options, const ProcessGrid& grid, const DeviceContext& ctx) {
+  if (ctx.is_cuda()) {
+    return absl::UnimplementedError(
+        "ShardedEmbeddingCollection: the CUDA path is not implemented yet (host memory only)");
+  }
+  const auto& co = options.collection;
+  // The single-process collection validates tables and features; building one over empty stores
+  // would cost memory, so repeat its checks on a tiny copy of the options instead.
+  {
+    EmbeddingCollectionOptions probe = co;
+    for (auto& t : probe.tables) {
+      if (t.num_rows <= 0 || t.dim <= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "table '", t.name, "': num_rows and dim must be positive (got ", t.num_rows, " x ",
+            t.dim, ")"));
+      }
+      t.num_rows = 1;
+    }
+    TESSERA_RETURN_IF_ERROR(EmbeddingCollection::Create(probe, ctx).status());
+  }
+  if (options.sync_every < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sharding.sync_every must be >= 1, got ", options.sync_every));
+  }
+  std::unique_ptr<ShardedEmbeddingCollection> c(new ShardedEmbeddingCollection());
+  c->impl_ = std::make_unique<Impl>();
+  Impl& s = *c->impl_;
+  s.options = options;
+  s.ctx = ctx;
+  s.world = grid.world_ptr();
+  s.group = grid.sharding_group_ptr();
+  s.replica = grid.replica_group_ptr();
+  s.n = grid.group_size();
+  s.m = grid.num_groups();
+  s.me = grid.shard_rank();
+  if (options.plan.tables.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(s.plan, ValidateShardingPlan(DefaultShardingPlan(co.tables, s.n),
+                                                          co.tables, s.n, "default plan"));
+  } else {
+    TESSERA_ASSIGN_OR_RETURN(s.plan, ValidateShardingPlan(options.plan, co.tables, s.n,
+                                                          "sharding plan"));
+  }
+  s.update_opt = co.optimizer;
+  if (options.replica_sync == ReplicaSync::kAverage) {
+    s.update_opt.adagrad_divisor =
+        options.adagrad_divisor > 0 ? options.adagrad_divisor : static_cast<float>(s.m);
+  }
+
+  s.table_of_feature.assign(co.num_features, -1);
+  for (int t = 0; t < static_cast<int>(co.tables.size()); ++t) {
+    for (int f : co.tables[t].features) s.table_of_feature[f] = t;
+  }
+  s.feature_column.resize(co.num_features);
+  for (int f = 0; f < co.num_features; ++f) {
+    s.feature_column[f] = s.output_dim;
+    s.output_dim += co.tables[s.table_of_feature[f]].dim;
+  }
+
+  s.routes.resize(co.tables.size());
+  s.dst_requests.assign(s.n, {});
+  for (int t = 0; t < static_cast<int>(co.tables.size()); ++t) {
+    const TableConfig& cfg = co.tables[t];
+    const TablePlan& tp = s.plan.tables[t];
+    auto& route = s.routes[t];
+    if (tp.type == ShardingType::kDataParallel) {
+      route.data_parallel = true;
+      route.dp = static_cast<int>(s.dp.size());
+      internal::DpTable d;
+      d.table = t;
+      TESSERA_ASSIGN_OR_RETURN(d.store, MakeStore(co, t, 0, cfg.num_rows, 0, cfg.dim));
+      s.dp.push_back(std::move(d));
+      continue;
+    }
+    std::vector<int64_t> bounds = {0, cfg.num_rows};
+    for (const Shard& sh : tp.shards) {
+      bounds.push_back(sh.row_begin);
+      bounds.push_back(sh.row_end);
+    }
+    std::sort(bounds.begin(), bounds.end());
+    bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
+    route.bounds = bounds;
+    route.block_requests.assign(bounds.size() - 1, {});
+    for (int k = 0; k < static_cast<int>(tp.shards.size()); ++k) {
+      const Shard& sh = tp.shards[k];
+      Request r;
+      r.table = t;
+      r.shard = k;
+      r.rect = sh;
+      r.owner = sh.rank;
+      r.col_split = sh.num_cols() != cfg.dim;
+      const int index = static_cast<int>(s.requests.size());
+      for (size_t b = 0; b + 1 < bounds.size(); ++b) {
+        if (bounds[b] >= sh.row_begin && bounds[b] < sh.row_end) {
+          route.block_requests[b].push_back(index);
+        }
+      }
+      route.requests.push_back(index);
+      s.dst_requests[sh.rank].push_back(index);
+      if (sh.rank == s.me) {
+        LocalShard ls;
+        ls.request = index;
+        ls.table = t;
+        ls.rect = sh;
+        ls.width = sh.num_cols();
+        ls.col_split = r.col_split;
+        TESSERA_ASSIGN_OR_RETURN(
+            ls.store, MakeStore(co, t, sh.row_begin, sh.row_end, sh.col_begin, sh.col_end));
+        r.local = static_cast<int>(s.local.size());
+        s.local.push_back(std::move(ls));
+      }
+      const size_t nf = cfg.features.size();
+      r.lengths.resize(nf);
+      r.pos.resize(nf);
+      r.wts.resize(nf);
+      s.requests.push_back(std::move(r));
+    }
+  }
+  return c;
+}
+
+int64_t ShardedEmbeddingCollection::output_dim() const { return impl_->output_dim; }
+int64_t ShardedEmbeddingCollection::feature_column(int f) const {
+  return impl_->feature_column[f];
+}
+int ShardedEmbeddingCollection::num_tables() const {
+  return static_cast<int>(impl_->options.collection.tables.size());
+}
+const TableConfig& ShardedEmbeddingCollection::table(int t) const {
+  return impl_->options.collection.tables[t];
+}
+const ShardingPlan& ShardedEmbeddingCollection::plan() const { return impl_->plan; }
+void ShardedEmbeddingCollection::set_phase_times(PhaseTimes* times) { impl_->times = times; }
+
+namespace {
+
+absl::Status CheckBatch(const ShardedEmbeddingCollection::Impl& s, const KeyedJagged& batch) {
+  const auto& co = s.options.collection;
+  const int64_t b = batch.batch_size;
+  if (batch.num_features != co.num_features || b < 0 ||
+      static_cast<int64_t>(batch.offsets.size()) != batch.num_bags() + 1 ||
+      batch.offsets.front() != 0 ||
+      batch.offsets.back() != static_cast<int64_t>(batch.values.size()) ||
+      (!batch.weights.empty() && batch.weights.size() != batch.values.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ShardedEmbeddingCollection::Forward: batch of ", batch.num_features,
+        " features (want ", co.num_features, "), ", b, " samples, ", batch.offsets.size(),
+        " offsets (want ", batch.num_bags() + 1, ", from 0 to values.size() = ",
+        batch.values.size(), "), ", batch.weights.size(), " weights (want 0 or values.size())"));
+  }
+  for (int64_t i = 0; i + 1 < static_cast<int64_t>(batch.offsets.size()); ++i) {
+    if (batch.offsets[i + 1] < batch.offsets[i]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ShardedEmbeddingCollection::Forward: offsets decrease at bag ", i));
+    }
+  }
+  for (int f = 0; f < co.num_features; ++f) {
+    const TableConfig& cfg = co.tables[s.table_of_feature[f]];
+    for (int64_t j = batch.feature_begin(f); j < batch.feature_end(f); ++j) {
+      if (static_cast<uint64_t>(batch.values[j]) >= static_cast<uint64_t>(cfg.num_rows)) {
+        const int64_t* offs = batch.feature_offsets(f);
+        const int64_t sample = std::upper_bound(offs, offs + b + 1, j) - offs - 1;
+        return absl::InvalidArgumentError(absl::StrCat(
+            "table '", cfg.name, "': feature ", f, " sample ", sample, " has id ",
+            batch.values[j], " outside [0, ", cfg.num_rows, ")"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Fills every request's unique ids, bag lengths, positions and weights from the local batch.
+void BucketIds(ShardedEmbeddingCollection::Impl& s, const KeyedJagged& batch) {
+  const auto& co = s.options.collection;
+  const int64_t b = batch.batch_size;
+  for (Request& r : s.requests) {
+    r.uids.clear();
+    r.uid_index.clear();
+    for (size_t fi = 0; fi < r.pos.size(); ++fi) {
+      r.lengths[fi].assign(b, 0);
+      r.pos[fi].clear();
+      r.wts[fi].clear();
+    }
+  }
+  for (int t = 0; t < static_cast<int>(co.tables.size()); ++t) {
+    const auto& route = s.routes[t];
+    if (route.data_parallel) continue;
+    const auto& feats = co.tables[t].features;
+    const bool single_block = route.bounds.size() == 2;
+    for (size_t fi = 0; fi < feats.size(); ++fi) {
+      const int f = feats[fi];
+      const int64_t* offs = batch.feature_offsets(f);
+      for (int64_t bag = 0; bag < b; ++bag) {
+        for (int64_t j = offs[bag]; j < offs[bag + 1]; ++j) {
+          const int64_t id = batch.values[j];
+          const size_t blk =
+              single_block ? 0
+                           : std::upper_bound(route.bounds.begin(), route.bounds.end(), id) -
+                                 route.bounds.begin() - 1;
+          for (int ri : route.block_requests[blk]) {
+            Request& r = s.requests[ri];
+            auto [it, fresh] = r.uid_index.try_emplace(id, static_cast<int32_t>(r.uids.size()));
+            if (fresh) r.uids.push_back(id);
+            r.pos[fi].push_back(it->second);
+            r.lengths[fi][bag] += 1;
+            if (s.weighted) r.wts[fi].push_back(batch.weights[j]);
+          }
+        }
+      }
+    }
+  }
+}
+
+int64_t NumFeatures(const ShardedEmbeddingCollection::Impl& s, int table) {
+  return static_cast<int64_t>(s.options.collection.tables[table].features.size());
+}
+
+// Header ints per (sender, receiver) pair: batch size, flags, then per request of the
+// receiver: unique ids and per feature the position count.
+int64_t HeaderInts(const ShardedEmbeddingCollection::Impl& s, int dst) {
+  int64_t h = 2;
+  for (int ri : s.dst_requests[dst]) h += 1 + NumFeatures(s, s.requests[ri].table);
+  return h;
+}
+
+constexpr int64_t kWeightedFlag = 1;
+constexpr int64_t kErrorFlag = 2;
+
+}  // namespace
+
+absl::Status ShardedEmbeddingCollection::Forward(const KeyedJagged& batch, float* out) {
+  Impl& s = *impl_;
+  const auto& co = s.options.collection;
+  Communicator& g = *s.group;
+  const int n = s.n;
+  std::optional<ScopedPhase> phase_in;
+  phase_in.emplace(s.times, "input_dist");
+
+  absl::Status bad = CheckBatch(s, batch);
+  if (bad.ok() && out == nullptr && batch.batch_size > 0) {
+    bad = absl::InvalidArgumentError("ShardedEmbeddingCollection::Forward: null out");
+  }
+  s.pending = false;
+  s.batch = bad.ok() ? batch.batch_size : 0;
+  s.weighted = bad.ok() && !batch.weights.empty();
+  if (bad.ok()) BucketIds(s, batch);
+
+  // 1. Headers (fixed size per pair).
+  std::vector<int64_t> sc(n), sd(n), rc(n), rd(n);
+  for (int d = 0; d < n; ++d) sc[d] = HeaderInts(s, d);
+  for (int d = 0; d < n; ++d) rc[d] = HeaderInts(s, s.me);
+  std::exclusive_scan(sc.begin(), sc.end(), sd.begin(), int64_t{0});
+  std::exclusive_scan(rc.begin(), rc.end(), rd.begin(), int64_t{0});
+  std::vector<int64_t> hsend(sd[n - 1] + sc[n - 1]), hrecv(rd[n - 1] + rc[n - 1]);
+  for (int d = 0; d < n; ++d) {
+    int64_t* h = hsend.data() + sd[d];
+    *h++ = s.batch;
+    *h++ = (s.weighted ? kWeightedFlag : 0) | (bad.ok() ? 0 : kErrorFlag);
+    for (int ri : s.dst_requests[d]) {
+      const Request& r = s.requests[ri];
+      *h++ = static_cast<int64_t>(r.uids.size());
+      for (const auto& p : r.pos) *h++ = static_cast<int64_t>(p.size());
+    }
+  }
+  TESSERA_RETURN_IF_ERROR(g.AllToAllV<int64_t>(hsend.data(), sc, sd, hrecv.data(), rc, rd));
+  if (!bad.ok()) return bad;
+  for (int src = 0; src < n; ++src) {
+    if (hrecv[rd[src] + 1] & kErrorFlag) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ShardedEmbeddingCollection::Forward: rank ", g.world_ranks()[src],
+          " of this sharding group got a bad batch (its error says which)"));
+    }
+  }
+  const bool weighted = s.weighted;
+
+  // 2. Payload: per receiver, [unique ids (int64)] [lengths, positions (int32)] [weights].
+  auto payload_bytes = [&](int64_t b, const int64_t* h, const std::vector<int>& reqs, bool w) {
+    int64_t ids = 0, i32 = 0, fl = 0;
+    h += 2;
+    for (int ri : reqs) {
+      ids += *h++;
+      for (int64_t fi = 0; fi < NumFeatures(s, s.requests[ri].table); ++fi) {
+        const int64_t np = *h++;
+        i32 += b + np;
+        fl += w ? np : 0;
+      }
+    }
+    return Align8(8 * ids + 4 * i32 + 4 * fl);
+  };
+  std::vector<int64_t> pb(n), pd(n), qb(n), qd(n);
+  for (int d = 0; d < n; ++d) pb[d] = payload_bytes(s.batch, &hsend[sd[d]], s.dst_requests[d], weighted);
+  s.src_batch.resize(n);
+  for (int src = 0; src < n; ++src) {
+    s.src_batch[src] = hrecv[rd[src]];
+    qb[src] = payload_bytes(s.src_batch[src], &hrecv[rd[src]], s.dst_requests[s.me],
+                            hrecv[rd[src] + 1] & kWeightedFlag);
+  }
+  std::exclusive_scan(pb.begin(), pb.end(), pd.begin(), int64_t{0});
+  std::exclusive_scan(qb.begin(), qb.end(), qd.begin(), int64_t{0});
+  std::vector<char> psend(pd[n - 1] + pb[n - 1]), precv(qd[n - 1] + qb[n - 1]);
+  for (int d = 0; d < n; ++d) {
+    char* p = psend.data() + pd[d];
+    for (int ri : s.dst_requests[d]) {
+      const auto& u = s.requests[ri].uids;
+      std::memcpy(p, u.data(), u.size() * 8);
+      p += u.size() * 8;
+    }
+    for (int ri : s.dst_requests[d]) {
+      const Request& r = s.requests[ri];
+      for (size_t fi = 0; fi < r.pos.size(); ++fi) {
+        std::memcpy(p, r.lengths[fi].data(), r.lengths[fi].size() * 4);
+        p += r.lengths[fi].size() * 4;
+        std::memcpy(p, r.pos[fi].data(), r.pos[fi].size() * 4);
+        p += r.pos[fi].size() * 4;
+      }
+    }
+    if (weighted) {
+      for (int ri : s.dst_requests[d]) {
+        for (const auto& w : s.requests[ri].wts) {
+          std::memcpy(p, w.data(), w.size() * 4);
+          p += w.size() * 4;
+        }
+      }
+    }
+  }
+  TESSERA_RETURN_IF_ERROR(g.AllToAllV(psend.data(), pb, pd, precv.data(), qb, qd));
+  phase_in.reset();
+
+  // 3. Owner: unpack, resolve once per shard, pool each (sender, feature) into the reply.
+  {
+    ScopedPhase phase(s.times, "lookup");
+    const auto& mine = s.dst_requests[s.me];
+    for (auto& ls : s.local) {
+      ls.src_batch = s.src_batch;
+      ls.urows.clear();
+      ls.slots.clear();
+      ls.weights.clear();
+      ls.offsets.clear();
+      ls.offsets_start.clear();
+    }
+    for (int src = 0; src < n; ++src) {
+      const int64_t b = s.src_batch[src];
+      const int64_t* h = &hrecv[rd[src] + 2];
+      const bool w = hrecv[rd[src] + 1] & kWeightedFlag;
+      const char* p = precv.data() + qd[src];
+      std::vector<int64_t> ubase(mine.size());
+      const int64_t* hh = h;
+      for (size_t q = 0; q < mine.size(); ++q) {
+        LocalShard& ls = s.local[s.requests[mine[q]].local];
+        const int64_t nu = *hh;
+        hh += 1 + NumFeatures(s, ls.table);
+        ubase[q] = static_cast<int64_t>(ls.urows.size());
+        const int64_t* ids = reinterpret_cast<const int64_t*>(p);
+        for (int64_t i = 0; i < nu; ++i) ls.urows.push_back(ids[i] - ls.rect.row_begin);
+        p += nu * 8;
+      }
+      hh = h;
+      for (size_t q = 0; q < mine.size(); ++q) {
+        LocalShard& ls = s.local[s.requests[mine[q]].local];
+        ++hh;
+        for (int64_t fi = 0; fi < NumFeatures(s, ls.table); ++fi) {
+          const int64_t np = *hh++;
+          const int32_t* len = reinterpret_cast<const int32_t*>(p);
+          const int32_t* pos = len + b;
+          ls.offsets_start.push_back(static_cast<int64_t>(ls.offsets.size()));
+          int64_t at = static_cast<int64_t>(ls.slots.size());
+          ls.offsets.push_back(at);
+          for (int64_t i = 0; i < b; ++i) ls.offsets.push_back(at += len[i]);
+          // Unique-id index for now; turned into a slot after Resolve.
+          for (int64_t i = 0; i < np; ++i) ls.slots.push_back(ubase[q] + pos[i]);
+          p += 4 * (b + np);
+        }
+      }
+      if (w) {
+        hh = h;
+        for (size_t q = 0; q < mine.size(); ++q) {
+          LocalShard& ls = s.local[s.requests[mine[q]].local];
+          ++hh;
+          for (int64_t fi = 0; fi < NumFeatures(s, ls.table); ++fi) {
+            const int64_t np = *hh++;
+            const float* wt = reinterpret_cast<const float*>(p);
+            ls.weights.insert(ls.weights.end(), wt, wt + np);
+            p += 4 * np;
+          }
+        }
+      } else {
+        for (size_t q = 0; q < mine.size(); ++q) {
+          LocalShard& ls = s.local[s.requests[mine[q]].local];
+          ls.weights.resize(ls.slots.size(), 1.0f);  // a mixed group: unweighted senders weigh 1
+        }
+      }
+    }
+    bool any_weighted = false;
+    for (int src = 0; src < n; ++src) any_weighted |= (hrecv[rd[src] + 1] & kWeightedFlag) != 0;
+    for (auto& ls : s.local) {
+      if (!any_weighted) ls.weights.clear();
+      ls.uslots.resize(ls.urows.size());
+      TESSERA_RETURN_IF_ERROR(ls.store->Resolve(ls.urows, absl::MakeSpan(ls.uslots)));
+      for (auto& x : ls.slots) x = ls.uslots[x];
+    }
+    // Reply layout to sender src: per request of mine, per feature, [batch(src), width].
+    std::fill(rc.begin(), rc.end(), 0);
+    for (int src = 0; src < n; ++src) {
+      for (int ri : mine) {
+        const LocalShard& ls = s.local[s.requests[ri].local];
+        rc[src] += s.src_batch[src] * ls.width * NumFeatures(s, ls.table);
+      }
+    }
+    std::exclusive_scan(rc.begin(), rc.end(), rd.begin(), int64_t{0});
+    s.send_f.assign(rd[n - 1] + rc[n - 1], 0.0f);
+    for (int src = 0; src < n; ++src) {
+      float* o = s.send_f.data() + rd[src];
+      for (int ri : mine) {
+        LocalShard& ls = s.local[s.requests[ri].local];
+        const int64_t nf = NumFeatures(s, ls.table);
+        for (int64_t fi = 0; fi < nf; ++fi) {
+          PooledLookupArgs a;
+          a.weights = ls.store->weights();
+          a.dim = ls.width;
+          a.offsets = ls.offsets.data() + ls.offsets_start[src * nf + fi];
+          a.indices = ls.slots.data();
+          a.per_id_weights = ls.weights.empty() ? nullptr : ls.weights.data();
+          a.num_bags = s.src_batch[src];
+          a.pooling = PoolingMode::kSum;
+          a.out = o;
+          a.out_stride = ls.width;
+          if (a.num_bags > 0) TESSERA_RETURN_IF_ERROR(PooledLookupForward(s.ctx, a));
+          o += s.src_batch[src] * ls.width;
+        }
+      }
+    }
+  }
+
+  // 4. Output dist: partial sums back to the requesters.
+  ScopedPhase phase_out(s.times, "output_dist");
+  for (int d = 0; d < n; ++d) {
+    sc[d] = 0;
+    for (int ri : s.dst_requests[d]) {
+      const Request& r = s.requests[ri];
+      sc[d] += s.batch * r.rect.num_cols() * NumFeatures(s, r.table);
+    }
+  }
+  std::exclusive_scan(sc.begin(), sc.end(), sd.begin(), int64_t{0});
+  s.recv_f.resize(sd[n - 1] + sc[n - 1]);
+  // Sending what this rank computed (rc/rd) and receiving what it asked for (sc/sd).
+  TESSERA_RETURN_IF_ERROR(g.AllToAllV<float>(s.send_f.data(), rc, rd, s.recv_f.data(), sc, sd));
+
+  const int64_t b = s.batch, od = s.output_dim;
+  if (b > 0) std::fill(out, out + b * od, 0.0f);
+  std::vector<const float*> block(s.requests.size());
+  for (int d = 0; d < n; ++d) {
+    const float* p = s.recv_f.data() + sd[d];
+    for (int ri : s.dst_requests[d]) {
+      block[ri] = p;
+      p += b * s.requests[ri].rect.num_cols() * NumFeatures(s, s.requests[ri].table);
+    }
+  }
+  s.offsets.assign(batch.offsets.begin(), batch.offsets.end());
+  s.id_weights.assign(batch.weights.begin(), batch.weights.end());
+  s.dp_slots.resize(batch.values.size());
+  for (int t = 0; t < static_cast<int>(co.tables.size()); ++t) {
+    const TableConfig& cfg = co.tables[t];
+    const auto& route = s.routes[t];
+    if (route.data_parallel) {
+      RowStore& store = *s.dp[route.dp].store;
+      for (int f : cfg.features) {
+        const int64_t fb = batch.feature_begin(f), nv = batch.feature_end(f) - fb;
+        TESSERA_RETURN_IF_ERROR(store.Resolve(absl::MakeConstSpan(batch.values.data() + fb, nv),
+                                              absl::MakeSpan(s.dp_slots.data() + fb, nv)));
+      }
+      for (int f : cfg.features) {
+        PooledLookupArgs a;
+        a.weights = store.weights();
+        a.dim = cfg.dim;
+        a.offsets = batch.feature_offsets(f);
+        a.indices = s.dp_slots.data();
+        a.per_id_weights = s.weighted ? batch.weights.data() : nullptr;
+        a.num_bags = b;
+        a.pooling = cfg.pooling;
+        a.out = out + s.feature_column[f];
+        a.out_stride = od;
+        if (b > 0) TESSERA_RETURN_IF_ERROR(PooledLookupForward(s.ctx, a));
+      }
+      continue;
+    }
+    for (size_t fi = 0; fi < cfg.features.size(); ++fi) {
+      const int f = cfg.features[fi];
+      for (int ri : route.requests) {  // shard order: columns, then rows
+        const Request& r = s.requests[ri];
+        const int64_t w = r.rect.num_cols();
+        const float* src = block[ri] + fi * b * w;
+        float* dst = out + s.feature_column[f] + r.rect.col_begin;
+        for (int64_t i = 0; i < b; ++i) {
+          for (int64_t c = 0; c < w; ++c) dst[i * od + c] += src[i * w + c];
+        }
+      }
+      if (cfg.pooling == PoolingMode::kMean) {
+        const int64_t* offs = batch.feature_offsets(f);
+        for (int64_t i = 0; i < b; ++i) {
+          const int64_t len = offs[i + 1] - offs[i];
+          if (len == 0) continue;
+          const float inv = 1.0f / static_cast<float>(len);
+          float* row = out + i * od + s.feature_column[f];
+          for (int64_t c = 0; c < cfg.dim; ++c) row[c] *= inv;
+        }
+      }
+    }
+  }
+  s.pending = true;
+  return absl::OkStatus();
+}
+
+absl::Status ShardedEmbeddingCollection::BackwardUpdate(const float* d_out, float lr,
+                                                        int64_t step) {
+  Impl& s = *impl_;
+  const auto& co = s.options.collection;
+  if (!s.pending) {
+    return absl::FailedPreconditionError(
+        "ShardedEmbeddingCollection::BackwardUpdate: no Forward since the last update");
+  }
+  s.pending = false;
+  if (d_out == nullptr && s.batch > 0) {
+    // Other ranks are already heading into the gradient all-to-all: this is a caller bug.
+    return absl::InvalidArgumentError("ShardedEmbeddingCollection::BackwardUpdate: null d_out");
+  }
+  const int n = s.n;
+  const int64_t b = s.batch, od = s.output_dim;
+  std::vector<int64_t> sc(n), sd(n), rc(n), rd(n);
+  {
+    ScopedPhase phase(s.times, "backward_dist");
+    for (int d = 0; d < n; ++d) {
+      sc[d] = 0;
+      for (int ri : s.dst_requests[d]) {
+        sc[d] += b * s.requests[ri].rect.num_cols() * NumFeatures(s, s.requests[ri].table);
+      }
+    }
+    std::exclusive_scan(sc.begin(), sc.end(), sd.begin(), int64_t{0});
+    s.send_f.resize(sd[n - 1] + sc[n - 1]);
+    float* p = s.send_f.data();
+    for (int d = 0; d < n; ++d) {
+      for (int ri : s.dst_requests[d]) {
+        const Request& r = s.requests[ri];
+        const TableConfig& cfg = co.tables[r.table];
+        const int64_t w = r.rect.num_cols();
+        for (int f : cfg.features) {
+          const int64_t* offs = s.offsets.data() + static_cast<int64_t>(f) * b;
+          for (int64_t i = 0; i < b; ++i) {
+            const float* g = d_out + i * od + s.feature_column[f] + r.rect.col_begin;
+            const int64_t len = offs[i + 1] - offs[i];
+            if (cfg.pooling == PoolingMode::kMean && len > 0) {
+              const float inv = 1.0f / static_cast<float>(len);
+              for (int64_t c = 0; c < w; ++c) p[c] = g[c] * inv;
+            } else {
+              std::memcpy(p, g, w * sizeof(float));
+            }
+            p += w;
+          }
+        }
+      }
+    }
+    for (int src = 0; src < n; ++src) {
+      rc[src] = 0;
+      for (int ri : s.dst_requests[s.me]) {
+        const LocalShard& ls = s.local[s.requests[ri].local];
+        rc[src] += s.src_batch[src] * ls.width * NumFeatures(s, ls.table);
+      }
+    }
+    std::exclusive_scan(rc.begin(), rc.end(), rd.begin(), int64_t{0});
+    s.recv_f.resize(rd[n - 1] + rc[n - 1]);
+    TESSERA_RETURN_IF_ERROR(
+        s.group->AllToAllV<float>(s.send_f.data(), sc, sd, s.recv_f.data(), rc, rd));
+  }
+  {
+    ScopedPhase phase(s.times, "aggregate");
+    const auto& mine = s.dst_requests[s.me];
+    std::vector<std::vector<BagGradients>> sources(mine.size());
+    for (int src = 0; src < n; ++src) {
+      const float* p = s.recv_f.data() + rd[src];
+      for (size_t q = 0; q < mine.size(); ++q) {
+        LocalShard& ls = s.local[s.requests[mine[q]].local];
+        const int64_t nf = NumFeatures(s, ls.table);
+        for (int64_t fi = 0; fi < nf; ++fi) {
+          BagGradients bg;
+          bg.offsets = ls.offsets.data() + ls.offsets_start[src * nf + fi];
+          bg.indices = ls.slots.data();
+          bg.per_id_weights = ls.weights.empty() ? nullptr : ls.weights.data();
+          bg.num_bags = s.src_batch[src];
+          bg.grad = p;
+          bg.grad_stride = ls.width;
+          if (bg.num_bags > 0) sources[q].push_back(bg);
+          p += s.src_batch[src] * ls.width;
+        }
+      }
+    }
+    std::vector<int64_t> uslots;
+    for (size_t q = 0; q < mine.size(); ++q) {
+      LocalShard& ls = s.local[s.requests[mine[q]].local];
+      ls.rows.clear();
+      ls.grads.clear();
+      if (sources[q].empty()) continue;
+      std::vector<float> grads;
+      TESSERA_RETURN_IF_ERROR(AggregateRowGradients(s.ctx, sources[q], ls.width,
+                                                    PoolingMode::kSum, &s.ws, &uslots, &grads));
+      // Slots back to rows (identity for in-memory stores), ordered by row.
+      absl::flat_hash_map<int64_t, int64_t> row_of;
+      for (size_t i = 0; i < ls.uslots.size(); ++i) row_of[ls.uslots[i]] = ls.urows[i];
+      std::vector<int64_t> order(uslots.size());
+      std::iota(order.begin(), order.end(), 0);
+      std::vector<int64_t> rows(uslots.size());
+      for (size_t i = 0; i < uslots.size(); ++i) rows[i] = row_of.at(uslots[i]);
+      std::sort(order.begin(), order.end(),
+                [&](int64_t a, int64_t c) { return rows[a] < rows[c]; });
+      ls.rows.resize(rows.size());
+      ls.grads.resize(grads.size());
+      for (size_t i = 0; i < order.size(); ++i) {
+        ls.rows[i] = rows[order[i]];
+        std::memcpy(ls.grads.data() + i * ls.width, grads.data() + order[i] * ls.width,
+                    ls.width * sizeof(float));
+      }
+    }
+  }
+  {
+    ScopedPhase phase(s.times, "replica_sync");
+    if (s.options.replica_sync == ReplicaSync::kExact) {
+      TESSERA_RETURN_IF_ERROR(s.ExactReplicaSync());
+    } else {
+      const float scale = static_cast<float>(s.m);
+      for (auto& ls : s.local) {
+        for (auto& g : ls.grads) g *= scale;
+      }
+    }
+  }
+  {
+    ScopedPhase phase(s.times, "update");
+    TESSERA_RETURN_IF_ERROR(s.ApplyUpdates(lr, step));
+    TESSERA_RETURN_IF_ERROR(s.DataParallelBackward(d_out, lr, step));
+    for (auto& ls : s.local) TESSERA_RETURN_IF_ERROR(ls.store->EndStep());
+    for (auto& d : s.dp) TESSERA_RETURN_IF_ERROR(d.store->EndStep());
+  }
+  ++s.updates;
+  if (s.options.replica_sync == ReplicaSync::kAverage) {
+    ScopedPhase phase(s.times, "replica_sync");
+    for (auto& ls : s.local) {
+      std::vector<int64_t> merged;
+      std::set_union(ls.touched.begin(), ls.touched.end(), ls.rows.begin(), ls.rows.end(),
+                     std::back_inserter(merged));
+      ls.touched.swap(merged);
+    }
+    if (s.updates % s.options.sync_every == 0) TESSERA_RETURN_IF_ERROR(s.AverageSync());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tessera

@@ -1,0 +1,131 @@
+// ShardedEmbeddingCollection: the distributed twin of embedding/EmbeddingCollection. The same
+// tables, features and optimizer, the same Forward / BackwardUpdate / output_dim /
+// feature_column, but every table is split over the ranks of a sharding group by a
+// ShardingPlan, and the M sharding groups of the ProcessGrid hold replicas of each shard.
+//
+// One step on rank (group g, shard rank s), all collectives inside g unless noted:
+//   Forward(local_batch):
+//     input dist   each table's ids are deduplicated per destination shard and sent to the
+//                  shards owning their rows (all-to-all of fixed-size headers: batch size and
+//                  counts; then all-to-all of unique ids, bag lengths and positions (int32)
+//                  into the unique ids, and per-id weights)
+//     lookup       owners resolve the ids in their local RowStores and pool each (bag, shard)
+//                  with PooledLookupForward (sum pooling)
+//     output dist  partial sums come back (all-to-all); the requester adds them in shard order
+//                  (columns, then rows), so row-wise and grid partials are reduced in a fixed
+//                  order, column shards land side by side; kMean divides by the full bag length.
+//     data-parallel tables are looked up locally.
+//   BackwardUpdate(d_out):
+//     the output gradient slices go back along the same routes (all-to-all), owners sum row
+//     gradients (AggregateRowGradients over the senders in rank order), then replica sync:
+//       kExact    row gradients summed over the replica group (union of the replicas' rows,
+//                 all-reduce in rank order) before the fused update, so all replicas stay
+//                 bit-identical and T ranks train what one rank trains on the global batch;
+//       kAverage  each replica updates with its own gradient (scaled by M, so that averaging
+//                 after one SGD step equals the exact step) and row-wise AdaGrad uses v / c;
+//                 every `sync_every` steps the weights of rows touched since the last sync are
+//                 averaged over the replica group, and the optimizer state one sync behind (the
+//                 average of the state snapshots taken at sync j is applied at sync j+1, keeping
+//                 each replica's increments since the snapshot).
+//     Row-wise AdaGrad on column-split shards (column_wise, grid) uses the full row's mean
+//     squared gradient (partial sums exchanged in the group), as one rank would.
+//     Data-parallel tables: the full gradient table is all-reduced over the world.
+//
+// Batches: the global batch of a step is the concatenation of the ranks' local batches in world
+// rank order. d_out given to BackwardUpdate must be the gradient of the loss over the GLOBAL
+// batch with respect to this rank's outputs (for a mean loss, 1 / global batch size per sample);
+// the sum over ranks is then the single-process gradient.
+//
+// Every method except output_dim/feature_column/num_tables/table is collective over the world:
+// all ranks call it in the same order (with their own batches). An error returned by Forward or
+// BackwardUpdate on one rank may leave other ranks in a later collective: the caller should treat
+// it as fatal for the run (MpiAbort). Bad input detected before the first all-to-all (an id out
+// of range, a malformed batch) is shared through the header exchange, so every rank of the
+// sharding group returns the same error.
+// CPU only for now (host memory, MPI); the CUDA path returns Unimplemented.
+// Thread-safety: none; the training loop owns it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/device.h"
+#include "core/keyed_jagged.h"
+#include "core/timer.h"
+#include "embedding/embedding_collection.h"
+#include "sharding/plan.h"
+#include "sharding/process_grid.h"
+
+namespace tessera {
+
+enum class ReplicaSync { kExact, kAverage };
+// "exact" / "average"; InvalidArgument naming the value otherwise.
+absl::StatusOr<ReplicaSync> ParseReplicaSync(const std::string& name);
+
+struct ShardedEmbeddingOptions {
+  // Tables, features, row optimizer and seed, exactly as for EmbeddingCollection.
+  EmbeddingCollectionOptions collection;
+  // Validated against the tables and the grid's group size in Create. Default: empty = the
+  // default plan (DefaultShardingPlan).
+  ShardingPlan plan;
+  // Default: kExact.
+  ReplicaSync replica_sync = ReplicaSync::kExact;
+  // k: average mode syncs every k steps. Default: 1.
+  int64_t sync_every = 1;
+  // c: average mode's row-wise AdaGrad divisor. Default: 0 = M (the number of sharding groups).
+  float adagrad_divisor = 0.0f;
+};
+
+class ShardedEmbeddingCollection {
+ public:
+  ~ShardedEmbeddingCollection();
+
+  // Collective over the world. Builds the local shards (in-memory RowStores initialised row by
+  // row with InitRow on the full table's (seed, table, row), so every shard holds exactly the
+  // slice one rank would hold). Returns InvalidArgument for bad tables or an invalid plan (the
+  // same message on every rank), Unimplemented for a CUDA context.
+  static absl::StatusOr<std::unique_ptr<ShardedEmbeddingCollection>> Create(
+      const ShardedEmbeddingOptions& options, const ProcessGrid& grid, const DeviceContext& ctx);
+
+  // As EmbeddingCollection: the sum of all features' dims, and feature f's column.
+  int64_t output_dim() const;
+  int64_t feature_column(int f) const;
+  int num_tables() const;
+  const TableConfig& table(int t) const;
+  const ShardingPlan& plan() const;
+
+  // Pooled lookup of this rank's `local_batch` into out [local batch size, output_dim()].
+  absl::Status Forward(const KeyedJagged& local_batch, float* out);
+  // Fused backward + update for the batch of the last Forward; d_out as out (see above for its
+  // scale). `lr` and 1-based `step` for the optimizer.
+  absl::Status BackwardUpdate(const float* d_out, float lr, int64_t step);
+
+  // Rows [row_begin, row_begin + count) of logical table t, full width, on EVERY rank:
+  // weights_out gets count * dim floats and, when non-null, state_out count * state_dim floats
+  // in EmbeddingCollection's layout (row-wise AdaGrad: 1 per row; Adam: m then u, dim each).
+  // Collective over the world (same arguments everywhere); each sharding group gathers its own
+  // copy. For export and checkpoints; chunk large tables.
+  absl::Status ReadTable(int t, int64_t row_begin, int64_t count, float* weights_out,
+                         float* state_out = nullptr);
+  // Overwrites rows [row_begin, row_begin + count) of table t from full rows given on every
+  // rank; each rank keeps the parts it owns. `state` may be null (state unchanged). Not a
+  // collective, but every rank must call it with the same data (init_from, checkpoint resume).
+  absl::Status WriteTable(int t, int64_t row_begin, int64_t count, const float* weights,
+                          const float* state = nullptr);
+
+  // Optional: accumulate per-phase seconds (input_dist, lookup, output_dist, backward_dist,
+  // aggregate, replica_sync, update) into `times`; nullptr turns it off. Not owned.
+  void set_phase_times(PhaseTimes* times);
+
+  // The state, defined in sharding/internal/sharded_impl.h (private to sharding/).
+  struct Impl;
+
+ private:
+  ShardedEmbeddingCollection() = default;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tessera
