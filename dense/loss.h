@@ -10,8 +10,10 @@
 
 namespace tessera {
 
-// Returns the mean loss (accumulated in double) and, when d_logits is non-null, writes the
-// gradient of the mean loss.
+// Returns the mean loss (accumulated in double, in fixed blocks, so the bits do not depend on the
+// thread count) and, when d_logits is non-null, writes the gradient of the mean loss. Labels may
+// be soft (any value in [0, 1]). Errors: InvalidArgument for null logits/labels, batch < 1, or a
+// label outside [0, 1] (naming its index and value); Unimplemented for kCuda for now.
 absl::StatusOr<double> BceWithLogits(const DeviceContext& ctx, const float* logits,
                                      const float* labels, int64_t batch, float* d_logits);
 

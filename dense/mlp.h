@@ -38,7 +38,8 @@ class Linear {
   // `name` prefixes the parameter names: "<name>.weight", "<name>.bias".
   Linear(std::string name, int64_t in, int64_t out, Activation act, const DeviceContext& ctx);
   // Initialises as facebookresearch/dlrm: W ~ N(0, sqrt(2 / (in + out))), b ~ N(0, sqrt(1 / out)),
-  // drawn from CounterRng(seed, hash of name).
+  // each tensor drawn from CounterRng(seed, FNV-1a hash of the parameter's name), so the values
+  // depend only on (seed, name). Zeroes the grads.
   void Init(uint64_t seed);
 
   // y[batch, out] = act(x[batch, in] W^T + b). Sets *y to the layer's output buffer, valid until
