@@ -28,8 +28,8 @@ absl::StatusOr<double> ExactAuc(const std::vector<double>& scores,
   }
   const int64_t negatives = static_cast<int64_t>(n) - positives;
   if (positives == 0 || negatives == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ExactAuc: undefined with ", positives, " positives and ", negatives, " negatives"));
+    return absl::InvalidArgumentError(absl::StrCat("ExactAuc: undefined with ", positives,
+                                                   " positives and ", negatives, " negatives"));
   }
   std::vector<int64_t> order(n);
   std::iota(order.begin(), order.end(), 0);
@@ -40,7 +40,8 @@ absl::StatusOr<double> ExactAuc(const std::vector<double>& scores,
   for (size_t i = 0; i < n;) {
     size_t j = i;
     int64_t pos_in_group = 0;
-    while (j < n && scores[order[j]] == scores[order[i]]) pos_in_group += labels[order[j++]] == 1.0f;
+    while (j < n && scores[order[j]] == scores[order[i]])
+      pos_in_group += labels[order[j++]] == 1.0f;
     const double mean_rank = 0.5 * (static_cast<double>(i + 1) + static_cast<double>(j));
     rank_sum += mean_rank * static_cast<double>(pos_in_group);
     i = j;

@@ -11,8 +11,9 @@
 
 namespace tessera {
 
-// InvalidArgument when the sizes differ, a label is not 0 or 1, a score is NaN, or one class is empty (the AUC is
-// undefined then).
-absl::StatusOr<double> ExactAuc(const std::vector<double>& scores, const std::vector<float>& labels);
+// InvalidArgument when the sizes differ, a label is not 0 or 1, a score is NaN, or one class is
+// empty (the AUC is undefined then).
+absl::StatusOr<double> ExactAuc(const std::vector<double>& scores,
+                                const std::vector<float>& labels);
 
 }  // namespace tessera

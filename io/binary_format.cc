@@ -54,20 +54,19 @@ uint32_t HeaderChecksum(const char* header, int64_t num_sparse) {
   return Fnv1a(h, header + 32, static_cast<size_t>(kFixedHeaderBytes - 32 + 8 * num_sparse));
 }
 
-absl::StatusOr<BinaryFileInfo> ParseHeader(const std::string& path, const char* data,
-                                           size_t size) {
+absl::StatusOr<BinaryFileInfo> ParseHeader(const std::string& path, const char* data, size_t size) {
   if (size < static_cast<size_t>(kFixedHeaderBytes) ||
       std::memcmp(data, kBinaryMagic, sizeof(kBinaryMagic)) != 0) {
-    return absl::DataLossError(absl::StrCat(
-        path, ": not a Tessera binary record file (bad magic; convert text with "
-              "`tessera-data convert`)"));
+    return absl::DataLossError(
+        absl::StrCat(path,
+                     ": not a Tessera binary record file (bad magic; convert text with "
+                     "`tessera-data convert`)"));
   }
   BinaryFileInfo info;
   info.version = Load<uint32_t>(data + 8);
   if (info.version != kBinaryVersion) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": binary format version ", info.version,
-                                                   ", this build reads version ",
-                                                   kBinaryVersion));
+                                                   ", this build reads version ", kBinaryVersion));
   }
   info.header_bytes = Load<uint32_t>(data + 12);
   info.num_dense = Load<uint32_t>(data + 16);
@@ -99,16 +98,15 @@ absl::StatusOr<BinaryFileInfo> ParseHeader(const std::string& path, const char* 
 absl::Status SameRows(const std::string& path, const std::vector<int64_t>& file_rows,
                       const std::vector<int64_t>& want, const std::string& want_source) {
   if (file_rows.size() != want.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": has ", file_rows.size(),
-                                                   " sparse features, ", want_source, " has ",
-                                                   want.size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": has ", file_rows.size(), " sparse features, ", want_source, " has ", want.size()));
   }
   for (size_t k = 0; k < want.size(); ++k) {
     if (file_rows[k] != want[k]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": ids were hashed with ", file_rows[k], " rows for sparse feature ", k,
-          " but ", want_source, " has ", want[k],
-          " rows; re-convert the text with the model's rows_per_feature"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": ids were hashed with ", file_rows[k], " rows for sparse feature ",
+                       k, " but ", want_source, " has ", want[k],
+                       " rows; re-convert the text with the model's rows_per_feature"));
     }
   }
   return absl::OkStatus();
@@ -129,8 +127,8 @@ absl::StatusOr<std::unique_ptr<BinaryRecordWriter>> BinaryRecordWriter::Create(
   if (num_dense < 0) return absl::InvalidArgumentError("num_dense < 0");
   for (size_t k = 0; k < rows_per_feature.size(); ++k) {
     if (rows_per_feature[k] < 1 || rows_per_feature[k] > (int64_t{1} << 32)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "rows_per_feature[", k, "] = ", rows_per_feature[k], ", expected 1..2^32"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("rows_per_feature[", k, "] = ", rows_per_feature[k], ", expected 1..2^32"));
     }
   }
   std::unique_ptr<BinaryRecordWriter> w(new BinaryRecordWriter());
@@ -164,15 +162,14 @@ BinaryRecordWriter::~BinaryRecordWriter() {
 absl::Status BinaryRecordWriter::Append(float label, const float* dense, const uint32_t* ids) {
   if (file_ == nullptr) return absl::FailedPreconditionError("writer already finished");
   if (label != 0.0f && label != 1.0f) {
-    return absl::InvalidArgumentError(absl::StrCat("record ", records_, ": label ", label,
-                                                   " is not 0 or 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("record ", records_, ": label ", label, " is not 0 or 1"));
   }
   const int64_t num_sparse = static_cast<int64_t>(rows_.size());
   for (int64_t k = 0; k < num_sparse; ++k) {
     if (static_cast<int64_t>(ids[k]) >= rows_[k]) {
-      return absl::InvalidArgumentError(absl::StrCat("record ", records_, ": id ", ids[k],
-                                                     " of sparse feature ", k, " >= rows ",
-                                                     rows_[k]));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "record ", records_, ": id ", ids[k], " of sparse feature ", k, " >= rows ", rows_[k]));
     }
   }
   char* p = record_.data();
@@ -211,8 +208,8 @@ absl::StatusOr<int64_t> BinaryRecordWriter::Finish() {
   }
   if (std::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
     std::remove(tmp_path_.c_str());
-    return absl::InternalError(absl::StrCat("cannot rename ", tmp_path_, " to ", path_, ": ",
-                                            std::strerror(errno)));
+    return absl::InternalError(
+        absl::StrCat("cannot rename ", tmp_path_, " to ", path_, ": ", std::strerror(errno)));
   }
   return records_;
 }
@@ -259,13 +256,12 @@ absl::StatusOr<std::unique_ptr<BinaryReader>> BinaryReader::Open(BinaryReaderOpt
           SameRows(path, file.info.rows_per_feature, options.rows_per_feature, "the model"));
     } else if (!state->files.empty()) {
       TESSERA_RETURN_IF_ERROR(SameRows(path, file.info.rows_per_feature,
-                                       state->files[0].info.rows_per_feature,
-                                       options.paths[0]));
+                                       state->files[0].info.rows_per_feature, options.paths[0]));
     }
     if (!state->files.empty() && file.info.num_dense != state->files[0].info.num_dense) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": has ", file.info.num_dense,
-                                                     " dense features, ", options.paths[0],
-                                                     " has ", state->files[0].info.num_dense));
+                                                     " dense features, ", options.paths[0], " has ",
+                                                     state->files[0].info.num_dense));
     }
     file.first_index = state->total;
     state->total += file.info.num_records;

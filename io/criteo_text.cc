@@ -31,7 +31,8 @@ struct Line {
 inline Line LineAt(const MappedFile& file, size_t offset) {
   const char* base = file.data();
   const void* nl = std::memchr(base + offset, '\n', file.size() - offset);
-  size_t end = nl == nullptr ? file.size() : static_cast<size_t>(static_cast<const char*>(nl) - base);
+  size_t end =
+      nl == nullptr ? file.size() : static_cast<size_t>(static_cast<const char*>(nl) - base);
   return {offset, end, nl == nullptr ? end : end + 1};
 }
 
@@ -82,19 +83,18 @@ struct CriteoTextReader::State {
 
 absl::StatusOr<std::vector<int64_t>> CriteoRowsPreset(std::string_view name) {
   if (name == "kaggle") {
-    return std::vector<int64_t>{1460,    583,   10131227, 2202608, 305,     24,    12517,
-                                633,     3,     93145,    5683,    8351593, 3194,  27,
-                                14992,   5461306, 10,     5652,    2173,    4,     7046547,
-                                18,      15,    286181,   105,     142572};
+    return std::vector<int64_t>{1460,  583,  10131227, 2202608, 305, 24,     12517,   633,   3,
+                                93145, 5683, 8351593,  3194,    27,  14992,  5461306, 10,    5652,
+                                2173,  4,    7046547,  18,      15,  286181, 105,     142572};
   }
   if (name == "terabyte") {
-    return std::vector<int64_t>{40000000, 39060,  17295,    7424,     20265,    3,     7122,
-                                1543,     63,     40000000, 3067956,  405282,   10,    2209,
-                                11938,    155,    4,        976,      14,       40000000,
-                                40000000, 40000000, 590152, 12973,    108,      36};
+    return std::vector<int64_t>{40000000, 39060,  17295,    7424,    20265,  3,        7122,
+                                1543,     63,     40000000, 3067956, 405282, 10,       2209,
+                                11938,    155,    4,        976,     14,     40000000, 40000000,
+                                40000000, 590152, 12973,    108,     36};
   }
-  return absl::NotFoundError(
-      absl::StrCat("unknown rows preset '", std::string(name), "'; known presets: kaggle, terabyte"));
+  return absl::NotFoundError(absl::StrCat("unknown rows preset '", std::string(name),
+                                          "'; known presets: kaggle, terabyte"));
 }
 
 absl::Status ValidateCriteoRows(const std::vector<int64_t>& rows) {
@@ -143,8 +143,8 @@ absl::StatusOr<std::unique_ptr<CriteoTextReader>> CriteoTextReader::Open(
   TESSERA_RETURN_IF_ERROR(ValidateCriteoRows(options.rows_per_feature));
 
   auto state = std::make_unique<State>();
-  state->parser = std::make_unique<CriteoLineParser>(options.format,
-                                                     options.rows_per_feature.data());
+  state->parser =
+      std::make_unique<CriteoLineParser>(options.format, options.rows_per_feature.data());
   for (const std::string& path : options.paths) {
     State::File file;
     TESSERA_ASSIGN_OR_RETURN(file.map, MappedFile::Open(path));
@@ -231,9 +231,9 @@ absl::StatusOr<bool> CriteoTextReader::ReadRecord(CriteoRecord* record) {
     ++pos.line;
     if (IsBlank(map, line)) continue;
     ++pos.index;
-    FieldError err = s.parser->Parse(
-        std::string_view(map.data() + line.begin, line.end - line.begin), &record->label,
-        record->dense, record->ids);
+    FieldError err =
+        s.parser->Parse(std::string_view(map.data() + line.begin, line.end - line.begin),
+                        &record->label, record->dense, record->ids);
     if (err.ok()) return true;
 
     std::string msg =
@@ -280,9 +280,9 @@ absl::StatusOr<bool> CriteoTextReader::Next(Batch* batch) {
       ++pos.line;
       continue;
     }
-    FieldError err = s.parser->Parse(
-        std::string_view(map.data() + line.begin, line.end - line.begin), &s.labels[b],
-        &s.dense[b * kCriteoNumDense], &s.ids[b * kCriteoNumSparse]);
+    FieldError err =
+        s.parser->Parse(std::string_view(map.data() + line.begin, line.end - line.begin),
+                        &s.labels[b], &s.dense[b * kCriteoNumDense], &s.ids[b * kCriteoNumSparse]);
     if (err.ok()) {
       pos.offset = line.next;
       ++pos.line;
@@ -317,9 +317,7 @@ absl::Status CriteoTextReader::Rewind() {
 }
 
 ReaderStats CriteoTextReader::stats() const { return state_->stats; }
-int64_t CriteoTextReader::num_records() const {
-  return state_->shard_end - state_->shard_begin;
-}
+int64_t CriteoTextReader::num_records() const { return state_->shard_end - state_->shard_begin; }
 int64_t CriteoTextReader::total_records() const { return state_->total; }
 const std::vector<std::string>& CriteoTextReader::skipped_messages() const {
   return state_->skipped_messages;

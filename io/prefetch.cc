@@ -47,9 +47,8 @@ struct PrefetchingReader::State {
   // Queues `item`, waiting for room. Returns false when asked to stop.
   bool Push(Item item) {
     std::unique_lock<std::mutex> lock(mu);
-    space_cv.wait(lock, [&] {
-      return stop || static_cast<int>(ready.size()) < options.queue_batches;
-    });
+    space_cv.wait(lock,
+                  [&] { return stop || static_cast<int>(ready.size()) < options.queue_batches; });
     if (stop) {
       if (item.batch) free.push_back(std::move(item.batch));
       return false;
@@ -138,9 +137,9 @@ absl::StatusOr<std::unique_ptr<PrefetchingReader>> PrefetchingReader::Create(
     std::unique_ptr<BatchReader> inner, PrefetchOptions options) {
   if (inner == nullptr) return absl::InvalidArgumentError("PrefetchingReader: no inner reader");
   if (options.queue_batches < 1 || options.shuffle_window < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "PrefetchingReader: queue_batches = ", options.queue_batches,
-        ", shuffle_window = ", options.shuffle_window, "; both must be >= 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("PrefetchingReader: queue_batches = ", options.queue_batches,
+                     ", shuffle_window = ", options.shuffle_window, "; both must be >= 1"));
   }
   auto state = std::make_unique<State>();
   state->inner = std::move(inner);

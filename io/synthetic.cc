@@ -16,6 +16,8 @@ namespace {
 // Hottest ranks whose id and effects are tabulated per feature (Zipf puts most lookups there).
 constexpr int64_t kCachedRanks = int64_t{1} << 16;
 constexpr int64_t kMaxRows = int64_t{1} << 40;
+// Segments of the tabulated quantile function of each dense feature.
+constexpr int kDenseSegments = 1024;
 // Ranks summed exactly when normalising effects; the rest of the table is an integral.
 constexpr int64_t kExactNormaliserTerms = int64_t{1} << 16;
 
@@ -29,7 +31,9 @@ enum Stream : uint64_t {
   kScrambleStream = 0x5343524d  // scramble keys
 };
 
-double Uniform(uint64_t bits) { return static_cast<double>(bits >> 11) * (1.0 / 9007199254740992.0); }
+double Uniform(uint64_t bits) {
+  return static_cast<double>(bits >> 11) * (1.0 / 9007199254740992.0);
+}
 
 // Standard normal from two counter values (Box-Muller in double precision).
 double NormalFromBits(uint64_t b1, uint64_t b2) {
@@ -72,7 +76,8 @@ double MeanSquaredShape(int64_t n, double s, int64_t signal) {
     const double cut = std::clamp(static_cast<double>(signal) + 0.5, lo, hi);
     norm += PowerIntegral(lo, hi, s);
     acc += PowerIntegral(lo, cut, s);
-    acc += static_cast<double>(signal) * static_cast<double>(signal) * PowerIntegral(cut, hi, s + 2);
+    acc +=
+        static_cast<double>(signal) * static_cast<double>(signal) * PowerIntegral(cut, hi, s + 2);
   }
   return acc / norm;
 }
@@ -143,8 +148,8 @@ absl::Status SyntheticGenerator::Init() {
     }
   }
   if (o.pooling.size() != 1 && o.pooling.size() != o.rows_per_feature.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("pooling has ", o.pooling.size(),
-                                                   " values, expected 1 or ", num_features));
+    return absl::InvalidArgumentError(
+        absl::StrCat("pooling has ", o.pooling.size(), " values, expected 1 or ", num_features));
   }
   for (size_t f = 0; f < o.pooling.size(); ++f) {
     if (o.pooling[f] < 1) {
@@ -161,8 +166,7 @@ absl::Status SyntheticGenerator::Init() {
   }
   if (m.sparse_logit_std < 0 || m.dense_logit_std < 0 || m.pairwise_logit_std < 0 ||
       m.signal_ids < 1) {
-    return absl::InvalidArgumentError(
-        "planted model: logit stds must be >= 0 and signal_ids >= 1");
+    return absl::InvalidArgumentError("planted model: logit stds must be >= 0 and signal_ids >= 1");
   }
 
   sample_seed_ = HashCombine(o.seed, kSampleStream);
@@ -179,7 +183,8 @@ absl::Status SyntheticGenerator::Init() {
     Feature& ft = features_[f];
     ft.rows = o.rows_per_feature[f];
     ft.zipf = ZipfSampler(ft.rows, o.zipf_exponent);
-    const int bits = std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(ft.rows - 1))));
+    const int bits =
+        std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(ft.rows - 1))));
     ft.mask = bits == 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
     ft.shift = (bits + 1) / 2;
     CounterRng keys(HashCombine(o.seed, kScrambleStream), static_cast<uint64_t>(f));
@@ -207,42 +212,54 @@ absl::Status SyntheticGenerator::Init() {
       if (!ft.pair_by_rank.empty()) ft.pair_by_rank[r] = static_cast<float>(Effect(f, r, id, true));
     }
   }
-  pair_coef_ = pairwise ? m.pairwise_logit_std / (features_[0].pair_std * features_[1].pair_std)
-                        : 0.0;
+  pair_coef_ =
+      pairwise ? m.pairwise_logit_std / (features_[0].pair_std * features_[1].pair_std) : 0.0;
 
-  // Dense features: per-feature log-normal parameters, moments by Simpson's rule over z.
+  // Dense features: value = 0 with probability zero_j, else log1p(exp(N(mu_j, sd_j))), drawn by
+  // inverting a tabulated quantile function (piecewise linear in u over kDenseSegments, normal
+  // quantiles clipped at about +-3.5 sd). One uniform and one lerp per value instead of Box-Muller
+  // and two transcendentals, which dominated generation; the moments below are those of the
+  // piecewise-linear law itself, so the centring is exact.
   const int64_t nd = o.num_dense;
-  dense_mu_.resize(nd);
-  dense_sd_.resize(nd);
+  std::vector<double> z_grid(kDenseSegments + 1);
+  for (int i = 0; i <= kDenseSegments; ++i) {
+    const double p = std::clamp(static_cast<double>(i) / kDenseSegments, 0.25 / kDenseSegments,
+                                1.0 - 0.25 / kDenseSegments);
+    double lo = -10, hi = 10;  // bisection on the normal cdf
+    for (int it = 0; it < 80; ++it) {
+      const double mid = 0.5 * (lo + hi);
+      (0.5 * std::erfc(-mid / std::sqrt(2.0)) < p ? lo : hi) = mid;
+    }
+    z_grid[i] = 0.5 * (lo + hi);
+  }
   dense_zero_.resize(nd);
   dense_mean_.resize(nd);
   dense_w_.resize(nd);
+  dense_quantiles_.resize(nd * (kDenseSegments + 1));
   double var_sum = 0;
-  std::vector<double> var(nd);
   for (int64_t j = 0; j < nd; ++j) {
     CounterRng r(HashCombine(o.seed, kDenseStream), static_cast<uint64_t>(j));
-    dense_mu_[j] = 0.5 + 2.5 * r.NextUniformDouble();
-    dense_sd_[j] = 0.5 + 1.0 * r.NextUniformDouble();
+    const double mu = 0.5 + 2.5 * r.NextUniformDouble();
+    const double sd = 0.5 + 1.0 * r.NextUniformDouble();
     dense_zero_[j] = 0.3 * r.NextUniformDouble();
-    const int steps = 4000;
-    const double lo = -10, hi = 10, h = (hi - lo) / steps;
-    double e1 = 0, e2 = 0;
-    for (int i = 0; i <= steps; ++i) {
-      const double z = lo + h * i;
-      const double wgt = (i == 0 || i == steps) ? 1 : (i % 2 ? 4 : 2);
-      const double phi = std::exp(-0.5 * z * z) / std::sqrt(2 * M_PI);
-      const double x = std::log1p(std::exp(dense_mu_[j] + dense_sd_[j] * z));
-      e1 += wgt * phi * x;
-      e2 += wgt * phi * x * x;
+    float* q = &dense_quantiles_[j * (kDenseSegments + 1)];
+    for (int i = 0; i <= kDenseSegments; ++i) {
+      q[i] = static_cast<float>(std::log1p(std::exp(mu + sd * z_grid[i])));
     }
-    e1 *= h / 3;
-    e2 *= h / 3;
+    double e1 = 0, e2 = 0;  // moments of the continuous part, segment by segment
+    for (int i = 0; i < kDenseSegments; ++i) {
+      const double a = q[i], b = q[i + 1];
+      e1 += (a + b) / 2;
+      e2 += (a * a + a * b + b * b) / 3;
+    }
+    e1 /= kDenseSegments;
+    e2 /= kDenseSegments;
     const double keep = 1.0 - dense_zero_[j];
     dense_mean_[j] = keep * e1;
-    var[j] = keep * e2 - dense_mean_[j] * dense_mean_[j];
+    const double var = keep * e2 - dense_mean_[j] * dense_mean_[j];
     CounterRng w(HashCombine(o.seed, kWeightStream), static_cast<uint64_t>(j));
     dense_w_[j] = NextNormal(w);
-    var_sum += dense_w_[j] * dense_w_[j] * var[j];
+    var_sum += dense_w_[j] * dense_w_[j] * var;
   }
   const double wscale = var_sum > 0 ? m.dense_logit_std / std::sqrt(var_sum) : 0.0;
   for (double& w : dense_w_) w *= wscale;
@@ -265,7 +282,8 @@ int64_t SyntheticGenerator::Unscramble(int f, int64_t id) const {
 
 double SyntheticGenerator::Effect(int f, int64_t rank, int64_t id, bool pairwise) const {
   const int64_t signal = options_.model.signal_ids;
-  const double g = rank < signal ? 1.0 : static_cast<double>(signal) / static_cast<double>(rank + 1);
+  const double g =
+      rank < signal ? 1.0 : static_cast<double>(signal) / static_cast<double>(rank + 1);
   if (pairwise) return g * NormalAt(pair_seed_, f, id);
   return features_[f].effect_coef * g * NormalAt(effect_seed_, f, id);
 }
@@ -277,9 +295,13 @@ void SyntheticGenerator::GenerateSample(int64_t index, float* dense, int64_t* id
   double dense_term = 0;
   for (size_t j = 0; j < dense_w_.size(); ++j) {
     const double u = rng.NextUniformDouble();
-    const double z = NextNormal(rng);  // drawn either way: one draw pattern per sample
     float x = 0.0f;
-    if (u >= dense_zero_[j]) x = static_cast<float>(std::log1p(std::exp(dense_mu_[j] + dense_sd_[j] * z)));
+    if (u >= dense_zero_[j]) {
+      const double v = (u - dense_zero_[j]) / (1.0 - dense_zero_[j]) * kDenseSegments;
+      const int i = std::min(static_cast<int>(v), kDenseSegments - 1);
+      const float* q = &dense_quantiles_[j * (kDenseSegments + 1) + i];
+      x = q[0] + static_cast<float>(v - i) * (q[1] - q[0]);
+    }
     dense[j] = x;
     dense_term += dense_w_[j] * (static_cast<double>(x) - dense_mean_[j]);
   }
@@ -356,8 +378,8 @@ absl::StatusOr<std::unique_ptr<SyntheticReader>> SyntheticReader::Open(
         ", batch_size = ", stream.batch_size, "; expected begin, num_samples >= 0, batch >= 1"));
   }
   if (stream.num_shards < 1 || stream.shard_index < 0 || stream.shard_index >= stream.num_shards) {
-    return absl::InvalidArgumentError(absl::StrCat("shard_index = ", stream.shard_index,
-                                                   " of num_shards = ", stream.num_shards));
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard_index = ", stream.shard_index, " of num_shards = ", stream.num_shards));
   }
   std::unique_ptr<SyntheticReader> r(new SyntheticReader());
   r->generator_ = std::move(generator);

@@ -7,8 +7,9 @@
 //   rank  ~ Zipf(zipf_exponent) over [0, rows_f)          (ZipfSampler, O(1), rows up to 2^40)
 //   id    = Scramble_f(rank)                               (a fixed bijection of [0, rows_f), so
 //                                                           hot rows spread over the table)
-// Dense feature j (num_dense of them): 0 with probability z_j, else log(1 + exp(N(mu_j, sd_j))),
-//   i.e. log1p of a log-normal count, like Criteo's integers after the reader's log1p.
+// Dense feature j (num_dense of them): 0 with probability z_j, else log(1 + exp(N(mu_j, sd_j)))
+//   (normal clipped at about +-3.5 sd, drawn from a tabulated quantile function), i.e. log1p of a
+//   log-normal count, like Criteo's integers after the reader's log1p.
 // Label: the planted model (docs/DATA.md has the derivation of the scales)
 //   logit = bias + scale * ( sum_f mean_{id in bag f} e_f(id)        (sparse term)
 //                          + sum_j w_j (dense_j - E dense_j)          (dense term)
@@ -123,7 +124,8 @@ class SyntheticGenerator {
   std::vector<int64_t> pooling_;
   int64_t total_pooling_ = 0;
   std::vector<Feature> features_;
-  std::vector<double> dense_mu_, dense_sd_, dense_zero_, dense_mean_, dense_w_;
+  std::vector<double> dense_zero_, dense_mean_, dense_w_;
+  std::vector<float> dense_quantiles_;  // [num_dense, segments + 1]
   double pair_coef_ = 0;
   uint64_t sample_seed_ = 0, effect_seed_ = 0, pair_seed_ = 0;
 };

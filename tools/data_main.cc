@@ -98,7 +98,7 @@ int Convert() {
   auto stats = ConvertCriteoTextToBinary(o, output);
   if (!stats.ok()) return Fail(stats.status());
   const double s = watch.ElapsedSeconds();
-  std::printf("wrote %lld records to %s in %.2f s (%.0f records/s)", 
+  std::printf("wrote %lld records to %s in %.2f s (%.0f records/s)",
               static_cast<long long>(stats->records_written), output.c_str(), s,
               s > 0 ? static_cast<double>(stats->records_written) / s : 0.0);
   if (stats->bad_records_skipped > 0) {
@@ -136,7 +136,8 @@ int Inspect(const std::string& path) {
       positives += b.labels[i] == 1.0f;
       if (printed < head) {
         std::printf("record %lld: label %g dense", static_cast<long long>(seen + i), b.labels[i]);
-        for (int64_t j = 0; j < b.num_dense; ++j) std::printf(" %.4g", b.dense[i * b.num_dense + j]);
+        for (int64_t j = 0; j < b.num_dense; ++j)
+          std::printf(" %.4g", b.dense[i * b.num_dense + j]);
         std::printf(" ids");
         for (int f = 0; f < b.sparse.num_features; ++f) {
           std::printf(" %lld", static_cast<long long>(b.sparse.values[f * b.batch_size + i]));

@@ -120,8 +120,8 @@ TEST_F(BinaryFormatTest, SeveralFilesAreOneStream) {
   o.batch_size = 128;  // batches span the file boundary
   auto bin = BinaryReader::Open(o);
   ASSERT_TRUE(bin.ok()) << bin.status();
-  auto text = CriteoTextReader::Open(Text(
-      {SharedPath("kaggle_train_head1000.tsv"), SharedPath("paddlerec_sample_train.tsv")}));
+  auto text = CriteoTextReader::Open(
+      Text({SharedPath("kaggle_train_head1000.tsv"), SharedPath("paddlerec_sample_train.tsv")}));
   EXPECT_EQ(Drain(**bin), Drain(**text));
   EXPECT_EQ((*bin)->total_records(), 1100);
   std::remove(second.c_str());
@@ -135,8 +135,9 @@ TEST_F(BinaryFormatTest, OtherTableSizesAreRejected) {
   auto r = BinaryReader::Open(o);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(r.status().message(),
-            path_ + ": ids were hashed with 10131227 rows for sparse feature 2 but the model has "
-                    "1000000 rows; re-convert the text with the model's rows_per_feature");
+            path_ +
+                ": ids were hashed with 10131227 rows for sparse feature 2 but the model has "
+                "1000000 rows; re-convert the text with the model's rows_per_feature");
   o.rows_per_feature.pop_back();
   EXPECT_EQ(BinaryReader::Open(o).status().message(),
             path_ + ": has 26 sparse features, the model has 25");
@@ -154,8 +155,9 @@ TEST_F(BinaryFormatTest, CorruptFilesAreDataLoss) {
   write(bad, raw.substr(0, raw.size() - 7));  // truncated
   auto r = BinaryReader::Open(o);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(r.status().message(), bad + ": file is 164089 bytes, the header says 1000 records = "
-                                        "164096 bytes (truncated or appended to)");
+  EXPECT_EQ(r.status().message(), bad +
+                                      ": file is 164089 bytes, the header says 1000 records = "
+                                      "164096 bytes (truncated or appended to)");
 
   std::string flipped = raw;
   flipped[64 + 8 * 3] ^= 1;  // a rows value: the checksum catches it

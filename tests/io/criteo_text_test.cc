@@ -117,8 +117,8 @@ TEST(CriteoTextTest, Head1000FactsFromSourcesMd) {
   EXPECT_EQ(n38, 469);
   EXPECT_EQ(n37, 29);
   const std::vector<int64_t> empty_i = {458, 0, 230, 213, 41, 248, 39, 0, 39, 458, 39, 775, 213};
-  const std::vector<int64_t> empty_c = {0,  0,   33, 33,  0,  122, 0, 0,   0,   0,   0,   33, 0,
-                                        0,  0,   33, 0,   0,  498, 498, 33, 815, 0, 33, 498, 498};
+  const std::vector<int64_t> empty_c = {0, 0, 33, 33, 0, 122, 0,   0,  0,   0, 0,  33,  0,
+                                        0, 0, 33, 0,  0, 498, 498, 33, 815, 0, 33, 498, 498};
   EXPECT_EQ(std::vector<int64_t>(empty.begin() + 1, empty.begin() + 14), empty_i);
   EXPECT_EQ(std::vector<int64_t>(empty.begin() + 14, empty.end()), empty_c);
 
@@ -131,8 +131,8 @@ TEST(CriteoTextTest, Head1000FactsFromSourcesMd) {
   std::vector<FlatSample> unreduced = ReadAllSamples(Opts({path}, NoReduction()));
   std::vector<int64_t> zeros;
   EXPECT_EQ(DistinctPerColumn(unreduced, &zeros),
-            (std::vector<int64_t>{53, 191, 674, 566, 22, 6, 696, 28, 2, 531, 605, 648, 552, 15,
-                                  518, 619, 9, 359, 123, 3, 633, 5, 12, 420, 28, 321}));
+            (std::vector<int64_t>{53, 191, 674, 566, 22,  6,   696, 28,  2, 531, 605, 648, 552,
+                                  15, 518, 619, 9,   359, 123, 3,   633, 5, 12,  420, 28,  321}));
   EXPECT_EQ(zeros, empty_c);
   for (const FlatSample& s : got) {
     for (int k = 0; k < 26; ++k) EXPECT_LT(s.bags[k][0], Kaggle()[k]);
@@ -148,15 +148,19 @@ struct FileFacts {
 
 TEST(CriteoTextTest, OtherSamplesFromSourcesMd) {
   const std::vector<FileFacts> files = {
-      {"paddlerec_sample_train.tsv", CriteoTextFormat::kTsv, 100, 29,
-       {16, 58, 92, 89, 7, 5, 93, 13, 2, 70, 87, 92, 84, 11, 95, 92, 9, 85, 14, 3, 92, 3, 10, 77,
-        13, 44}},
-      {"paddlerec_sample_test.tsv", CriteoTextFormat::kTsv, 100, 36,
-       {14, 57, 91, 83, 11, 6, 93, 14, 2, 72, 89, 88, 86, 6, 89, 88, 9, 76, 21, 3, 88, 3, 9, 67,
-        14, 51}},
-      {"deepctr_criteo_sample.csv", CriteoTextFormat::kCsv, 200, 49,
-       {27, 92, 171, 156, 12, 6, 183, 19, 2, 142, 173, 169, 166, 14, 170, 167, 9, 127, 43, 3, 168,
-        5, 10, 124, 19, 89}},
+      {"paddlerec_sample_train.tsv", CriteoTextFormat::kTsv, 100, 29, {16, 58, 92, 89, 7,  5,  93,
+                                                                       13, 2,  70, 87, 92, 84, 11,
+                                                                       95, 92, 9,  85, 14, 3,  92,
+                                                                       3,  10, 77, 13, 44}},
+      {"paddlerec_sample_test.tsv", CriteoTextFormat::kTsv, 100, 36, {14, 57, 91, 83, 11, 6,  93,
+                                                                      14, 2,  72, 89, 88, 86, 6,
+                                                                      89, 88, 9,  76, 21, 3,  88,
+                                                                      3,  9,  67, 14, 51}},
+      {"deepctr_criteo_sample.csv", CriteoTextFormat::kCsv, 200, 49, {27,  92, 171, 156, 12,  6,
+                                                                      183, 19, 2,   142, 173, 169,
+                                                                      166, 14, 170, 167, 9,   127,
+                                                                      43,  3,  168, 5,   10,  124,
+                                                                      19,  89}},
   };
   for (const FileFacts& ff : files) {
     SCOPED_TRACE(ff.name);
@@ -206,10 +210,10 @@ TEST(CriteoTextTest, BatchingAndLayout) {
 }
 
 TEST(CriteoTextTest, ShardsConcatenateToTheWholeStream) {
-  CriteoTextOptions o = Opts({SharedPath("kaggle_train_head1000.tsv"),
-                              SharedPath("paddlerec_sample_train.tsv"),
-                              SharedPath("paddlerec_sample_test.tsv")},
-                             Kaggle());
+  CriteoTextOptions o =
+      Opts({SharedPath("kaggle_train_head1000.tsv"), SharedPath("paddlerec_sample_train.tsv"),
+            SharedPath("paddlerec_sample_test.tsv")},
+           Kaggle());
   o.batch_size = 100;
   std::vector<FlatSample> whole = ReadAllSamples(o);
   ASSERT_EQ(whole.size(), 1200u);
@@ -389,10 +393,11 @@ TEST(CriteoTextTest, EveryBadRecordKindInBothPolicies) {
 
 TEST(CriteoTextTest, ParseLineReducesWithExactModulo) {
   // Lemire's fastmod against %, at the edges of the table sizes we accept.
-  const std::vector<int64_t> sizes = {1, 2, 3, 7, 1460, 10131227, 40000000, (1ll << 31) - 1,
-                                      1ll << 31, (1ll << 32) - 1, 1ll << 32};
-  const std::vector<uint32_t> values = {0, 1, 2, 6, 7, 1459, 1460, 0x7FFFFFFF, 0x80000000,
-                                        0xFFFFFFFE, 0xFFFFFFFF, 0x9727dd16, 0x68fd1e64};
+  const std::vector<int64_t> sizes = {
+      1, 2, 3, 7, 1460, 10131227, 40000000, (1ll << 31) - 1, 1ll << 31, (1ll << 32) - 1, 1ll << 32};
+  const std::vector<uint32_t> values = {0,          1,          2,          6,          7,
+                                        1459,       1460,       0x7FFFFFFF, 0x80000000, 0xFFFFFFFE,
+                                        0xFFFFFFFF, 0x9727dd16, 0x68fd1e64};
   for (int64_t size : sizes) {
     std::vector<int64_t> rows(26, size);
     for (uint32_t v : values) {

@@ -61,8 +61,8 @@ class TempFile {
     static int counter = 0;
     std::string dir = ::testing::TempDir();
     if (!dir.empty() && dir.back() != '/') dir += "/";
-    path_ = dir + "tessera_io_" + std::to_string(getpid()) + "_" +
-            std::to_string(counter++) + suffix;
+    path_ =
+        dir + "tessera_io_" + std::to_string(getpid()) + "_" + std::to_string(counter++) + suffix;
     std::ofstream out(path_, std::ios::binary);
     out << contents;
   }

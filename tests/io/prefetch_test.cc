@@ -23,7 +23,8 @@ class ScriptedReader : public BatchReader {
   ScriptedReader(int n, int fail_at, std::atomic<int>* rewinds = nullptr)
       : n_(n), fail_at_(fail_at), rewinds_(rewinds) {}
   absl::StatusOr<bool> Next(Batch* batch) override {
-    if (next_ == fail_at_) return absl::DataLossError("scripted failure at batch " + std::to_string(next_));
+    if (next_ == fail_at_)
+      return absl::DataLossError("scripted failure at batch " + std::to_string(next_));
     if (next_ >= n_) return false;
     batch->batch_size = next_ + 1;
     batch->num_dense = 0;
@@ -179,8 +180,8 @@ TEST(PrefetchTest, RewindMidStreamAndDestroyWhileProducerWaits) {
   for (int i = 0; i < 50; ++i) EXPECT_EQ(order[i], i);
   // Destroying a reader whose producer is blocked on a full queue must not hang.
   for (int i = 0; i < 20; ++i) {
-    auto q = PrefetchingReader::Create(std::make_unique<ScriptedReader>(1000, -1),
-                                       {.queue_batches = 1});
+    auto q =
+        PrefetchingReader::Create(std::make_unique<ScriptedReader>(1000, -1), {.queue_batches = 1});
     if (i % 2) {
       ASSERT_TRUE(*(*q)->Next(&b));
     }
