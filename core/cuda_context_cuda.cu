@@ -1,0 +1,194 @@
+// CudaContext, the stream-ordered helpers and PinnedBuffer for builds with the CUDA path
+// (contracts in core/cuda_context.h and core/pinned.h).
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/cuda_context.h"
+#include "core/cuda_runtime.h"
+#include "core/cuda_status_cuda.h"
+#include "core/pinned.h"
+
+namespace tessera {
+
+absl::Status CudaStatus(cudaError_t err, const char* call) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(call, ": ", cudaGetErrorString(err)));
+}
+
+absl::Status CublasStatus(cublasStatus_t st, const char* call) {
+  if (st == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(call, ": ", cublasGetStatusString(st)));
+}
+
+absl::Status CudaLaunchStatus(const char* kernel) {
+  const cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("launching ", kernel, ": ", cudaGetErrorString(err)));
+}
+
+absl::StatusOr<std::unique_ptr<CudaContext>> CudaContext::Create(
+    const CudaContextOptions& options) {
+  const int count = CudaDeviceCount();
+  if (options.device < 0 || options.device >= count) {
+    return absl::InvalidArgumentError(absl::StrCat("CudaContext: device ", options.device,
+                                                   " outside [0, ", count,
+                                                   ") (visible CUDA devices)"));
+  }
+  std::unique_ptr<CudaContext> c(new CudaContext());
+  c->ctx_.device = Device::kCuda;
+  c->ctx_.cuda_device = options.device;
+  TESSERA_CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device));
+  cudaStream_t compute = nullptr, comm = nullptr;
+  // Non-blocking: the legacy default stream (used by plain cudaMemcpy) must not serialise with
+  // our streams behind our back.
+  TESSERA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+  c->ctx_.compute_stream = compute;
+  TESSERA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&comm, cudaStreamNonBlocking));
+  c->ctx_.comm_stream = comm;
+  cublasHandle_t handle = nullptr;
+  TESSERA_CUBLAS_RETURN_IF_ERROR(cublasCreate(&handle));
+  c->ctx_.cublas_handle = handle;
+  TESSERA_CUBLAS_RETURN_IF_ERROR(cublasSetStream(handle, compute));
+  TESSERA_CUBLAS_RETURN_IF_ERROR(cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST));
+  TESSERA_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(
+      handle, options.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  cudaMemPool_t pool = nullptr;
+  TESSERA_CUDA_RETURN_IF_ERROR(cudaDeviceGetDefaultMemPool(&pool, options.device));
+  unsigned long long threshold = options.pool_release_threshold;
+  TESSERA_CUDA_RETURN_IF_ERROR(
+      cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+  return c;
+}
+
+CudaContext::~CudaContext() {
+  // Destruction must not fail loudly: errors here (a device already lost) are ignored.
+  if (ctx_.compute_stream != nullptr) {
+    cudaStreamSynchronize(static_cast<cudaStream_t>(ctx_.compute_stream));
+  }
+  if (ctx_.comm_stream != nullptr) {
+    cudaStreamSynchronize(static_cast<cudaStream_t>(ctx_.comm_stream));
+  }
+  if (ctx_.cublas_handle != nullptr) cublasDestroy(static_cast<cublasHandle_t>(ctx_.cublas_handle));
+  if (ctx_.comm_stream != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(ctx_.comm_stream));
+  if (ctx_.compute_stream != nullptr) {
+    cudaStreamDestroy(static_cast<cudaStream_t>(ctx_.compute_stream));
+  }
+}
+
+absl::StatusOr<int> CudaDeviceForLocalRank(int local_rank) {
+  const int count = CudaDeviceCount();
+  if (count == 0) return absl::FailedPreconditionError("no CUDA device is visible");
+  if (local_rank < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("local rank ", local_rank, " < 0"));
+  }
+  return local_rank % count;
+}
+
+namespace {
+absl::Status CheckCuda(const DeviceContext& ctx, const char* op) {
+  if (ctx.is_cuda() && ctx.compute_stream != nullptr) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(op, ": needs a CUDA DeviceContext from CudaContext::context()"));
+}
+}  // namespace
+
+absl::Status CudaSynchronize(const DeviceContext& ctx) {
+  TESSERA_RETURN_IF_ERROR(CheckCuda(ctx, "CudaSynchronize"));
+  return CudaStatus(cudaStreamSynchronize(ComputeStream(ctx)), "cudaStreamSynchronize");
+}
+
+absl::Status CudaSynchronizeAll(const DeviceContext& ctx) {
+  TESSERA_RETURN_IF_ERROR(CudaSynchronize(ctx));
+  if (ctx.comm_stream == nullptr) return absl::OkStatus();
+  return CudaStatus(cudaStreamSynchronize(CommStream(ctx)), "cudaStreamSynchronize(comm)");
+}
+
+absl::Status CudaCopyToDevice(const DeviceContext& ctx, void* dst, const void* src,
+                              size_t bytes) {
+  TESSERA_RETURN_IF_ERROR(CheckCuda(ctx, "CudaCopyToDevice"));
+  if (bytes == 0) return absl::OkStatus();
+  return CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ComputeStream(ctx)),
+                    "cudaMemcpyAsync(host to device)");
+}
+
+absl::Status CudaCopyToHost(const DeviceContext& ctx, void* dst, const void* src, size_t bytes) {
+  TESSERA_RETURN_IF_ERROR(CheckCuda(ctx, "CudaCopyToHost"));
+  if (bytes > 0) {
+    TESSERA_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ComputeStream(ctx)));
+  }
+  return CudaStatus(cudaStreamSynchronize(ComputeStream(ctx)), "cudaStreamSynchronize");
+}
+
+absl::Status CudaCopyDeviceToDevice(const DeviceContext& ctx, void* dst, const void* src,
+                                    size_t bytes) {
+  TESSERA_RETURN_IF_ERROR(CheckCuda(ctx, "CudaCopyDeviceToDevice"));
+  if (bytes == 0) return absl::OkStatus();
+  return CudaStatus(
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ComputeStream(ctx)),
+      "cudaMemcpyAsync(device to device)");
+}
+
+absl::Status CudaMemsetAsync(const DeviceContext& ctx, void* dst, int value, size_t bytes) {
+  TESSERA_RETURN_IF_ERROR(CheckCuda(ctx, "CudaMemsetAsync"));
+  if (bytes == 0) return absl::OkStatus();
+  return CudaStatus(cudaMemsetAsync(dst, value, bytes, ComputeStream(ctx)), "cudaMemsetAsync");
+}
+
+absl::StatusOr<void*> CudaMallocAsync(const DeviceContext& ctx, size_t bytes) {
+  TESSERA_RETURN_IF_ERROR(CheckCuda(ctx, "CudaMallocAsync"));
+  void* p = nullptr;
+  const cudaError_t err = cudaMallocAsync(&p, bytes == 0 ? 256 : bytes, ComputeStream(ctx));
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cudaMallocAsync of ", bytes, " bytes: out of device memory"));
+  }
+  TESSERA_RETURN_IF_ERROR(CudaStatus(err, "cudaMallocAsync"));
+  return p;
+}
+
+absl::Status CudaFreeAsync(const DeviceContext& ctx, void* ptr) {
+  if (ptr == nullptr) return absl::OkStatus();
+  TESSERA_RETURN_IF_ERROR(CheckCuda(ctx, "CudaFreeAsync"));
+  return CudaStatus(cudaFreeAsync(ptr, ComputeStream(ctx)), "cudaFreeAsync");
+}
+
+// ---- PinnedBuffer ----------------------------------------------------------------------------
+
+PinnedBuffer::~PinnedBuffer() { Release(); }
+
+PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept { *this = std::move(other); }
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
+  if (this != &other) {
+    Release();
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+void PinnedBuffer::Release() {
+  if (data_ != nullptr) cudaFreeHost(data_);
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
+absl::StatusOr<PinnedBuffer> PinnedBuffer::Allocate(size_t bytes) {
+  PinnedBuffer b;
+  TESSERA_RETURN_IF_ERROR(b.Reserve(bytes));
+  return b;
+}
+
+absl::Status PinnedBuffer::Reserve(size_t bytes) {
+  if (data_ != nullptr && bytes_ >= bytes) return absl::OkStatus();
+  Release();
+  void* p = nullptr;
+  TESSERA_CUDA_RETURN_IF_ERROR(cudaMallocHost(&p, bytes == 0 ? 64 : bytes));
+  data_ = p;
+  bytes_ = bytes;
+  return absl::OkStatus();
+}
+
+}  // namespace tessera
