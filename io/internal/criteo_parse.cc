@@ -28,12 +28,23 @@ std::string FieldName(int field) {
   return absl::StrCat("C", field - kCriteoNumDense);
 }
 
-inline int HexDigit(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
+// Hex digit values; kNotHexBit marks every other byte, so a field is checked by OR-ing its bytes.
+constexpr uint32_t kNotHexBit = 0x100;
+constexpr std::array<uint32_t, 256> kHexValue = [] {
+  std::array<uint32_t, 256> t{};
+  for (int c = 0; c < 256; ++c) {
+    if (c >= '0' && c <= '9') {
+      t[c] = c - '0';
+    } else if (c >= 'a' && c <= 'f') {
+      t[c] = c - 'a' + 10;
+    } else if (c >= 'A' && c <= 'F') {
+      t[c] = c - 'A' + 10;
+    } else {
+      t[c] = kNotHexBit;
+    }
+  }
+  return t;
+}();
 
 // Parses a decimal integer with optional sign; in CSV also an integral float (`12.0`, `12.`).
 // Returns kNone, kNotInteger or kOutOfRange.
@@ -117,85 +128,91 @@ inline uint32_t CriteoLineParser::Reduce(int k, uint32_t value) const {
   return static_cast<uint32_t>((static_cast<unsigned __int128>(low) * rows32_[k]) >> 64);
 }
 
+// One pass per field: each field type scans its own characters up to the separator while it
+// parses them (the common shapes, plain integers and hex ids, never look at a byte twice); the
+// rare shapes (a `+` sign, CSV's `12.0`, errors) fall back to finding the field end first.
 FieldError CriteoLineParser::Parse(std::string_view line, float* label, float* dense,
                                    uint32_t* ids) const {
   const char* p = line.data();
   const char* end = p + line.size();
   if (end > p && end[-1] == '\r') --end;
   FieldError err;
-  int field = 0;
-  while (true) {
-    const char* q = p;
-    while (q < end && *q != sep_) ++q;
-    if (field >= kCriteoNumFields) {
-      // Count the fields for the message; the line is bad either way.
-      int n = field + 1;
-      for (const char* r = q; r < end; ++r) n += (*r == sep_);
-      err.kind = FieldErrorKind::kTooManyFields;
-      err.field = n;
-      err.value = std::string_view();
-      return err;
-    }
-    if (field == 0) {
-      int64_t v = -1;
-      if (q - p == 1 && (*p == '0' || *p == '1')) {
-        v = *p - '0';
-      } else if (csv_ && q > p) {
-        if (ParseInteger(p, q, true, &v) != FieldErrorKind::kNone) v = -1;
-      }
-      if (v != 0 && v != 1) {
-        err.kind = FieldErrorKind::kBadLabel;
-        err.value = std::string_view(p, q - p);
-        return err;
-      }
-      *label = static_cast<float>(v);
-    } else if (field <= kCriteoNumDense) {
-      float d = 0.0f;
-      if (q > p) {
-        int64_t v;
-        FieldErrorKind kind = ParseInteger(p, q, csv_, &v);
-        if (kind != FieldErrorKind::kNone) {
-          err.kind = kind;
-          err.field = field;
-          err.value = std::string_view(p, q - p);
-          return err;
-        }
-        d = CriteoDenseTransform(v);
-      }
-      dense[field - 1] = d;
-    } else {
-      const int k = field - 1 - kCriteoNumDense;
-      uint32_t id = 0;
-      if (q > p) {
-        const int64_t len = q - p;
-        uint32_t v = 0;
-        bool bad = len > 8;
-        for (const char* r = p; r < q && !bad; ++r) {
-          int h = HexDigit(*r);
-          bad = h < 0;
-          v = (v << 4) | static_cast<uint32_t>(h);
-        }
-        if (bad) {
-          err.kind = FieldErrorKind::kNotHex;
-          err.field = field;
-          err.value = std::string_view(p, q - p);
-          return err;
-        }
-        id = Reduce(k, v);
-      }
-      ids[k] = id;
-    }
-    ++field;
-    if (q >= end) break;
-    p = q + 1;
+  auto field_end = [&](const char* r) {
+    while (r < end && *r != sep_) ++r;
+    return r;
+  };
+  auto fail = [&](FieldErrorKind kind, int field, const char* begin) {
+    err.kind = kind;
+    err.field = field;
+    err.value = std::string_view(begin, field_end(begin) - begin);
+    return err;
+  };
+
+  // Label.
+  const char* q = field_end(p);
+  int64_t lv = -1;
+  if (q - p == 1 && (*p == '0' || *p == '1')) {
+    lv = *p - '0';
+  } else if (csv_ && q > p) {
+    if (ParseInteger(p, q, true, &lv) != FieldErrorKind::kNone) lv = -1;
   }
-  // Short row: the missing trailing fields are empty.
-  for (; field < kCriteoNumFields; ++field) {
-    if (field <= kCriteoNumDense) {
-      dense[field - 1] = 0.0f;
-    } else {
-      ids[field - 1 - kCriteoNumDense] = 0;
+  if (lv != 0 && lv != 1) return fail(FieldErrorKind::kBadLabel, 0, p);
+  *label = static_cast<float>(lv);
+  bool more = q < end;
+  p = q + 1;
+
+  // I1..I13.
+  int j = 0;
+  for (; j < kCriteoNumDense && more; ++j) {
+    const char* r = p;
+    const bool neg = r < end && *r == '-';
+    r += neg;
+    const char* digits = r;
+    uint64_t v = 0;
+    while (r < end && static_cast<unsigned>(*r - '0') <= 9) {
+      v = v * 10 + static_cast<unsigned>(*r - '0');
+      ++r;
     }
+    int64_t x;
+    // Fast path: [-]digits (at most 18, so no overflow) or an empty field.
+    if ((r == end || *r == sep_) && r - digits <= 18 && (r > digits || !neg)) {
+      x = neg ? -static_cast<int64_t>(v) : static_cast<int64_t>(v);
+    } else {
+      r = field_end(p);
+      FieldErrorKind kind = ParseInteger(p, r, csv_, &x);
+      if (kind != FieldErrorKind::kNone) return fail(kind, 1 + j, p);
+    }
+    dense[j] = CriteoDenseTransform(x);  // empty: x = 0 -> 0
+    more = r < end;
+    p = r + 1;
+  }
+  for (; j < kCriteoNumDense; ++j) dense[j] = 0.0f;
+
+  // C1..C26.
+  int k = 0;
+  for (; k < kCriteoNumSparse && more; ++k) {
+    const char* r = p;
+    uint32_t v = 0, bad = 0;
+    while (r < end && *r != sep_) {
+      const uint32_t t = kHexValue[static_cast<unsigned char>(*r)];
+      bad |= t;
+      v = (v << 4) | (t & 0xF);
+      ++r;
+    }
+    if (r - p > 8 || (bad & kNotHexBit)) {
+      return fail(FieldErrorKind::kNotHex, 1 + kCriteoNumDense + k, p);
+    }
+    ids[k] = r > p ? Reduce(k, v) : 0;
+    more = r < end;
+    p = r + 1;
+  }
+  for (; k < kCriteoNumSparse; ++k) ids[k] = 0;
+
+  if (more) {  // a 41st field: count them all for the message
+    int n = kCriteoNumFields + 1;
+    for (const char* r = p; r < end; ++r) n += (*r == sep_);
+    err.kind = FieldErrorKind::kTooManyFields;
+    err.field = n;
   }
   return err;
 }
