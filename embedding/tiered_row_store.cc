@@ -1,24 +1,15 @@
 #include "embedding/tiered_row_store.h"
 
 #include <algorithm>
-#include <atomic>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
-#include <limits>
-#include <mutex>
-#include <thread>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "core/buffer.h"
-#include "core/logging.h"
 #include "core/status.h"
 #include "core/timer.h"
 #include "embedding/internal/rocksdb_rows.h"
-#include "embedding/internal/tiered_cache.h"
-#include "rocksdb/utilities/checkpoint.h"
+#include "embedding/internal/tiered_store_impl.h"
 #include "rocksdb/write_batch.h"
 
 namespace tessera {
@@ -36,7 +27,7 @@ const char* CachePolicyName(CachePolicy policy) {
 
 TieredRowStore::~TieredRowStore() = default;
 
-namespace {
+namespace internal {
 
 std::string TableLabel(const TieredRowStoreOptions& o) {
   return absl::StrCat(o.name.empty() ? absl::StrCat("table ", o.table_id)
@@ -44,44 +35,6 @@ std::string TableLabel(const TieredRowStoreOptions& o) {
                       " (RocksDB tier at ", o.path, ")");
 }
 
-using internal::EncodeRowKey;
-using internal::FromRocks;
-using internal::kRowKeyBytes;
-
-// Rows whose values a Prefetch call is reading in the background. The prefetch thread writes
-// values/found/status and then sets done (under the store's prefetch mutex); the training thread
-// reads them only after seeing done.
-struct PrefetchBatch {
-  std::vector<int64_t> rows;  // sorted, distinct
-  std::vector<float> values;  // rows.size() × (dim + state_dim)
-  std::vector<uint8_t> found;
-  absl::Status status;
-  bool done = false;
-};
-
-// Rows evicted dirty, waiting to be written: row -> its value (dim weights + state floats).
-struct WriteBack {
-  absl::flat_hash_map<int64_t, int64_t> index;  // row -> position in rows/values
-  std::vector<int64_t> rows;
-  std::vector<float> values;
-  // Results of the background write (set by the writer thread before done).
-  absl::Status status;
-  double seconds = 0;
-
-  const float* Find(int64_t row, int64_t row_floats) const {
-    auto it = index.find(row);
-    return it == index.end() ? nullptr : values.data() + it->second * row_floats;
-  }
-  void Clear() {
-    index.clear();
-    rows.clear();
-    values.clear();
-    status = absl::OkStatus();
-    seconds = 0;
-  }
-};
-
-// Reorders `wb` by row (index follows).
 void SortWriteBack(WriteBack* wb, int64_t row_floats) {
   const size_t n = wb->rows.size();
   std::vector<int64_t> order(n);
@@ -100,162 +53,6 @@ void SortWriteBack(WriteBack* wb, int64_t row_floats) {
   wb->values = std::move(values);
 }
 
-class TieredRowStoreImpl final : public TieredRowStore {
- public:
-  TieredRowStoreImpl(const TieredRowStoreOptions& options, std::unique_ptr<rocksdb::DB> db,
-                     int64_t cache_rows)
-      : options_(options),
-        label_(TableLabel(options)),
-        row_floats_(options.dim + options.state_dim),
-        db_(std::move(db)),
-        reader_(std::make_unique<internal::RowReader>(
-            db_.get(), options.path, options.table_id,
-            static_cast<size_t>(row_floats_) * sizeof(float), options.reader_threads,
-            options.multiget_batch)),
-        cache_(cache_rows, options.policy) {
-    weights_bytes_ = static_cast<size_t>(cache_rows * options_.dim) * sizeof(float);
-    state_bytes_ = static_cast<size_t>(cache_rows * std::max<int64_t>(1, options_.state_dim)) *
-                   sizeof(float);
-    weights_ = static_cast<float*>(AllocateHost(weights_bytes_));
-    state_ = static_cast<float*>(AllocateHost(state_bytes_));
-    if (options_.prefetch) prefetch_thread_ = std::thread([this] { PrefetchLoop(); });
-    writer_thread_ = std::thread([this] { WriterLoop(); });
-  }
-
-  bool allocated() const { return weights_ != nullptr && state_ != nullptr; }
-
-  ~TieredRowStoreImpl() override {
-    if (prefetch_thread_.joinable()) {
-      {
-        std::lock_guard<std::mutex> lock(prefetch_mu_);
-        prefetch_stop_ = true;
-      }
-      prefetch_cv_.notify_all();
-      prefetch_thread_.join();
-    }
-    if (broken_.ok() && allocated()) {
-      cache_.UnpinAll(/*mark_dirty=*/true);
-      absl::Status s = Flush();
-      if (!s.ok()) {
-        TESSERA_LOG(ERROR) << "closing " << label_ << ": " << s.ToString();
-      }
-    }
-    absl::Status ws = WaitWrite();
-    if (!ws.ok()) {
-      TESSERA_LOG(ERROR) << "closing " << label_ << ": " << ws.ToString();
-    }
-    {
-      std::lock_guard<std::mutex> lock(write_mu_);
-      writer_stop_ = true;
-    }
-    write_cv_.notify_all();
-    writer_thread_.join();
-    if (weights_) FreeHost(weights_, weights_bytes_);
-    if (state_) FreeHost(state_, state_bytes_);
-  }
-
-  int64_t num_rows() const override { return options_.num_rows; }
-  int64_t dim() const override { return options_.dim; }
-  int64_t state_dim() const override { return options_.state_dim; }
-  float* weights() override { return weights_; }
-  float* state() override { return state_; }
-  const TieredRowStoreOptions& options() const override { return options_; }
-
-  absl::Status Resolve(absl::Span<const int64_t> ids, absl::Span<int64_t> slots) override;
-  void Prefetch(absl::Span<const int64_t> ids) override;
-  absl::Status EndStep() override;
-  absl::Status ReadRows(int64_t begin, int64_t count, float* weights_out,
-                        float* state_out) override;
-  absl::Status WriteRows(int64_t begin, int64_t count, const float* weights,
-                         const float* state) override;
-  absl::Status Flush() override;
-  absl::Status Checkpoint(const std::string& dir) override;
-  TieredRowStoreMetrics metrics() override;
-  void ResetMetrics() override {
-    m_ = TieredRowStoreMetrics();
-    prefetch_rows_read_ = 0;
-  }
-
- private:
-  float* SlotWeights(int32_t slot) { return weights_ + int64_t{slot} * options_.dim; }
-  float* SlotState(int32_t slot) { return state_ + int64_t{slot} * options_.state_dim; }
-  // Writes a row's initial value (InitRow + state_init), as CreateInMemoryRowStore does.
-  void InitValue(int64_t row, float* w, float* s) const {
-    InitRow(options_.init, options_.seed, options_.table_id, options_.num_rows, row,
-            options_.dim, w);
-    if (s != nullptr) std::fill(s, s + options_.state_dim, options_.state_init);
-  }
-  void SetSlot(int32_t slot, const float* value) {
-    std::memcpy(SlotWeights(slot), value, options_.dim * sizeof(float));
-    std::memcpy(SlotState(slot), value + options_.dim, options_.state_dim * sizeof(float));
-  }
-  absl::Status CheckRange(int64_t begin, int64_t count, const char* what) const;
-  // Fills freshly installed slots of rows not staged by a prefetch: write-back buffer, RocksDB,
-  // lazy init.
-  absl::Status FillFromDb(const std::vector<std::pair<int64_t, int32_t>>& rows_slots);
-  // Waits for `batch` to finish reading and returns the time waited.
-  double WaitBatch(PrefetchBatch* batch);
-  void DropOldestBatch();
-  void DropAllStaged();
-  void PrefetchLoop();
-  // Writes (key, value) pairs to RocksDB in WriteBatches of bounded size.
-  // Adds the rows written and the seconds taken to `*seconds`.
-  absl::Status WriteValues(const std::vector<int64_t>& rows, const float* values,
-                           double* seconds);
-  // The background writer: writes writing_ (one WriteBatch) while the next step trains.
-  void WriterLoop();
-  // Waits for the write in flight (if any), folds its counts into the metrics, clears writing_
-  // and returns its status.
-  absl::Status WaitWrite();
-
-  const TieredRowStoreOptions options_;
-  const std::string label_;
-  const int64_t row_floats_;
-  std::unique_ptr<rocksdb::DB> db_;
-  std::unique_ptr<internal::RowReader> reader_;
-  internal::SlotCache cache_;
-  float* weights_ = nullptr;
-  float* state_ = nullptr;
-  size_t weights_bytes_ = 0, state_bytes_ = 0;
-  // Once an I/O error has left the cache inconsistent, every call returns it.
-  absl::Status broken_;
-
-  // Dirty rows evicted this step. EndStep hands them to the writer thread as writing_ (one
-  // WriteBatch), which is written while the next step runs; until that write completes, a miss
-  // on one of its rows is served from writing_ (read-only while in flight, so both threads may
-  // read it). At most one write is in flight: EndStep waits for the previous one first.
-  WriteBack pending_;
-  WriteBack writing_;
-  std::mutex write_mu_;
-  std::condition_variable write_cv_;
-  bool write_in_flight_ = false;  // guarded by write_mu_
-  bool writer_stop_ = false;      // guarded by write_mu_
-  std::thread writer_thread_;
-
-  // Scratch for Resolve.
-  absl::flat_hash_map<int64_t, int32_t> miss_index_;
-  std::vector<int64_t> miss_rows_;
-  std::vector<int32_t> miss_slots_;
-
-  // Prefetch: staged_ maps a row to its batch and index; only the training thread touches it.
-  // Invariant: a staged row is neither resident nor pending, so its RocksDB value cannot change
-  // until Resolve installs it (which consumes the staged entry).
-  struct Staged {
-    PrefetchBatch* batch;
-    int64_t index;
-  };
-  absl::flat_hash_map<int64_t, Staged> staged_;
-  std::deque<std::shared_ptr<PrefetchBatch>> live_batches_;
-  std::mutex prefetch_mu_;
-  std::condition_variable prefetch_cv_;       // new work or stop
-  std::condition_variable prefetch_done_cv_;  // a batch finished
-  std::deque<std::shared_ptr<PrefetchBatch>> prefetch_queue_;
-  bool prefetch_stop_ = false;
-  std::thread prefetch_thread_;
-  std::atomic<int64_t> prefetch_rows_read_{0};
-
-  TieredRowStoreMetrics m_;
-};
 
 absl::Status TieredRowStoreImpl::CheckRange(int64_t begin, int64_t count,
                                             const char* what) const {
@@ -574,201 +371,14 @@ absl::Status TieredRowStoreImpl::EndStep() {
   return absl::OkStatus();
 }
 
-absl::Status TieredRowStoreImpl::Flush() {
-  TESSERA_RETURN_IF_ERROR(broken_);
-  if (cache_.pinned_count() > 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(label_, ": Flush/Checkpoint in the middle of a step (",
-                     cache_.pinned_count(), " rows pinned); call EndStep first"));
-  }
-  TESSERA_RETURN_IF_ERROR(EndStep());
-  --m_.steps;  // EndStep above only started the write-back; it was not a training step.
-  absl::Status ws = WaitWrite();
-  if (!ws.ok()) {
-    broken_ = ws;
-    return ws;
-  }
-  std::vector<int64_t> rows;
-  std::vector<int32_t> slots;
-  for (int32_t slot : cache_.ResidentSlots()) {
-    if (!cache_.dirty(slot)) continue;
-    rows.push_back(cache_.row(slot));
-    slots.push_back(slot);
-  }
-  constexpr size_t kChunk = 16384;
-  std::vector<float> values;
-  for (size_t b = 0; b < rows.size(); b += kChunk) {
-    size_t e = std::min(rows.size(), b + kChunk);
-    values.resize((e - b) * row_floats_);
-    for (size_t i = b; i < e; ++i) {
-      float* dst = values.data() + (i - b) * row_floats_;
-      std::memcpy(dst, SlotWeights(slots[i]), options_.dim * sizeof(float));
-      std::memcpy(dst + options_.dim, SlotState(slots[i]), options_.state_dim * sizeof(float));
-    }
-    std::vector<int64_t> chunk_rows(rows.begin() + b, rows.begin() + e);
-    TESSERA_RETURN_IF_ERROR(WriteValues(chunk_rows, values.data(), &m_.write_seconds));
-    m_.rows_written += static_cast<int64_t>(chunk_rows.size());
-    for (size_t i = b; i < e; ++i) cache_.set_dirty(slots[i], false);
-  }
-  rocksdb::FlushOptions fo;
-  fo.wait = true;
-  return FromRocks(db_->Flush(fo), "flushing memtables", options_.path);
-}
 
-absl::Status TieredRowStoreImpl::Checkpoint(const std::string& dir) {
-  TESSERA_RETURN_IF_ERROR(Flush());
-  rocksdb::Checkpoint* raw = nullptr;
-  TESSERA_RETURN_IF_ERROR(
-      FromRocks(rocksdb::Checkpoint::Create(db_.get(), &raw), "checkpoint", options_.path));
-  std::unique_ptr<rocksdb::Checkpoint> cp(raw);
-  // log_size_for_flush = 0: flush before linking (a no-op after Flush, but with the WAL off a
-  // checkpoint must never depend on memtable contents).
-  return FromRocks(cp->CreateCheckpoint(dir, 0), absl::StrCat("checkpoint into ", dir),
-                   options_.path);
-}
-
-absl::Status TieredRowStoreImpl::ReadRows(int64_t begin, int64_t count, float* weights_out,
-                                          float* state_out) {
-  TESSERA_RETURN_IF_ERROR(broken_);
-  TESSERA_RETURN_IF_ERROR(CheckRange(begin, count, "ReadRows"));
-  if (count == 0) return absl::OkStatus();
-  // Let the write in flight land so that RocksDB + pending_ + cache is the whole truth.
-  absl::Status ws = WaitWrite();
-  if (!ws.ok()) {
-    broken_ = ws;
-    return ws;
-  }
-  const int64_t d = options_.dim, sd = options_.state_dim;
-  std::vector<uint8_t> covered(count, 0);
-  auto put = [&](int64_t row, const float* w, const float* s) {
-    int64_t i = row - begin;
-    std::memcpy(weights_out + i * d, w, d * sizeof(float));
-    if (state_out != nullptr) std::memcpy(state_out + i * sd, s, sd * sizeof(float));
-    covered[i] = 1;
-  };
-  // Newest source last: RocksDB, then the write-back buffer, then the cache.
-  char lo[kRowKeyBytes], hi[kRowKeyBytes];
-  EncodeRowKey(options_.table_id, begin, lo);
-  EncodeRowKey(options_.table_id, begin + count, hi);
-  rocksdb::Slice upper(hi, kRowKeyBytes);
-  rocksdb::ReadOptions ro;
-  ro.iterate_upper_bound = &upper;
-  // An export scan would evict the hot blocks of training reads from the block cache.
-  ro.fill_cache = false;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
-  const size_t value_bytes = static_cast<size_t>(row_floats_) * sizeof(float);
-  for (it->Seek(rocksdb::Slice(lo, kRowKeyBytes)); it->Valid(); it->Next()) {
-    int64_t row;
-    if (!internal::DecodeRowKey(it->key(), options_.table_id, &row)) continue;
-    if (row < begin || row >= begin + count) continue;
-    if (it->value().size() != value_bytes) {
-      return absl::DataLossError(absl::StrCat("RocksDB tier at ", options_.path, ": row ", row,
-                                              " has ", it->value().size(),
-                                              " bytes, expected ", value_bytes));
-    }
-    const float* v = reinterpret_cast<const float*>(it->value().data());
-    put(row, v, v + d);
-  }
-  TESSERA_RETURN_IF_ERROR(FromRocks(it->status(), "scanning rows", options_.path));
-  for (size_t p = 0; p < pending_.rows.size(); ++p) {
-    int64_t row = pending_.rows[p];
-    if (row < begin || row >= begin + count) continue;
-    const float* v = pending_.values.data() + p * row_floats_;
-    put(row, v, v + d);
-  }
-  if (count < cache_.resident()) {
-    for (int64_t row = begin; row < begin + count; ++row) {
-      int32_t slot = cache_.Find(row);
-      if (slot >= 0) put(row, SlotWeights(slot), SlotState(slot));
-    }
-  } else {
-    for (int32_t slot : cache_.ResidentSlots()) {
-      int64_t row = cache_.row(slot);
-      if (row >= begin && row < begin + count) put(row, SlotWeights(slot), SlotState(slot));
-    }
-  }
-  for (int64_t i = 0; i < count; ++i) {
-    if (!covered[i]) {
-      InitValue(begin + i, weights_out + i * d, state_out ? state_out + i * sd : nullptr);
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status TieredRowStoreImpl::WriteRows(int64_t begin, int64_t count, const float* weights,
-                                           const float* state) {
-  TESSERA_RETURN_IF_ERROR(broken_);
-  TESSERA_RETURN_IF_ERROR(CheckRange(begin, count, "WriteRows"));
-  // Staged copies of these rows would be stale; drop all staging (WriteRows is for restores).
-  DropAllStaged();
-  const int64_t d = options_.dim, sd = options_.state_dim;
-  constexpr int64_t kChunk = 16384;
-  std::vector<float> current_state;
-  std::vector<float> scratch_w;
-  std::vector<float> values;
-  std::vector<int64_t> rows;
-  for (int64_t b = begin; b < begin + count; b += kChunk) {
-    int64_t n = std::min(kChunk, begin + count - b);
-    if (state == nullptr && sd > 0) {
-      // Rows not cached keep their current state: read it (RocksDB, write-back, init).
-      current_state.resize(n * sd);
-      scratch_w.resize(n * d);
-      TESSERA_RETURN_IF_ERROR(ReadRows(b, n, scratch_w.data(), current_state.data()));
-    }
-    rows.clear();
-    values.clear();
-    for (int64_t i = 0; i < n; ++i) {
-      int64_t row = b + i, src = row - begin;
-      const float* w = weights + src * d;
-      const float* s = state ? state + src * sd : current_state.data() + i * sd;
-      int32_t slot = cache_.Find(row);
-      if (slot >= 0) {
-        std::memcpy(SlotWeights(slot), w, d * sizeof(float));
-        if (state != nullptr) std::memcpy(SlotState(slot), s, sd * sizeof(float));
-        cache_.set_dirty(slot, true);
-        continue;
-      }
-      rows.push_back(row);
-      values.insert(values.end(), w, w + d);
-      values.insert(values.end(), s, s + sd);
-      // A pending write-back of this row would overwrite the new value at EndStep.
-      auto it = pending_.index.find(row);
-      if (it != pending_.index.end()) {
-        std::memcpy(pending_.values.data() + it->second * row_floats_,
-                    values.data() + (rows.size() - 1) * row_floats_,
-                    row_floats_ * sizeof(float));
-      }
-    }
-    // ReadRows above (or this) waited for any write in flight, so this write lands after it.
-    absl::Status ws = WaitWrite();
-    if (!ws.ok()) {
-      broken_ = ws;
-      return ws;
-    }
-    TESSERA_RETURN_IF_ERROR(WriteValues(rows, values.data(), &m_.write_seconds));
-    m_.rows_written += static_cast<int64_t>(rows.size());
-  }
-  return absl::OkStatus();
-}
-
-TieredRowStoreMetrics TieredRowStoreImpl::metrics() {
-  TieredRowStoreMetrics out = m_;
-  out.rows_read += prefetch_rows_read_.load();
-  out.cache_rows = cache_.capacity();
-  out.resident_rows = cache_.resident();
-  uint64_t v = 0;
-  if (db_->GetIntProperty("rocksdb.total-sst-files-size", &v)) out.sst_bytes = v;
-  if (db_->GetIntProperty("rocksdb.cur-size-all-mem-tables", &v)) out.memtable_bytes = v;
-  return out;
-}
-
-}  // namespace
+}  // namespace internal
 
 absl::StatusOr<std::unique_ptr<TieredRowStore>> TieredRowStore::Open(
     const TieredRowStoreOptions& options) {
   const auto& o = options;
   auto bad = [&](const std::string& why) {
-    return absl::InvalidArgumentError(absl::StrCat(TableLabel(o), ": ", why));
+    return absl::InvalidArgumentError(absl::StrCat(internal::TableLabel(o), ": ", why));
   };
   if (o.path.empty()) return bad("path is empty");
   if (o.num_rows <= 0 || o.num_rows > (int64_t{1} << 62)) {
@@ -795,13 +405,14 @@ absl::StatusOr<std::unique_ptr<TieredRowStore>> TieredRowStore::Open(
     return bad(absl::StrCat("cache of ", cache_rows, " rows exceeds 2^31-1 slots"));
   }
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<rocksdb::DB> db, internal::OpenRowDb(o));
-  auto store = std::make_unique<TieredRowStoreImpl>(o, std::move(db), cache_rows);
+  auto store = std::make_unique<internal::TieredRowStoreImpl>(o, std::move(db), cache_rows);
   if (!store->allocated()) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        TableLabel(o), ": cannot allocate a cache of ", cache_rows,
+        internal::TableLabel(o), ": cannot allocate a cache of ", cache_rows,
         " rows x ", o.dim + o.state_dim, " floats"));
   }
   return std::unique_ptr<TieredRowStore>(std::move(store));
 }
+
 
 }  // namespace tessera

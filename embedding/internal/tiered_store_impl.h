@@ -1,0 +1,229 @@
+// TieredRowStoreImpl: the implementation class of TieredRowStore, shared by the .cc files that
+// implement it (embedding/tiered_row_store.cc: the step path, Resolve / Prefetch / EndStep and
+// its threads; embedding/internal/tiered_store_persist.cc: Flush, Checkpoint, ReadRows,
+// WriteRows, metrics). Internal to embedding/; the contract is in embedding/tiered_row_store.h.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <limits>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "core/buffer.h"
+#include "core/logging.h"
+#include "core/status.h"
+#include "core/timer.h"
+#include "embedding/internal/rocksdb_rows.h"
+#include "embedding/internal/tiered_cache.h"
+#include "embedding/tiered_row_store.h"
+#include "rocksdb/utilities/checkpoint.h"
+#include "rocksdb/write_batch.h"
+
+namespace tessera::internal {
+
+// "table 'name' (RocksDB tier at path)" for error messages.
+std::string TableLabel(const TieredRowStoreOptions& o);
+
+// Rows whose values a Prefetch call is reading in the background. The prefetch thread writes
+// values/found/status and then sets done (under the store's prefetch mutex); the training thread
+// reads them only after seeing done.
+struct PrefetchBatch {
+  std::vector<int64_t> rows;  // sorted, distinct
+  std::vector<float> values;  // rows.size() × (dim + state_dim)
+  std::vector<uint8_t> found;
+  absl::Status status;
+  bool done = false;
+};
+
+// Rows evicted dirty, waiting to be written: row -> its value (dim weights + state floats).
+struct WriteBack {
+  absl::flat_hash_map<int64_t, int64_t> index;  // row -> position in rows/values
+  std::vector<int64_t> rows;
+  std::vector<float> values;
+  // Results of the background write (set by the writer thread before done).
+  absl::Status status;
+  double seconds = 0;
+
+  const float* Find(int64_t row, int64_t row_floats) const {
+    auto it = index.find(row);
+    return it == index.end() ? nullptr : values.data() + it->second * row_floats;
+  }
+  void Clear() {
+    index.clear();
+    rows.clear();
+    values.clear();
+    status = absl::OkStatus();
+    seconds = 0;
+  }
+};
+
+// Reorders `wb` by row (index follows).
+
+// Reorders `wb` by row (index follows).
+void SortWriteBack(WriteBack* wb, int64_t row_floats);
+
+class TieredRowStoreImpl final : public TieredRowStore {
+ public:
+  TieredRowStoreImpl(const TieredRowStoreOptions& options, std::unique_ptr<rocksdb::DB> db,
+                     int64_t cache_rows)
+      : options_(options),
+        label_(TableLabel(options)),
+        row_floats_(options.dim + options.state_dim),
+        db_(std::move(db)),
+        reader_(std::make_unique<internal::RowReader>(
+            db_.get(), options.path, options.table_id,
+            static_cast<size_t>(row_floats_) * sizeof(float), options.reader_threads,
+            options.multiget_batch)),
+        cache_(cache_rows, options.policy) {
+    weights_bytes_ = static_cast<size_t>(cache_rows * options_.dim) * sizeof(float);
+    state_bytes_ = static_cast<size_t>(cache_rows * std::max<int64_t>(1, options_.state_dim)) *
+                   sizeof(float);
+    weights_ = static_cast<float*>(AllocateHost(weights_bytes_));
+    state_ = static_cast<float*>(AllocateHost(state_bytes_));
+    if (options_.prefetch) prefetch_thread_ = std::thread([this] { PrefetchLoop(); });
+    writer_thread_ = std::thread([this] { WriterLoop(); });
+  }
+
+  bool allocated() const { return weights_ != nullptr && state_ != nullptr; }
+
+  ~TieredRowStoreImpl() override {
+    if (prefetch_thread_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(prefetch_mu_);
+        prefetch_stop_ = true;
+      }
+      prefetch_cv_.notify_all();
+      prefetch_thread_.join();
+    }
+    if (broken_.ok() && allocated()) {
+      cache_.UnpinAll(/*mark_dirty=*/true);
+      absl::Status s = Flush();
+      if (!s.ok()) {
+        TESSERA_LOG(ERROR) << "closing " << label_ << ": " << s.ToString();
+      }
+    }
+    absl::Status ws = WaitWrite();
+    if (!ws.ok()) {
+      TESSERA_LOG(ERROR) << "closing " << label_ << ": " << ws.ToString();
+    }
+    {
+      std::lock_guard<std::mutex> lock(write_mu_);
+      writer_stop_ = true;
+    }
+    write_cv_.notify_all();
+    writer_thread_.join();
+    if (weights_) FreeHost(weights_, weights_bytes_);
+    if (state_) FreeHost(state_, state_bytes_);
+  }
+
+  int64_t num_rows() const override { return options_.num_rows; }
+  int64_t dim() const override { return options_.dim; }
+  int64_t state_dim() const override { return options_.state_dim; }
+  float* weights() override { return weights_; }
+  float* state() override { return state_; }
+  const TieredRowStoreOptions& options() const override { return options_; }
+
+  absl::Status Resolve(absl::Span<const int64_t> ids, absl::Span<int64_t> slots) override;
+  void Prefetch(absl::Span<const int64_t> ids) override;
+  absl::Status EndStep() override;
+  absl::Status ReadRows(int64_t begin, int64_t count, float* weights_out,
+                        float* state_out) override;
+  absl::Status WriteRows(int64_t begin, int64_t count, const float* weights,
+                         const float* state) override;
+  absl::Status Flush() override;
+  absl::Status Checkpoint(const std::string& dir) override;
+  TieredRowStoreMetrics metrics() override;
+  void ResetMetrics() override {
+    m_ = TieredRowStoreMetrics();
+    prefetch_rows_read_ = 0;
+  }
+
+ private:
+  float* SlotWeights(int32_t slot) { return weights_ + int64_t{slot} * options_.dim; }
+  float* SlotState(int32_t slot) { return state_ + int64_t{slot} * options_.state_dim; }
+  // Writes a row's initial value (InitRow + state_init), as CreateInMemoryRowStore does.
+  void InitValue(int64_t row, float* w, float* s) const {
+    InitRow(options_.init, options_.seed, options_.table_id, options_.num_rows, row,
+            options_.dim, w);
+    if (s != nullptr) std::fill(s, s + options_.state_dim, options_.state_init);
+  }
+  void SetSlot(int32_t slot, const float* value) {
+    std::memcpy(SlotWeights(slot), value, options_.dim * sizeof(float));
+    std::memcpy(SlotState(slot), value + options_.dim, options_.state_dim * sizeof(float));
+  }
+  absl::Status CheckRange(int64_t begin, int64_t count, const char* what) const;
+  // Fills freshly installed slots of rows not staged by a prefetch: write-back buffer, RocksDB,
+  // lazy init.
+  absl::Status FillFromDb(const std::vector<std::pair<int64_t, int32_t>>& rows_slots);
+  // Waits for `batch` to finish reading and returns the time waited.
+  double WaitBatch(PrefetchBatch* batch);
+  void DropOldestBatch();
+  void DropAllStaged();
+  void PrefetchLoop();
+  // Writes (key, value) pairs to RocksDB in WriteBatches of bounded size.
+  // Adds the rows written and the seconds taken to `*seconds`.
+  absl::Status WriteValues(const std::vector<int64_t>& rows, const float* values,
+                           double* seconds);
+  // The background writer: writes writing_ (one WriteBatch) while the next step trains.
+  void WriterLoop();
+  // Waits for the write in flight (if any), folds its counts into the metrics, clears writing_
+  // and returns its status.
+  absl::Status WaitWrite();
+
+  const TieredRowStoreOptions options_;
+  const std::string label_;
+  const int64_t row_floats_;
+  std::unique_ptr<rocksdb::DB> db_;
+  std::unique_ptr<internal::RowReader> reader_;
+  internal::SlotCache cache_;
+  float* weights_ = nullptr;
+  float* state_ = nullptr;
+  size_t weights_bytes_ = 0, state_bytes_ = 0;
+  // Once an I/O error has left the cache inconsistent, every call returns it.
+  absl::Status broken_;
+
+  // Dirty rows evicted this step. EndStep hands them to the writer thread as writing_ (one
+  // WriteBatch), which is written while the next step runs; until that write completes, a miss
+  // on one of its rows is served from writing_ (read-only while in flight, so both threads may
+  // read it). At most one write is in flight: EndStep waits for the previous one first.
+  WriteBack pending_;
+  WriteBack writing_;
+  std::mutex write_mu_;
+  std::condition_variable write_cv_;
+  bool write_in_flight_ = false;  // guarded by write_mu_
+  bool writer_stop_ = false;      // guarded by write_mu_
+  std::thread writer_thread_;
+
+  // Scratch for Resolve.
+  absl::flat_hash_map<int64_t, int32_t> miss_index_;
+  std::vector<int64_t> miss_rows_;
+  std::vector<int32_t> miss_slots_;
+
+  // Prefetch: staged_ maps a row to its batch and index; only the training thread touches it.
+  // Invariant: a staged row is neither resident nor pending, so its RocksDB value cannot change
+  // until Resolve installs it (which consumes the staged entry).
+  struct Staged {
+    PrefetchBatch* batch;
+    int64_t index;
+  };
+  absl::flat_hash_map<int64_t, Staged> staged_;
+  std::deque<std::shared_ptr<PrefetchBatch>> live_batches_;
+  std::mutex prefetch_mu_;
+  std::condition_variable prefetch_cv_;       // new work or stop
+  std::condition_variable prefetch_done_cv_;  // a batch finished
+  std::deque<std::shared_ptr<PrefetchBatch>> prefetch_queue_;
+  bool prefetch_stop_ = false;
+  std::thread prefetch_thread_;
+  std::atomic<int64_t> prefetch_rows_read_{0};
+
+  TieredRowStoreMetrics m_;
+};
+
+}  // namespace tessera::internal

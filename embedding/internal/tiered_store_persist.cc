@@ -1,0 +1,204 @@
+// Flush, Checkpoint, ReadRows, WriteRows and metrics of the tiered row store (the step path is
+// in embedding/tiered_row_store.cc).
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+#include "embedding/internal/rocksdb_rows.h"
+#include "embedding/internal/tiered_store_impl.h"
+#include "rocksdb/utilities/checkpoint.h"
+
+namespace tessera::internal {
+
+absl::Status TieredRowStoreImpl::Flush() {
+  TESSERA_RETURN_IF_ERROR(broken_);
+  if (cache_.pinned_count() > 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(label_, ": Flush/Checkpoint in the middle of a step (",
+                     cache_.pinned_count(), " rows pinned); call EndStep first"));
+  }
+  TESSERA_RETURN_IF_ERROR(EndStep());
+  --m_.steps;  // EndStep above only started the write-back; it was not a training step.
+  absl::Status ws = WaitWrite();
+  if (!ws.ok()) {
+    broken_ = ws;
+    return ws;
+  }
+  std::vector<int64_t> rows;
+  std::vector<int32_t> slots;
+  for (int32_t slot : cache_.ResidentSlots()) {
+    if (!cache_.dirty(slot)) continue;
+    rows.push_back(cache_.row(slot));
+    slots.push_back(slot);
+  }
+  constexpr size_t kChunk = 16384;
+  std::vector<float> values;
+  for (size_t b = 0; b < rows.size(); b += kChunk) {
+    size_t e = std::min(rows.size(), b + kChunk);
+    values.resize((e - b) * row_floats_);
+    for (size_t i = b; i < e; ++i) {
+      float* dst = values.data() + (i - b) * row_floats_;
+      std::memcpy(dst, SlotWeights(slots[i]), options_.dim * sizeof(float));
+      std::memcpy(dst + options_.dim, SlotState(slots[i]), options_.state_dim * sizeof(float));
+    }
+    std::vector<int64_t> chunk_rows(rows.begin() + b, rows.begin() + e);
+    TESSERA_RETURN_IF_ERROR(WriteValues(chunk_rows, values.data(), &m_.write_seconds));
+    m_.rows_written += static_cast<int64_t>(chunk_rows.size());
+    for (size_t i = b; i < e; ++i) cache_.set_dirty(slots[i], false);
+  }
+  rocksdb::FlushOptions fo;
+  fo.wait = true;
+  return FromRocks(db_->Flush(fo), "flushing memtables", options_.path);
+}
+
+absl::Status TieredRowStoreImpl::Checkpoint(const std::string& dir) {
+  TESSERA_RETURN_IF_ERROR(Flush());
+  rocksdb::Checkpoint* raw = nullptr;
+  TESSERA_RETURN_IF_ERROR(
+      FromRocks(rocksdb::Checkpoint::Create(db_.get(), &raw), "checkpoint", options_.path));
+  std::unique_ptr<rocksdb::Checkpoint> cp(raw);
+  // log_size_for_flush = 0: flush before linking (a no-op after Flush, but with the WAL off a
+  // checkpoint must never depend on memtable contents).
+  return FromRocks(cp->CreateCheckpoint(dir, 0), absl::StrCat("checkpoint into ", dir),
+                   options_.path);
+}
+
+absl::Status TieredRowStoreImpl::ReadRows(int64_t begin, int64_t count, float* weights_out,
+                                          float* state_out) {
+  TESSERA_RETURN_IF_ERROR(broken_);
+  TESSERA_RETURN_IF_ERROR(CheckRange(begin, count, "ReadRows"));
+  if (count == 0) return absl::OkStatus();
+  // Let the write in flight land so that RocksDB + pending_ + cache is the whole truth.
+  absl::Status ws = WaitWrite();
+  if (!ws.ok()) {
+    broken_ = ws;
+    return ws;
+  }
+  const int64_t d = options_.dim, sd = options_.state_dim;
+  std::vector<uint8_t> covered(count, 0);
+  auto put = [&](int64_t row, const float* w, const float* s) {
+    int64_t i = row - begin;
+    std::memcpy(weights_out + i * d, w, d * sizeof(float));
+    if (state_out != nullptr) std::memcpy(state_out + i * sd, s, sd * sizeof(float));
+    covered[i] = 1;
+  };
+  // Newest source last: RocksDB, then the write-back buffer, then the cache.
+  char lo[kRowKeyBytes], hi[kRowKeyBytes];
+  EncodeRowKey(options_.table_id, begin, lo);
+  EncodeRowKey(options_.table_id, begin + count, hi);
+  rocksdb::Slice upper(hi, kRowKeyBytes);
+  rocksdb::ReadOptions ro;
+  ro.iterate_upper_bound = &upper;
+  // An export scan would evict the hot blocks of training reads from the block cache.
+  ro.fill_cache = false;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
+  const size_t value_bytes = static_cast<size_t>(row_floats_) * sizeof(float);
+  for (it->Seek(rocksdb::Slice(lo, kRowKeyBytes)); it->Valid(); it->Next()) {
+    int64_t row;
+    if (!internal::DecodeRowKey(it->key(), options_.table_id, &row)) continue;
+    if (row < begin || row >= begin + count) continue;
+    if (it->value().size() != value_bytes) {
+      return absl::DataLossError(absl::StrCat("RocksDB tier at ", options_.path, ": row ", row,
+                                              " has ", it->value().size(),
+                                              " bytes, expected ", value_bytes));
+    }
+    const float* v = reinterpret_cast<const float*>(it->value().data());
+    put(row, v, v + d);
+  }
+  TESSERA_RETURN_IF_ERROR(FromRocks(it->status(), "scanning rows", options_.path));
+  for (size_t p = 0; p < pending_.rows.size(); ++p) {
+    int64_t row = pending_.rows[p];
+    if (row < begin || row >= begin + count) continue;
+    const float* v = pending_.values.data() + p * row_floats_;
+    put(row, v, v + d);
+  }
+  if (count < cache_.resident()) {
+    for (int64_t row = begin; row < begin + count; ++row) {
+      int32_t slot = cache_.Find(row);
+      if (slot >= 0) put(row, SlotWeights(slot), SlotState(slot));
+    }
+  } else {
+    for (int32_t slot : cache_.ResidentSlots()) {
+      int64_t row = cache_.row(slot);
+      if (row >= begin && row < begin + count) put(row, SlotWeights(slot), SlotState(slot));
+    }
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    if (!covered[i]) {
+      InitValue(begin + i, weights_out + i * d, state_out ? state_out + i * sd : nullptr);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TieredRowStoreImpl::WriteRows(int64_t begin, int64_t count, const float* weights,
+                                           const float* state) {
+  TESSERA_RETURN_IF_ERROR(broken_);
+  TESSERA_RETURN_IF_ERROR(CheckRange(begin, count, "WriteRows"));
+  // Staged copies of these rows would be stale; drop all staging (WriteRows is for restores).
+  DropAllStaged();
+  const int64_t d = options_.dim, sd = options_.state_dim;
+  constexpr int64_t kChunk = 16384;
+  std::vector<float> current_state;
+  std::vector<float> scratch_w;
+  std::vector<float> values;
+  std::vector<int64_t> rows;
+  for (int64_t b = begin; b < begin + count; b += kChunk) {
+    int64_t n = std::min(kChunk, begin + count - b);
+    if (state == nullptr && sd > 0) {
+      // Rows not cached keep their current state: read it (RocksDB, write-back, init).
+      current_state.resize(n * sd);
+      scratch_w.resize(n * d);
+      TESSERA_RETURN_IF_ERROR(ReadRows(b, n, scratch_w.data(), current_state.data()));
+    }
+    rows.clear();
+    values.clear();
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t row = b + i, src = row - begin;
+      const float* w = weights + src * d;
+      const float* s = state ? state + src * sd : current_state.data() + i * sd;
+      int32_t slot = cache_.Find(row);
+      if (slot >= 0) {
+        std::memcpy(SlotWeights(slot), w, d * sizeof(float));
+        if (state != nullptr) std::memcpy(SlotState(slot), s, sd * sizeof(float));
+        cache_.set_dirty(slot, true);
+        continue;
+      }
+      rows.push_back(row);
+      values.insert(values.end(), w, w + d);
+      values.insert(values.end(), s, s + sd);
+      // A pending write-back of this row would overwrite the new value at EndStep.
+      auto it = pending_.index.find(row);
+      if (it != pending_.index.end()) {
+        std::memcpy(pending_.values.data() + it->second * row_floats_,
+                    values.data() + (rows.size() - 1) * row_floats_,
+                    row_floats_ * sizeof(float));
+      }
+    }
+    // ReadRows above (or this) waited for any write in flight, so this write lands after it.
+    absl::Status ws = WaitWrite();
+    if (!ws.ok()) {
+      broken_ = ws;
+      return ws;
+    }
+    TESSERA_RETURN_IF_ERROR(WriteValues(rows, values.data(), &m_.write_seconds));
+    m_.rows_written += static_cast<int64_t>(rows.size());
+  }
+  return absl::OkStatus();
+}
+
+TieredRowStoreMetrics TieredRowStoreImpl::metrics() {
+  TieredRowStoreMetrics out = m_;
+  out.rows_read += prefetch_rows_read_.load();
+  out.cache_rows = cache_.capacity();
+  out.resident_rows = cache_.resident();
+  uint64_t v = 0;
+  if (db_->GetIntProperty("rocksdb.total-sst-files-size", &v)) out.sst_bytes = v;
+  if (db_->GetIntProperty("rocksdb.cur-size-all-mem-tables", &v)) out.memtable_bytes = v;
+  return out;
+}
+
+
+}  // namespace tessera::internal
