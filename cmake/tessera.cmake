@@ -44,7 +44,8 @@ function(tessera_test name)
   if(ARG_LABELS)
     set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}")
   endif()
-  set_tests_properties(${name} PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+  set_tests_properties(${name} PROPERTIES ENVIRONMENT
+    "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE;${TESSERA_TEST_BLAS_ENV}")
 endfunction()
 
 # tessera_mpi_test(NAME NP n SOURCES ... DEPS ...)
@@ -64,5 +65,5 @@ function(tessera_mpi_test name)
     set(t ${ARG_TIMEOUT})
   endif()
   set_tests_properties(${name} PROPERTIES TIMEOUT ${t} LABELS distributed
-    ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+    ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_MCA_rmaps_base_oversubscribe=1;${TESSERA_TEST_BLAS_ENV}")
 endfunction()

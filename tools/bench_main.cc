@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "core/parallel.h"
 #include "core/timer.h"
+#include "tools/blas_env.h"
 #include "tools/flags_util.h"
 #include "trainer/config.h"
 #include "trainer/data_sources.h"
@@ -120,6 +121,7 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
 }  // namespace tessera
 
 int main(int argc, char** argv) {
+  tessera::MaybeReexecForBlasKernels(argv);
   std::vector<std::string> overrides = tessera::ExtractOverrides(&argc, argv);
   absl::SetProgramUsageMessage("Benchmarks a config's training step on synthetic data.");
   absl::ParseCommandLine(argc, argv);

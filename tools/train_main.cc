@@ -12,6 +12,7 @@
 #include "absl/flags/usage.h"
 #include "core/logging.h"
 #include "core/parallel.h"
+#include "tools/blas_env.h"
 #include "tools/flags_util.h"
 #include "trainer/config.h"
 #include "trainer/trainer.h"
@@ -21,6 +22,7 @@ ABSL_FLAG(int, threads, 0, "CPU threads (0: the config's `threads`, else all cor
 ABSL_FLAG(bool, quiet, false, "no progress line");
 
 int main(int argc, char** argv) {
+  tessera::MaybeReexecForBlasKernels(argv);
   std::vector<std::string> overrides = tessera::ExtractOverrides(&argc, argv);
   absl::SetProgramUsageMessage(
       "Trains a DLRM/DCNv2 model from a YAML config.\n"
