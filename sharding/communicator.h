@@ -9,7 +9,8 @@
 // Every collective is blocking and must be called by all ranks of the communicator in the same
 // order with matching sizes (as in MPI). Buffers live in the backend's memory (host for MPI and
 // the world of one, device for NCCL). Reductions are deterministic: a float or double sum adds the
-// ranks' contributions in rank order 0, 1, ..., size-1 and every rank receives the same bits.
+// ranks' contributions in rank order 0, 1, ..., size-1 and every rank receives the same bits
+// (NCCL: its own fixed order, see nccl_communicator.h).
 //
 // Byte counters: each collective adds to a per-kind counter the bytes this rank puts on the wire
 // under the reference algorithm (see CollectiveStats), so a training step's traffic can be

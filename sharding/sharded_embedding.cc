@@ -14,7 +14,15 @@
 
 namespace tessera {
 
+using internal::Align8;
+using internal::BucketIds;
+using internal::CheckBatch;
+using internal::HeaderInts;
+using internal::kErrorFlag;
+using internal::kWeightedFlag;
 using internal::LocalShard;
+using internal::MakeStore;
+using internal::NumFeatures;
 using internal::Request;
 
 absl::StatusOr<ReplicaSync> ParseReplicaSync(const std::string& name) {
@@ -26,48 +34,6 @@ absl::StatusOr<ReplicaSync> ParseReplicaSync(const std::string& name) {
 
 ShardedEmbeddingCollection::~ShardedEmbeddingCollection() = default;
 
-namespace {
-
-// Writes rows [begin, end) x columns [c0, c1) of table t's initial values into `out`
-// (row-major, c1 - c0 wide): the slice of what one rank's InMemoryRowStore would hold.
-void InitSlice(const TableConfig& cfg, uint64_t seed, int t, int64_t begin, int64_t end,
-               int64_t c0, int64_t c1, float* out) {
-  std::vector<float> row(cfg.dim);
-  for (int64_t r = begin; r < end; ++r) {
-    InitRow(cfg.init, seed, static_cast<uint64_t>(t), cfg.num_rows, r, cfg.dim, row.data());
-    std::memcpy(out + (r - begin) * (c1 - c0), row.data() + c0, (c1 - c0) * sizeof(float));
-  }
-}
-
-absl::StatusOr<std::unique_ptr<RowStore>> MakeStore(const EmbeddingCollectionOptions& o, int t,
-                                                    int64_t r0, int64_t r1, int64_t c0,
-                                                    int64_t c1) {
-  const TableConfig& cfg = o.tables[t];
-  InMemoryRowStoreOptions so;
-  so.num_rows = r1 - r0;
-  so.dim = c1 - c0;
-  so.state_dim = RowStateDim(o.optimizer.type, c1 - c0);
-  so.state_init =
-      o.optimizer.type == RowOptimizerType::kRowWiseAdagrad ? o.optimizer.adagrad_initial : 0.0f;
-  so.init.type = RowInitType::kZero;  // overwritten below with the full table's slice
-  so.seed = o.seed;
-  so.table_id = static_cast<uint64_t>(t);
-  so.name = cfg.name;
-  TESSERA_ASSIGN_OR_RETURN(auto store, CreateInMemoryRowStore(so));
-  constexpr int64_t kChunk = 4096;
-  std::vector<float> buf;
-  for (int64_t b = r0; b < r1; b += kChunk) {
-    const int64_t e = std::min(r1, b + kChunk);
-    buf.resize((e - b) * (c1 - c0));
-    InitSlice(cfg, o.seed, t, b, e, c0, c1, buf.data());
-    TESSERA_RETURN_IF_ERROR(store->WriteRows(b - r0, e - b, buf.data(), nullptr));
-  }
-  return store;
-}
-
-int64_t Align8(int64_t x) { return (x + 7) & ~int64_t{7}; }
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<ShardedEmbeddingCollection>> ShardedEmbeddingCollection::Create(
     const ShardedEmbeddingOptions& options, const ProcessGrid& grid, const DeviceContext& ctx) {
@@ -203,101 +169,6 @@ const TableConfig& ShardedEmbeddingCollection::table(int t) const {
 const ShardingPlan& ShardedEmbeddingCollection::plan() const { return impl_->plan; }
 void ShardedEmbeddingCollection::set_phase_times(PhaseTimes* times) { impl_->times = times; }
 
-namespace {
-
-absl::Status CheckBatch(const ShardedEmbeddingCollection::Impl& s, const KeyedJagged& batch) {
-  const auto& co = s.options.collection;
-  const int64_t b = batch.batch_size;
-  if (batch.num_features != co.num_features || b < 0 ||
-      static_cast<int64_t>(batch.offsets.size()) != batch.num_bags() + 1 ||
-      batch.offsets.front() != 0 ||
-      batch.offsets.back() != static_cast<int64_t>(batch.values.size()) ||
-      (!batch.weights.empty() && batch.weights.size() != batch.values.size())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ShardedEmbeddingCollection::Forward: batch of ", batch.num_features,
-        " features (want ", co.num_features, "), ", b, " samples, ", batch.offsets.size(),
-        " offsets (want ", batch.num_bags() + 1, ", from 0 to values.size() = ",
-        batch.values.size(), "), ", batch.weights.size(), " weights (want 0 or values.size())"));
-  }
-  for (int64_t i = 0; i + 1 < static_cast<int64_t>(batch.offsets.size()); ++i) {
-    if (batch.offsets[i + 1] < batch.offsets[i]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("ShardedEmbeddingCollection::Forward: offsets decrease at bag ", i));
-    }
-  }
-  for (int f = 0; f < co.num_features; ++f) {
-    const TableConfig& cfg = co.tables[s.table_of_feature[f]];
-    for (int64_t j = batch.feature_begin(f); j < batch.feature_end(f); ++j) {
-      if (static_cast<uint64_t>(batch.values[j]) >= static_cast<uint64_t>(cfg.num_rows)) {
-        const int64_t* offs = batch.feature_offsets(f);
-        const int64_t sample = std::upper_bound(offs, offs + b + 1, j) - offs - 1;
-        return absl::InvalidArgumentError(absl::StrCat(
-            "table '", cfg.name, "': feature ", f, " sample ", sample, " has id ",
-            batch.values[j], " outside [0, ", cfg.num_rows, ")"));
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
-// Fills every request's unique ids, bag lengths, positions and weights from the local batch.
-void BucketIds(ShardedEmbeddingCollection::Impl& s, const KeyedJagged& batch) {
-  const auto& co = s.options.collection;
-  const int64_t b = batch.batch_size;
-  for (Request& r : s.requests) {
-    r.uids.clear();
-    r.uid_index.clear();
-    for (size_t fi = 0; fi < r.pos.size(); ++fi) {
-      r.lengths[fi].assign(b, 0);
-      r.pos[fi].clear();
-      r.wts[fi].clear();
-    }
-  }
-  for (int t = 0; t < static_cast<int>(co.tables.size()); ++t) {
-    const auto& route = s.routes[t];
-    if (route.data_parallel) continue;
-    const auto& feats = co.tables[t].features;
-    const bool single_block = route.bounds.size() == 2;
-    for (size_t fi = 0; fi < feats.size(); ++fi) {
-      const int f = feats[fi];
-      const int64_t* offs = batch.feature_offsets(f);
-      for (int64_t bag = 0; bag < b; ++bag) {
-        for (int64_t j = offs[bag]; j < offs[bag + 1]; ++j) {
-          const int64_t id = batch.values[j];
-          const size_t blk =
-              single_block ? 0
-                           : std::upper_bound(route.bounds.begin(), route.bounds.end(), id) -
-                                 route.bounds.begin() - 1;
-          for (int ri : route.block_requests[blk]) {
-            Request& r = s.requests[ri];
-            auto [it, fresh] = r.uid_index.try_emplace(id, static_cast<int32_t>(r.uids.size()));
-            if (fresh) r.uids.push_back(id);
-            r.pos[fi].push_back(it->second);
-            r.lengths[fi][bag] += 1;
-            if (s.weighted) r.wts[fi].push_back(batch.weights[j]);
-          }
-        }
-      }
-    }
-  }
-}
-
-int64_t NumFeatures(const ShardedEmbeddingCollection::Impl& s, int table) {
-  return static_cast<int64_t>(s.options.collection.tables[table].features.size());
-}
-
-// Header ints per (sender, receiver) pair: batch size, flags, then per request of the
-// receiver: unique ids and per feature the position count.
-int64_t HeaderInts(const ShardedEmbeddingCollection::Impl& s, int dst) {
-  int64_t h = 2;
-  for (int ri : s.dst_requests[dst]) h += 1 + NumFeatures(s, s.requests[ri].table);
-  return h;
-}
-
-constexpr int64_t kWeightedFlag = 1;
-constexpr int64_t kErrorFlag = 2;
-
-}  // namespace
 
 absl::Status ShardedEmbeddingCollection::Forward(const KeyedJagged& batch, float* out) {
   Impl& s = *impl_;

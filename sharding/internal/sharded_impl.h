@@ -113,3 +113,25 @@ struct ShardedEmbeddingCollection::Impl {
 };
 
 }  // namespace tessera
+
+namespace tessera::internal {
+
+// An in-memory store for rows [r0, r1) x columns [c0, c1) of table t, initialised with the
+// slice of the full table's InitRow values (so a shard holds what one rank would hold).
+absl::StatusOr<std::unique_ptr<RowStore>> MakeStore(const EmbeddingCollectionOptions& o, int t,
+                                                    int64_t r0, int64_t r1, int64_t c0,
+                                                    int64_t c1);
+// InvalidArgument naming the table, feature, sample and id for a malformed batch.
+absl::Status CheckBatch(const ShardedEmbeddingCollection::Impl& s, const KeyedJagged& batch);
+// Fills every request's unique ids, bag lengths, positions and weights from the local batch.
+void BucketIds(ShardedEmbeddingCollection::Impl& s, const KeyedJagged& batch);
+// Features served by `table`.
+int64_t NumFeatures(const ShardedEmbeddingCollection::Impl& s, int table);
+// Header ints per (sender, receiver) pair: batch size, flags, then per request of the receiver
+// its unique-id count and per feature its position count.
+int64_t HeaderInts(const ShardedEmbeddingCollection::Impl& s, int dst);
+inline int64_t Align8(int64_t x) { return (x + 7) & ~int64_t{7}; }
+inline constexpr int64_t kWeightedFlag = 1;
+inline constexpr int64_t kErrorFlag = 2;
+
+}  // namespace tessera::internal

@@ -22,12 +22,17 @@ inline EmbeddingCollectionOptions SmallModel(RowOptimizerType opt, uint64_t seed
   o.seed = seed;
   o.optimizer.type = opt;
   o.tables.resize(3);
-  o.tables[0] = {.name = "users", .num_rows = 41, .dim = 8, .pooling = PoolingMode::kSum};
-  o.tables[0].features = {0, 2};
-  o.tables[1] = {.name = "ads", .num_rows = 29, .dim = 6, .pooling = PoolingMode::kMean};
-  o.tables[1].features = {1};
-  o.tables[2] = {.name = "site", .num_rows = 23, .dim = 4, .pooling = PoolingMode::kSum};
-  o.tables[2].features = {3};
+  auto table = [&](int t, const char* name, int64_t rows, int64_t dim, PoolingMode pooling,
+                   std::vector<int> features) {
+    o.tables[t].name = name;
+    o.tables[t].num_rows = rows;
+    o.tables[t].dim = dim;
+    o.tables[t].pooling = pooling;
+    o.tables[t].features = std::move(features);
+  };
+  table(0, "users", 41, 8, PoolingMode::kSum, {0, 2});
+  table(1, "ads", 29, 6, PoolingMode::kMean, {1});
+  table(2, "site", 23, 4, PoolingMode::kSum, {3});
   return o;
 }
 
@@ -42,8 +47,13 @@ inline ShardingPlan PlanOfType(ShardingType type, const std::vector<TableConfig>
     tp.table = c.name;
     tp.type = type;
     auto add = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1, int i) {
-      tp.shards.push_back(Shard{.row_begin = r0, .row_end = r1, .col_begin = c0, .col_end = c1,
-                                .rank = (i + t) % n});
+      Shard sh;
+      sh.row_begin = r0;
+      sh.row_end = r1;
+      sh.col_begin = c0;
+      sh.col_end = c1;
+      sh.rank = (i + t) % n;
+      tp.shards.push_back(sh);
     };
     switch (type) {
       case ShardingType::kDataParallel: break;

@@ -165,7 +165,8 @@ TEST(DefaultPlanTest, ValidAndBalanced) {
 TEST(DefaultPlanTest, ManyEqualTablesSpreadTableWise) {
   std::vector<TableConfig> tables(8);
   for (int i = 0; i < 8; ++i) {
-    tables[i].name = "t" + std::to_string(i);
+    tables[i].name = "t";
+    tables[i].name += std::to_string(i);
     tables[i].num_rows = 100;
     tables[i].dim = 8;
   }
