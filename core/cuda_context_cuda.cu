@@ -39,11 +39,14 @@ absl::StatusOr<std::unique_ptr<CudaContext>> CudaContext::Create(
   c->ctx_.cuda_device = options.device;
   TESSERA_CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device));
   cudaStream_t compute = nullptr, comm = nullptr;
-  // Non-blocking: the legacy default stream (used by plain cudaMemcpy) must not serialise with
-  // our streams behind our back.
-  TESSERA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+  // Blocking streams (not cudaStreamNonBlocking) on purpose: the synchronous CudaMemcpy of
+  // core/cuda_runtime.h runs on the legacy default stream, which then waits for our streams'
+  // earlier work and they for it. So host code that reads or writes device parameters with
+  // CudaMemcpy (initialisation, export, checkpoints) sees a consistent state without an explicit
+  // CudaSynchronize. The hot path never touches the legacy stream, so this costs nothing there.
+  TESSERA_CUDA_RETURN_IF_ERROR(cudaStreamCreate(&compute));
   c->ctx_.compute_stream = compute;
-  TESSERA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&comm, cudaStreamNonBlocking));
+  TESSERA_CUDA_RETURN_IF_ERROR(cudaStreamCreate(&comm));
   c->ctx_.comm_stream = comm;
   cublasHandle_t handle = nullptr;
   TESSERA_CUBLAS_RETURN_IF_ERROR(cublasCreate(&handle));

@@ -10,6 +10,10 @@
 #include "core/device.h"
 #include "core/status.h"
 
+// nvcc (13.0) warns "ignoring return value type with nodiscard attribute" for `st = f();` with
+// absl::Status (a [[nodiscard]] class): a false positive on the assignment operator's return.
+#pragma nv_diag_suppress 2810
+
 namespace tessera {
 
 // OK for cudaSuccess; otherwise Internal "<call>: <cudaGetErrorString>" (and the sticky error

@@ -22,7 +22,13 @@ constexpr char kCudaFile[] = "dense/cross_network_cuda.cu";
 absl::Status CrossLayerForward(const DeviceContext& ctx, const CrossLayerParams& p,
                                const float* x0, const float* xl, int64_t batch, float* inner,
                                float* low, float* x_next) {
+#if TESSERA_HAVE_CUDA
+  if (ctx.is_cuda()) {
+    return dense_internal::CrossLayerForwardCuda(ctx, p, x0, xl, batch, inner, low, x_next);
+  }
+#else
   if (ctx.is_cuda()) return dense_internal::NoCudaTwin("CrossLayerForward", kCudaFile);
+#endif
   return dense_internal::CrossLayerForwardCpu(ctx, p, x0, xl, batch, inner, low, x_next);
 }
 
@@ -31,7 +37,14 @@ absl::Status CrossLayerBackward(const DeviceContext& ctx, const CrossLayerParams
                                 const float* low, int64_t batch, float* g, bool assign_dx0,
                                 float* dx0, float* d_inner, float* d_low,
                                 const CrossLayerGrads& grads) {
+#if TESSERA_HAVE_CUDA
+  if (ctx.is_cuda()) {
+    return dense_internal::CrossLayerBackwardCuda(ctx, p, x0, xl, inner, low, batch, g, assign_dx0,
+                                                  dx0, d_inner, d_low, grads);
+  }
+#else
   if (ctx.is_cuda()) return dense_internal::NoCudaTwin("CrossLayerBackward", kCudaFile);
+#endif
   return dense_internal::CrossLayerBackwardCpu(ctx, p, x0, xl, inner, low, batch, g, assign_dx0,
                                                dx0, d_inner, d_low, grads);
 }

@@ -29,7 +29,14 @@ absl::Status DotInteractionForward(const DeviceContext& ctx, const float* bottom
   TESSERA_RETURN_IF_ERROR(CheckNotNull(kOp, "emb", emb));
   TESSERA_RETURN_IF_ERROR(CheckNotNull(kOp, "out", out));
   TESSERA_RETURN_IF_ERROR(CheckShape(kOp, batch, num_embeddings, dim));
+#if TESSERA_HAVE_CUDA
+  if (ctx.is_cuda()) {
+    return dense_internal::DotInteractionForwardCuda(ctx, bottom, emb, batch, num_embeddings, dim,
+                                                     out);
+  }
+#else
   if (ctx.is_cuda()) return dense_internal::NoCudaTwin(kOp, "dense/interaction_cuda.cu");
+#endif
   return dense_internal::DotInteractionForwardCpu(ctx, bottom, emb, batch, num_embeddings, dim,
                                                   out);
 }
@@ -46,7 +53,14 @@ absl::Status DotInteractionBackward(const DeviceContext& ctx, const float* botto
   TESSERA_RETURN_IF_ERROR(CheckNotNull(kOp, "d_bottom", d_bottom));
   TESSERA_RETURN_IF_ERROR(CheckNotNull(kOp, "d_emb", d_emb));
   TESSERA_RETURN_IF_ERROR(CheckShape(kOp, batch, num_embeddings, dim));
+#if TESSERA_HAVE_CUDA
+  if (ctx.is_cuda()) {
+    return dense_internal::DotInteractionBackwardCuda(ctx, bottom, emb, d_out, batch, num_embeddings,
+                                                      dim, d_bottom, d_emb);
+  }
+#else
   if (ctx.is_cuda()) return dense_internal::NoCudaTwin(kOp, "dense/interaction_cuda.cu");
+#endif
   return dense_internal::DotInteractionBackwardCpu(ctx, bottom, emb, d_out, batch,
                                                    num_embeddings, dim, d_bottom, d_emb);
 }

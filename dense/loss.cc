@@ -13,7 +13,13 @@ absl::StatusOr<double> BceWithLogits(const DeviceContext& ctx, const float* logi
   TESSERA_RETURN_IF_ERROR(dense_internal::CheckNotNull(kOp, "logits", logits));
   TESSERA_RETURN_IF_ERROR(dense_internal::CheckNotNull(kOp, "labels", labels));
   TESSERA_RETURN_IF_ERROR(dense_internal::CheckSize(kOp, "batch", batch));
+#if TESSERA_HAVE_CUDA
+  if (ctx.is_cuda()) {
+    return dense_internal::BceWithLogitsCuda(ctx, logits, labels, batch, d_logits);
+  }
+#else
   if (ctx.is_cuda()) return dense_internal::NoCudaTwin(kOp, "dense/loss_cuda.cu");
+#endif
   return dense_internal::BceWithLogitsCpu(ctx, logits, labels, batch, d_logits);
 }
 

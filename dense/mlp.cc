@@ -26,7 +26,11 @@ absl::Status LinearForward(const DeviceContext& ctx, const float* x, const float
   TESSERA_RETURN_IF_ERROR(CheckSize(kOp, "batch", batch));
   TESSERA_RETURN_IF_ERROR(CheckSize(kOp, "in", in));
   TESSERA_RETURN_IF_ERROR(CheckSize(kOp, "out", out));
+#if TESSERA_HAVE_CUDA
+  if (ctx.is_cuda()) return dense_internal::LinearForwardCuda(ctx, x, w, b, batch, in, out, act, y);
+#else
   if (ctx.is_cuda()) return dense_internal::NoCudaTwin(kOp, "dense/linear_cuda.cu");
+#endif
   return dense_internal::LinearForwardCpu(ctx, x, w, b, batch, in, out, act, y);
 }
 
@@ -43,7 +47,13 @@ absl::Status LinearBackward(const DeviceContext& ctx, const float* x, const floa
   TESSERA_RETURN_IF_ERROR(CheckSize(kOp, "batch", batch));
   TESSERA_RETURN_IF_ERROR(CheckSize(kOp, "in", in));
   TESSERA_RETURN_IF_ERROR(CheckSize(kOp, "out", out));
+#if TESSERA_HAVE_CUDA
+  if (ctx.is_cuda()) {
+    return dense_internal::LinearBackwardCuda(ctx, x, w, y, dy, batch, in, out, act, dw, db, dx);
+  }
+#else
   if (ctx.is_cuda()) return dense_internal::NoCudaTwin(kOp, "dense/linear_cuda.cu");
+#endif
   return dense_internal::LinearBackwardCpu(ctx, x, w, y, dy, batch, in, out, act, dw, db, dx);
 }
 

@@ -21,6 +21,29 @@ using dense_internal::DenseStepScalars;
 
 constexpr char kCudaFile[] = "dense/optimizer_cuda.cu";
 
+// The per-tensor steps, dispatched to the CPU or CUDA twin.
+absl::Status SgdStep(const DeviceContext& ctx, const DenseStepScalars& s, int64_t n, float* w,
+                     const float* g) {
+#if TESSERA_HAVE_CUDA
+  if (ctx.is_cuda()) return dense_internal::SgdStepCuda(ctx, s, n, w, g);
+#endif
+  return dense_internal::SgdStepCpu(ctx, s, n, w, g);
+}
+absl::Status AdagradStep(const DeviceContext& ctx, const DenseStepScalars& s, int64_t n, float* w,
+                         const float* g, float* sum) {
+#if TESSERA_HAVE_CUDA
+  if (ctx.is_cuda()) return dense_internal::AdagradStepCuda(ctx, s, n, w, g, sum);
+#endif
+  return dense_internal::AdagradStepCpu(ctx, s, n, w, g, sum);
+}
+absl::Status AdamStep(const DeviceContext& ctx, const DenseStepScalars& s, int64_t n, float* w,
+                      const float* g, float* m, float* v) {
+#if TESSERA_HAVE_CUDA
+  if (ctx.is_cuda()) return dense_internal::AdamStepCuda(ctx, s, n, w, g, m, v);
+#endif
+  return dense_internal::AdamStepCpu(ctx, s, n, w, g, m, v);
+}
+
 const char* TypeName(DenseOptimizerType type) {
   switch (type) {
     case DenseOptimizerType::kSgd: return "sgd";
@@ -90,7 +113,9 @@ class DenseOptimizerImpl : public DenseOptimizer {
           absl::StrCat("DenseOptimizer(", TypeName(options_.type), ")::Step: lr = ", lr,
                        " must be finite and >= 0"));
     }
+#if !TESSERA_HAVE_CUDA
     if (ctx_.is_cuda()) return dense_internal::NoCudaTwin("DenseOptimizer::Step", kCudaFile);
+#endif
     DenseStepScalars s;
     s.lr = lr;
     s.weight_decay = options_.weight_decay;
@@ -111,14 +136,14 @@ class DenseOptimizerImpl : public DenseOptimizer {
       const float* g = p->grad.data<float>();
       switch (options_.type) {
         case DenseOptimizerType::kSgd:
-          TESSERA_RETURN_IF_ERROR(dense_internal::SgdStepCpu(ctx_, s, n, w, g));
+          TESSERA_RETURN_IF_ERROR(SgdStep(ctx_, s, n, w, g));
           break;
         case DenseOptimizerType::kAdagrad:
           TESSERA_RETURN_IF_ERROR(
-              dense_internal::AdagradStepCpu(ctx_, s, n, w, g, state_[i].value.data<float>()));
+              AdagradStep(ctx_, s, n, w, g, state_[i].value.data<float>()));
           break;
         case DenseOptimizerType::kAdam:
-          TESSERA_RETURN_IF_ERROR(dense_internal::AdamStepCpu(
+          TESSERA_RETURN_IF_ERROR(AdamStep(
               ctx_, s, n, w, g, state_[2 * i].value.data<float>(),
               state_[2 * i + 1].value.data<float>()));
           break;

@@ -1,0 +1,46 @@
+// Row-major fp32 GEMMs through cuBLAS (column-major), for the dense CUDA twins. .cu files only.
+//
+// The transposition trick: a row-major matrix M [r, c] with leading dimension ld is, read
+// column-major, M^T [c, r] with the same ld. So row-major C = op(A) op(B) is column-major
+// C^T = op(B)^T op(A)^T: call cuBLAS with the operands swapped, m and n swapped, and each
+// operand keeping its own transpose flag. Sizes were checked to fit in 32 bits by the entry
+// points. cuBLAS runs on the handle's stream (the context's compute stream) and, without
+// CUBLAS_ATOMICS, gives the same bits on every run on the same GPU and library version.
+#pragma once
+
+#include <cstdint>
+
+#include "core/cuda_status_cuda.h"
+
+namespace tessera::dense_internal {
+
+// C[m, n] = alpha * op(A) op(B) + beta * C, row-major, op(A) [m, k], op(B) [k, n].
+inline absl::Status CudaSgemm(const DeviceContext& ctx, bool trans_a, bool trans_b, int64_t m,
+                              int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                              const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  return CublasStatus(
+      cublasSgemm(CublasHandle(ctx), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                  trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
+                  static_cast<int>(k), &alpha, b, static_cast<int>(ldb), a,
+                  static_cast<int>(lda), &beta, c, static_cast<int>(ldc)),
+      "cublasSgemm");
+}
+
+// `count` independent row-major GEMMs; operand i starts at base + i * stride.
+inline absl::Status CudaSgemmStridedBatched(const DeviceContext& ctx, bool trans_a, bool trans_b,
+                                            int64_t m, int64_t n, int64_t k, float alpha,
+                                            const float* a, int64_t lda, int64_t stride_a,
+                                            const float* b, int64_t ldb, int64_t stride_b,
+                                            float beta, float* c, int64_t ldc, int64_t stride_c,
+                                            int64_t count) {
+  return CublasStatus(
+      cublasSgemmStridedBatched(CublasHandle(ctx), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
+                                static_cast<int>(m), static_cast<int>(k), &alpha, b,
+                                static_cast<int>(ldb), stride_b, a, static_cast<int>(lda),
+                                stride_a, &beta, c, static_cast<int>(ldc), stride_c,
+                                static_cast<int>(count)),
+      "cublasSgemmStridedBatched");
+}
+
+}  // namespace tessera::dense_internal
