@@ -20,6 +20,9 @@
 #include "embedding/internal/cpu_parallel.h"
 #include "embedding/internal/radix_sort.h"
 #include "embedding/pooled_lookup.h"
+#if TESSERA_HAVE_CUDA
+#include "embedding/pooled_lookup_cuda.h"
+#endif
 
 namespace tessera {
 namespace {
@@ -38,7 +41,7 @@ constexpr int64_t kRunMinEntries = 16384;
 constexpr int64_t kSumMinEntries = 1024;
 constexpr int64_t kUpdateMinRows = 128;
 
-absl::Status CudaNotBuilt(const char* op) {
+[[maybe_unused]] absl::Status CudaNotBuilt(const char* op) {
   // The CUDA twin (pooled_lookup_cuda.cu) slots in here behind `#if TESSERA_HAVE_CUDA`.
   return absl::UnimplementedError(absl::StrCat(op, ": the CUDA twin is not built yet"));
 }
@@ -400,7 +403,11 @@ absl::Status ApplyRowUpdatesCpu(absl::Span<const int64_t> slots, const float* ro
 }  // namespace
 
 absl::Status PooledLookupForward(const DeviceContext& ctx, const PooledLookupArgs& args) {
+#if TESSERA_HAVE_CUDA
+  if (ctx.is_cuda()) return PooledLookupForwardCuda(ctx, args);
+#else
   if (ctx.is_cuda()) return CudaNotBuilt("PooledLookupForward");
+#endif
   return PooledLookupForwardCpu(args);
 }
 
@@ -408,20 +415,40 @@ absl::Status AggregateRowGradients(const DeviceContext& ctx, absl::Span<const Ba
                                    int64_t dim, PoolingMode pooling, EmbeddingWorkspace* ws,
                                    std::vector<int64_t>* unique_slots,
                                    std::vector<float>* row_grads) {
+#if TESSERA_HAVE_CUDA
+  if (ctx.is_cuda()) {
+    return AggregateRowGradientsCudaToHost(ctx, sources, dim, pooling, unique_slots, row_grads);
+  }
+#else
   if (ctx.is_cuda()) return CudaNotBuilt("AggregateRowGradients");
+#endif
   return AggregateRowGradientsCpu(sources, dim, pooling, ws, unique_slots, row_grads);
 }
 
 absl::Status ApplyRowUpdates(const DeviceContext& ctx, absl::Span<const int64_t> slots,
                              const float* row_grads, const RowUpdateArgs& args) {
+#if TESSERA_HAVE_CUDA
+  if (ctx.is_cuda()) {
+    return ApplyRowUpdatesCuda(ctx, slots.data(), nullptr, static_cast<int64_t>(slots.size()),
+                               row_grads, args);
+  }
+#else
   if (ctx.is_cuda()) return CudaNotBuilt("ApplyRowUpdates");
+#endif
   return ApplyRowUpdatesCpu(slots, row_grads, args);
 }
 
 absl::Status FusedBackwardUpdate(const DeviceContext& ctx, absl::Span<const BagGradients> sources,
                                  PoolingMode pooling, const RowUpdateArgs& args,
                                  EmbeddingWorkspace* ws) {
+#if TESSERA_HAVE_CUDA
+  if (ctx.is_cuda()) {
+    CudaEmbeddingWorkspace cuda_ws(ctx);
+    return FusedBackwardUpdateCuda(ctx, sources, {}, pooling, 0, args, &cuda_ws);
+  }
+#else
   if (ctx.is_cuda()) return CudaNotBuilt("FusedBackwardUpdate");
+#endif
   if (ws == nullptr) return absl::InvalidArgumentError("FusedBackwardUpdate: null workspace");
   TESSERA_RETURN_IF_ERROR(ValidateRowUpdate(args));
   TESSERA_RETURN_IF_ERROR(AggregateRowGradientsCpu(sources, args.dim, pooling, ws,

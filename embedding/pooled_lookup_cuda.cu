@@ -1,0 +1,766 @@
+// CUDA twin of pooled_lookup.h and the id preprocessing of the input dist (contracts in
+// embedding/pooled_lookup_cuda.h).
+//
+// Forward: a group of T lanes per bag (T a power of two, T * 4 >= dim, at most 32): lane l owns
+// columns [4l, 4l + 4) (+ 4T, ...) and walks the bag's ids in order, loading its float4 of each
+// row (a warp reads 512 contiguous bytes of a dim-128 row at once). Sums stay in registers; the
+// bag's order of terms equals the CPU twin's.
+// Backward: one thread per id writes a key (slot << position_bits | position), its bag's
+// gradient row and its scale; a stable CUB radix sort over the slot bits groups equal slots with
+// positions in order; run starts are flagged, scanned (CUB) and scattered into unique slots and
+// run boundaries; a group of T lanes per unique slot sums its run in order (same order as the CPU
+// twin); one thread per unique slot applies ApplyRowUpdate. The number of unique slots stays on
+// the device: kernels read it, so the backward queues without waiting for the host.
+// Dedup and bucketisation reuse the key-sort machinery with ids or owner ranks as keys.
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
+
+#include <limits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/cuda_context.h"
+#include "core/cuda_status_cuda.h"
+#include "embedding/pooled_lookup_cuda.h"
+
+namespace tessera {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kNoBad = std::numeric_limits<int64_t>::max();
+using Key = unsigned long long;
+
+int BitWidth(uint64_t x) {
+  int b = 0;
+  while (x != 0) ++b, x >>= 1;
+  return b;
+}
+
+// log2 of the lanes per bag/row: the power of two covering dim / vec, at most 32.
+int LanesLog2(int64_t dim, int vec) {
+  const int64_t need = (dim + vec - 1) / vec;
+  int l = 0;
+  while (l < 5 && (int64_t{1} << l) < need) ++l;
+  return l;
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+__device__ __forceinline__ int64_t WarpMax(int64_t v) {
+  for (int o = 16; o > 0; o /= 2) v = max(v, static_cast<int64_t>(__shfl_down_sync(0xffffffffu, v, o)));
+  return v;
+}
+__device__ __forceinline__ int64_t WarpMin(int64_t v) {
+  for (int o = 16; o > 0; o /= 2) v = min(v, static_cast<int64_t>(__shfl_down_sync(0xffffffffu, v, o)));
+  return v;
+}
+
+// Folds a thread's max slot and first bad position into counters[1] and counters[2]. Every
+// thread of the block must call it (warp shuffles).
+__device__ __forceinline__ void ReportSlots(int64_t max_slot, int64_t bad, int64_t* counters) {
+  max_slot = WarpMax(max_slot);
+  bad = WarpMin(bad);
+  if ((threadIdx.x & 31) == 0) {
+    atomicMax(reinterpret_cast<long long*>(counters + 1), static_cast<long long>(max_slot));
+    atomicMin(reinterpret_cast<long long*>(counters + 2), static_cast<long long>(bad));
+  }
+}
+
+// ---- Forward ---------------------------------------------------------------------------------
+
+template <bool kVec4>
+__global__ void PoolKernel(PooledLookupArgs a, int lanes_log2) {
+  const int lanes = 1 << lanes_log2;
+  const int lane = threadIdx.x & (lanes - 1);
+  const int64_t groups = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> lanes_log2;
+  const int64_t dim = a.dim;
+  for (int64_t bag = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> lanes_log2;
+       bag < a.num_bags; bag += groups) {
+    const int64_t jb = a.offsets[bag], je = a.offsets[bag + 1];
+    const float scale =
+        (a.pooling == PoolingMode::kMean && je > jb) ? 1.0f / static_cast<float>(je - jb) : 1.0f;
+    float* out = a.out + bag * a.out_stride;
+    if constexpr (kVec4) {
+      for (int64_t c = 4 * lane; c < dim; c += 4 * lanes) {
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+        for (int64_t j = jb; j < je; ++j) {
+          const float4 r = __ldg(reinterpret_cast<const float4*>(a.weights + a.indices[j] * dim + c));
+          const float s = a.per_id_weights != nullptr ? a.per_id_weights[j] : 1.0f;
+          acc.x += s * r.x;
+          acc.y += s * r.y;
+          acc.z += s * r.z;
+          acc.w += s * r.w;
+        }
+        *reinterpret_cast<float4*>(out + c) =
+            make_float4(acc.x * scale, acc.y * scale, acc.z * scale, acc.w * scale);
+      }
+    } else {
+      for (int64_t c = lane; c < dim; c += lanes) {
+        float acc = 0.0f;
+#pragma unroll 4
+        for (int64_t j = jb; j < je; ++j) {
+          const float s = a.per_id_weights != nullptr ? a.per_id_weights[j] : 1.0f;
+          acc += s * __ldg(a.weights + a.indices[j] * dim + c);
+        }
+        out[c] = acc * scale;
+      }
+    }
+  }
+}
+
+__global__ void CheckIndicesKernel(const int64_t* __restrict__ indices, int64_t begin,
+                                   int64_t end, int64_t num_slots, int64_t* counters) {
+  int64_t bad = kNoBad;
+  for (int64_t j = begin + blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < end;
+       j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t s = indices[j];
+    if ((s < 0 || s >= num_slots) && j < bad) bad = j;
+  }
+  ReportSlots(0, bad, counters);
+}
+
+// ---- Backward --------------------------------------------------------------------------------
+
+struct KeySource {
+  const int64_t* offsets;
+  const int64_t* indices;
+  const float* per_id_weights;
+  int64_t num_bags;
+  const float* grad;
+  int64_t grad_stride;
+  int64_t count;  // ids of this source
+  int64_t base;   // position of its first id
+};
+
+__global__ void BuildKeysKernel(KeySource src, bool mean, int pos_bits, bool check, Key* keys,
+                                const float** grad_rows, float* scales, int64_t* counters) {
+  int64_t max_slot = 0, bad = kNoBad;
+  const int64_t o0 = src.offsets[0];
+  for (int64_t q = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; q < src.count;
+       q += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t j = o0 + q;
+    // The bag of id j: the last b with offsets[b] <= j (empty bags are skipped).
+    int64_t lo = 0, hi = src.num_bags;  // answer in [lo, hi)
+    while (hi - lo > 1) {
+      const int64_t mid = (lo + hi) / 2;
+      if (src.offsets[mid] <= j) lo = mid; else hi = mid;
+    }
+    const int64_t bag = lo;
+    const int64_t len = src.offsets[bag + 1] - src.offsets[bag];
+    int64_t slot = src.indices[j];
+    const int64_t p = src.base + q;
+    if (check) {
+      if (slot < 0) {
+        bad = min(bad, p);
+        slot = 0;
+      }
+      max_slot = max(max_slot, slot);
+    }
+    keys[p] = (static_cast<Key>(slot) << pos_bits) | static_cast<Key>(p);
+    grad_rows[p] = src.grad + bag * src.grad_stride;
+    const float inv = (mean && len > 0) ? 1.0f / static_cast<float>(len) : 1.0f;
+    scales[p] = (src.per_id_weights != nullptr ? src.per_id_weights[j] : 1.0f) * inv;
+  }
+  if (check) ReportSlots(max_slot, bad, counters);
+}
+
+__global__ void RunHeadsKernel(const Key* __restrict__ keys, int64_t n, int pos_bits,
+                               int* __restrict__ heads) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    heads[i] = (i == 0 || (keys[i] >> pos_bits) != (keys[i - 1] >> pos_bits)) ? 1 : 0;
+  }
+}
+
+// With run_ids the inclusive scan of heads: writes unique slots, run starts and the count.
+__global__ void RunScatterKernel(const Key* __restrict__ keys, const int* __restrict__ heads,
+                                 const int* __restrict__ run_ids, int64_t n, int pos_bits,
+                                 int64_t* __restrict__ unique_slots,
+                                 int64_t* __restrict__ run_starts, int64_t* counters) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (heads[i]) {
+      const int64_t u = run_ids[i] - 1;
+      unique_slots[u] = static_cast<int64_t>(keys[i] >> pos_bits);
+      run_starts[u] = i;
+    }
+    if (i == n - 1) {
+      counters[0] = run_ids[i];
+      run_starts[run_ids[i]] = n;
+    }
+  }
+}
+
+// A group of 2^lanes_log2 lanes per unique slot sums its run in position order.
+template <bool kVec4>
+__global__ void SumRunsKernel(const Key* __restrict__ keys, const int64_t* __restrict__ run_starts,
+                              const float* const* __restrict__ grad_rows,
+                              const float* __restrict__ scales, Key pos_mask, int64_t dim,
+                              int64_t max_rows, const int64_t* __restrict__ counters,
+                              int lanes_log2, float* __restrict__ row_grads) {
+  const int lanes = 1 << lanes_log2;
+  const int lane = threadIdx.x & (lanes - 1);
+  const int64_t groups = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> lanes_log2;
+  const int64_t unique = min(counters[0], max_rows);
+  for (int64_t u = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> lanes_log2;
+       u < unique; u += groups) {
+    const int64_t eb = run_starts[u], ee = run_starts[u + 1];
+    float* out = row_grads + u * dim;
+    if constexpr (kVec4) {
+      for (int64_t c = 4 * lane; c < dim; c += 4 * lanes) {
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int64_t e = eb; e < ee; ++e) {
+          const int64_t p = static_cast<int64_t>(keys[e] & pos_mask);
+          const float4 g = *reinterpret_cast<const float4*>(grad_rows[p] + c);
+          const float s = scales[p];
+          acc.x += s * g.x;
+          acc.y += s * g.y;
+          acc.z += s * g.z;
+          acc.w += s * g.w;
+        }
+        *reinterpret_cast<float4*>(out + c) = acc;
+      }
+    } else {
+      for (int64_t c = lane; c < dim; c += lanes) {
+        float acc = 0.0f;
+        for (int64_t e = eb; e < ee; ++e) {
+          const int64_t p = static_cast<int64_t>(keys[e] & pos_mask);
+          acc += scales[p] * grad_rows[p][c];
+        }
+        out[c] = acc;
+      }
+    }
+  }
+}
+
+// One thread per unique slot: the shared update rule of embedding/row_optimizer.h.
+__global__ void UpdateRowsKernel(const int64_t* __restrict__ slots,
+                                 const int64_t* __restrict__ num_unique, int64_t max_rows,
+                                 const float* __restrict__ row_grads, RowUpdateArgs a) {
+  const int64_t unique = num_unique != nullptr ? min(*num_unique, max_rows) : max_rows;
+  const int64_t sd = RowStateDim(a.optimizer.type, a.dim);
+  for (int64_t u = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; u < unique;
+       u += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t slot = slots[u];
+    ApplyRowUpdate(a.optimizer, a.lr, a.step, a.dim, row_grads + u * a.dim,
+                   a.weights + slot * a.dim, sd > 0 ? a.state + slot * sd : nullptr);
+  }
+}
+
+// ---- Dedup and bucketisation -----------------------------------------------------------------
+
+// keys[i] = (value(ids[i]) << pos_bits) | i, value = the id itself or its bucket.
+__global__ void IdKeysKernel(const int64_t* __restrict__ ids, int64_t n, int pos_bits, bool check,
+                             int num_buckets, int64_t rows_per_bucket, bool modulo,
+                             Key* __restrict__ keys, int64_t* counters) {
+  int64_t max_v = 0, bad = kNoBad;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t v = ids[i];
+    if (num_buckets > 0) {
+      v = modulo ? v % num_buckets : v / rows_per_bucket;
+      v = min(max(v, int64_t{0}), static_cast<int64_t>(num_buckets - 1));
+    } else if (check) {
+      if (v < 0) {
+        bad = min(bad, i);
+        v = 0;
+      }
+      max_v = max(max_v, v);
+    }
+    keys[i] = (static_cast<Key>(v) << pos_bits) | static_cast<Key>(i);
+  }
+  if (check) ReportSlots(max_v, bad, counters);
+}
+
+__global__ void DedupScatterKernel(const Key* __restrict__ keys, const int* __restrict__ heads,
+                                   const int* __restrict__ run_ids, int64_t n, int pos_bits,
+                                   int64_t* __restrict__ unique, int64_t* __restrict__ inverse,
+                                   int64_t* __restrict__ num_unique) {
+  const Key mask = (Key{1} << pos_bits) - 1;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t u = run_ids[i] - 1;
+    inverse[keys[i] & mask] = u;
+    if (heads[i]) unique[u] = static_cast<int64_t>(keys[i] >> pos_bits);
+    if (i == n - 1) *num_unique = run_ids[i];
+  }
+}
+
+__global__ void BucketScatterKernel(const Key* __restrict__ keys, const int64_t* __restrict__ ids,
+                                    int64_t n, int pos_bits, int num_buckets,
+                                    int64_t rows_per_bucket, bool modulo,
+                                    int64_t* __restrict__ local_ids,
+                                    int64_t* __restrict__ positions,
+                                    int64_t* __restrict__ bucket_offsets) {
+  const Key mask = (Key{1} << pos_bits) - 1;
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t pos = static_cast<int64_t>(keys[k] & mask);
+    const int64_t owner = static_cast<int64_t>(keys[k] >> pos_bits);
+    const int64_t id = ids[pos];
+    positions[k] = pos;
+    local_ids[k] = modulo ? id / num_buckets : id - owner * rows_per_bucket;
+    // Bucket offsets: bucket b starts at the first k whose owner is >= b.
+    const int64_t prev = k == 0 ? -1 : static_cast<int64_t>(keys[k - 1] >> pos_bits);
+    for (int64_t b = prev + 1; b <= owner; ++b) bucket_offsets[b] = k;
+    if (k == n - 1) {
+      for (int64_t b = owner + 1; b <= num_buckets; ++b) bucket_offsets[b] = n;
+    }
+  }
+}
+
+}  // namespace
+
+// ---- Host side -------------------------------------------------------------------------------
+
+// Friend of CudaEmbeddingWorkspace: the routines that use its buffers.
+struct CudaWorkspaceAccess {
+  // Sorts ws->keys_[0, n) by bits [begin_bit, end_bit) (stable); the result is in ws->keys_.
+  static absl::Status SortKeys(const DeviceContext& ctx, CudaEmbeddingWorkspace* ws, int64_t n,
+                               int begin_bit, int end_bit) {
+    if (end_bit <= begin_bit || n <= 1) return absl::OkStatus();
+    cub::DoubleBuffer<Key> db(ws->keys_, ws->keys_alt_);
+    size_t bytes = ws->cap_sort_;
+    TESSERA_CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortKeys(
+        ws->sort_temp_, bytes, db, static_cast<int>(n), begin_bit, end_bit, ComputeStream(ctx)));
+    if (db.Current() != ws->keys_) std::swap(ws->keys_, ws->keys_alt_);
+    return absl::OkStatus();
+  }
+
+  // Flags run starts of equal keys >> pos_bits and scans them into run_ids_ (1-based run ids).
+  static absl::Status Runs(const DeviceContext& ctx, CudaEmbeddingWorkspace* ws, int64_t n,
+                           int pos_bits) {
+    RunHeadsKernel<<<GridFor(n, kThreads), kThreads, 0, ComputeStream(ctx)>>>(ws->keys_, n,
+                                                                              pos_bits, ws->heads_);
+    TESSERA_CUDA_LAUNCH_RETURN_IF_ERROR("RunHeadsKernel");
+    size_t bytes = ws->cap_scan_;
+    return CudaStatus(cub::DeviceScan::InclusiveSum(ws->scan_temp_, bytes, ws->heads_,
+                                                    ws->run_ids_, static_cast<int>(n),
+                                                    ComputeStream(ctx)),
+                      "cub::DeviceScan::InclusiveSum");
+  }
+
+  static absl::Status Reserve(const DeviceContext& ctx, CudaEmbeddingWorkspace* ws, int64_t n,
+                              int64_t dim) {
+    return ws->Reserve(n, dim, SortTempBytes(n), ScanTempBytes(n));
+  }
+
+  static size_t SortTempBytes(int64_t n) {
+    size_t bytes = 0;
+    cub::DoubleBuffer<Key> db(nullptr, nullptr);
+    cub::DeviceRadixSort::SortKeys(nullptr, bytes, db, static_cast<int>(n), 0, 64);
+    return bytes;
+  }
+  static size_t ScanTempBytes(int64_t n) {
+    size_t bytes = 0;
+    cub::DeviceScan::InclusiveSum(nullptr, bytes, static_cast<int*>(nullptr),
+                                  static_cast<int*>(nullptr), static_cast<int>(n));
+    return bytes;
+  }
+
+  // Resets counters to {0, 0, kNoBad}.
+  static absl::Status ResetCounters(const DeviceContext& ctx, CudaEmbeddingWorkspace* ws) {
+    static const int64_t kInit[3] = {0, 0, kNoBad};
+    return CudaStatus(cudaMemcpyAsync(ws->counters_, kInit, sizeof(kInit), cudaMemcpyHostToDevice,
+                                      ComputeStream(ctx)),
+                      "cudaMemcpyAsync(counters)");
+  }
+  static absl::Status ReadCounters(const DeviceContext& ctx, CudaEmbeddingWorkspace* ws,
+                                   int64_t out[3]) {
+    return CudaCopyToHost(ctx, out, ws->counters_, 3 * sizeof(int64_t));
+  }
+
+  static absl::Status Aggregate(const DeviceContext& ctx, absl::Span<const BagGradients> sources,
+                                absl::Span<const int64_t> num_ids, int64_t dim,
+                                PoolingMode pooling, int slot_bits, CudaEmbeddingWorkspace* ws);
+  static absl::Status Dedup(const DeviceContext& ctx, const int64_t* ids, int64_t n, int id_bits,
+                            CudaEmbeddingWorkspace* ws, int64_t* unique, int64_t* inverse,
+                            int64_t* num_unique);
+  static absl::Status Bucketize(const DeviceContext& ctx, const BucketizeArgs& a,
+                                CudaEmbeddingWorkspace* ws);
+};
+
+// ---- CudaEmbeddingWorkspace ------------------------------------------------------------------
+
+CudaEmbeddingWorkspace::~CudaEmbeddingWorkspace() {
+  // Stream-ordered frees: safe while kernels that use the buffers are still queued.
+  for (void* p : {static_cast<void*>(keys_), static_cast<void*>(keys_alt_),
+                  static_cast<void*>(heads_), static_cast<void*>(run_ids_),
+                  static_cast<void*>(grad_rows_), static_cast<void*>(scales_),
+                  static_cast<void*>(unique_slots_), static_cast<void*>(run_starts_),
+                  static_cast<void*>(row_grads_), sort_temp_, scan_temp_,
+                  static_cast<void*>(counters_)}) {
+    (void)CudaFreeAsync(ctx_, p);
+  }
+}
+
+absl::Status CudaEmbeddingWorkspace::Grow(void** ptr, size_t* capacity, size_t bytes) {
+  if (*ptr != nullptr && *capacity >= bytes) return absl::OkStatus();
+  TESSERA_RETURN_IF_ERROR(CudaFreeAsync(ctx_, *ptr));
+  *ptr = nullptr;
+  *capacity = 0;
+  TESSERA_ASSIGN_OR_RETURN(*ptr, CudaMallocAsync(ctx_, bytes));
+  *capacity = bytes;
+  return absl::OkStatus();
+}
+
+absl::Status CudaEmbeddingWorkspace::Reserve(int64_t n, int64_t dim, size_t sort_temp_bytes,
+                                             size_t scan_temp_bytes) {
+  if (counters_ == nullptr) {
+    TESSERA_ASSIGN_OR_RETURN(void* c, CudaMallocAsync(ctx_, 4 * sizeof(int64_t)));
+    counters_ = static_cast<int64_t*>(c);
+  }
+  if (static_cast<size_t>(n) > cap_ids_) {
+    // Grow by half again, so a slowly growing batch does not reallocate every step. The +1
+    // covers run_starts' end entry.
+    const size_t cap = std::max<size_t>(static_cast<size_t>(n), cap_ids_ + cap_ids_ / 2);
+    void** arrays[] = {reinterpret_cast<void**>(&keys_),      reinterpret_cast<void**>(&keys_alt_),
+                       reinterpret_cast<void**>(&heads_),     reinterpret_cast<void**>(&run_ids_),
+                       reinterpret_cast<void**>(&grad_rows_), reinterpret_cast<void**>(&scales_),
+                       reinterpret_cast<void**>(&unique_slots_),
+                       reinterpret_cast<void**>(&run_starts_)};
+    const size_t elem_bytes[] = {sizeof(Key),          sizeof(Key),   sizeof(int),
+                                 sizeof(int),          sizeof(float*), sizeof(float),
+                                 sizeof(int64_t),      sizeof(int64_t)};
+    cap_ids_ = 0;
+    for (int i = 0; i < 8; ++i) {
+      TESSERA_RETURN_IF_ERROR(CudaFreeAsync(ctx_, *arrays[i]));
+      *arrays[i] = nullptr;
+    }
+    for (int i = 0; i < 8; ++i) {
+      TESSERA_ASSIGN_OR_RETURN(*arrays[i], CudaMallocAsync(ctx_, elem_bytes[i] * (cap + 1)));
+    }
+    cap_ids_ = cap;
+  }
+  void* rg = row_grads_;
+  TESSERA_RETURN_IF_ERROR(Grow(&rg, &cap_floats_, sizeof(float) * std::max<int64_t>(1, n * dim)));
+  row_grads_ = static_cast<float*>(rg);
+  TESSERA_RETURN_IF_ERROR(Grow(&sort_temp_, &cap_sort_, std::max<size_t>(1, sort_temp_bytes)));
+  TESSERA_RETURN_IF_ERROR(Grow(&scan_temp_, &cap_scan_, std::max<size_t>(1, scan_temp_bytes)));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> CudaEmbeddingWorkspace::NumUniqueOnHost() {
+  int64_t n = 0;
+  if (counters_ == nullptr) return n;
+  TESSERA_RETURN_IF_ERROR(CudaCopyToHost(ctx_, &n, counters_, sizeof(n)));
+  return n;
+}
+
+// ---- Backward --------------------------------------------------------------------------------
+
+absl::Status CudaWorkspaceAccess::Aggregate(const DeviceContext& ctx,
+                                            absl::Span<const BagGradients> sources,
+                                            absl::Span<const int64_t> num_ids, int64_t dim,
+                                            PoolingMode pooling, int slot_bits,
+                                            CudaEmbeddingWorkspace* ws) {
+  constexpr const char* kOp = "AggregateRowGradientsCuda";
+  if (dim <= 0) return absl::InvalidArgumentError(absl::StrCat(kOp, ": dim ", dim));
+  if (ws == nullptr) return absl::InvalidArgumentError(absl::StrCat(kOp, ": null workspace"));
+  if (!num_ids.empty() && num_ids.size() != sources.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": ", num_ids.size(), " id counts for ",
+                                                   sources.size(), " sources"));
+  }
+  // Per-source id counts and first positions (read from the device when not given).
+  std::vector<int64_t> counts(sources.size(), 0), bases(sources.size(), 0);
+  int64_t n = 0;
+  for (size_t s = 0; s < sources.size(); ++s) {
+    const BagGradients& src = sources[s];
+    if (src.num_bags < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(kOp, ": source ", s, " num_bags ",
+                                                     src.num_bags));
+    }
+    if (src.num_bags == 0) continue;
+    if (src.offsets == nullptr || src.grad == nullptr || src.grad_stride < dim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kOp, ": source ", s, " has null offsets or grad, or grad_stride ", src.grad_stride,
+          " < dim ", dim));
+    }
+    if (num_ids.empty()) {
+      int64_t ends[2] = {0, 0};
+      TESSERA_RETURN_IF_ERROR(CudaCopyToHost(ctx, &ends[0], src.offsets, sizeof(int64_t)));
+      TESSERA_RETURN_IF_ERROR(
+          CudaCopyToHost(ctx, &ends[1], src.offsets + src.num_bags, sizeof(int64_t)));
+      counts[s] = ends[1] - ends[0];
+    } else {
+      counts[s] = num_ids[s];
+    }
+    if (counts[s] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(kOp, ": source ", s, " has ", counts[s],
+                                                     " ids (offsets decrease)"));
+    }
+    if (counts[s] > 0 && src.indices == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(kOp, ": source ", s, " has null indices"));
+    }
+    bases[s] = n;
+    n += counts[s];
+  }
+  if (n >= (int64_t{1} << 31)) {
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": ", n, " ids (at most 2^31 - 1)"));
+  }
+  TESSERA_RETURN_IF_ERROR(CudaWorkspaceAccess::Reserve(ctx, ws, n, dim));
+  TESSERA_RETURN_IF_ERROR(ResetCounters(ctx, ws));
+  ws->last_num_ids_ = n;
+  if (n == 0) return absl::OkStatus();  // counters_[0] == 0: nothing to update
+
+  const int pos_bits = BitWidth(static_cast<uint64_t>(n - 1));
+  const bool check = slot_bits <= 0;
+  for (size_t s = 0; s < sources.size(); ++s) {
+    if (counts[s] == 0) continue;
+    const BagGradients& src = sources[s];
+    const KeySource ks{src.offsets, src.indices, src.per_id_weights, src.num_bags,
+                       src.grad,    src.grad_stride, counts[s],      bases[s]};
+    BuildKeysKernel<<<GridFor(counts[s], kThreads), kThreads, 0, ComputeStream(ctx)>>>(
+        ks, pooling == PoolingMode::kMean, pos_bits, check, ws->keys_, ws->grad_rows_,
+        ws->scales_, ws->counters_);
+    TESSERA_CUDA_LAUNCH_RETURN_IF_ERROR("BuildKeysKernel");
+  }
+  if (check) {
+    int64_t c[3];
+    TESSERA_RETURN_IF_ERROR(ReadCounters(ctx, ws, c));
+    if (c[2] != kNoBad) {
+      size_t s = 0;
+      while (s + 1 < sources.size() && (counts[s] == 0 || c[2] >= bases[s] + counts[s])) ++s;
+      int64_t o0 = 0, slot = 0;
+      TESSERA_RETURN_IF_ERROR(CudaCopyToHost(ctx, &o0, sources[s].offsets, sizeof(o0)));
+      const int64_t j = o0 + (c[2] - bases[s]);
+      TESSERA_RETURN_IF_ERROR(CudaCopyToHost(ctx, &slot, sources[s].indices + j, sizeof(slot)));
+      return absl::InvalidArgumentError(
+          absl::StrCat(kOp, ": source ", s, " index ", j, " holds slot ", slot, " (negative)"));
+    }
+    slot_bits = BitWidth(static_cast<uint64_t>(c[1]));
+  }
+  if (pos_bits + slot_bits > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": slots of ", slot_bits, " bits and ",
+                                                   n, " ids do not fit a 64-bit sort key"));
+  }
+  TESSERA_RETURN_IF_ERROR(SortKeys(ctx, ws, n, pos_bits, pos_bits + slot_bits));
+  TESSERA_RETURN_IF_ERROR(Runs(ctx, ws, n, pos_bits));
+  RunScatterKernel<<<GridFor(n, kThreads), kThreads, 0, ComputeStream(ctx)>>>(
+      ws->keys_, ws->heads_, ws->run_ids_, n, pos_bits, ws->unique_slots_, ws->run_starts_,
+      ws->counters_);
+  TESSERA_CUDA_LAUNCH_RETURN_IF_ERROR("RunScatterKernel");
+
+  bool vec4 = dim % 4 == 0;
+  for (const BagGradients& src : sources) {
+    if (src.num_bags > 0) vec4 = vec4 && src.grad_stride % 4 == 0 && Aligned16(src.grad);
+  }
+  const int lanes_log2 = LanesLog2(dim, vec4 ? 4 : 1);
+  const int64_t threads = n << lanes_log2;  // n bounds the unique count
+  const Key pos_mask = (Key{1} << pos_bits) - 1;
+  if (vec4) {
+    SumRunsKernel<true><<<GridFor(threads, kThreads), kThreads, 0, ComputeStream(ctx)>>>(
+        ws->keys_, ws->run_starts_, ws->grad_rows_, ws->scales_, pos_mask, dim, n, ws->counters_,
+        lanes_log2, ws->row_grads_);
+  } else {
+    SumRunsKernel<false><<<GridFor(threads, kThreads), kThreads, 0, ComputeStream(ctx)>>>(
+        ws->keys_, ws->run_starts_, ws->grad_rows_, ws->scales_, pos_mask, dim, n, ws->counters_,
+        lanes_log2, ws->row_grads_);
+  }
+  TESSERA_CUDA_LAUNCH_RETURN_IF_ERROR("SumRunsKernel");
+  return absl::OkStatus();
+}
+
+absl::Status CudaWorkspaceAccess::Dedup(const DeviceContext& ctx, const int64_t* ids, int64_t n,
+                                        int id_bits, CudaEmbeddingWorkspace* ws, int64_t* unique,
+                                        int64_t* inverse, int64_t* num_unique) {
+  constexpr const char* kOp = "DedupIdsCuda";
+  if (ws == nullptr || num_unique == nullptr || n < 0 || n >= (int64_t{1} << 31) ||
+      (n > 0 && (ids == nullptr || unique == nullptr || inverse == nullptr))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": null pointer or n = ", n, " outside [0, 2^31)"));
+  }
+  TESSERA_RETURN_IF_ERROR(Reserve(ctx, ws, n, 0));
+  TESSERA_RETURN_IF_ERROR(ResetCounters(ctx, ws));
+  if (n == 0) return CudaMemsetAsync(ctx, num_unique, 0, sizeof(int64_t));
+  const int pos_bits = BitWidth(static_cast<uint64_t>(n - 1));
+  const bool check = id_bits <= 0;
+  IdKeysKernel<<<GridFor(n, kThreads), kThreads, 0, ComputeStream(ctx)>>>(
+      ids, n, pos_bits, check, 0, 0, false, ws->keys_, ws->counters_);
+  TESSERA_CUDA_LAUNCH_RETURN_IF_ERROR("IdKeysKernel");
+  if (check) {
+    int64_t c[3];
+    TESSERA_RETURN_IF_ERROR(ReadCounters(ctx, ws, c));
+    if (c[2] != kNoBad) {
+      int64_t id = 0;
+      TESSERA_RETURN_IF_ERROR(CudaCopyToHost(ctx, &id, ids + c[2], sizeof(id)));
+      return absl::InvalidArgumentError(
+          absl::StrCat(kOp, ": ids[", c[2], "] = ", id, " is negative"));
+    }
+    id_bits = BitWidth(static_cast<uint64_t>(c[1]));
+  }
+  if (pos_bits + id_bits > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": ids of ", id_bits, " bits and ", n, " ids exceed a 64-bit key"));
+  }
+  TESSERA_RETURN_IF_ERROR(SortKeys(ctx, ws, n, pos_bits, pos_bits + id_bits));
+  TESSERA_RETURN_IF_ERROR(Runs(ctx, ws, n, pos_bits));
+  DedupScatterKernel<<<GridFor(n, kThreads), kThreads, 0, ComputeStream(ctx)>>>(
+      ws->keys_, ws->heads_, ws->run_ids_, n, pos_bits, unique, inverse, num_unique);
+  TESSERA_CUDA_LAUNCH_RETURN_IF_ERROR("DedupScatterKernel");
+  return absl::OkStatus();
+}
+
+absl::Status CudaWorkspaceAccess::Bucketize(const DeviceContext& ctx, const BucketizeArgs& a,
+                                            CudaEmbeddingWorkspace* ws) {
+  constexpr const char* kOp = "BucketizeIdsCuda";
+  if (ws == nullptr || a.bucket_offsets == nullptr || a.num_buckets < 1 || a.n < 0 ||
+      a.n >= (int64_t{1} << 31) || (!a.modulo && a.rows_per_bucket < 1) ||
+      (a.n > 0 && (a.ids == nullptr || a.local_ids == nullptr || a.positions == nullptr))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOp, ": null pointer, n = ", a.n, ", num_buckets = ", a.num_buckets,
+        " or rows_per_bucket = ", a.rows_per_bucket, " out of range"));
+  }
+  TESSERA_RETURN_IF_ERROR(Reserve(ctx, ws, a.n, 0));
+  if (a.n == 0) {
+    return CudaMemsetAsync(ctx, a.bucket_offsets, 0, sizeof(int64_t) * (a.num_buckets + 1));
+  }
+  const int pos_bits = BitWidth(static_cast<uint64_t>(a.n - 1));
+  const int owner_bits = BitWidth(static_cast<uint64_t>(a.num_buckets - 1));
+  if (pos_bits + owner_bits > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": too many ids and buckets"));
+  }
+  IdKeysKernel<<<GridFor(a.n, kThreads), kThreads, 0, ComputeStream(ctx)>>>(
+      a.ids, a.n, pos_bits, false, a.num_buckets, a.rows_per_bucket, a.modulo, ws->keys_,
+      ws->counters_);
+  TESSERA_CUDA_LAUNCH_RETURN_IF_ERROR("IdKeysKernel");
+  TESSERA_RETURN_IF_ERROR(SortKeys(ctx, ws, a.n, pos_bits, pos_bits + owner_bits));
+  BucketScatterKernel<<<GridFor(a.n, kThreads), kThreads, 0, ComputeStream(ctx)>>>(
+      ws->keys_, a.ids, a.n, pos_bits, a.num_buckets, a.rows_per_bucket, a.modulo, a.local_ids,
+      a.positions, a.bucket_offsets);
+  TESSERA_CUDA_LAUNCH_RETURN_IF_ERROR("BucketScatterKernel");
+  return absl::OkStatus();
+}
+
+// ---- Public entry points ---------------------------------------------------------------------
+
+absl::Status PooledLookupForwardCuda(const DeviceContext& ctx, const PooledLookupArgs& a) {
+  constexpr const char* kOp = "PooledLookupForward";
+  if (a.dim <= 0) return absl::InvalidArgumentError(absl::StrCat(kOp, ": dim ", a.dim));
+  if (a.out_stride < a.dim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": out_stride ", a.out_stride, " < dim ", a.dim));
+  }
+  if (a.num_bags < 0) return absl::InvalidArgumentError(absl::StrCat(kOp, ": num_bags ", a.num_bags));
+  if (a.num_bags == 0) return absl::OkStatus();
+  if (a.offsets == nullptr || a.indices == nullptr || a.weights == nullptr || a.out == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": null offsets, indices, weights or out (device pointers)"));
+  }
+  if (a.num_slots >= 0) {
+    int64_t ends[2] = {0, 0};
+    TESSERA_RETURN_IF_ERROR(CudaCopyToHost(ctx, &ends[0], a.offsets, sizeof(int64_t)));
+    TESSERA_RETURN_IF_ERROR(CudaCopyToHost(ctx, &ends[1], a.offsets + a.num_bags, sizeof(int64_t)));
+    TESSERA_ASSIGN_OR_RETURN(void* c, CudaMallocAsync(ctx, 3 * sizeof(int64_t)));
+    int64_t* counters = static_cast<int64_t*>(c);
+    static const int64_t kInit[3] = {0, 0, kNoBad};
+    absl::Status st = CudaCopyToDevice(ctx, counters, kInit, sizeof(kInit));
+    int64_t host[3] = {0, 0, kNoBad};
+    if (st.ok() && ends[1] > ends[0]) {
+      CheckIndicesKernel<<<GridFor(ends[1] - ends[0], kThreads), kThreads, 0,
+                           ComputeStream(ctx)>>>(a.indices, ends[0], ends[1], a.num_slots,
+                                                 counters);
+      st = CudaLaunchStatus("CheckIndicesKernel");
+      if (st.ok()) st = CudaCopyToHost(ctx, host, counters, sizeof(host));
+    }
+    TESSERA_RETURN_IF_ERROR(CudaFreeAsync(ctx, counters));
+    TESSERA_RETURN_IF_ERROR(st);
+    if (host[2] != kNoBad) {
+      int64_t v = 0;
+      TESSERA_RETURN_IF_ERROR(CudaCopyToHost(ctx, &v, a.indices + host[2], sizeof(v)));
+      return absl::InvalidArgumentError(absl::StrCat(kOp, ": index ", v, " at ", host[2],
+                                                     " outside [0, ", a.num_slots, ")"));
+    }
+  }
+  const bool vec4 = a.dim % 4 == 0 && a.out_stride % 4 == 0 && Aligned16(a.weights) &&
+                    Aligned16(a.out);
+  const int lanes_log2 = LanesLog2(a.dim, vec4 ? 4 : 1);
+  const int64_t threads = a.num_bags << lanes_log2;
+  if (vec4) {
+    PoolKernel<true><<<GridFor(threads, kThreads), kThreads, 0, ComputeStream(ctx)>>>(a,
+                                                                                      lanes_log2);
+  } else {
+    PoolKernel<false><<<GridFor(threads, kThreads), kThreads, 0, ComputeStream(ctx)>>>(a,
+                                                                                       lanes_log2);
+  }
+  return CudaLaunchStatus("PoolKernel");
+}
+
+absl::Status AggregateRowGradientsCuda(const DeviceContext& ctx,
+                                       absl::Span<const BagGradients> sources,
+                                       absl::Span<const int64_t> num_ids, int64_t dim,
+                                       PoolingMode pooling, int slot_bits,
+                                       CudaEmbeddingWorkspace* ws) {
+  return CudaWorkspaceAccess::Aggregate(ctx, sources, num_ids, dim, pooling, slot_bits, ws);
+}
+
+absl::Status ApplyRowUpdatesCuda(const DeviceContext& ctx, const int64_t* slots,
+                                 const int64_t* num_unique, int64_t max_rows,
+                                 const float* row_grads, const RowUpdateArgs& args) {
+  constexpr const char* kOp = "ApplyRowUpdates";
+  if (args.dim <= 0) return absl::InvalidArgumentError(absl::StrCat(kOp, ": dim ", args.dim));
+  if (args.step < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": step ", args.step, " (1-based)"));
+  }
+  if (args.weights == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": null weights"));
+  }
+  if (RowStateDim(args.optimizer.type, args.dim) > 0 && args.state == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": the optimizer keeps per-row state but state is null"));
+  }
+  if (max_rows <= 0) return absl::OkStatus();
+  if (slots == nullptr || row_grads == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": null slots or row_grads"));
+  }
+  UpdateRowsKernel<<<GridFor(max_rows, kThreads), kThreads, 0, ComputeStream(ctx)>>>(
+      slots, num_unique, max_rows, row_grads, args);
+  return CudaLaunchStatus("UpdateRowsKernel");
+}
+
+absl::Status FusedBackwardUpdateCuda(const DeviceContext& ctx,
+                                     absl::Span<const BagGradients> sources,
+                                     absl::Span<const int64_t> num_ids, PoolingMode pooling,
+                                     int slot_bits, const RowUpdateArgs& args,
+                                     CudaEmbeddingWorkspace* ws) {
+  // Validate the update first, so a bad argument changes nothing.
+  TESSERA_RETURN_IF_ERROR(ApplyRowUpdatesCuda(ctx, nullptr, nullptr, 0, nullptr, args));
+  TESSERA_RETURN_IF_ERROR(
+      AggregateRowGradientsCuda(ctx, sources, num_ids, args.dim, pooling, slot_bits, ws));
+  // The id count bounds the unique rows; the kernel reads the exact count on the device.
+  return ApplyRowUpdatesCuda(ctx, ws->unique_slots(), ws->num_unique(), ws->last_num_ids(),
+                             ws->row_grads(), args);
+}
+
+absl::Status DedupIdsCuda(const DeviceContext& ctx, const int64_t* ids, int64_t n, int id_bits,
+                          CudaEmbeddingWorkspace* ws, int64_t* unique, int64_t* inverse,
+                          int64_t* num_unique) {
+  return CudaWorkspaceAccess::Dedup(ctx, ids, n, id_bits, ws, unique, inverse, num_unique);
+}
+
+absl::Status BucketizeIdsCuda(const DeviceContext& ctx, const BucketizeArgs& args,
+                              CudaEmbeddingWorkspace* ws) {
+  return CudaWorkspaceAccess::Bucketize(ctx, args, ws);
+}
+
+// The dispatching entry points' CUDA halves for host-vector outputs (pooled_lookup_cpu.cc).
+absl::Status AggregateRowGradientsCudaToHost(const DeviceContext& ctx,
+                                             absl::Span<const BagGradients> sources, int64_t dim,
+                                             PoolingMode pooling,
+                                             std::vector<int64_t>* unique_slots,
+                                             std::vector<float>* row_grads) {
+  if (unique_slots == nullptr || row_grads == nullptr) {
+    return absl::InvalidArgumentError("AggregateRowGradients: null output");
+  }
+  CudaEmbeddingWorkspace ws(ctx);
+  TESSERA_RETURN_IF_ERROR(AggregateRowGradientsCuda(ctx, sources, {}, dim, pooling, 0, &ws));
+  TESSERA_ASSIGN_OR_RETURN(const int64_t unique, ws.NumUniqueOnHost());
+  unique_slots->resize(unique);
+  row_grads->resize(unique * dim);
+  TESSERA_RETURN_IF_ERROR(
+      CudaCopyToHost(ctx, unique_slots->data(), ws.unique_slots(), sizeof(int64_t) * unique));
+  return CudaCopyToHost(ctx, row_grads->data(), ws.row_grads(), sizeof(float) * unique * dim);
+}
+
+}  // namespace tessera
