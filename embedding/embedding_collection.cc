@@ -218,6 +218,29 @@ absl::Status EmbeddingCollection::Forward(const KeyedJagged& batch, float* out) 
   return absl::OkStatus();
 }
 
+void EmbeddingCollection::Prefetch(const KeyedJagged& next) {
+  if (next.num_features != options_.num_features ||
+      static_cast<int64_t>(next.offsets.size()) != next.num_bags() + 1 ||
+      next.offsets.back() != static_cast<int64_t>(next.values.size())) {
+    return;
+  }
+  for (int t = 0; t < num_tables(); ++t) {
+    const TableConfig& table = options_.tables[t];
+    if (table.features.size() == 1) {
+      const int f = table.features[0];
+      const int64_t fb = next.feature_begin(f);
+      stores_[t]->Prefetch(absl::MakeConstSpan(next.values.data() + fb, next.feature_end(f) - fb));
+      continue;
+    }
+    prefetch_ids_.clear();
+    for (int f : table.features) {
+      prefetch_ids_.insert(prefetch_ids_.end(), next.values.begin() + next.feature_begin(f),
+                           next.values.begin() + next.feature_end(f));
+    }
+    stores_[t]->Prefetch(prefetch_ids_);
+  }
+}
+
 absl::Status EmbeddingCollection::BackwardUpdate(const float* d_out, float lr, int64_t step) {
   if (!pending_step_) {
     return absl::FailedPreconditionError(

@@ -16,8 +16,29 @@
 #include "core/keyed_jagged.h"
 #include "embedding/pooled_lookup.h"
 #include "embedding/row_store.h"
+#include "embedding/tiered_row_store.h"
 
 namespace tessera {
+
+// Where a table's rows live (the config's `model.tables[i].storage`). EmbeddingCollection::Create
+// ignores it (always in memory); the trainer's store factory (trainer/stores.h) reads it and
+// hands the stores to CreateWithStores.
+enum class StorageTier {
+  kMemory,   // the whole table in host memory (CreateInMemoryRowStore)
+  kRocksDb,  // rows in RocksDB, hot rows cached (TieredRowStore, embedding/tiered_row_store.h)
+};
+
+struct TableStorage {
+  StorageTier tier = StorageTier::kMemory;  // Default: memory
+  // kRocksDb only: the working database directory (absolute once the config is read).
+  std::string path;
+  // kRocksDb only: cache size in rows, or in bytes when cache_rows is 0 (one is required).
+  int64_t cache_rows = 0;
+  int64_t cache_bytes = 0;
+  CachePolicy policy = CachePolicy::kLru;  // Default: LRU
+  int reader_threads = 8;                  // Default: 8 (MultiGets in flight for misses)
+  bool prefetch = true;                    // Default: true (read the next batch's misses ahead)
+};
 
 struct TableConfig {
   std::string name;            // exported as embedding.<name>.weight
@@ -26,6 +47,7 @@ struct TableConfig {
   PoolingMode pooling = PoolingMode::kSum;
   RowInit init;
   std::vector<int> features;   // sparse features (KeyedJagged keys) this table serves
+  TableStorage storage;        // Default: in memory
 };
 
 struct EmbeddingCollectionOptions {
@@ -62,6 +84,11 @@ class EmbeddingCollection {
   // stores' step at the next Forward. Returns InvalidArgument for a batch of the wrong shape or
   // an id out of range (naming the table, feature, sample and id); the stores' errors otherwise.
   absl::Status Forward(const KeyedJagged& batch, float* out);
+  // Hints that `next` is the batch of the next Forward: each table's store starts reading the
+  // rows it lacks (RowStore::Prefetch; a no-op for in-memory stores). Call it before Forward of
+  // the current batch, so the reads overlap that step. Never fails: a malformed batch is
+  // ignored here and reported by its own Forward.
+  void Prefetch(const KeyedJagged& next);
   // Fused backward + update from d_out (same layout as Forward's out) for the batch of the last
   // Forward; `lr` and 1-based `step` for the optimizer. Ends the stores' step.
   // Returns FailedPrecondition without a preceding Forward.
@@ -94,6 +121,7 @@ class EmbeddingCollection {
   // Scratch reused every step (grown only).
   std::vector<int64_t> table_ids_;
   std::vector<int64_t> table_slots_;
+  std::vector<int64_t> prefetch_ids_;
   std::vector<BagGradients> sources_;
   EmbeddingWorkspace ws_;
 };

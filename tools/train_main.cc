@@ -5,6 +5,7 @@
 // message naming the file, line, key or value), 2 on bad usage.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -12,6 +13,7 @@
 #include "absl/flags/usage.h"
 #include "core/logging.h"
 #include "core/parallel.h"
+#include "sharding/mpi_communicator.h"
 #include "tools/blas_env.h"
 #include "tools/flags_util.h"
 #include "trainer/config.h"
@@ -21,36 +23,75 @@ ABSL_FLAG(std::string, config, "", "YAML config file (see docs/CONFIG.md)");
 ABSL_FLAG(int, threads, 0, "CPU threads (0: the config's `threads`, else all cores)");
 ABSL_FLAG(bool, quiet, false, "no progress line");
 
+namespace {
+std::vector<std::string> overrides;
+
+// This process's rank as its launcher tells it (0 when not launched as a rank).
+int LauncherRank() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    if (const char* v = std::getenv(var)) return std::atoi(v);
+  }
+  return 0;
+}
+
+// Reports an error of this rank. Before any collective has started every rank fails the same
+// way and returns; after, a failing rank ends the whole job so no rank is left waiting.
+int Fail(const absl::Status& status, bool collective_started) {
+  const bool distributed = tessera::MpiActive();
+  const int rank = LauncherRank();
+  if (!distributed || rank == 0 || collective_started) {
+    std::string prefix = distributed ? "[rank " + std::to_string(rank) + "] " : "";
+    std::fprintf(stderr, "tessera-train: %s%s\n", prefix.c_str(),
+                 std::string(status.message()).c_str());
+  }
+  if (distributed && collective_started) tessera::MpiAbort(1);
+  return 1;
+}
+}  // namespace
+
+int Main(bool mpi);
+
 int main(int argc, char** argv) {
   tessera::MaybeReexecForBlasKernels(argv);
-  std::vector<std::string> overrides = tessera::ExtractOverrides(&argc, argv);
+  overrides = tessera::ExtractOverrides(&argc, argv);
   absl::SetProgramUsageMessage(
       "Trains a DLRM/DCNv2 model from a YAML config.\n"
       "  tessera-train --config configs/quickstart.yaml [--set key=value ...]");
   absl::ParseCommandLine(argc, argv);
+  // Under mpirun (or a scheduler's MPI launcher) every rank runs this same program.
+  const bool mpi = tessera::UnderMpiLauncher();
+  if (mpi) {
+    absl::Status st = tessera::MpiInitialize(&argc, &argv);
+    if (!st.ok()) {
+      std::fprintf(stderr, "tessera-train: %s\n", std::string(st.message()).c_str());
+      return 1;
+    }
+  }
+  int rc = Main(mpi);
+  if (mpi) (void)tessera::MpiFinalize();
+  return rc;
+}
+
+// The run itself; `mpi` when launched as one of several ranks.
+int Main(bool mpi) {
   std::string path = absl::GetFlag(FLAGS_config);
   if (path.empty()) {
     std::fprintf(stderr, "tessera-train: --config is required (try configs/quickstart.yaml)\n");
     return 2;
   }
   auto config = tessera::LoadConfig(path, overrides);
-  if (!config.ok()) {
-    std::fprintf(stderr, "tessera-train: %s\n", std::string(config.status().message()).c_str());
-    return 1;
-  }
+  if (!config.ok()) return Fail(config.status(), false);
   if (absl::GetFlag(FLAGS_threads) > 0) config->threads = absl::GetFlag(FLAGS_threads);
   if (absl::GetFlag(FLAGS_quiet)) config->output.progress = false;
   auto trainer = tessera::Trainer::Create(*config);
-  if (!trainer.ok()) {
-    std::fprintf(stderr, "tessera-train: %s\n", std::string(trainer.status().message()).c_str());
-    return 1;
+  if (!trainer.ok()) return Fail(trainer.status(), mpi);
+  if ((*trainer)->world().chief()) {
+    TESSERA_LOG(INFO) << "training " << path << " on " << (*trainer)->world().size()
+                      << " rank(s) with " << tessera::NumThreads() << " threads each";
   }
-  TESSERA_LOG(INFO) << "training " << path << " with " << tessera::NumThreads() << " threads";
   auto summary = (*trainer)->Run();
-  if (!summary.ok()) {
-    std::fprintf(stderr, "tessera-train: %s\n", std::string(summary.status().message()).c_str());
-    return 1;
-  }
+  if (!summary.ok()) return Fail(summary.status(), mpi);
+  if (!(*trainer)->world().chief()) return 0;
   const tessera::TrainSummary& s = *summary;
   std::printf("trained %lld steps (%lld samples) in %.1f s: %.0f samples/s, train loss %.5f\n",
               static_cast<long long>(s.steps), static_cast<long long>(s.samples), s.seconds,

@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "core/status.h"
 #include "trainer/internal/config_reader.h"
+#include "trainer/internal/config_storage.h"
 #include "trainer/presets.h"
 
 namespace tessera {
@@ -28,8 +29,9 @@ const std::vector<SchemaSection>& Schema() {
       {"model", {"type", "num_dense", "embedding_dim", "bottom_mlp", "top_mlp", "dcn", "tables",
                  "table_rows", "max_table_rows", "init_from"}},
       {"model.dcn", {"num_layers", "low_rank"}},
-      {"model.tables[]", {"name", "rows", "dim", "pooling", "features", "init"}},
+      {"model.tables[]", {"name", "rows", "dim", "pooling", "features", "init", "storage"}},
       {"model.tables[].init", {"type", "scale"}},
+      {"model.tables[].storage", internal::StorageKeys()},
       {"data", {"format", "train", "eval", "batch_size", "eval_batch_size", "shuffle",
                 "on_bad_record", "max_bad_records", "prefetch_batches", "synthetic"}},
       {"data.synthetic", {"train_samples", "eval_samples", "zipf_exponent", "pooling",
@@ -40,8 +42,9 @@ const std::vector<SchemaSection>& Schema() {
                            "adagrad_initial"}},
       {"optimizer.schedule", {"warmup_steps", "decay_start", "decay_steps", "decay_power",
                               "end_lr"}},
-      {"train", {"steps", "epochs", "eval_every", "eval_batches", "log_every"}},
-      {"output", {"dir", "metrics", "export", "progress"}},
+      {"train", {"steps", "epochs", "eval_every", "eval_batches", "log_every",
+                 "checkpoint_every", "resume"}},
+      {"output", {"dir", "metrics", "export", "progress", "checkpoint_dir"}},
       {"sharding", {"group_size", "layout", "replica_sync", "sync_every", "plan"}},
   };
   return *schema;
@@ -183,6 +186,7 @@ absl::Status ParseTables(const ConfigReader& r, const YAML::Node& model, ModelCo
                                          {"uniform", "normal", "zero"}, &t.init.type));
     TESSERA_RETURN_IF_ERROR(ReadFloat(r, init, path + ".init", "scale", "a positive number",
                                       kPositiveD, &t.init.scale));
+    TESSERA_RETURN_IF_ERROR(internal::ParseTableStorage(r, entry, path, &t.storage));
     for (size_t j = 0; j < i; ++j) {
       if (m->tables[j].name == t.name)
         return r.Error(Child(entry, "name"), entry, path + ".name",
@@ -451,6 +455,10 @@ absl::Status ParseRest(const ConfigReader& r, const YAML::Node& root, const std:
                                     kNonNegative, &c->train.eval_batches));
   TESSERA_RETURN_IF_ERROR(
       r.ReadInt(train, p, "log_every", "a positive integer", kPositive, &c->train.log_every));
+  TESSERA_RETURN_IF_ERROR(r.ReadInt(train, p, "checkpoint_every",
+                                    "a non-negative integer (0 = no checkpoints)", kNonNegative,
+                                    &c->train.checkpoint_every));
+  TESSERA_RETURN_IF_ERROR(r.ReadBool(train, p, "resume", &c->train.resume));
 
   YAML::Node out = Child(root, "output");
   p = "output";
@@ -459,6 +467,7 @@ absl::Status ParseRest(const ConfigReader& r, const YAML::Node& root, const std:
   TESSERA_RETURN_IF_ERROR(r.ReadString(out, p, "metrics", &c->output.metrics));
   TESSERA_RETURN_IF_ERROR(r.ReadString(out, p, "export", &c->output.export_path));
   TESSERA_RETURN_IF_ERROR(r.ReadBool(out, p, "progress", &c->output.progress));
+  TESSERA_RETURN_IF_ERROR(r.ReadString(out, p, "checkpoint_dir", &c->output.checkpoint_dir));
   if (c->output.dir.empty())
     return r.Error(Child(out, "dir"), out, "output.dir", "must not be empty");
 
@@ -578,6 +587,7 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
     TESSERA_RETURN_IF_ERROR(ParseData(r, root, base, num_features, c.model, &c.data));
     TESSERA_RETURN_IF_ERROR(ParseOptimizer(r, root, &c.optimizer));
     TESSERA_RETURN_IF_ERROR(ParseRest(r, root, base, &c));
+    TESSERA_RETURN_IF_ERROR(internal::ValidateRunDirectories(r, root, c));
     return c;
   } catch (const YAML::Exception& e) {
     // Reads guard against yaml-cpp's throwing accessors; this is the backstop.

@@ -73,6 +73,9 @@ struct TrainConfig {
   int64_t eval_every = 0;                // train.eval_every (steps); 0 = only at the end
   int64_t eval_batches = 0;              // train.eval_batches: cap per eval; 0 = whole set
   int64_t log_every = 100;               // train.log_every (steps)
+  int64_t checkpoint_every = 0;          // train.checkpoint_every (steps); 0 = no checkpoints
+  bool resume = true;                    // train.resume: continue from the latest checkpoint in
+                                         // output.checkpoint_dir when there is one
 };
 
 struct OutputConfig {
@@ -80,6 +83,8 @@ struct OutputConfig {
   std::string metrics = "metrics.jsonl"; // output.metrics: JSON lines, inside dir
   std::string export_path = "model.safetensors";  // output.export, inside dir ("" = none)
   bool progress = true;                  // output.progress: progress line on a terminal
+  std::string checkpoint_dir;            // output.checkpoint_dir (relative to output.dir);
+                                         // "" = <output.dir>/checkpoints; see CheckpointDir
 };
 
 // Reserved for 2D sharding (sharding/); a world of one ignores it.
@@ -103,6 +108,13 @@ struct Config {
   OutputConfig output;
   ShardingConfig sharding;
 };
+
+// The directory checkpoints go to: output.checkpoint_dir resolved against output.dir (itself
+// relative to the working directory), "<output.dir>/checkpoints" when empty.
+std::string CheckpointDir(const Config& config);
+// The RocksDB directory of table `t` (model.tables[t].storage.path resolved against output.dir;
+// "<output.dir>/tables/<name>" when empty). Meaningful for storage.tier rocksdb.
+std::string TableStoragePath(const Config& config, int t);
 
 // Reads and validates `path`. `overrides` are "dotted.key=value" strings applied on top of the
 // file (value parsed as YAML, so "model.bottom_mlp=[64,16]" works) before validation.

@@ -11,6 +11,7 @@
 #include "dense/loss.h"
 #include "dense/lr_schedule.h"
 #include "trainer/safetensors.h"
+#include "trainer/stores.h"
 
 namespace tessera {
 
@@ -42,13 +43,18 @@ DenseArchOptions DenseOptionsFromConfig(const Config& config) {
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Create(const Config& config,
                                                      const DeviceContext& ctx,
-                                                     std::unique_ptr<SparseArch> sparse) {
+                                                     std::unique_ptr<SparseArch> sparse,
+                                                     Communicator* world) {
   std::unique_ptr<Model> m(new Model());
   m->config_ = config;
   m->ctx_ = ctx;
+  if (world != nullptr && world->size() > 1) m->world_ = world;
   if (sparse == nullptr) {
+    // Each table's store as its config.model.tables[t].storage says (trainer/stores.h).
+    TESSERA_ASSIGN_OR_RETURN(auto stores, CreateTableStores(config));
     TESSERA_ASSIGN_OR_RETURN(auto collection,
-                             EmbeddingCollection::Create(EmbeddingOptionsFromConfig(config), ctx));
+                             EmbeddingCollection::CreateWithStores(
+                                 EmbeddingOptionsFromConfig(config), std::move(stores), ctx));
     sparse = std::make_unique<LocalSparseArch>(std::move(collection));
   }
   m->sparse_ = std::move(sparse);
@@ -90,8 +96,21 @@ absl::StatusOr<double> Model::TrainStep(const Batch& batch, int64_t step, PhaseT
     ScopedPhase p(times, kPhaseForward);
     TESSERA_RETURN_IF_ERROR(
         dense_->Forward(batch.dense.data(), emb_out_.data<float>(), b, &logits));
-    TESSERA_ASSIGN_OR_RETURN(
-        loss, BceWithLogits(ctx_, logits, batch.labels.data(), b, d_logits_.data<float>()));
+    if (b > 0) {
+      TESSERA_ASSIGN_OR_RETURN(
+          loss, BceWithLogits(ctx_, logits, batch.labels.data(), b, d_logits_.data<float>()));
+    }
+    if (world_ != nullptr) {
+      // The gradient of the mean over the global batch: scale this rank's local mean by
+      // local / global samples (one small all-reduce gives the global count and loss).
+      double sums[2] = {static_cast<double>(b), loss * static_cast<double>(b)};
+      TESSERA_RETURN_IF_ERROR(world_->AllReduce(sums, 2, ReduceOp::kSum));
+      if (sums[0] <= 0) return absl::InvalidArgumentError("every rank's batch is empty");
+      const float scale = static_cast<float>(b / sums[0]);
+      float* d = d_logits_.data<float>();
+      for (int64_t i = 0; i < b; ++i) d[i] *= scale;
+      loss = sums[1] / sums[0];
+    }
   }
   if (!std::isfinite(loss)) {
     return absl::InternalError(absl::StrCat("training diverged: loss is ", loss, " at step ",
@@ -107,16 +126,43 @@ absl::StatusOr<double> Model::TrainStep(const Batch& batch, int64_t step, PhaseT
   }
   {
     ScopedPhase p(times, kPhaseDenseUpdate);
+    if (world_ != nullptr) TESSERA_RETURN_IF_ERROR(AllReduceDenseGrads());
     if (dense_grad_hook_) TESSERA_RETURN_IF_ERROR(dense_grad_hook_(dense_->parameters()));
     TESSERA_RETURN_IF_ERROR(dense_optimizer_->Step(dense_lr));
   }
   return loss;
 }
 
+absl::Status Model::AllReduceDenseGrads() {
+  // One flat buffer, summed in rank order (the MPI backend's fixed order keeps every rank's
+  // parameters bit-identical).
+  std::vector<Parameter*> params = dense_->parameters();
+  size_t total = 0;
+  for (Parameter* p : params) total += static_cast<size_t>(p->grad.numel());
+  grad_bucket_.resize(total);
+  size_t at = 0;
+  for (Parameter* p : params) {
+    std::memcpy(grad_bucket_.data() + at, p->grad.raw(), p->grad.bytes());
+    at += static_cast<size_t>(p->grad.numel());
+  }
+  TESSERA_RETURN_IF_ERROR(
+      world_->AllReduce(grad_bucket_.data(), static_cast<int64_t>(total), ReduceOp::kSum));
+  at = 0;
+  for (Parameter* p : params) {
+    std::memcpy(p->grad.raw(), grad_bucket_.data() + at, p->grad.bytes());
+    at += static_cast<size_t>(p->grad.numel());
+  }
+  return absl::OkStatus();
+}
+
+void Model::Prefetch(const Batch& next) { sparse_->Prefetch(next.sparse); }
+
 absl::Status Model::Predict(const Batch& batch, std::vector<float>* probs) {
   const int64_t b = batch.batch_size;
-  TESSERA_RETURN_IF_ERROR(EnsureBuffers(b));
+  TESSERA_RETURN_IF_ERROR(EnsureBuffers(std::max<int64_t>(b, 1)));
+  // Collective on a sharded model: a rank with no samples left still takes part.
   TESSERA_RETURN_IF_ERROR(sparse_->Forward(batch.sparse, emb_out_.data<float>()));
+  if (b == 0) return absl::OkStatus();
   const float* logits = nullptr;
   TESSERA_RETURN_IF_ERROR(dense_->Forward(batch.dense.data(), emb_out_.data<float>(), b, &logits));
   probs->reserve(probs->size() + b);
@@ -148,7 +194,12 @@ absl::Status Model::Export(const std::string& path, int64_t step) {
       {"producer", "tessera"},
       {"model", config_.model.interaction == InteractionType::kDot ? "dlrm" : "dcnv2"},
       {"step", std::to_string(step)}};
-  TESSERA_ASSIGN_OR_RETURN(auto writer, SafetensorsWriter::Create(path, specs, metadata));
+  // Every rank reads the tables (collective when sharded); rank 0 alone writes the file.
+  const bool write = world_ == nullptr || world_->rank() == 0;
+  std::unique_ptr<SafetensorsWriter> writer;
+  if (write) {
+    TESSERA_ASSIGN_OR_RETURN(writer, SafetensorsWriter::Create(path, specs, metadata));
+  }
   std::vector<float> chunk;
   for (int t = 0; t < sparse_->num_tables(); ++t) {
     const TableConfig& tc = sparse_->table(t);
@@ -156,9 +207,12 @@ absl::Status Model::Export(const std::string& path, int64_t step) {
       int64_t n = std::min(kExportChunkRows, tc.num_rows - r);
       chunk.resize(static_cast<size_t>(n * tc.dim));
       TESSERA_RETURN_IF_ERROR(sparse_->ReadRows(t, r, n, chunk.data()));
-      TESSERA_RETURN_IF_ERROR(writer->WriteRows(TableTensorName(tc), r, r + n, chunk.data()));
+      if (write) {
+        TESSERA_RETURN_IF_ERROR(writer->WriteRows(TableTensorName(tc), r, r + n, chunk.data()));
+      }
     }
   }
+  if (!write) return absl::OkStatus();
   for (Parameter* p : params) {
     if (p->value.device() != Device::kCpu) {
       std::vector<float> host(p->value.numel());

@@ -18,6 +18,7 @@
 #include "dense/dense_arch.h"
 #include "dense/optimizer.h"
 #include "io/batch.h"
+#include "sharding/communicator.h"
 #include "trainer/config.h"
 #include "trainer/sparse_arch.h"
 
@@ -36,22 +37,34 @@ inline constexpr char kPhaseDenseUpdate[] = "dense update";
 
 class Model {
  public:
-  // Builds the tables (in memory, seeded from config.seed) and the dense arch, and loads
+  // Builds the tables (each in the store its config.model.tables[t].storage names, through
+  // CreateTableStores in trainer/stores.h; seeded from config.seed) and the dense arch, and loads
   // config.model.init_from when set. Takes `sparse` when given (the sharded path), otherwise
   // creates a LocalSparseArch.
+  // With a `world` of more than one rank (borrowed; must outlive the model) every step is
+  // collective: the loss gradient is scaled to the mean over the global batch (the ranks' local
+  // batches together), dense gradients are summed over the world before the optimizer step, and
+  // Export reads the tables on every rank but writes the file on rank 0 only.
   static absl::StatusOr<std::unique_ptr<Model>> Create(const Config& config,
                                                       const DeviceContext& ctx,
-                                                      std::unique_ptr<SparseArch> sparse = nullptr);
+                                                      std::unique_ptr<SparseArch> sparse = nullptr,
+                                                      Communicator* world = nullptr);
 
   // One training step on `batch` with 0-based `step` (the LR schedule's step). Returns the
-  // batch's mean loss. `times` (nullable) receives per-phase seconds.
+  // mean loss over the global batch. `times` (nullable) receives per-phase seconds.
   absl::StatusOr<double> TrainStep(const Batch& batch, int64_t step, PhaseTimes* times = nullptr);
+  // Hints that `next` is the batch of the next TrainStep: tables in the RocksDB tier start
+  // reading the rows they lack in the background (no-op for in-memory tables). Call it before
+  // TrainStep(current) so the reads overlap the current step.
+  void Prefetch(const Batch& next);
   // Click probabilities for `batch` (no update) appended to `probs`.
   absl::Status Predict(const Batch& batch, std::vector<float>* probs);
 
   void set_dense_grad_hook(DenseGradHook hook) { dense_grad_hook_ = std::move(hook); }
   std::vector<Parameter*> dense_parameters() { return dense_->parameters(); }
   SparseArch& sparse() { return *sparse_; }
+  // The dense optimizer (its state and step count go into checkpoints).
+  DenseOptimizer& dense_optimizer() { return *dense_optimizer_; }
   DenseArch& dense() { return *dense_; }
   const Config& config() const { return config_; }
 
@@ -65,6 +78,7 @@ class Model {
  private:
   Model() = default;
   absl::Status EnsureBuffers(int64_t batch);
+  absl::Status AllReduceDenseGrads();
 
   Config config_;
   DeviceContext ctx_;
@@ -72,6 +86,8 @@ class Model {
   std::unique_ptr<DenseArch> dense_;
   std::unique_ptr<DenseOptimizer> dense_optimizer_;
   DenseGradHook dense_grad_hook_;
+  Communicator* world_ = nullptr;
+  std::vector<float> grad_bucket_;
   Buffer emb_out_, d_emb_, d_logits_;
   int64_t capacity_ = 0;
 };

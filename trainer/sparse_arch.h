@@ -22,6 +22,9 @@ class SparseArch {
   virtual absl::Status Forward(const KeyedJagged& batch, float* out) = 0;
   // Fused backward + update for the batch of the last Forward.
   virtual absl::Status BackwardUpdate(const float* d_out, float lr, int64_t step) = 0;
+  // Hints that `next` is the local batch of the next Forward (tiered tables read ahead).
+  // Default: nothing.
+  virtual void Prefetch(const KeyedJagged& next) {}
   virtual int num_tables() const = 0;
   virtual const TableConfig& table(int t) const = 0;
   // Rows [begin, begin + count) of table t's weights, in row order (count * dim floats).
@@ -42,6 +45,7 @@ class LocalSparseArch final : public SparseArch {
   absl::Status BackwardUpdate(const float* d_out, float lr, int64_t step) override {
     return collection_->BackwardUpdate(d_out, lr, step);
   }
+  void Prefetch(const KeyedJagged& next) override { collection_->Prefetch(next); }
   int num_tables() const override { return collection_->num_tables(); }
   const TableConfig& table(int t) const override { return collection_->table(t); }
   absl::Status ReadRows(int t, int64_t begin, int64_t count, float* out) override {

@@ -8,6 +8,7 @@
 #include "core/parallel.h"
 #include "core/status.h"
 #include "dense/lr_schedule.h"
+#include "trainer/checkpoint.h"
 
 namespace tessera {
 namespace fs = std::filesystem;
@@ -21,8 +22,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config) {
   }
   t->ctx_ = DeviceContext::Cpu();
   if (config.threads > 0) SetNumThreads(config.threads);
-  TESSERA_ASSIGN_OR_RETURN(t->data_, OpenDataSources(config));
-  TESSERA_ASSIGN_OR_RETURN(t->model_, Model::Create(config, t->ctx_));
+  TESSERA_ASSIGN_OR_RETURN(t->world_, CreateWorld(config));
+  if (t->world_.distributed()) SetLogRank(t->world_.rank());
+  TESSERA_ASSIGN_OR_RETURN(t->data_,
+                           OpenDataSources(config, t->world_.rank(), t->world_.size()));
+  TESSERA_ASSIGN_OR_RETURN(t->model_, CreateModelForWorld(config, t->world_, t->ctx_));
   std::error_code ec;
   fs::create_directories(config.output.dir, ec);
   if (ec) {
@@ -30,9 +34,19 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config) {
         config.source, ": output.dir: cannot create '", config.output.dir, "': ", ec.message()));
   }
   std::string metrics =
-      config.output.metrics.empty() ? "" : (fs::path(config.output.dir) / config.output.metrics).string();
-  TESSERA_ASSIGN_OR_RETURN(t->log_, RunLog::Open(metrics, config.output.progress));
+      config.output.metrics.empty() || !t->world_.chief()
+          ? ""
+          : (fs::path(config.output.dir) / config.output.metrics).string();
+  TESSERA_ASSIGN_OR_RETURN(
+      t->log_, RunLog::Open(metrics, config.output.progress && t->world_.chief()));
   return t;
+}
+
+absl::StatusOr<bool> Trainer::AllHaveBatch(bool mine) {
+  if (!world_.distributed()) return mine;
+  int64_t have = mine ? 1 : 0;
+  TESSERA_RETURN_IF_ERROR(world_.comm->AllReduce(&have, 1, ReduceOp::kSum));
+  return have == world_.size();
 }
 
 absl::StatusOr<EvalMetrics> Trainer::Evaluate(int64_t max_batches) {
@@ -43,12 +57,42 @@ absl::StatusOr<EvalMetrics> Trainer::Evaluate(int64_t max_batches) {
   std::vector<float> probs;
   for (int64_t n = 0; max_batches <= 0 || n < max_batches; ++n) {
     TESSERA_ASSIGN_OR_RETURN(bool more, data_.eval->Next(&batch));
-    if (!more) break;
+    if (world_.distributed()) {
+      // Ranks' slices may end a batch apart: a rank that is done takes part in the sharded
+      // lookup with an empty batch until every rank is done, so no prediction is dropped.
+      int64_t active = more ? 1 : 0;
+      TESSERA_RETURN_IF_ERROR(world_.comm->AllReduce(&active, 1, ReduceOp::kSum));
+      if (active == 0) break;
+      if (!more) {
+        batch.batch_size = 0;
+        batch.dense.clear();
+        batch.labels.clear();
+        batch.sparse.batch_size = 0;
+        batch.sparse.Clear();
+      }
+    } else if (!more) {
+      break;
+    }
     probs.clear();
     TESSERA_RETURN_IF_ERROR(model_->Predict(batch, &probs));
     acc.Add(probs, batch.labels);
   }
-  return acc.Compute();
+  if (!world_.distributed()) return acc.Compute();
+  // Exact AUC needs every prediction: gather them all (every rank computes the same metrics).
+  std::vector<int64_t> counts(world_.size()), bytes(world_.size()), displs(world_.size());
+  TESSERA_RETURN_IF_ERROR(world_.comm->AllGatherCounts(acc.count(), absl::MakeSpan(counts)));
+  int64_t total = 0;
+  for (int r = 0; r < world_.size(); ++r) {
+    bytes[r] = counts[r] * static_cast<int64_t>(sizeof(float));
+    displs[r] = total * static_cast<int64_t>(sizeof(float));
+    total += counts[r];
+  }
+  std::vector<float> all_probs(total), all_labels(total);
+  TESSERA_RETURN_IF_ERROR(world_.comm->AllGatherV(acc.probs().data(), bytes[world_.rank()],
+                                                  all_probs.data(), bytes, displs));
+  TESSERA_RETURN_IF_ERROR(world_.comm->AllGatherV(acc.labels().data(), bytes[world_.rank()],
+                                                  all_labels.data(), bytes, displs));
+  return ComputeEvalMetrics(all_probs, all_labels);
 }
 
 absl::StatusOr<TrainSummary> Trainer::Run() {
@@ -74,6 +118,12 @@ absl::StatusOr<TrainSummary> Trainer::RunLoop() {
   const int64_t log_every = std::max<int64_t>(1, tc.log_every);
   Batch batch;
   int64_t epoch = 0, step = 0;
+  // Resume from the latest checkpoint (train.resume) and track the data position for
+  // checkpoints (train.checkpoint_every): trainer/checkpoint.h.
+  TESSERA_ASSIGN_OR_RETURN(auto checkpoints,
+                           CheckpointedRun::Start(config_, model_.get(), &data_.train, log_.get()));
+  step = checkpoints->start().step;
+  epoch = checkpoints->start().epoch;
   double interval_loss = 0;
   int64_t interval_steps = 0, interval_samples = 0;
   Stopwatch total_watch, interval_watch;
@@ -87,7 +137,7 @@ absl::StatusOr<TrainSummary> Trainer::RunLoop() {
     eval_seconds += secs;
     interval_eval_seconds += secs;
     log_->EndProgress();
-    TESSERA_LOG(INFO) << "step " << step << ": eval AUC " << m.auc << ", log loss " << m.logloss
+    if (world_.chief()) TESSERA_LOG(INFO) << "step " << step << ": eval AUC " << m.auc << ", log loss " << m.logloss
                       << ", NE " << m.ne << " over " << m.count << " samples";
     if (final_eval) s.eval = m;
     return log_->Write(JsonLine()
@@ -101,6 +151,7 @@ absl::StatusOr<TrainSummary> Trainer::RunLoop() {
   while (total_steps <= 0 || step < total_steps) {
     Stopwatch data_watch;
     TESSERA_ASSIGN_OR_RETURN(bool more, data_.train->Next(&batch));
+    TESSERA_ASSIGN_OR_RETURN(more, AllHaveBatch(more));
     if (!more) {
       ++epoch;
       if (step == 0 && epoch == 1) {
@@ -114,10 +165,11 @@ absl::StatusOr<TrainSummary> Trainer::RunLoop() {
     s.phases.Add("data", data_watch.ElapsedSeconds());
     TESSERA_ASSIGN_OR_RETURN(double loss, model_->TrainStep(batch, step, &s.phases));
     ++step;
+    TESSERA_RETURN_IF_ERROR(checkpoints->AfterStep(step));
     s.samples += batch.batch_size;
     interval_loss += loss;
     ++interval_steps;
-    interval_samples += batch.batch_size;
+    interval_samples += batch.batch_size * world_.size();  // approximate: equal local batches
     s.last_train_loss = interval_loss / interval_steps;
     if (step % log_every == 0 || step == total_steps) {
       double secs = interval_watch.ElapsedSeconds() - interval_eval_seconds;
@@ -142,6 +194,9 @@ absl::StatusOr<TrainSummary> Trainer::RunLoop() {
     }
   }
   s.steps = step;
+  if (world_.distributed()) {
+    TESSERA_RETURN_IF_ERROR(world_.comm->AllReduce(&s.samples, 1, ReduceOp::kSum));
+  }
   s.seconds = total_watch.ElapsedSeconds() - eval_seconds;
   s.samples_per_sec = s.seconds > 0 ? s.samples / s.seconds : 0;
   log_->EndProgress();

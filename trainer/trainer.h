@@ -1,4 +1,6 @@
-// Trainer: runs a Config end to end on one process: opens the data, builds the Model, trains
+// Trainer: runs a Config end to end, on one process or as one rank of an MPI world (then every
+// rank runs the same Trainer; each reads its own slice of the data, metrics cover all ranks'
+// predictions, and rank 0 alone writes the logs and the model): opens the data, builds the Model, trains
 // for train.steps (or train.epochs), evaluates every train.eval_every steps and at the end,
 // logs metrics as JSON lines and a progress line, and exports the model to safetensors.
 //
@@ -18,6 +20,7 @@
 #include "trainer/metrics.h"
 #include "trainer/model.h"
 #include "trainer/run_log.h"
+#include "trainer/world.h"
 
 namespace tessera {
 
@@ -43,14 +46,18 @@ class Trainer {
   absl::StatusOr<EvalMetrics> Evaluate(int64_t max_batches);
 
   Model& model() { return *model_; }
+  const World& world() const { return world_; }
   const DataSources& data() const { return data_; }
 
  private:
   Trainer() = default;
   absl::StatusOr<TrainSummary> RunLoop();
+  // True when every rank has a batch this step (collective); false ends the epoch for all.
+  absl::StatusOr<bool> AllHaveBatch(bool mine);
 
   Config config_;
   DeviceContext ctx_;
+  World world_;
   DataSources data_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<RunLog> log_;

@@ -99,7 +99,20 @@ void EmitModel(YAML::Emitter& e, const ModelConfig& m) {
     e << YAML::Key << "init" << YAML::Value << YAML::Flow << YAML::BeginMap;
     Key(e, "type", Name(t.init.type));
     if (t.init.scale > 0) Key(e, "scale", t.init.scale);  // absent = sqrt(1 / rows)
-    e << YAML::EndMap << YAML::EndMap;
+    e << YAML::EndMap;
+    if (t.storage.tier == StorageTier::kRocksDb) {
+      const TableStorage& st = t.storage;
+      e << YAML::Key << "storage" << YAML::Value << YAML::Flow << YAML::BeginMap;
+      Key(e, "tier", "rocksdb");
+      Key(e, "path", st.path);
+      if (st.cache_rows > 0) Key(e, "cache_rows", st.cache_rows);
+      if (st.cache_rows <= 0) Key(e, "cache_bytes", st.cache_bytes);
+      Key(e, "policy", CachePolicyName(st.policy));
+      Key(e, "reader_threads", st.reader_threads);
+      Key(e, "prefetch", st.prefetch);
+      e << YAML::EndMap;
+    }
+    e << YAML::EndMap;
   }
   e << YAML::EndSeq << YAML::EndMap;
 }
@@ -177,12 +190,15 @@ std::string ConfigToYaml(const Config& c) {
   Key(e, "eval_every", c.train.eval_every);
   Key(e, "eval_batches", c.train.eval_batches);
   Key(e, "log_every", c.train.log_every);
+  Key(e, "checkpoint_every", c.train.checkpoint_every);
+  Key(e, "resume", c.train.resume);
   e << YAML::EndMap;
   e << YAML::Key << "output" << YAML::Value << YAML::BeginMap;
   Key(e, "dir", c.output.dir);
   Key(e, "metrics", c.output.metrics);
   Key(e, "export", c.output.export_path);
   Key(e, "progress", c.output.progress);
+  Key(e, "checkpoint_dir", c.output.checkpoint_dir);
   e << YAML::EndMap;
   e << YAML::Key << "sharding" << YAML::Value << YAML::BeginMap;
   Key(e, "group_size", c.sharding.group_size);

@@ -1,0 +1,96 @@
+#include "trainer/stores.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+#include "embedding/row_optimizer.h"
+#include "trainer/model.h"
+
+namespace tessera {
+
+absl::StatusOr<std::vector<std::unique_ptr<RowStore>>> CreateTableStores(const Config& config) {
+  const RowOptimizerOptions& opt = config.optimizer.embedding;
+  // The same initial state EmbeddingCollection::Create gives its in-memory tables.
+  const float state_init =
+      opt.type == RowOptimizerType::kRowWiseAdagrad ? opt.adagrad_initial : 0.0f;
+  std::vector<std::unique_ptr<RowStore>> stores;
+  for (int t = 0; t < static_cast<int>(config.model.tables.size()); ++t) {
+    const TableConfig& table = config.model.tables[t];
+    const int64_t state_dim = RowStateDim(opt.type, table.dim);
+    if (table.storage.tier == StorageTier::kMemory) {
+      InMemoryRowStoreOptions so;
+      so.num_rows = table.num_rows;
+      so.dim = table.dim;
+      so.state_dim = state_dim;
+      so.state_init = state_init;
+      so.init = table.init;
+      so.seed = config.seed;
+      so.table_id = static_cast<uint64_t>(t);
+      so.name = table.name;
+      TESSERA_ASSIGN_OR_RETURN(auto store, CreateInMemoryRowStore(so));
+      stores.push_back(std::move(store));
+      continue;
+    }
+    const TableStorage& st = table.storage;
+    TieredRowStoreOptions so;
+    so.path = TableStoragePath(config, t);
+    so.discard_existing = true;
+    so.num_rows = table.num_rows;
+    so.dim = table.dim;
+    so.state_dim = state_dim;
+    so.state_init = state_init;
+    so.init = table.init;
+    so.seed = config.seed;
+    so.table_id = static_cast<uint64_t>(t);
+    so.name = table.name;
+    so.cache_rows = st.cache_rows;
+    so.cache_bytes = st.cache_bytes;
+    so.policy = st.policy;
+    so.reader_threads = st.reader_threads;
+    so.prefetch = st.prefetch;
+    TESSERA_ASSIGN_OR_RETURN(auto store, TieredRowStore::Open(so));
+    stores.push_back(std::move(store));
+  }
+  return stores;
+}
+
+std::vector<TieredRowStore*> TieredStores(Model& model, std::vector<int>* table_index) {
+  std::vector<TieredRowStore*> out;
+  auto* local = dynamic_cast<LocalSparseArch*>(&model.sparse());
+  if (local == nullptr) return out;
+  EmbeddingCollection& c = local->collection();
+  for (int t = 0; t < c.num_tables(); ++t) {
+    if (auto* tiered = dynamic_cast<TieredRowStore*>(&c.store(t))) {
+      out.push_back(tiered);
+      if (table_index != nullptr) table_index->push_back(t);
+    }
+  }
+  return out;
+}
+
+std::vector<TierTableMetrics> CollectTierMetrics(Model& model) {
+  std::vector<int> index;
+  std::vector<TieredRowStore*> stores = TieredStores(model, &index);
+  std::vector<TierTableMetrics> out;
+  for (size_t i = 0; i < stores.size(); ++i) {
+    out.push_back({index[i], model.sparse().table(index[i]).name, stores[i]->metrics()});
+  }
+  return out;
+}
+
+TierRates TierRatesBetween(const TieredRowStoreMetrics& a, const TieredRowStoreMetrics& b,
+                           int64_t steps) {
+  TierRates r;
+  const double n = steps > 0 ? static_cast<double>(steps) : 1.0;
+  const int64_t hits = b.hits - a.hits, misses = b.misses - a.misses;
+  r.hit_rate = hits + misses > 0 ? static_cast<double>(hits) / (hits + misses) : 0;
+  r.rows_read_per_step = (b.rows_read - a.rows_read) / n;
+  r.rows_written_per_step = (b.rows_written - a.rows_written) / n;
+  r.misses_per_step = misses / n;
+  r.prefetch_stall_ms_per_step = 1e3 * (b.prefetch_stall_seconds - a.prefetch_stall_seconds) / n;
+  r.read_ms_per_step = 1e3 * (b.read_seconds - a.read_seconds) / n;
+  r.write_stall_ms_per_step = 1e3 * (b.write_stall_seconds - a.write_stall_seconds) / n;
+  r.disk_bytes = b.sst_bytes;
+  return r;
+}
+
+}  // namespace tessera

@@ -1,0 +1,59 @@
+// The store factory: builds each embedding table's RowStore as its config says
+// (model.tables[t].storage), and reads the RocksDB tier's counters for logs and benchmarks.
+//   tier memory   CreateInMemoryRowStore (the whole table in host memory)
+//   tier rocksdb  TieredRowStore at TableStoragePath(config, t), cache/policy/threads/prefetch
+//                 from the config; the working database is scratch: it is emptied on open
+//                 (discard_existing), and a resumed run restores it from a checkpoint
+//                 (trainer/checkpoint.h).
+// Either way table t's rows are initialised lazily or eagerly from (config.seed, t, row) with
+// the table's init rule, and the row optimizer's state from its initial value, so the tier
+// never changes the trained model's bits.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "embedding/row_store.h"
+#include "embedding/tiered_row_store.h"
+#include "trainer/config.h"
+
+namespace tessera {
+
+class Model;
+
+// The RowStore of every table of config.model.tables, in order. Errors: the stores' own
+// (InvalidArgument naming the table for bad sizes, PermissionDenied naming a RocksDB path that
+// cannot be written, ResourceExhausted when memory is short).
+absl::StatusOr<std::vector<std::unique_ptr<RowStore>>> CreateTableStores(const Config& config);
+
+// Counters of one RocksDB-tier table.
+struct TierTableMetrics {
+  int table = 0;
+  std::string name;
+  TieredRowStoreMetrics metrics;
+};
+
+// The tiered tables of a single-process model (none for in-memory tables or a sharded model).
+std::vector<TieredRowStore*> TieredStores(Model& model, std::vector<int>* table_index = nullptr);
+
+// Counters of every tiered table of `model`, in table order.
+std::vector<TierTableMetrics> CollectTierMetrics(Model& model);
+
+// Per-step rates between two snapshots of the same table (after - before over `steps` steps).
+struct TierRates {
+  double hit_rate = 0;               // hits / (hits + misses) in the interval
+  double rows_read_per_step = 0;     // rows read from RocksDB (sync + prefetch)
+  double rows_written_per_step = 0;  // rows written to RocksDB (write-back, flush)
+  double misses_per_step = 0;
+  double prefetch_stall_ms_per_step = 0;
+  double read_ms_per_step = 0;       // synchronous miss reads in Resolve
+  double write_stall_ms_per_step = 0;
+  int64_t disk_bytes = 0;            // SST files now (rocksdb.total-sst-files-size)
+};
+TierRates TierRatesBetween(const TieredRowStoreMetrics& before, const TieredRowStoreMetrics& after,
+                           int64_t steps);
+
+}  // namespace tessera

@@ -1,0 +1,46 @@
+#include "trainer/world.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+#include "sharding/mpi_communicator.h"
+#include "sharding/plan.h"
+#include "sharding/sharded_embedding.h"
+#include "trainer/sharded_sparse_arch.h"
+
+namespace tessera {
+
+absl::StatusOr<World> CreateWorld(const Config& config) {
+  World w;
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, CreateWorldCommunicator());
+  w.comm = std::move(comm);
+  if (w.size() > 1) {
+    ProcessGridOptions o;
+    o.group_size = config.sharding.group_size;
+    TESSERA_ASSIGN_OR_RETURN(o.layout, ParseGridLayout(config.sharding.layout));
+    absl::StatusOr<ProcessGrid> grid = ProcessGrid::Create(w.comm, o);
+    if (!grid.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(config.source, ": sharding.group_size: ", grid.status().message()));
+    }
+    w.grid.emplace(std::move(grid).value());
+  }
+  return w;
+}
+
+absl::StatusOr<std::unique_ptr<Model>> CreateModelForWorld(const Config& config, World& world,
+                                                           const DeviceContext& ctx) {
+  if (!world.distributed()) return Model::Create(config, ctx);
+  ShardedEmbeddingOptions o;
+  o.collection = EmbeddingOptionsFromConfig(config);
+  if (!config.sharding.plan.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(o.plan, LoadShardingPlan(config.sharding.plan, o.collection.tables,
+                                                      world.grid->group_size()));
+  }
+  TESSERA_ASSIGN_OR_RETURN(o.replica_sync, ParseReplicaSync(config.sharding.replica_sync));
+  o.sync_every = config.sharding.sync_every;
+  TESSERA_ASSIGN_OR_RETURN(auto sharded, ShardedEmbeddingCollection::Create(o, *world.grid, ctx));
+  auto sparse = std::make_unique<ShardedSparseArch>(std::move(sharded));
+  return Model::Create(config, ctx, std::move(sparse), world.comm.get());
+}
+
+}  // namespace tessera
