@@ -1,8 +1,13 @@
-// tessera-bench: the DLRM benchmark runner (single process). Runs a config's model for --steps
+// tessera-bench: the DLRM benchmark runner, one process or T ranks under mpirun
+// (`mpirun -np T build/bin/tessera-bench --config ... --set sharding.group_size=N`). Runs a config's model for --steps
 // training steps after --warmup steps on synthetic batches generated before timing (so the
 // generator does not compete with the step for the cores), and prints samples/s and the time
 // per phase as a table, plus one JSON object (stdout's last line, and --json FILE).
 //   tessera-bench --config configs/bench/small.yaml [--steps 50] [--warmup 5] [--threads N]
+// With several ranks each rank trains on its own local batches (data.batch_size per rank) and
+// rank 0 prints, besides its phase times, the bytes each rank sent per step by communicator:
+// the sharding group's all-to-alls (input/output dist), the replica group's embedding sync and
+// the world's dense all-reduce.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -13,12 +18,14 @@
 #include "absl/strings/str_format.h"
 #include "core/parallel.h"
 #include "core/timer.h"
+#include "sharding/mpi_communicator.h"
 #include "tools/blas_env.h"
 #include "tools/flags_util.h"
 #include "trainer/config.h"
 #include "trainer/data_sources.h"
 #include "trainer/model.h"
 #include "trainer/run_log.h"
+#include "trainer/world.h"
 
 ABSL_FLAG(std::string, config, "", "YAML config file");
 ABSL_FLAG(int, steps, 50, "timed training steps");
@@ -44,11 +51,15 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
   if (c.threads > 0) SetNumThreads(c.threads);
   c.data.format = DataFormat::kSynthetic;
   const int n_batches = std::max(1, absl::GetFlag(FLAGS_batches));
-  c.data.synthetic.num_train_samples = c.data.batch_size * n_batches;
   c.data.synthetic.num_eval_samples = 0;
   c.model.init_from.clear();
 
-  auto data = OpenDataSources(c);
+  auto world = CreateWorld(c);
+  if (!world.ok()) return Fail(world.status());
+  const bool chief = world->chief();
+  // n_batches local batches of data.batch_size on every rank.
+  c.data.synthetic.num_train_samples = c.data.batch_size * n_batches * world->size();
+  auto data = OpenDataSources(c, world->rank(), world->size());
   if (!data.ok()) return Fail(data.status());
   Stopwatch gen_watch;
   std::vector<Batch> batches(n_batches);
@@ -58,16 +69,25 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
   }
   const double gen_seconds = gen_watch.ElapsedSeconds();
 
-  auto model = Model::Create(c, DeviceContext::Cpu());
+  auto model = CreateModelForWorld(c, *world, DeviceContext::Cpu());
   if (!model.ok()) return Fail(model.status());
   const int warmup = absl::GetFlag(FLAGS_warmup), steps = absl::GetFlag(FLAGS_steps);
   for (int i = 0; i < warmup; ++i) {
     auto loss = (*model)->TrainStep(batches[i % n_batches], i);
     if (!loss.ok()) return Fail(loss.status());
   }
+  // Byte counters of every communicator, from the first timed step on.
+  std::vector<std::pair<std::string, Communicator*>> comms = {{"world", world->comm.get()}};
+  if (world->grid.has_value()) {
+    comms = {{"sharding group", &world->grid->sharding_group()},
+             {"replica group", &world->grid->replica_group()},
+             {"world", &world->grid->world()}};
+  }
+  for (auto& [name, comm] : comms) comm->ResetStats();
+  if (world->distributed()) (void)world->comm->Barrier();
   PhaseTimes phases;
   Stopwatch watch;
-  int64_t samples = 0;
+  double samples = 0;
   double last_loss = 0;
   for (int i = 0; i < steps; ++i) {
     const Batch& b = batches[(warmup + i) % n_batches];
@@ -77,7 +97,25 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
     last_loss = *loss;
   }
   const double seconds = watch.ElapsedSeconds();
+  // Bytes sent per step by this rank, per communicator and collective, averaged over ranks.
+  std::vector<std::pair<std::string, double>> bytes_per_step;
+  for (auto& [name, comm] : comms) {
+    for (int k = 0; k < kNumCollectiveKinds; ++k) {
+      double b = static_cast<double>(comm->stats().bytes[k]) / steps;
+      if (world->distributed()) {
+        if (!world->comm->AllReduce(&b, 1, ReduceOp::kAvg).ok()) return 1;
+      }
+      if (b > 0) {
+        bytes_per_step.emplace_back(
+            name + " " + CollectiveKindName(static_cast<CollectiveKind>(k)), b);
+      }
+    }
+  }
+  if (world->distributed()) {
+    if (!world->comm->AllReduce(&samples, 1, ReduceOp::kSum).ok()) return 1;
+  }
   const double sps = samples / seconds;
+  if (!chief) return 0;
 
   int64_t lookups_per_sample = 0;
   for (int64_t p : c.data.synthetic.pooling) lookups_per_sample += p;
@@ -85,9 +123,13 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
     lookups_per_sample = c.data.synthetic.pooling[0] * static_cast<int64_t>(c.model.tables.size());
   }
   std::string name = absl::GetFlag(FLAGS_name).empty() ? path : absl::GetFlag(FLAGS_name);
-  std::printf("tessera-bench %s: %d threads, batch %lld, %d steps after %d warm-up\n",
-              name.c_str(), NumThreads(), static_cast<long long>(c.data.batch_size), steps,
-              warmup);
+  std::printf("tessera-bench %s: %d rank(s)", name.c_str(), world->size());
+  if (world->grid.has_value()) {
+    std::printf(" (%d groups x %d ranks, %s)", world->grid->num_groups(),
+                world->grid->group_size(), c.sharding.layout.c_str());
+  }
+  std::printf(", %d threads each, batch %lld per rank, %d steps after %d warm-up\n",
+              NumThreads(), static_cast<long long>(c.data.batch_size), steps, warmup);
   std::printf("  %-22s %10s %8s\n", "phase", "ms/step", "share");
   for (const auto& [phase, secs] : phases.phases()) {
     std::printf("  %-22s %10.3f %7.1f%%\n", phase.c_str(), 1e3 * secs / steps,
@@ -96,9 +138,14 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
   std::printf("  %-22s %10.3f\n", "total", 1e3 * seconds / steps);
   std::printf("  samples/s %.0f   (synthetic data generated at %.0f samples/s, not timed)\n", sps,
               samples > 0 ? c.data.batch_size * n_batches / gen_seconds : 0.0);
+  for (const auto& [what, b] : bytes_per_step) {
+    std::printf("  bytes/step/rank %-26s %12.0f\n", what.c_str(), b);
+  }
 
   JsonLine j;
   j.Add("name", name)
+      .Add("ranks", static_cast<int64_t>(world->size()))
+      .Add("group_size", static_cast<int64_t>(world->grid ? world->grid->group_size() : 1))
       .Add("threads", static_cast<int64_t>(NumThreads()))
       .Add("batch_size", c.data.batch_size)
       .Add("steps", static_cast<int64_t>(steps))
@@ -107,6 +154,7 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
       .Add("lookups_per_sample", lookups_per_sample)
       .Add("final_loss", last_loss);
   for (const auto& [phase, secs] : phases.phases()) j.Add("ms_" + phase, 1e3 * secs / steps);
+  for (const auto& [what, b] : bytes_per_step) j.Add("bytes_" + what, b);
   std::printf("%s\n", j.str().c_str());
   if (!absl::GetFlag(FLAGS_json).empty()) {
     std::FILE* f = std::fopen(absl::GetFlag(FLAGS_json).c_str(), "a");
@@ -129,5 +177,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tessera-bench: --config is required\n");
     return 2;
   }
-  return tessera::Run(absl::GetFlag(FLAGS_config), overrides);
+  const bool mpi = tessera::UnderMpiLauncher();
+  if (mpi && !tessera::MpiInitialize(&argc, &argv).ok()) return 1;
+  int rc = tessera::Run(absl::GetFlag(FLAGS_config), overrides);
+  if (mpi) (void)tessera::MpiFinalize();
+  return rc;
 }
