@@ -39,6 +39,10 @@ template <typename LaunchChunks>
 absl::Status DeterministicColumnSums(const DeviceContext& ctx, int64_t rows, int64_t cols,
                                      float* out, LaunchChunks launch_chunks) {
   const int64_t chunks = (rows + kColumnChunkRows - 1) / kColumnChunkRows;
+  if (chunks > 65535) {  // gridDim.y
+    return absl::InvalidArgumentError(
+        "column sum over more than 16776960 rows: split the batch for the CUDA path");
+  }
   TESSERA_ASSIGN_OR_RETURN(void* scratch,
                            CudaMallocAsync(ctx, sizeof(double) * chunks * cols));
   double* partial = static_cast<double*>(scratch);

@@ -1,0 +1,372 @@
+// CudaEmbeddingCollection (contract in embedding_collection_cuda.h): tables as device Buffers,
+// the batch staged through one pinned block, and the CUDA twins of pooled_lookup_cuda.h.
+// Why the pieces are where they are:
+//   - Validation runs on the host copy of the batch before anything is uploaded, so a bad id is
+//     reported with its table, feature and sample and never reaches a kernel.
+//   - One pinned block holds [offsets | ids | weights]; three async copies move it. An event
+//     after the copies lets the next Forward wait for exactly that upload before it overwrites
+//     the block, instead of synchronising the whole stream.
+//   - The backward passes host id counts and the slot bit width (ids were range-checked), so it
+//     queues without a single wait for the host.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "core/buffer.h"
+#include "core/cuda_context.h"
+#include "core/cuda_status_cuda.h"
+#include "core/pinned.h"
+#include "embedding/embedding_collection_cuda.h"
+#include "embedding/pooled_lookup_cuda.h"
+#include "embedding/row_init.h"
+
+namespace tessera {
+namespace {
+
+std::string Label(const TableConfig& table, int t) {
+  return table.name.empty() ? absl::StrCat("table #", t) : absl::StrCat("table '", table.name, "'");
+}
+
+int BitWidth(uint64_t x) {
+  int b = 0;
+  while (x != 0) ++b, x >>= 1;
+  return b;
+}
+
+// One thread per row: InitRow, then the state's initial value.
+__global__ void InitTableKernel(RowInit init, uint64_t seed, uint64_t table_id, int64_t rows,
+                                int64_t dim, int64_t state_dim, float state_init,
+                                float* __restrict__ weights, float* __restrict__ state) {
+  for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; r < rows;
+       r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    InitRow(init, seed, table_id, rows, r, dim, weights + r * dim);
+    for (int64_t k = 0; k < state_dim; ++k) state[r * state_dim + k] = state_init;
+  }
+}
+
+absl::Status ValidateOptions(const EmbeddingCollectionOptions& o) {
+  if (o.num_features <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("CudaEmbeddingCollection: num_features ",
+                                                   o.num_features, " must be positive"));
+  }
+  std::vector<int> served_by(o.num_features, -1);
+  absl::flat_hash_set<std::string> names;
+  for (int t = 0; t < static_cast<int>(o.tables.size()); ++t) {
+    const TableConfig& table = o.tables[t];
+    const std::string label = Label(table, t);
+    if (table.name.empty()) return absl::InvalidArgumentError(absl::StrCat(label, ": empty name"));
+    if (!names.insert(table.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat(label, ": name used by two tables"));
+    }
+    if (table.num_rows <= 0 || table.dim <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(label, ": num_rows (", table.num_rows,
+                                                     ") and dim (", table.dim,
+                                                     ") must be positive"));
+    }
+    if (table.features.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(label, ": serves no feature"));
+    }
+    for (int f : table.features) {
+      if (f < 0 || f >= o.num_features || served_by[f] >= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            label, ": feature ", f, f < 0 || f >= o.num_features ? " out of range" : " served twice"));
+      }
+      served_by[f] = t;
+    }
+  }
+  for (int f = 0; f < o.num_features; ++f) {
+    if (served_by[f] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CudaEmbeddingCollection: feature ", f, " is served by no table"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
+ public:
+  CudaEmbeddingCollectionImpl(const EmbeddingCollectionOptions& options, const DeviceContext& ctx)
+      : options_(options), ctx_(ctx), ws_(ctx) {}
+  ~CudaEmbeddingCollectionImpl() override {
+    if (uploaded_ != nullptr) {
+      cudaEventSynchronize(uploaded_);
+      cudaEventDestroy(uploaded_);
+    }
+  }
+
+  absl::Status Init() {
+    const int tables = num_tables();
+    table_of_feature_.assign(options_.num_features, -1);
+    for (int t = 0; t < tables; ++t) {
+      for (int f : options_.tables[t].features) table_of_feature_[f] = t;
+    }
+    feature_column_.resize(options_.num_features);
+    for (int f = 0; f < options_.num_features; ++f) {
+      feature_column_[f] = output_dim_;
+      output_dim_ += options_.tables[table_of_feature_[f]].dim;
+    }
+    weights_.resize(tables);
+    state_.resize(tables);
+    for (int t = 0; t < tables; ++t) {
+      const TableConfig& table = options_.tables[t];
+      const int64_t sd = RowStateDim(options_.optimizer.type, table.dim);
+      TESSERA_ASSIGN_OR_RETURN(weights_[t], Buffer::Allocate(Device::kCuda, DType::kF32,
+                                                             {table.num_rows, table.dim}));
+      if (sd > 0) {
+        TESSERA_ASSIGN_OR_RETURN(state_[t], Buffer::Allocate(Device::kCuda, DType::kF32,
+                                                               {table.num_rows, sd}));
+      }
+      const float state_init = options_.optimizer.type == RowOptimizerType::kRowWiseAdagrad
+                                   ? options_.optimizer.adagrad_initial
+                                   : 0.0f;
+      InitTableKernel<<<GridFor(table.num_rows, 256), 256, 0, ComputeStream(ctx_)>>>(
+          table.init, options_.seed, static_cast<uint64_t>(t), table.num_rows, table.dim, sd,
+          state_init, weights_[t].data<float>(), sd > 0 ? state_[t].data<float>() : nullptr);
+      TESSERA_CUDA_LAUNCH_RETURN_IF_ERROR("InitTableKernel");
+    }
+    TESSERA_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming));
+    return CudaSynchronize(ctx_);
+  }
+
+  int64_t output_dim() const override { return output_dim_; }
+  int64_t feature_column(int f) const override { return feature_column_[f]; }
+  int num_tables() const override { return static_cast<int>(options_.tables.size()); }
+  const TableConfig& table(int t) const override { return options_.tables[t]; }
+  const EmbeddingCollectionOptions& options() const override { return options_; }
+  float* device_weights(int t) override { return weights_[t].data<float>(); }
+  float* device_state(int t) override { return state_[t].empty() ? nullptr : state_[t].data<float>(); }
+
+  absl::Status Forward(const KeyedJagged& batch, float* out) override {
+    pending_ = false;
+    TESSERA_RETURN_IF_ERROR(ValidateBatch(batch, out));
+    const int64_t B = batch.batch_size;
+    const int64_t n_off = static_cast<int64_t>(batch.offsets.size());
+    const int64_t n_ids = static_cast<int64_t>(batch.values.size());
+    const bool weighted = !batch.weights.empty();
+    // Stage [offsets | ids | weights] in pinned memory, after the previous upload has left it.
+    const size_t off_bytes = sizeof(int64_t) * n_off, id_bytes = sizeof(int64_t) * n_ids,
+                 w_bytes = weighted ? sizeof(float) * n_ids : 0;
+    TESSERA_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(uploaded_));
+    TESSERA_RETURN_IF_ERROR(staging_.Reserve(off_bytes + id_bytes + w_bytes));
+    char* host = static_cast<char*>(staging_.data());
+    std::memcpy(host, batch.offsets.data(), off_bytes);
+    std::memcpy(host + off_bytes, batch.values.data(), id_bytes);
+    if (weighted) std::memcpy(host + off_bytes + id_bytes, batch.weights.data(), w_bytes);
+    TESSERA_RETURN_IF_ERROR(Grow(&d_offsets_, DType::kI64, n_off));
+    TESSERA_RETURN_IF_ERROR(Grow(&d_ids_, DType::kI64, n_ids));
+    if (weighted) TESSERA_RETURN_IF_ERROR(Grow(&d_weights_, DType::kF32, n_ids));
+    TESSERA_RETURN_IF_ERROR(CudaCopyToDevice(ctx_, d_offsets_.raw(), host, off_bytes));
+    TESSERA_RETURN_IF_ERROR(CudaCopyToDevice(ctx_, d_ids_.raw(), host + off_bytes, id_bytes));
+    if (weighted) {
+      TESSERA_RETURN_IF_ERROR(
+          CudaCopyToDevice(ctx_, d_weights_.raw(), host + off_bytes + id_bytes, w_bytes));
+    }
+    TESSERA_CUDA_RETURN_IF_ERROR(cudaEventRecord(uploaded_, ComputeStream(ctx_)));
+
+    batch_size_ = B;
+    weighted_ = weighted;
+    feature_ids_.resize(options_.num_features);
+    for (int f = 0; f < options_.num_features; ++f) {
+      feature_ids_[f] = batch.feature_end(f) - batch.feature_begin(f);
+    }
+    for (int f = 0; f < options_.num_features && B > 0; ++f) {
+      const TableConfig& table = options_.tables[table_of_feature_[f]];
+      PooledLookupArgs a;
+      a.weights = weights_[table_of_feature_[f]].data<float>();
+      a.dim = table.dim;
+      a.offsets = d_offsets_.data<int64_t>() + static_cast<int64_t>(f) * B;
+      a.indices = d_ids_.data<int64_t>();
+      a.per_id_weights = weighted ? d_weights_.data<float>() : nullptr;
+      a.num_bags = B;
+      a.pooling = table.pooling;
+      a.out = out + feature_column_[f];
+      a.out_stride = output_dim_;
+      TESSERA_RETURN_IF_ERROR(PooledLookupForwardCuda(ctx_, a));
+    }
+    pending_ = true;
+    return absl::OkStatus();
+  }
+
+  absl::Status BackwardUpdate(const float* d_out, float lr, int64_t step) override {
+    if (!pending_) {
+      return absl::FailedPreconditionError(
+          "CudaEmbeddingCollection::BackwardUpdate: no Forward since the last update");
+    }
+    if (d_out == nullptr && batch_size_ > 0) {
+      return absl::InvalidArgumentError("CudaEmbeddingCollection::BackwardUpdate: null d_out");
+    }
+    pending_ = false;
+    if (batch_size_ == 0) return absl::OkStatus();
+    const int64_t B = batch_size_;
+    for (int t = 0; t < num_tables(); ++t) {
+      const TableConfig& table = options_.tables[t];
+      sources_.clear();
+      counts_.clear();
+      for (int f : table.features) {
+        BagGradients g;
+        g.offsets = d_offsets_.data<int64_t>() + static_cast<int64_t>(f) * B;
+        g.indices = d_ids_.data<int64_t>();
+        g.per_id_weights = weighted_ ? d_weights_.data<float>() : nullptr;
+        g.num_bags = B;
+        g.grad = d_out + feature_column_[f];
+        g.grad_stride = output_dim_;
+        sources_.push_back(g);
+        counts_.push_back(feature_ids_[f]);
+      }
+      RowUpdateArgs args;
+      args.weights = weights_[t].data<float>();
+      args.state = state_[t].empty() ? nullptr : state_[t].data<float>();
+      args.dim = table.dim;
+      args.optimizer = options_.optimizer;
+      args.lr = lr;
+      args.step = step;
+      const int slot_bits = std::max(1, BitWidth(static_cast<uint64_t>(table.num_rows - 1)));
+      absl::Status st = FusedBackwardUpdateCuda(ctx_, sources_, counts_, table.pooling,
+                                                slot_bits, args, &ws_);
+      if (!st.ok()) {
+        return absl::Status(st.code(), absl::StrCat(Label(table, t), ": ", st.message()));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ReadRows(int t, int64_t begin, int64_t count, float* weights_out,
+                        float* state_out) override {
+    TESSERA_RETURN_IF_ERROR(CheckRows("ReadRows", t, begin, count));
+    const int64_t dim = options_.tables[t].dim, sd = StateDim(t);
+    if (count > 0 && weights_out == nullptr) {
+      return absl::InvalidArgumentError("CudaEmbeddingCollection::ReadRows: null weights_out");
+    }
+    TESSERA_RETURN_IF_ERROR(CudaCopyToHost(ctx_, weights_out, weights_[t].data<float>() + begin * dim,
+                                           sizeof(float) * count * dim));
+    if (state_out != nullptr && sd > 0) {
+      TESSERA_RETURN_IF_ERROR(CudaCopyToHost(ctx_, state_out,
+                                             state_[t].data<float>() + begin * sd,
+                                             sizeof(float) * count * sd));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status WriteRows(int t, int64_t begin, int64_t count, const float* weights,
+                         const float* state) override {
+    TESSERA_RETURN_IF_ERROR(CheckRows("WriteRows", t, begin, count));
+    const int64_t dim = options_.tables[t].dim, sd = StateDim(t);
+    if (count > 0 && weights == nullptr) {
+      return absl::InvalidArgumentError("CudaEmbeddingCollection::WriteRows: null weights");
+    }
+    TESSERA_RETURN_IF_ERROR(CudaCopyToDevice(ctx_, weights_[t].data<float>() + begin * dim,
+                                             weights, sizeof(float) * count * dim));
+    if (state != nullptr && sd > 0) {
+      TESSERA_RETURN_IF_ERROR(CudaCopyToDevice(ctx_, state_[t].data<float>() + begin * sd, state,
+                                               sizeof(float) * count * sd));
+    }
+    // The sources are the caller's pageable memory: finish before returning.
+    return CudaSynchronize(ctx_);
+  }
+
+ private:
+  int64_t StateDim(int t) const {
+    return RowStateDim(options_.optimizer.type, options_.tables[t].dim);
+  }
+
+  absl::Status CheckRows(const char* what, int t, int64_t begin, int64_t count) const {
+    if (t < 0 || t >= num_tables()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CudaEmbeddingCollection::", what, ": table ", t, " of ", num_tables()));
+    }
+    const int64_t rows = options_.tables[t].num_rows;
+    if (begin < 0 || count < 0 || begin > rows - count) {
+      return absl::InvalidArgumentError(absl::StrCat(Label(options_.tables[t], t), ": ", what,
+                                                     " of rows [", begin, ", ", begin + count,
+                                                     ") is outside [0, ", rows, ")"));
+    }
+    return absl::OkStatus();
+  }
+
+  // Grows a device scratch buffer to n elements (never shrinks). The old buffer may still be
+  // read by queued kernels: cudaFree (Buffer's destructor) waits for the device first.
+  absl::Status Grow(Buffer* b, DType dtype, int64_t n) {
+    n = std::max<int64_t>(n, 1);
+    if (!b->empty() && b->numel() >= n) return absl::OkStatus();
+    TESSERA_ASSIGN_OR_RETURN(*b, Buffer::Allocate(Device::kCuda, dtype, {n + n / 2}));
+    return absl::OkStatus();
+  }
+
+  // The checks of EmbeddingCollection::Forward, on the host copy of the batch.
+  absl::Status ValidateBatch(const KeyedJagged& batch, float* out) const {
+    const int64_t B = batch.batch_size;
+    if (batch.num_features != options_.num_features || B < 0 ||
+        static_cast<int64_t>(batch.offsets.size()) != batch.num_bags() + 1 ||
+        batch.offsets.front() != 0 ||
+        batch.offsets.back() != static_cast<int64_t>(batch.values.size()) ||
+        (!batch.weights.empty() && batch.weights.size() != batch.values.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CudaEmbeddingCollection::Forward: batch of ", batch.num_features, " features (want ",
+          options_.num_features, "), ", B, " samples, ", batch.offsets.size(),
+          " offsets (want ", batch.num_bags() + 1, ", from 0 to values.size() = ",
+          batch.values.size(), "), ", batch.weights.size(), " weights (want 0 or values.size())"));
+    }
+    if (out == nullptr && B > 0) {
+      return absl::InvalidArgumentError("CudaEmbeddingCollection::Forward: null out");
+    }
+    for (int64_t i = 0; i < batch.num_bags(); ++i) {
+      if (batch.offsets[i + 1] < batch.offsets[i]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "CudaEmbeddingCollection::Forward: offsets decrease at bag ", i, " (feature ", i / B,
+            " sample ", i % B, ")"));
+      }
+    }
+    for (int f = 0; f < options_.num_features; ++f) {
+      const int t = table_of_feature_[f];
+      const uint64_t rows = static_cast<uint64_t>(options_.tables[t].num_rows);
+      const int64_t fb = batch.feature_begin(f), fe = batch.feature_end(f);
+      bool bad = false;
+      for (int64_t j = fb; j < fe; ++j) bad |= static_cast<uint64_t>(batch.values[j]) >= rows;
+      if (!bad) continue;
+      for (int64_t j = fb; j < fe; ++j) {
+        if (static_cast<uint64_t>(batch.values[j]) < rows) continue;
+        const int64_t* offs = batch.feature_offsets(f);
+        const int64_t sample = std::upper_bound(offs, offs + B + 1, j) - offs - 1;
+        return absl::InvalidArgumentError(absl::StrCat(
+            Label(options_.tables[t], t), ": feature ", f, " sample ", sample, " has id ",
+            batch.values[j], " outside [0, ", options_.tables[t].num_rows, ")"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  EmbeddingCollectionOptions options_;
+  DeviceContext ctx_;
+  std::vector<int> table_of_feature_;
+  std::vector<int64_t> feature_column_;
+  int64_t output_dim_ = 0;
+  std::vector<Buffer> weights_, state_;
+
+  PinnedBuffer staging_;
+  cudaEvent_t uploaded_ = nullptr;
+  Buffer d_offsets_, d_ids_, d_weights_;
+  bool pending_ = false, weighted_ = false;
+  int64_t batch_size_ = 0;
+  std::vector<int64_t> feature_ids_;
+  std::vector<BagGradients> sources_;
+  std::vector<int64_t> counts_;
+  CudaEmbeddingWorkspace ws_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CudaEmbeddingCollection>> CreateCudaEmbeddingCollection(
+    const EmbeddingCollectionOptions& options, const DeviceContext& ctx) {
+  TESSERA_RETURN_IF_ERROR(ValidateOptions(options));
+  if (!ctx.is_cuda() || ctx.compute_stream == nullptr) {
+    return absl::InvalidArgumentError(
+        "CreateCudaEmbeddingCollection: needs a CUDA DeviceContext (CudaContext::context())");
+  }
+  auto c = std::make_unique<CudaEmbeddingCollectionImpl>(options, ctx);
+  TESSERA_RETURN_IF_ERROR(c->Init());
+  return std::unique_ptr<CudaEmbeddingCollection>(std::move(c));
+}
+
+}  // namespace tessera

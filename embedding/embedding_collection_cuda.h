@@ -1,0 +1,63 @@
+// CudaEmbeddingCollection: EmbeddingCollection's twin with every table (weights and per-row
+// optimizer state) in device memory, for training on one GPU. It takes the same options and the
+// same host KeyedJagged batch, validates it on the host exactly as EmbeddingCollection does
+// (errors name the table, feature, sample and id), stages offsets, ids and per-id weights through
+// pinned memory onto the device, and runs the CUDA twins of pooled_lookup.h: the pooled forward
+// per feature and the fused backward + update per table (ids are slots: slot == row).
+// Rows start as InitRow(init, seed, table, row) computed on the device (the CPU store's values,
+// up to the last bit of the normal init's transcendental functions).
+//
+// Memory: out and d_out are device memory [batch, output_dim()]. Work is queued on
+// ctx.compute_stream; Forward returns once its copies and kernels are queued (it waits only for
+// the previous batch's upload, whose pinned staging it reuses). ReadRows/WriteRows take host
+// memory and wait. The DeviceContext's CudaContext must outlive the collection.
+// Thread-safety: none; the training loop owns it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "core/device.h"
+#include "core/keyed_jagged.h"
+#include "embedding/embedding_collection.h"
+
+namespace tessera {
+
+class CudaEmbeddingCollection {
+ public:
+  virtual ~CudaEmbeddingCollection() = default;
+
+  // Output width per sample and feature f's column offset (as EmbeddingCollection).
+  virtual int64_t output_dim() const = 0;
+  virtual int64_t feature_column(int f) const = 0;
+  virtual int num_tables() const = 0;
+  virtual const TableConfig& table(int t) const = 0;
+  virtual const EmbeddingCollectionOptions& options() const = 0;
+
+  // Pooled lookup of the host `batch` into device `out`. Errors as EmbeddingCollection::Forward;
+  // Internal for a CUDA failure.
+  virtual absl::Status Forward(const KeyedJagged& batch, float* out) = 0;
+  // Fused backward + update from device d_out for the batch of the last Forward (the staged copy
+  // is kept on the device). FailedPrecondition without a preceding Forward.
+  virtual absl::Status BackwardUpdate(const float* d_out, float lr, int64_t step) = 0;
+
+  // Host copies of rows [begin, begin + count) of table t (weights: count * dim floats; state:
+  // count * state_dim floats, skipped when null). InvalidArgument for a bad range or table.
+  virtual absl::Status ReadRows(int t, int64_t begin, int64_t count, float* weights_out,
+                                float* state_out) = 0;
+  virtual absl::Status WriteRows(int t, int64_t begin, int64_t count, const float* weights,
+                                 const float* state) = 0;
+  // Device base pointers of table t's weights [num_rows, dim] and state [num_rows, state_dim]
+  // (null when state_dim is 0).
+  virtual float* device_weights(int t) = 0;
+  virtual float* device_state(int t) = 0;
+};
+
+// Validates `options` as EmbeddingCollection::Create does (InvalidArgument naming the table),
+// allocates and initialises the tables on ctx's device. ResourceExhausted when device memory is
+// short; InvalidArgument for a non-CUDA context; Unimplemented without the CUDA path.
+absl::StatusOr<std::unique_ptr<CudaEmbeddingCollection>> CreateCudaEmbeddingCollection(
+    const EmbeddingCollectionOptions& options, const DeviceContext& ctx);
+
+}  // namespace tessera
