@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Reads the results bench/gpu_check.sh left in a folder and prints its closing table.
+
+  gpu_check_report.py quickstart OUT_DIR   compare quickstart GPU vs CPU metrics.jsonl; exit 1 on
+                                           a failed check; writes OUT_DIR/quickstart_compare.json
+  gpu_check_report.py table OUT_DIR        the summary table (stdout) and OUT_DIR/summary.json
+
+Acceptance (issue #5): eval AUC |GPU - CPU| <= 0.005; loss curve: every logged interval-mean
+train loss within 0.01 (absolute) of the CPU run's at the same step. The twins differ only by
+summation order and fused multiply-adds, so the curves drift apart slowly, far below this.
+"""
+import json
+import os
+import sys
+
+AUC_TOL = 0.005
+LOSS_TOL = 0.01
+
+
+def read_jsonl(path):
+    rows = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                rows.append(json.loads(line))
+    return rows
+
+
+def read_json(path):
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+        # tessera-bench / the PyTorch script: the JSON object is the last line.
+        return json.loads(text.splitlines()[-1]) if text else None
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def quickstart(out):
+    gpu = read_jsonl(os.path.join(out, "quick_gpu", "metrics.jsonl"))
+    cpu = read_jsonl(os.path.join(out, "quick_cpu", "metrics.jsonl"))
+    done_g = [r for r in gpu if r.get("status") == "done"]
+    done_c = [r for r in cpu if r.get("status") == "done"]
+    if not done_g or not done_c:
+        print("quickstart: a run did not finish (no 'done' line)")
+        return 1
+    auc_g, auc_c = done_g[-1]["eval_auc"], done_c[-1]["eval_auc"]
+    loss_g = {r["step"]: r["train_loss"] for r in gpu if "train_loss" in r and "status" not in r}
+    loss_c = {r["step"]: r["train_loss"] for r in cpu if "train_loss" in r and "status" not in r}
+    common = sorted(set(loss_g) & set(loss_c))
+    max_diff = max((abs(loss_g[s] - loss_c[s]) for s in common), default=float("nan"))
+    res = {"auc_gpu": auc_g, "auc_cpu": auc_c, "auc_diff": abs(auc_g - auc_c),
+           "loss_points": len(common), "loss_max_abs_diff": max_diff,
+           "auc_ok": abs(auc_g - auc_c) <= AUC_TOL,
+           "loss_ok": len(common) > 0 and max_diff <= LOSS_TOL,
+           "gpu_samples_per_sec": done_g[-1].get("samples_per_sec"),
+           "cpu_samples_per_sec": done_c[-1].get("samples_per_sec")}
+    with open(os.path.join(out, "quickstart_compare.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    print(json.dumps(res))
+    return 0 if res["auc_ok"] and res["loss_ok"] else 1
+
+
+def bench_value(path, name_prefix, counter=None, bytes_per_second=False):
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    for b in data.get("benchmarks", []):
+        if b.get("name", "").startswith(name_prefix) and not b.get("error_occurred"):
+            if bytes_per_second:
+                return b.get("bytes_per_second")
+            return b.get(counter)
+    return None
+
+
+def fmt(v, scale=1.0, digits=1, unit=""):
+    return "n/a" if v is None else f"{v * scale:.{digits}f}{unit}"
+
+
+def table(out):
+    stages = {}
+    stages_path = os.path.join(out, "stages.tsv")
+    if os.path.exists(stages_path):
+        for line in open(stages_path):
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) >= 2:
+                stages[parts[0]] = parts[1]
+    q = read_json(os.path.join(out, "quickstart_compare.json"))
+    lk = os.path.join(out, "cuda_lookup_bench.json")
+    ln = os.path.join(out, "cuda_linear_bench.json")
+    copy_bw = bench_value(lk, "BM_DeviceCopy", bytes_per_second=True)
+    look_bw = {a: bench_value(lk, f"BM_PooledLookup/{a}", bytes_per_second=True)
+               for a in ("64/20", "128/20", "128/1")}
+    sgemm = bench_value(ln, "BM_CublasSgemm", "TFLOP/s")
+    lin = {a: bench_value(ln, f"BM_LinearStep/{a}", "TFLOP/s")
+           for a in ("65536/512/256", "65536/1024/1024", "16384/479/1024")}
+    t = read_json(os.path.join(out, "tessera_bench_gpu.json"))
+    p = read_json(os.path.join(out, "pytorch_gpu.json"))
+    ts = t.get("samples_per_sec") if t else None
+    ps = p.get("samples_per_sec") if p else None
+    rows = [("stage results", ", ".join(f"{k}: {v}" for k, v in stages.items()) or "n/a")]
+    if q:
+        rows.append(("quickstart eval AUC gpu / cpu (|diff| <= 0.005)",
+                     f"{q['auc_gpu']:.4f} / {q['auc_cpu']:.4f} ({'ok' if q['auc_ok'] else 'FAIL'})"))
+        rows.append(("quickstart max |train loss diff| (<= 0.01)",
+                     f"{q['loss_max_abs_diff']:.5f} over {q['loss_points']} points "
+                     f"({'ok' if q['loss_ok'] else 'FAIL'})"))
+    else:
+        rows.append(("quickstart gpu vs cpu", "n/a (stage failed)"))
+    rows.append(("device-to-device copy bandwidth", fmt(copy_bw, 1e-9, 0, " GB/s")))
+    for a, v in look_bw.items():
+        ratio = f" ({v / copy_bw:.0%} of copy)" if v and copy_bw else ""
+        rows.append((f"pooled lookup dim/pooling {a}", fmt(v, 1e-9, 0, " GB/s") + ratio))
+    rows.append(("cuBLAS SGEMM 8192^3", fmt(sgemm, 1, 1, " TFLOP/s")))
+    for a, v in lin.items():
+        ratio = f" ({v / sgemm:.0%} of SGEMM)" if v and sgemm else ""
+        rows.append((f"Linear fwd+bwd {a}", fmt(v, 1, 1, " TFLOP/s") + ratio))
+    speed = f" ({ts / ps:.2f}x PyTorch eager)" if ts and ps else ""
+    rows.append(("tessera-bench kaggle on GPU", fmt(ts, 1, 0, " samples/s") + speed))
+    rows.append(("PyTorch eager DLRM kaggle on GPU", fmt(ps, 1, 0, " samples/s")))
+    width = max(len(r[0]) for r in rows)
+    print("\n==== gpu_check summary ====")
+    for k, v in rows:
+        print(f"{k.ljust(width)}  {v}")
+    with open(os.path.join(out, "summary.json"), "w") as f:
+        json.dump({k: v for k, v in rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] not in ("quickstart", "table"):
+        print(__doc__)
+        sys.exit(2)
+    sys.exit(quickstart(sys.argv[2]) if sys.argv[1] == "quickstart" else table(sys.argv[2]))
