@@ -64,6 +64,11 @@ struct TieredRowStoreOptions {
   // copied), so training resumes from it and the checkpoint itself is never modified.
   // Default: "" (open `path` as it is).
   std::string restore_from;
+  // When true (and restore_from is empty), an existing database at `path` is destroyed first,
+  // so the store starts with every row at its initial value (a fresh training run). Only a
+  // RocksDB database or an empty directory is ever deleted; anything else at `path` is
+  // FailedPrecondition naming it. Default: false (reopen an existing database).
+  bool discard_existing = false;
 
   // Table layout; with init/seed/state_init it is recorded in the database on creation and a
   // reopen with any difference is rejected (InvalidArgument naming the path and the field),
@@ -155,6 +160,13 @@ class TieredRowStore : public RowStore {
   // Flush(), then takes a RocksDB checkpoint into `dir` (hard links where on the same file
   // system). `dir` must not exist; its parent must. Restore with restore_from = dir.
   virtual absl::Status Checkpoint(const std::string& dir) = 0;
+  // Replaces every row by the rows of a checkpoint written by Checkpoint (`dir`), in place: the
+  // cache, staging and write-back buffers are dropped (not written), the database at `path` is
+  // destroyed and replaced by a copy of the checkpoint (which is never modified), and the store
+  // reopens on it with the same options. REQUIRES: not in the middle of a step (no rows pinned:
+  // FailedPrecondition). Errors name the checkpoint and the path; a failure after the old
+  // database was closed leaves the store returning that error from every call.
+  virtual absl::Status Restore(const std::string& dir) = 0;
 
   virtual TieredRowStoreMetrics metrics() = 0;
   virtual void ResetMetrics() = 0;

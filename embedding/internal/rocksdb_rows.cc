@@ -146,6 +146,20 @@ absl::Status FromRocks(const rocksdb::Status& s, const std::string& what,
   return absl::InternalError(msg);
 }
 
+absl::Status DestroyRowDb(const std::string& path, const rocksdb::Options& db_options,
+                          const std::string& what) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return absl::OkStatus();
+  // Only ever delete a RocksDB database: a mistyped path must not wipe a user's directory.
+  bool empty = fs::is_directory(path, ec) && fs::is_empty(path, ec);
+  if (empty) return absl::OkStatus();
+  if (!fs::exists(fs::path(path) / "CURRENT", ec)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("RocksDB tier: ", what, ": ", path, " exists and is not a RocksDB database"));
+  }
+  return FromRocks(rocksdb::DestroyDB(path, db_options), what, path);
+}
+
 absl::Status RestoreCheckpoint(const std::string& checkpoint, const std::string& path,
                                const rocksdb::Options& db_options) {
   std::error_code ec;
@@ -154,19 +168,8 @@ absl::Status RestoreCheckpoint(const std::string& checkpoint, const std::string&
         absl::StrCat("RocksDB tier: checkpoint ", checkpoint, " is not a RocksDB checkpoint ",
                      "(no CURRENT file)"));
   }
-  if (fs::exists(path, ec)) {
-    // Only ever delete a RocksDB database: a mistyped path must not wipe a user's directory.
-    bool empty = fs::is_directory(path, ec) && fs::is_empty(path, ec);
-    if (!empty && !fs::exists(fs::path(path) / "CURRENT", ec)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("RocksDB tier: cannot restore ", checkpoint, " into ", path,
-                       ": it exists and is not a RocksDB database"));
-    }
-    if (!empty) {
-      TESSERA_RETURN_IF_ERROR(
-          FromRocks(rocksdb::DestroyDB(path, db_options), "destroy before restore", path));
-    }
-  }
+  TESSERA_RETURN_IF_ERROR(
+      DestroyRowDb(path, db_options, absl::StrCat("cannot restore ", checkpoint, " into ", path)));
   fs::create_directories(path, ec);
   if (ec) {
     return absl::PermissionDeniedError(
@@ -204,6 +207,8 @@ absl::StatusOr<std::unique_ptr<rocksdb::DB>> OpenRowDb(const TieredRowStoreOptio
   rocksdb::Options db_options = RowDbOptions(o);
   if (!o.restore_from.empty()) {
     TESSERA_RETURN_IF_ERROR(RestoreCheckpoint(o.restore_from, o.path, db_options));
+  } else if (o.discard_existing) {
+    TESSERA_RETURN_IF_ERROR(DestroyRowDb(o.path, db_options, "discarding the old rows"));
   }
   std::error_code ec;
   fs::create_directories(o.path, ec);

@@ -52,6 +52,11 @@ absl::Status FromRocks(const rocksdb::Status& s, const std::string& what, const 
 // layout record.
 absl::StatusOr<std::unique_ptr<rocksdb::DB>> OpenRowDb(const TieredRowStoreOptions& options);
 
+// Destroys the RocksDB database at `path` (nothing to do when absent or an empty directory);
+// FailedPrecondition "<what>: <path> exists and is not a RocksDB database" for anything else.
+absl::Status DestroyRowDb(const std::string& path, const rocksdb::Options& db_options,
+                          const std::string& what);
+
 // Replaces the database at `path` by a copy of the checkpoint at `checkpoint` (SST files are
 // immutable, so they are hard-linked; CURRENT, MANIFEST and OPTIONS files are copied).
 absl::Status RestoreCheckpoint(const std::string& checkpoint, const std::string& path,

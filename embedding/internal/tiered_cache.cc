@@ -1,5 +1,6 @@
 #include "embedding/internal/tiered_cache.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "core/status.h"
@@ -21,6 +22,21 @@ SlotCache::SlotCache(int64_t capacity, CachePolicy policy)
   free_.reserve(capacity);
   // Hand out low slots first (a stack popped from the back).
   for (int64_t s = capacity - 1; s >= 0; --s) free_.push_back(static_cast<int32_t>(s));
+}
+
+void SlotCache::Clear() {
+  map_.clear();
+  std::fill(row_.begin(), row_.end(), -1);
+  std::fill(prev_.begin(), prev_.end(), -1);
+  std::fill(next_.begin(), next_.end(), -1);
+  std::fill(uses_.begin(), uses_.end(), 0);
+  std::fill(dirty_.begin(), dirty_.end(), 0);
+  std::fill(pinned_flag_.begin(), pinned_flag_.end(), 0);
+  pinned_.clear();
+  free_.clear();
+  for (int64_t s = capacity_ - 1; s >= 0; --s) free_.push_back(static_cast<int32_t>(s));
+  lru_ = List();
+  lfu_.clear();
 }
 
 SlotCache::List& SlotCache::ListOf(int32_t slot) {

@@ -47,6 +47,8 @@ class SlotCache {
   int32_t Install(int64_t row, int64_t* evicted_row, bool* evicted_dirty);
   // Unpins every pinned slot, marking it dirty when `mark_dirty`, and counts one use for LFU.
   void UnpinAll(bool mark_dirty);
+  // Forgets every row (all slots free, clean and unpinned), as after construction.
+  void Clear();
   // Slots of resident rows (any order).
   std::vector<int32_t> ResidentSlots() const;
 

@@ -139,6 +139,7 @@ class TieredRowStoreImpl final : public TieredRowStore {
                          const float* state) override;
   absl::Status Flush() override;
   absl::Status Checkpoint(const std::string& dir) override;
+  absl::Status Restore(const std::string& dir) override;
   TieredRowStoreMetrics metrics() override;
   void ResetMetrics() override {
     m_ = TieredRowStoreMetrics();

@@ -65,6 +65,34 @@ absl::Status TieredRowStoreImpl::Checkpoint(const std::string& dir) {
                    options_.path);
 }
 
+absl::Status TieredRowStoreImpl::Restore(const std::string& dir) {
+  if (cache_.pinned_count() > 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(label_, ": Restore in the middle of a step (", cache_.pinned_count(),
+                     " rows pinned); call EndStep first"));
+  }
+  // Quiesce the background threads: no prefetch read or write-back may touch the old database.
+  DropAllStaged();
+  (void)WaitWrite();  // its rows are about to be replaced anyway
+  pending_.Clear();
+  cache_.Clear();
+  reader_.reset();
+  db_.reset();
+  TieredRowStoreOptions o = options_;
+  o.restore_from = dir;
+  absl::StatusOr<std::unique_ptr<rocksdb::DB>> db = OpenRowDb(o);
+  if (!db.ok()) {
+    broken_ = db.status();
+    return broken_;
+  }
+  db_ = *std::move(db);
+  reader_ = std::make_unique<RowReader>(db_.get(), options_.path, options_.table_id,
+                                        static_cast<size_t>(row_floats_) * sizeof(float),
+                                        options_.reader_threads, options_.multiget_batch);
+  broken_ = absl::OkStatus();
+  return absl::OkStatus();
+}
+
 absl::Status TieredRowStoreImpl::ReadRows(int64_t begin, int64_t count, float* weights_out,
                                           float* state_out) {
   TESSERA_RETURN_IF_ERROR(broken_);
@@ -195,6 +223,7 @@ TieredRowStoreMetrics TieredRowStoreImpl::metrics() {
   out.cache_rows = cache_.capacity();
   out.resident_rows = cache_.resident();
   uint64_t v = 0;
+  if (db_ == nullptr) return out;  // a failed Restore closed it
   if (db_->GetIntProperty("rocksdb.total-sst-files-size", &v)) out.sst_bytes = v;
   if (db_->GetIntProperty("rocksdb.cur-size-all-mem-tables", &v)) out.memtable_bytes = v;
   return out;
