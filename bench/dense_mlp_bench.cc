@@ -2,8 +2,15 @@
 // the dot interaction, and whole DenseArch steps. Counters: GFLOP/s (useful multiply-adds x 2),
 // samples/s. Threads come from OMP_NUM_THREADS (the "threads" counter echoes it); compare
 // 1 and 2 threads side by side in one session, the machines are shared and noisy.
+//
+// The context line "blas_core" names the kernel set OpenBLAS picked. Debian's OpenBLAS 0.3.21
+// does not know some newer CPUs (e.g. the Xeon family 6 model 207 of some build machines) and
+// falls back to "Prescott" (SSE3), ~5x slower at these shapes; run with
+// OPENBLAS_CORETYPE=SkylakeX (AVX-512) or Haswell (AVX2) there.
 #include <benchmark/benchmark.h>
 
+#include <cstdio>
+#include <string>
 #include <vector>
 
 #include "core/parallel.h"
@@ -169,4 +176,23 @@ BENCHMARK(BM_DenseArchFwdBwd)
 }  // namespace
 }  // namespace tessera
 
-BENCHMARK_MAIN();
+extern "C" char* openblas_get_corename();
+
+int main(int argc, char** argv) {
+  const std::string core = openblas_get_corename();
+  benchmark::AddCustomContext("blas_core", core);
+  if (core == "Prescott" || core == "Core2" || core == "Penryn" || core == "Nehalem") {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2")) {
+      std::fprintf(stderr,
+                   "WARNING: OpenBLAS chose the %s kernels on a CPU with AVX2; set "
+                   "OPENBLAS_CORETYPE=SkylakeX (AVX-512) or Haswell for meaningful numbers\n",
+                   core.c_str());
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

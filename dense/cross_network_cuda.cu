@@ -25,9 +25,9 @@ __global__ void CombineKernel(const float* __restrict__ x0, const float* __restr
 // Block (32, 8) over a chunk of kColumnChunkRows rows x 32 columns (see column_sums_cuda.h).
 __global__ void CombineBackwardChunkKernel(const float* __restrict__ x0,
                                            const float* __restrict__ inner,
-                                           const float* __restrict__ g, int64_t rows,
-                                           int64_t dim, bool assign_dx0,
-                                           float* __restrict__ dx0, float* __restrict__ d_inner,
+                                           const float* __restrict__ g, int64_t rows, int64_t dim,
+                                           bool assign_dx0, float* __restrict__ dx0,
+                                           float* __restrict__ d_inner,
                                            double* __restrict__ partial) {
   const int64_t col = blockIdx.x * static_cast<int64_t>(kColumnTileCols) + threadIdx.x;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kColumnChunkRows;
@@ -57,10 +57,10 @@ absl::Status CrossLayerForwardCuda(const DeviceContext& ctx, const CrossLayerPar
     TESSERA_RETURN_IF_ERROR(
         CudaSgemm(ctx, false, true, batch, dim, dim, 1.0f, xl, dim, p.w, dim, 0.0f, inner, dim));
   } else {
-    TESSERA_RETURN_IF_ERROR(CudaSgemm(ctx, false, true, batch, p.rank, dim, 1.0f, xl, dim, p.v,
-                                      dim, 0.0f, low, p.rank));
-    TESSERA_RETURN_IF_ERROR(CudaSgemm(ctx, false, true, batch, dim, p.rank, 1.0f, low, p.rank,
-                                      p.u, p.rank, 0.0f, inner, dim));
+    TESSERA_RETURN_IF_ERROR(CudaSgemm(ctx, false, true, batch, p.rank, dim, 1.0f, xl, dim, p.v, dim,
+                                      0.0f, low, p.rank));
+    TESSERA_RETURN_IF_ERROR(CudaSgemm(ctx, false, true, batch, dim, p.rank, 1.0f, low, p.rank, p.u,
+                                      p.rank, 0.0f, inner, dim));
   }
   const int64_t n = batch * dim;
   CombineKernel<<<GridFor(n, 256), 256, 0, ComputeStream(ctx)>>>(x0, xl, p.b, n, dim, inner,
@@ -87,12 +87,12 @@ absl::Status CrossLayerBackwardCuda(const DeviceContext& ctx, const CrossLayerPa
         CudaSgemm(ctx, false, false, batch, dim, dim, 1.0f, d_inner, dim, p.w, dim, 1.0f, g, dim));
   } else {
     const int64_t r = p.rank;
-    TESSERA_RETURN_IF_ERROR(CudaSgemm(ctx, true, false, dim, r, batch, 1.0f, d_inner, dim, low,
-                                      r, 0.0f, grads.du, r));
-    TESSERA_RETURN_IF_ERROR(CudaSgemm(ctx, false, false, batch, r, dim, 1.0f, d_inner, dim, p.u,
-                                      r, 0.0f, d_low, r));
-    TESSERA_RETURN_IF_ERROR(CudaSgemm(ctx, true, false, r, dim, batch, 1.0f, d_low, r, xl, dim,
-                                      0.0f, grads.dv, dim));
+    TESSERA_RETURN_IF_ERROR(
+        CudaSgemm(ctx, true, false, dim, r, batch, 1.0f, d_inner, dim, low, r, 0.0f, grads.du, r));
+    TESSERA_RETURN_IF_ERROR(
+        CudaSgemm(ctx, false, false, batch, r, dim, 1.0f, d_inner, dim, p.u, r, 0.0f, d_low, r));
+    TESSERA_RETURN_IF_ERROR(
+        CudaSgemm(ctx, true, false, r, dim, batch, 1.0f, d_low, r, xl, dim, 0.0f, grads.dv, dim));
     TESSERA_RETURN_IF_ERROR(
         CudaSgemm(ctx, false, false, batch, dim, r, 1.0f, d_low, r, p.v, dim, 1.0f, g, dim));
   }

@@ -55,8 +55,8 @@ absl::Status DotInteractionBackward(const DeviceContext& ctx, const float* botto
   TESSERA_RETURN_IF_ERROR(CheckShape(kOp, batch, num_embeddings, dim));
 #if TESSERA_HAVE_CUDA
   if (ctx.is_cuda()) {
-    return dense_internal::DotInteractionBackwardCuda(ctx, bottom, emb, d_out, batch, num_embeddings,
-                                                      dim, d_bottom, d_emb);
+    return dense_internal::DotInteractionBackwardCuda(ctx, bottom, emb, d_out, batch,
+                                                      num_embeddings, dim, d_bottom, d_emb);
   }
 #else
   if (ctx.is_cuda()) return dense_internal::NoCudaTwin(kOp, "dense/interaction_cuda.cu");

@@ -27,9 +27,9 @@ __device__ __forceinline__ int64_t PairRow(int64_t t) {
   return i;
 }
 
-__global__ void GatherTriangleKernel(const float* __restrict__ bottom,
-                                     const float* __restrict__ s, int64_t batch, int64_t p,
-                                     int64_t d, int64_t out_dim, float* __restrict__ out) {
+__global__ void GatherTriangleKernel(const float* __restrict__ bottom, const float* __restrict__ s,
+                                     int64_t batch, int64_t p, int64_t d, int64_t out_dim,
+                                     float* __restrict__ out) {
   const int64_t n = batch * out_dim;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -89,8 +89,8 @@ absl::Status DotInteractionForwardCuda(const DeviceContext& ctx, const float* bo
   float* s = z + z_floats;
   absl::Status st = ConcatColumnsCuda(ctx, bottom, d, emb, num_embeddings * d, batch, z);
   if (st.ok()) {
-    st = CudaSgemmStridedBatched(ctx, false, true, p, p, d, 1.0f, z, d, p * d, z, d, p * d, 0.0f,
-                                 s, p, p * p, batch);
+    st = CudaSgemmStridedBatched(ctx, false, true, p, p, d, 1.0f, z, d, p * d, z, d, p * d, 0.0f, s,
+                                 p, p * p, batch);
   }
   if (st.ok()) {
     GatherTriangleKernel<<<GridFor(batch * out_dim, 256), 256, 0, ComputeStream(ctx)>>>(
@@ -121,8 +121,8 @@ absl::Status DotInteractionBackwardCuda(const DeviceContext& ctx, const float* b
     st = CudaLaunchStatus("ScatterPairGradKernel");
   }
   if (st.ok()) {
-    st = CudaSgemmStridedBatched(ctx, false, false, p, d, p, 1.0f, g, p, p * p, z, d, p * d,
-                                 0.0f, dz, d, p * d, batch);
+    st = CudaSgemmStridedBatched(ctx, false, false, p, d, p, 1.0f, g, p, p * p, z, d, p * d, 0.0f,
+                                 dz, d, p * d, batch);
   }
   if (st.ok()) {
     SplitGradKernel<<<GridFor(batch * p * d, 256), 256, 0, ComputeStream(ctx)>>>(

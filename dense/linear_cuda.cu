@@ -56,11 +56,11 @@ absl::Status LinearForwardCuda(const DeviceContext& ctx, const float* x, const f
 }
 
 absl::Status LinearBackwardCuda(const DeviceContext& ctx, const float* x, const float* w,
-                                const float* y, float* dy, int64_t batch, int64_t in,
-                                int64_t out, Activation act, float* dw, float* db, float* dx) {
+                                const float* y, float* dy, int64_t batch, int64_t in, int64_t out,
+                                Activation act, float* dw, float* db, float* dx) {
   const float* mask = act == Activation::kRelu ? y : nullptr;
-  TESSERA_RETURN_IF_ERROR(DeterministicColumnSums(
-      ctx, batch, out, db, [&](dim3 grid, dim3 block, double* partial) {
+  TESSERA_RETURN_IF_ERROR(
+      DeterministicColumnSums(ctx, batch, out, db, [&](dim3 grid, dim3 block, double* partial) {
         MaskColumnChunkKernel<<<grid, block, 0, ComputeStream(ctx)>>>(dy, mask, batch, out,
                                                                       partial);
       }));

@@ -76,8 +76,8 @@ absl::StatusOr<double> BceWithLogitsCuda(const DeviceContext& ctx, const float* 
       float label = 0.0f;
       TESSERA_RETURN_IF_ERROR(
           CudaCopyToHost(ctx, &label, labels + r.first_bad_label, sizeof(float)));
-      return absl::InvalidArgumentError(absl::StrCat(
-          "BceWithLogits: labels[", r.first_bad_label, "] = ", label, " is outside [0, 1]"));
+      return absl::InvalidArgumentError(absl::StrCat("BceWithLogits: labels[", r.first_bad_label,
+                                                     "] = ", label, " is outside [0, 1]"));
     }
     total += r.loss;
   }

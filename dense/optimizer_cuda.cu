@@ -37,8 +37,8 @@ __global__ void AdamKernel(DenseStepScalars s, int64_t n, float* __restrict__ w,
 
 }  // namespace
 
-absl::Status SgdStepCuda(const DeviceContext& ctx, const DenseStepScalars& s, int64_t n,
-                         float* w, const float* g) {
+absl::Status SgdStepCuda(const DeviceContext& ctx, const DenseStepScalars& s, int64_t n, float* w,
+                         const float* g) {
   if (n <= 0) return absl::OkStatus();
   SgdKernel<<<GridFor(n, kThreads), kThreads, 0, ComputeStream(ctx)>>>(s, n, w, g);
   return CudaLaunchStatus("SgdKernel");
@@ -51,8 +51,8 @@ absl::Status AdagradStepCuda(const DeviceContext& ctx, const DenseStepScalars& s
   return CudaLaunchStatus("AdagradKernel");
 }
 
-absl::Status AdamStepCuda(const DeviceContext& ctx, const DenseStepScalars& s, int64_t n,
-                          float* w, const float* g, float* m, float* v) {
+absl::Status AdamStepCuda(const DeviceContext& ctx, const DenseStepScalars& s, int64_t n, float* w,
+                          const float* g, float* m, float* v) {
   if (n <= 0) return absl::OkStatus();
   AdamKernel<<<GridFor(n, kThreads), kThreads, 0, ComputeStream(ctx)>>>(s, n, w, g, m, v);
   return CudaLaunchStatus("AdamKernel");

@@ -17,10 +17,10 @@ __global__ void AddKernel(const float* __restrict__ x, int64_t n, float* __restr
 absl::Status Copy2D(const DeviceContext& ctx, float* dst, int64_t dst_cols, const float* src,
                     int64_t src_cols, int64_t cols, int64_t rows) {
   if (rows <= 0 || cols <= 0) return absl::OkStatus();
-  return CudaStatus(cudaMemcpy2DAsync(dst, sizeof(float) * dst_cols, src, sizeof(float) * src_cols,
-                                      sizeof(float) * cols, rows, cudaMemcpyDeviceToDevice,
-                                      ComputeStream(ctx)),
-                    "cudaMemcpy2DAsync");
+  return CudaStatus(
+      cudaMemcpy2DAsync(dst, sizeof(float) * dst_cols, src, sizeof(float) * src_cols,
+                        sizeof(float) * cols, rows, cudaMemcpyDeviceToDevice, ComputeStream(ctx)),
+      "cudaMemcpy2DAsync");
 }
 
 }  // namespace
@@ -47,9 +47,9 @@ absl::Status AddInPlaceCuda(const DeviceContext& ctx, const float* x, int64_t n,
 
 absl::Status CopyFloatsCuda(const DeviceContext& ctx, const float* src, int64_t n, float* dst) {
   if (n <= 0) return absl::OkStatus();
-  return CudaStatus(cudaMemcpyAsync(dst, src, sizeof(float) * n, cudaMemcpyDeviceToDevice,
-                                    ComputeStream(ctx)),
-                    "cudaMemcpyAsync(device to device)");
+  return CudaStatus(
+      cudaMemcpyAsync(dst, src, sizeof(float) * n, cudaMemcpyDeviceToDevice, ComputeStream(ctx)),
+      "cudaMemcpyAsync(device to device)");
 }
 
 }  // namespace tessera::dense_internal

@@ -21,8 +21,8 @@ inline absl::Status CudaSgemm(const DeviceContext& ctx, bool trans_a, bool trans
   return CublasStatus(
       cublasSgemm(CublasHandle(ctx), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                   trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
-                  static_cast<int>(k), &alpha, b, static_cast<int>(ldb), a,
-                  static_cast<int>(lda), &beta, c, static_cast<int>(ldc)),
+                  static_cast<int>(k), &alpha, b, static_cast<int>(ldb), a, static_cast<int>(lda),
+                  &beta, c, static_cast<int>(ldc)),
       "cublasSgemm");
 }
 
@@ -37,9 +37,8 @@ inline absl::Status CudaSgemmStridedBatched(const DeviceContext& ctx, bool trans
       cublasSgemmStridedBatched(CublasHandle(ctx), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                                 trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
                                 static_cast<int>(m), static_cast<int>(k), &alpha, b,
-                                static_cast<int>(ldb), stride_b, a, static_cast<int>(lda),
-                                stride_a, &beta, c, static_cast<int>(ldc), stride_c,
-                                static_cast<int>(count)),
+                                static_cast<int>(ldb), stride_b, a, static_cast<int>(lda), stride_a,
+                                &beta, c, static_cast<int>(ldc), stride_c, static_cast<int>(count)),
       "cublasSgemmStridedBatched");
 }
 

@@ -43,8 +43,7 @@ absl::Status DeterministicColumnSums(const DeviceContext& ctx, int64_t rows, int
     return absl::InvalidArgumentError(
         "column sum over more than 16776960 rows: split the batch for the CUDA path");
   }
-  TESSERA_ASSIGN_OR_RETURN(void* scratch,
-                           CudaMallocAsync(ctx, sizeof(double) * chunks * cols));
+  TESSERA_ASSIGN_OR_RETURN(void* scratch, CudaMallocAsync(ctx, sizeof(double) * chunks * cols));
   double* partial = static_cast<double*>(scratch);
   const dim3 grid(static_cast<unsigned>((cols + kColumnTileCols - 1) / kColumnTileCols),
                   static_cast<unsigned>(chunks));
@@ -53,7 +52,7 @@ absl::Status DeterministicColumnSums(const DeviceContext& ctx, int64_t rows, int
   absl::Status st = CudaLaunchStatus("column-sum chunk kernel");
   if (st.ok()) {
     SumChunkPartialsKernel<<<GridFor(cols, 256), 256, 0, ComputeStream(ctx)>>>(partial, chunks,
-                                                                              cols, out);
+                                                                               cols, out);
     st = CudaLaunchStatus("SumChunkPartialsKernel");
   }
   TESSERA_RETURN_IF_ERROR(CudaFreeAsync(ctx, scratch));

@@ -11,3 +11,29 @@
 #else
 #define TESSERA_VECTOR_CLONES
 #endif
+
+// GCC vector types for loops the auto-vectoriser leaves scalar (mixed float/double widths,
+// fixed-width register accumulators). Each lowers to the clone's widest registers (one zmm, two
+// ymm, or four xmm for 64 bytes). aligned(4/8): loads and stores may be unaligned. The helpers
+// are always inlined, so the vector-return ABI note (-Wpsabi) does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace tessera::dense_internal {
+
+typedef float V16f __attribute__((vector_size(64), aligned(4)));
+typedef float V8f __attribute__((vector_size(32), aligned(4)));
+typedef int V8i __attribute__((vector_size(32), aligned(4)));
+typedef double V8d __attribute__((vector_size(64), aligned(8)));
+
+template <typename V, typename T>
+__attribute__((always_inline)) inline V LoadV(const T* p) {
+  V v;
+  __builtin_memcpy(&v, p, sizeof(v));
+  return v;
+}
+template <typename V, typename T>
+__attribute__((always_inline)) inline void StoreV(T* p, const V& v) {
+  __builtin_memcpy(p, &v, sizeof(v));
+}
+
+}  // namespace tessera::dense_internal
