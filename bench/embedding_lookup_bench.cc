@@ -1,11 +1,14 @@
-// Pooled forward lookup and fused backward (row-wise AdaGrad) on a 1 GiB fp32 table with
+// Pooled forward lookup and fused backward (row-wise AdaGrad) on a 1 GiB fp32 table (or
+// TESSERA_BENCH_TABLE_GIB GiB, best a power of two: the id scrambling is then a bijection) with
 // Zipf(1.05) ids, pooling 8, dims 16/64/128, at 1 and 2 threads. Counters: rows/s (ids gathered
 // or updated per second), GB/s (row bytes gathered per second) and bound_rows/s, the gather
 // bound measured in ../shared/MACHINE.md (core/hardware.h) for the same dim and threads.
 //   build-*/bin/embedding_lookup_bench --benchmark_filter=Forward
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -19,10 +22,17 @@
 namespace tessera {
 namespace {
 
-constexpr int64_t kTableBytes = int64_t{1} << 30;
+// Table size: 1 GiB, or TESSERA_BENCH_TABLE_GIB GiB (MACHINE.md's gather numbers used 4).
+int64_t TableBytes() {
+  const char* env = std::getenv("TESSERA_BENCH_TABLE_GIB");
+  const int64_t gib = env != nullptr ? std::max(1, std::atoi(env)) : 1;
+  return gib << 30;
+}
 constexpr int64_t kBags = 4096;
 constexpr int64_t kPooling = 8;
-constexpr int kBatches = 32;  // distinct batches cycled through, 1M ids in all
+// Distinct batches cycled through: 16M ids (128 MiB), so that the stream does not repeat within
+// the 256 MiB L3 of these machines and only Zipf's genuinely hot rows stay cached.
+constexpr int kBatches = 512;
 constexpr double kZipfS = 1.05;
 
 // One table at a time (1 GiB), rebuilt when the dim changes, with its batches of ids.
@@ -52,7 +62,7 @@ Table& TableFor(int64_t dim) {
   table = Table();
   table.dim = dim;
   InMemoryRowStoreOptions o;
-  o.num_rows = kTableBytes / (dim * static_cast<int64_t>(sizeof(float)));
+  o.num_rows = TableBytes() / (dim * static_cast<int64_t>(sizeof(float)));
   o.dim = dim;
   o.state_dim = RowStateDim(RowOptimizerType::kRowWiseAdagrad, dim);
   o.seed = 1;
