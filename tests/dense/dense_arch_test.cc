@@ -226,7 +226,7 @@ TEST(DenseArchTest, TwoRunsGiveTheSameBits) {
   dot.num_embeddings = 26;
   dot.top_mlp = {128, 64, 1};
   for (const DenseArchOptions& o : {dot, DcnOptions(0), DcnOptions(4)}) {
-    const std::vector<float> a = TrainBits(o, 700), b = TrainBits(o, 700);
+    const std::vector<float> a = TrainBits(o, 256), b = TrainBits(o, 256);
     ASSERT_EQ(a.size(), b.size());
     EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
   }
