@@ -1,0 +1,120 @@
+// The storage and checkpoint keys of the config (trainer/internal/config_storage.h): parsing,
+// defaults, path resolution against output.dir, the effective-config round trip, and every
+// error naming file:line, key and value.
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/trainer/tier_test_util.h"
+#include "trainer/config.h"
+
+namespace tessera {
+namespace {
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class ConfigStorageTest : public tiertest::TempDirTest {
+ protected:
+  absl::StatusOr<Config> Parse(const std::string& t0_storage, const std::string& extra = "",
+                               const std::string& t1_storage = "") {
+    std::string yaml = tiertest::SmallTierYaml({t0_storage, t1_storage}, "rowwise_adagrad", "sgd") +
+                       absl::StrCat("output: {dir: ", (dir_ / "out").string(), "}\n", extra);
+    return ParseConfig(yaml, (dir_ / "s.yaml").string());
+  }
+  std::string Error(const std::string& t0_storage, const std::string& extra = "",
+                    const std::string& t1_storage = "") {
+    auto c = Parse(t0_storage, extra, t1_storage);
+    EXPECT_FALSE(c.ok());
+    return c.ok() ? "" : std::string(c.status().message());
+  }
+};
+
+TEST_F(ConfigStorageTest, ReadsStorageAndResolvesPaths) {
+  auto c = Parse("{tier: rocksdb, cache_rows: 500, policy: lfu, reader_threads: 4, prefetch: false}",
+                 "", "{tier: rocksdb, cache_bytes: 1000000, path: /tmp/x_t1}");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const TableStorage& s0 = c->model.tables[0].storage;
+  EXPECT_EQ(s0.tier, StorageTier::kRocksDb);
+  EXPECT_EQ(s0.cache_rows, 500);
+  EXPECT_EQ(s0.policy, CachePolicy::kLfu);
+  EXPECT_EQ(s0.reader_threads, 4);
+  EXPECT_FALSE(s0.prefetch);
+  EXPECT_EQ(c->model.tables[1].storage.cache_bytes, 1000000);
+  EXPECT_EQ(c->model.tables[2].storage.tier, StorageTier::kMemory);
+  EXPECT_EQ(TableStoragePath(*c, 0), (dir_ / "out" / "tables" / "t0").string());
+  EXPECT_EQ(TableStoragePath(*c, 1), "/tmp/x_t1");
+  EXPECT_EQ(CheckpointDir(*c), (dir_ / "out" / "checkpoints").string());
+  EXPECT_TRUE(c->train.resume);
+  EXPECT_EQ(c->train.checkpoint_every, 0);
+
+  auto again = ParseConfig(ConfigToYaml(*c), (dir_ / "s.yaml").string());
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << ConfigToYaml(*c);
+  EXPECT_EQ(ConfigToYaml(*again), ConfigToYaml(*c));
+}
+
+TEST_F(ConfigStorageTest, CheckpointKeys) {
+  std::string yaml = tiertest::SmallTierYaml({}, "rowwise_adagrad", "sgd") +
+                     "train: {checkpoint_every: 50, resume: false}\noutput: {dir: " +
+                     (dir_ / "o").string() + ", checkpoint_dir: ck}\n";
+  auto ok = ParseConfig(yaml, (dir_ / "s.yaml").string());
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->train.checkpoint_every, 50);
+  EXPECT_FALSE(ok->train.resume);
+  EXPECT_EQ(CheckpointDir(*ok), (dir_ / "o" / "ck").string());
+  auto again = ParseConfig(ConfigToYaml(*ok), (dir_ / "s.yaml").string());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(ConfigToYaml(*again), ConfigToYaml(*ok));
+}
+
+TEST_F(ConfigStorageTest, ErrorsNameTheKeyAndLine) {
+  // Line 9 is t0's entry in SmallTierYaml.
+  EXPECT_THAT(Error("{tier: memory, cache_rows: 10}"),
+              HasSubstr("s.yaml:9: model.tables[0].storage.cache_rows: only used with "
+                        "storage.tier rocksdb (got '10')"));
+  EXPECT_THAT(Error("{tier: disk}"),
+              HasSubstr("model.tables[0].storage.tier: expected one of memory, rocksdb (got 'disk')"));
+  EXPECT_THAT(Error("{tier: rocksdb}"),
+              HasSubstr("model.tables[0].storage.cache_rows: required with storage.tier rocksdb"));
+  EXPECT_THAT(Error("{tier: rocksdb, cache_rows: 10, cache_bytes: 100}"),
+              HasSubstr("model.tables[0].storage.cache_bytes: give either cache_rows or "
+                        "cache_bytes, not both"));
+  EXPECT_THAT(Error("{tier: rocksdb, cache_rows: -3}"),
+              HasSubstr("model.tables[0].storage.cache_rows: expected a positive integer (got '-3')"));
+  EXPECT_THAT(Error("{tier: rocksdb, cache_rows: 10, policy: fifo}"),
+              HasSubstr("storage.policy: expected one of lru, lfu (got 'fifo')"));
+  EXPECT_THAT(Error("{tier: rocksdb, cache_rows: 10, reader_threads: 0}"),
+              HasSubstr("storage.reader_threads: expected an integer in [1, 256] (got '0')"));
+  EXPECT_THAT(Error("{tier: rocksdb, cache_row: 10}"),
+              HasSubstr("model.tables[0].storage.cache_row: unknown key (did you mean "
+                        "'model.tables[0].storage.cache_rows'?)"));
+  EXPECT_THAT(Error("", "train: {resume: maybe}\n"),
+              HasSubstr("train.resume: expected true or false (got 'maybe')"));
+}
+
+TEST_F(ConfigStorageTest, UnwritableOrSharedPathsAreErrorsNamingThePath) {
+  const fs::path file = dir_ / "a_file";
+  std::ofstream(file) << "x";
+  std::string msg = Error(absl::StrCat("{tier: rocksdb, cache_rows: 10, path: ", file.string(), "/db}"));
+  EXPECT_THAT(msg, HasSubstr("s.yaml:9: model.tables[0].storage.path: cannot use " +
+                             file.string() + "/db: " + file.string() + " is not a directory"));
+  msg = Error(absl::StrCat("{tier: rocksdb, cache_rows: 10, path: ", file.string(), "}"));
+  EXPECT_THAT(msg, HasSubstr("it exists and is not a directory"));
+  msg = Error("{tier: rocksdb, cache_rows: 10, path: shared}", "",
+              "{tier: rocksdb, cache_rows: 10, path: shared}");
+  EXPECT_THAT(msg, HasSubstr("model.tables[1].storage.path: table 't1' and table 't0' would share "
+                             "the RocksDB directory " + (dir_ / "out" / "shared").string()));
+  std::string yaml = tiertest::SmallTierYaml({}, "rowwise_adagrad", "sgd") +
+                     "train: {checkpoint_every: 5}\noutput: {dir: " + (dir_ / "o").string() +
+                     ", checkpoint_dir: " + file.string() + "/ck}\n";
+  auto c = ParseConfig(yaml, (dir_ / "s.yaml").string());
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()),
+              HasSubstr("output.checkpoint_dir: cannot write checkpoints to " + file.string() +
+                        "/ck"));
+}
+
+}  // namespace
+}  // namespace tessera
