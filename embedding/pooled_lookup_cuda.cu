@@ -14,7 +14,6 @@
 // Dedup and bucketisation reuse the key-sort machinery with ids or owner ranks as keys.
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
-
 #include <limits>
 #include <vector>
 
@@ -47,11 +46,13 @@ int LanesLog2(int64_t dim, int vec) {
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 __device__ __forceinline__ int64_t WarpMax(int64_t v) {
-  for (int o = 16; o > 0; o /= 2) v = max(v, static_cast<int64_t>(__shfl_down_sync(0xffffffffu, v, o)));
+  for (int o = 16; o > 0; o /= 2)
+    v = max(v, static_cast<int64_t>(__shfl_down_sync(0xffffffffu, v, o)));
   return v;
 }
 __device__ __forceinline__ int64_t WarpMin(int64_t v) {
-  for (int o = 16; o > 0; o /= 2) v = min(v, static_cast<int64_t>(__shfl_down_sync(0xffffffffu, v, o)));
+  for (int o = 16; o > 0; o /= 2)
+    v = min(v, static_cast<int64_t>(__shfl_down_sync(0xffffffffu, v, o)));
   return v;
 }
 
@@ -85,7 +86,8 @@ __global__ void PoolKernel(PooledLookupArgs a, int lanes_log2) {
         float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 4
         for (int64_t j = jb; j < je; ++j) {
-          const float4 r = __ldg(reinterpret_cast<const float4*>(a.weights + a.indices[j] * dim + c));
+          const float4 r =
+              __ldg(reinterpret_cast<const float4*>(a.weights + a.indices[j] * dim + c));
           const float s = a.per_id_weights != nullptr ? a.per_id_weights[j] : 1.0f;
           acc.x += s * r.x;
           acc.y += s * r.y;
@@ -109,8 +111,8 @@ __global__ void PoolKernel(PooledLookupArgs a, int lanes_log2) {
   }
 }
 
-__global__ void CheckIndicesKernel(const int64_t* __restrict__ indices, int64_t begin,
-                                   int64_t end, int64_t num_slots, int64_t* counters) {
+__global__ void CheckIndicesKernel(const int64_t* __restrict__ indices, int64_t begin, int64_t end,
+                                   int64_t num_slots, int64_t* counters) {
   int64_t bad = kNoBad;
   for (int64_t j = begin + blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < end;
        j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -144,7 +146,10 @@ __global__ void BuildKeysKernel(KeySource src, bool mean, int pos_bits, bool che
     int64_t lo = 0, hi = src.num_bags;  // answer in [lo, hi)
     while (hi - lo > 1) {
       const int64_t mid = (lo + hi) / 2;
-      if (src.offsets[mid] <= j) lo = mid; else hi = mid;
+      if (src.offsets[mid] <= j)
+        lo = mid;
+      else
+        hi = mid;
     }
     const int64_t bag = lo;
     const int64_t len = src.offsets[bag + 1] - src.offsets[bag];
@@ -192,42 +197,95 @@ __global__ void RunScatterKernel(const Key* __restrict__ keys, const int* __rest
   }
 }
 
-// A group of 2^lanes_log2 lanes per unique slot sums its run in position order.
+// Run sums in bounded pieces. A hot row (Zipf ids) can own a run of ~10^5 entries; one thread
+// group walking it in order would serialise the whole backward behind it. So the sorted entries
+// are cut into fixed chunks of kChunkEntries (independent of the GPU), and a run is summed as
+//   (piece in its first chunk) + (piece in the next chunk) + ... in chunk order,
+// each piece in entry order: the same bits on every run, every group bounded by kChunkEntries
+// sequential loads. Runs inside one chunk (almost all) are summed in plain entry order, as the
+// CPU twin does; longer runs differ from it by rounding only. Three passes of one kernel:
+//   mode 0  group per unique run: its first piece -> row_grads[u]
+//   mode 1  group per chunk that continues a run: its piece -> chunk_partial[c]
+//   mode 2  group per unique run spanning chunks: row_grads[u] += chunk_partial[c], c in order
+constexpr int64_t kChunkEntries = 256;
+
+struct SumArgs {
+  const Key* keys;
+  const int64_t* run_starts;
+  const int* heads;
+  const int* run_ids;
+  const float* const* grad_rows;
+  const float* scales;
+  Key pos_mask;
+  int64_t dim;
+  int64_t n;
+  int64_t max_rows;
+  const int64_t* counters;
+  int lanes_log2;
+  float* row_grads;
+  float* chunk_partial;  // [ceil(n / kChunkEntries), dim]
+};
+
+// out[c] = sum over entries [e0, e1), in order, of scale * gradient row (this lane's columns).
 template <bool kVec4>
-__global__ void SumRunsKernel(const Key* __restrict__ keys, const int64_t* __restrict__ run_starts,
-                              const float* const* __restrict__ grad_rows,
-                              const float* __restrict__ scales, Key pos_mask, int64_t dim,
-                              int64_t max_rows, const int64_t* __restrict__ counters,
-                              int lanes_log2, float* __restrict__ row_grads) {
-  const int lanes = 1 << lanes_log2;
-  const int lane = threadIdx.x & (lanes - 1);
-  const int64_t groups = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> lanes_log2;
-  const int64_t unique = min(counters[0], max_rows);
-  for (int64_t u = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> lanes_log2;
-       u < unique; u += groups) {
-    const int64_t eb = run_starts[u], ee = run_starts[u + 1];
-    float* out = row_grads + u * dim;
-    if constexpr (kVec4) {
-      for (int64_t c = 4 * lane; c < dim; c += 4 * lanes) {
-        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        for (int64_t e = eb; e < ee; ++e) {
-          const int64_t p = static_cast<int64_t>(keys[e] & pos_mask);
-          const float4 g = *reinterpret_cast<const float4*>(grad_rows[p] + c);
-          const float s = scales[p];
-          acc.x += s * g.x;
-          acc.y += s * g.y;
-          acc.z += s * g.z;
-          acc.w += s * g.w;
-        }
-        *reinterpret_cast<float4*>(out + c) = acc;
+__device__ __forceinline__ void SumPiece(const SumArgs& a, int64_t e0, int64_t e1, int lane,
+                                         int lanes, float* __restrict__ out) {
+  if constexpr (kVec4) {
+    for (int64_t c = 4 * lane; c < a.dim; c += 4 * lanes) {
+      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+      for (int64_t e = e0; e < e1; ++e) {
+        const int64_t p = static_cast<int64_t>(a.keys[e] & a.pos_mask);
+        const float4 g = *reinterpret_cast<const float4*>(a.grad_rows[p] + c);
+        const float s = a.scales[p];
+        acc.x += s * g.x;
+        acc.y += s * g.y;
+        acc.z += s * g.z;
+        acc.w += s * g.w;
       }
+      *reinterpret_cast<float4*>(out + c) = acc;
+    }
+  } else {
+    for (int64_t c = lane; c < a.dim; c += lanes) {
+      float acc = 0.0f;
+#pragma unroll 4
+      for (int64_t e = e0; e < e1; ++e) {
+        const int64_t p = static_cast<int64_t>(a.keys[e] & a.pos_mask);
+        acc += a.scales[p] * a.grad_rows[p][c];
+      }
+      out[c] = acc;
+    }
+  }
+}
+
+template <bool kVec4>
+__global__ void SumRunsKernel(SumArgs a, int mode) {
+  const int lanes = 1 << a.lanes_log2;
+  const int lane = threadIdx.x & (lanes - 1);
+  const int64_t groups = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> a.lanes_log2;
+  const int64_t items = mode == 1 ? (a.n + kChunkEntries - 1) / kChunkEntries
+                                  : min(a.counters[0], a.max_rows);
+  for (int64_t item = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >>
+                      a.lanes_log2;
+       item < items; item += groups) {
+    if (mode == 0) {
+      const int64_t eb = a.run_starts[item], ee = a.run_starts[item + 1];
+      const int64_t e1 = min(ee, (eb / kChunkEntries + 1) * kChunkEntries);
+      SumPiece<kVec4>(a, eb, e1, lane, lanes, a.row_grads + item * a.dim);
+    } else if (mode == 1) {
+      const int64_t e0 = item * kChunkEntries;
+      if (a.heads[e0]) continue;  // a run starts here: mode 0 sums this piece
+      const int64_t u = a.run_ids[e0] - 1;
+      const int64_t e1 = min(a.run_starts[u + 1], e0 + kChunkEntries);
+      SumPiece<kVec4>(a, e0, e1, lane, lanes, a.chunk_partial + item * a.dim);
     } else {
-      for (int64_t c = lane; c < dim; c += lanes) {
-        float acc = 0.0f;
-        for (int64_t e = eb; e < ee; ++e) {
-          const int64_t p = static_cast<int64_t>(keys[e] & pos_mask);
-          acc += scales[p] * grad_rows[p][c];
-        }
+      const int64_t eb = a.run_starts[item], ee = a.run_starts[item + 1];
+      const int64_t c0 = eb / kChunkEntries, c1 = (ee - 1) / kChunkEntries;
+      if (c1 == c0) continue;
+      float* out = a.row_grads + item * a.dim;
+      for (int64_t c = lane; c < a.dim; c += lanes) {
+        float acc = out[c];
+        for (int64_t k = c0 + 1; k <= c1; ++k) acc += a.chunk_partial[k * a.dim + c];
         out[c] = acc;
       }
     }
@@ -335,9 +393,8 @@ struct CudaWorkspaceAccess {
                                                                               pos_bits, ws->heads_);
     TESSERA_CUDA_LAUNCH_RETURN_IF_ERROR("RunHeadsKernel");
     size_t bytes = ws->cap_scan_;
-    return CudaStatus(cub::DeviceScan::InclusiveSum(ws->scan_temp_, bytes, ws->heads_,
-                                                    ws->run_ids_, static_cast<int>(n),
-                                                    ComputeStream(ctx)),
+    return CudaStatus(cub::DeviceScan::InclusiveSum(ws->scan_temp_, bytes, ws->heads_, ws->run_ids_,
+                                                    static_cast<int>(n), ComputeStream(ctx)),
                       "cub::DeviceScan::InclusiveSum");
   }
 
@@ -372,8 +429,8 @@ struct CudaWorkspaceAccess {
   }
 
   static absl::Status Aggregate(const DeviceContext& ctx, absl::Span<const BagGradients> sources,
-                                absl::Span<const int64_t> num_ids, int64_t dim,
-                                PoolingMode pooling, int slot_bits, CudaEmbeddingWorkspace* ws);
+                                absl::Span<const int64_t> num_ids, int64_t dim, PoolingMode pooling,
+                                int slot_bits, CudaEmbeddingWorkspace* ws);
   static absl::Status Dedup(const DeviceContext& ctx, const int64_t* ids, int64_t n, int id_bits,
                             CudaEmbeddingWorkspace* ws, int64_t* unique, int64_t* inverse,
                             int64_t* num_unique);
@@ -385,12 +442,11 @@ struct CudaWorkspaceAccess {
 
 CudaEmbeddingWorkspace::~CudaEmbeddingWorkspace() {
   // Stream-ordered frees: safe while kernels that use the buffers are still queued.
-  for (void* p : {static_cast<void*>(keys_), static_cast<void*>(keys_alt_),
-                  static_cast<void*>(heads_), static_cast<void*>(run_ids_),
-                  static_cast<void*>(grad_rows_), static_cast<void*>(scales_),
-                  static_cast<void*>(unique_slots_), static_cast<void*>(run_starts_),
-                  static_cast<void*>(row_grads_), sort_temp_, scan_temp_,
-                  static_cast<void*>(counters_)}) {
+  for (void* p :
+       {static_cast<void*>(keys_), static_cast<void*>(keys_alt_), static_cast<void*>(heads_),
+        static_cast<void*>(run_ids_), static_cast<void*>(grad_rows_), static_cast<void*>(scales_),
+        static_cast<void*>(unique_slots_), static_cast<void*>(run_starts_),
+        static_cast<void*>(row_grads_), sort_temp_, scan_temp_, static_cast<void*>(counters_)}) {
     (void)CudaFreeAsync(ctx_, p);
   }
 }
@@ -415,14 +471,13 @@ absl::Status CudaEmbeddingWorkspace::Reserve(int64_t n, int64_t dim, size_t sort
     // Grow by half again, so a slowly growing batch does not reallocate every step. The +1
     // covers run_starts' end entry.
     const size_t cap = std::max<size_t>(static_cast<size_t>(n), cap_ids_ + cap_ids_ / 2);
-    void** arrays[] = {reinterpret_cast<void**>(&keys_),      reinterpret_cast<void**>(&keys_alt_),
-                       reinterpret_cast<void**>(&heads_),     reinterpret_cast<void**>(&run_ids_),
-                       reinterpret_cast<void**>(&grad_rows_), reinterpret_cast<void**>(&scales_),
-                       reinterpret_cast<void**>(&unique_slots_),
-                       reinterpret_cast<void**>(&run_starts_)};
-    const size_t elem_bytes[] = {sizeof(Key),          sizeof(Key),   sizeof(int),
-                                 sizeof(int),          sizeof(float*), sizeof(float),
-                                 sizeof(int64_t),      sizeof(int64_t)};
+    void** arrays[] = {
+        reinterpret_cast<void**>(&keys_),         reinterpret_cast<void**>(&keys_alt_),
+        reinterpret_cast<void**>(&heads_),        reinterpret_cast<void**>(&run_ids_),
+        reinterpret_cast<void**>(&grad_rows_),    reinterpret_cast<void**>(&scales_),
+        reinterpret_cast<void**>(&unique_slots_), reinterpret_cast<void**>(&run_starts_)};
+    const size_t elem_bytes[] = {sizeof(Key),    sizeof(Key),   sizeof(int),     sizeof(int),
+                                 sizeof(float*), sizeof(float), sizeof(int64_t), sizeof(int64_t)};
     cap_ids_ = 0;
     for (int i = 0; i < 8; ++i) {
       TESSERA_RETURN_IF_ERROR(CudaFreeAsync(ctx_, *arrays[i]));
@@ -434,7 +489,9 @@ absl::Status CudaEmbeddingWorkspace::Reserve(int64_t n, int64_t dim, size_t sort
     cap_ids_ = cap;
   }
   void* rg = row_grads_;
-  TESSERA_RETURN_IF_ERROR(Grow(&rg, &cap_floats_, sizeof(float) * std::max<int64_t>(1, n * dim)));
+  // Row gradients [n, dim], then the chunk partials of long runs [ceil(n / kChunkEntries), dim].
+  const int64_t floats = (n + (n + kChunkEntries - 1) / kChunkEntries) * dim;
+  TESSERA_RETURN_IF_ERROR(Grow(&rg, &cap_floats_, sizeof(float) * std::max<int64_t>(1, floats)));
   row_grads_ = static_cast<float*>(rg);
   TESSERA_RETURN_IF_ERROR(Grow(&sort_temp_, &cap_sort_, std::max<size_t>(1, sort_temp_bytes)));
   TESSERA_RETURN_IF_ERROR(Grow(&scan_temp_, &cap_scan_, std::max<size_t>(1, scan_temp_bytes)));
@@ -459,8 +516,8 @@ absl::Status CudaWorkspaceAccess::Aggregate(const DeviceContext& ctx,
   if (dim <= 0) return absl::InvalidArgumentError(absl::StrCat(kOp, ": dim ", dim));
   if (ws == nullptr) return absl::InvalidArgumentError(absl::StrCat(kOp, ": null workspace"));
   if (!num_ids.empty() && num_ids.size() != sources.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(kOp, ": ", num_ids.size(), " id counts for ",
-                                                   sources.size(), " sources"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": ", num_ids.size(), " id counts for ", sources.size(), " sources"));
   }
   // Per-source id counts and first positions (read from the device when not given).
   std::vector<int64_t> counts(sources.size(), 0), bases(sources.size(), 0);
@@ -468,14 +525,14 @@ absl::Status CudaWorkspaceAccess::Aggregate(const DeviceContext& ctx,
   for (size_t s = 0; s < sources.size(); ++s) {
     const BagGradients& src = sources[s];
     if (src.num_bags < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(kOp, ": source ", s, " num_bags ",
-                                                     src.num_bags));
+      return absl::InvalidArgumentError(
+          absl::StrCat(kOp, ": source ", s, " num_bags ", src.num_bags));
     }
     if (src.num_bags == 0) continue;
     if (src.offsets == nullptr || src.grad == nullptr || src.grad_stride < dim) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          kOp, ": source ", s, " has null offsets or grad, or grad_stride ", src.grad_stride,
-          " < dim ", dim));
+      return absl::InvalidArgumentError(absl::StrCat(kOp, ": source ", s,
+                                                     " has null offsets or grad, or grad_stride ",
+                                                     src.grad_stride, " < dim ", dim));
     }
     if (num_ids.empty()) {
       int64_t ends[2] = {0, 0};
@@ -487,8 +544,8 @@ absl::Status CudaWorkspaceAccess::Aggregate(const DeviceContext& ctx,
       counts[s] = num_ids[s];
     }
     if (counts[s] < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(kOp, ": source ", s, " has ", counts[s],
-                                                     " ids (offsets decrease)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(kOp, ": source ", s, " has ", counts[s], " ids (offsets decrease)"));
     }
     if (counts[s] > 0 && src.indices == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(kOp, ": source ", s, " has null indices"));
@@ -509,11 +566,11 @@ absl::Status CudaWorkspaceAccess::Aggregate(const DeviceContext& ctx,
   for (size_t s = 0; s < sources.size(); ++s) {
     if (counts[s] == 0) continue;
     const BagGradients& src = sources[s];
-    const KeySource ks{src.offsets, src.indices, src.per_id_weights, src.num_bags,
-                       src.grad,    src.grad_stride, counts[s],      bases[s]};
+    const KeySource ks{src.offsets, src.indices,     src.per_id_weights, src.num_bags,
+                       src.grad,    src.grad_stride, counts[s],          bases[s]};
     BuildKeysKernel<<<GridFor(counts[s], kThreads), kThreads, 0, ComputeStream(ctx)>>>(
-        ks, pooling == PoolingMode::kMean, pos_bits, check, ws->keys_, ws->grad_rows_,
-        ws->scales_, ws->counters_);
+        ks, pooling == PoolingMode::kMean, pos_bits, check, ws->keys_, ws->grad_rows_, ws->scales_,
+        ws->counters_);
     TESSERA_CUDA_LAUNCH_RETURN_IF_ERROR("BuildKeysKernel");
   }
   if (check) {
@@ -532,8 +589,8 @@ absl::Status CudaWorkspaceAccess::Aggregate(const DeviceContext& ctx,
     slot_bits = BitWidth(static_cast<uint64_t>(c[1]));
   }
   if (pos_bits + slot_bits > 64) {
-    return absl::InvalidArgumentError(absl::StrCat(kOp, ": slots of ", slot_bits, " bits and ",
-                                                   n, " ids do not fit a 64-bit sort key"));
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": slots of ", slot_bits, " bits and ", n,
+                                                   " ids do not fit a 64-bit sort key"));
   }
   TESSERA_RETURN_IF_ERROR(SortKeys(ctx, ws, n, pos_bits, pos_bits + slot_bits));
   TESSERA_RETURN_IF_ERROR(Runs(ctx, ws, n, pos_bits));
@@ -547,18 +604,23 @@ absl::Status CudaWorkspaceAccess::Aggregate(const DeviceContext& ctx,
     if (src.num_bags > 0) vec4 = vec4 && src.grad_stride % 4 == 0 && Aligned16(src.grad);
   }
   const int lanes_log2 = LanesLog2(dim, vec4 ? 4 : 1);
-  const int64_t threads = n << lanes_log2;  // n bounds the unique count
-  const Key pos_mask = (Key{1} << pos_bits) - 1;
-  if (vec4) {
-    SumRunsKernel<true><<<GridFor(threads, kThreads), kThreads, 0, ComputeStream(ctx)>>>(
-        ws->keys_, ws->run_starts_, ws->grad_rows_, ws->scales_, pos_mask, dim, n, ws->counters_,
-        lanes_log2, ws->row_grads_);
-  } else {
-    SumRunsKernel<false><<<GridFor(threads, kThreads), kThreads, 0, ComputeStream(ctx)>>>(
-        ws->keys_, ws->run_starts_, ws->grad_rows_, ws->scales_, pos_mask, dim, n, ws->counters_,
-        lanes_log2, ws->row_grads_);
+  const int64_t chunks = (n + kChunkEntries - 1) / kChunkEntries;
+  const SumArgs sa{ws->keys_,      ws->run_starts_, ws->heads_, ws->run_ids_,
+                   ws->grad_rows_, ws->scales_,     (Key{1} << pos_bits) - 1,
+                   dim,            n,               n,          ws->counters_,
+                   lanes_log2,     ws->row_grads_,  ws->row_grads_ + n * dim};
+  for (int mode = 0; mode < 3; ++mode) {
+    // n bounds the unique count (modes 0 and 2).
+    const int64_t threads = (mode == 1 ? chunks : n) << lanes_log2;
+    if (vec4) {
+      SumRunsKernel<true>
+          <<<GridFor(threads, kThreads), kThreads, 0, ComputeStream(ctx)>>>(sa, mode);
+    } else {
+      SumRunsKernel<false>
+          <<<GridFor(threads, kThreads), kThreads, 0, ComputeStream(ctx)>>>(sa, mode);
+    }
+    TESSERA_CUDA_LAUNCH_RETURN_IF_ERROR("SumRunsKernel");
   }
-  TESSERA_CUDA_LAUNCH_RETURN_IF_ERROR("SumRunsKernel");
   return absl::OkStatus();
 }
 
@@ -608,9 +670,9 @@ absl::Status CudaWorkspaceAccess::Bucketize(const DeviceContext& ctx, const Buck
   if (ws == nullptr || a.bucket_offsets == nullptr || a.num_buckets < 1 || a.n < 0 ||
       a.n >= (int64_t{1} << 31) || (!a.modulo && a.rows_per_bucket < 1) ||
       (a.n > 0 && (a.ids == nullptr || a.local_ids == nullptr || a.positions == nullptr))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        kOp, ": null pointer, n = ", a.n, ", num_buckets = ", a.num_buckets,
-        " or rows_per_bucket = ", a.rows_per_bucket, " out of range"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": null pointer, n = ", a.n, ", num_buckets = ", a.num_buckets,
+                     " or rows_per_bucket = ", a.rows_per_bucket, " out of range"));
   }
   TESSERA_RETURN_IF_ERROR(Reserve(ctx, ws, a.n, 0));
   if (a.n == 0) {
@@ -642,7 +704,8 @@ absl::Status PooledLookupForwardCuda(const DeviceContext& ctx, const PooledLooku
     return absl::InvalidArgumentError(
         absl::StrCat(kOp, ": out_stride ", a.out_stride, " < dim ", a.dim));
   }
-  if (a.num_bags < 0) return absl::InvalidArgumentError(absl::StrCat(kOp, ": num_bags ", a.num_bags));
+  if (a.num_bags < 0)
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": num_bags ", a.num_bags));
   if (a.num_bags == 0) return absl::OkStatus();
   if (a.offsets == nullptr || a.indices == nullptr || a.weights == nullptr || a.out == nullptr) {
     return absl::InvalidArgumentError(
@@ -658,9 +721,8 @@ absl::Status PooledLookupForwardCuda(const DeviceContext& ctx, const PooledLooku
     absl::Status st = CudaCopyToDevice(ctx, counters, kInit, sizeof(kInit));
     int64_t host[3] = {0, 0, kNoBad};
     if (st.ok() && ends[1] > ends[0]) {
-      CheckIndicesKernel<<<GridFor(ends[1] - ends[0], kThreads), kThreads, 0,
-                           ComputeStream(ctx)>>>(a.indices, ends[0], ends[1], a.num_slots,
-                                                 counters);
+      CheckIndicesKernel<<<GridFor(ends[1] - ends[0], kThreads), kThreads, 0, ComputeStream(ctx)>>>(
+          a.indices, ends[0], ends[1], a.num_slots, counters);
       st = CudaLaunchStatus("CheckIndicesKernel");
       if (st.ok()) st = CudaCopyToHost(ctx, host, counters, sizeof(host));
     }
@@ -669,20 +731,20 @@ absl::Status PooledLookupForwardCuda(const DeviceContext& ctx, const PooledLooku
     if (host[2] != kNoBad) {
       int64_t v = 0;
       TESSERA_RETURN_IF_ERROR(CudaCopyToHost(ctx, &v, a.indices + host[2], sizeof(v)));
-      return absl::InvalidArgumentError(absl::StrCat(kOp, ": index ", v, " at ", host[2],
-                                                     " outside [0, ", a.num_slots, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(kOp, ": index ", v, " at ", host[2], " outside [0, ", a.num_slots, ")"));
     }
   }
-  const bool vec4 = a.dim % 4 == 0 && a.out_stride % 4 == 0 && Aligned16(a.weights) &&
-                    Aligned16(a.out);
+  const bool vec4 =
+      a.dim % 4 == 0 && a.out_stride % 4 == 0 && Aligned16(a.weights) && Aligned16(a.out);
   const int lanes_log2 = LanesLog2(a.dim, vec4 ? 4 : 1);
   const int64_t threads = a.num_bags << lanes_log2;
   if (vec4) {
-    PoolKernel<true><<<GridFor(threads, kThreads), kThreads, 0, ComputeStream(ctx)>>>(a,
-                                                                                      lanes_log2);
+    PoolKernel<true>
+        <<<GridFor(threads, kThreads), kThreads, 0, ComputeStream(ctx)>>>(a, lanes_log2);
   } else {
-    PoolKernel<false><<<GridFor(threads, kThreads), kThreads, 0, ComputeStream(ctx)>>>(a,
-                                                                                       lanes_log2);
+    PoolKernel<false>
+        <<<GridFor(threads, kThreads), kThreads, 0, ComputeStream(ctx)>>>(a, lanes_log2);
   }
   return CudaLaunchStatus("PoolKernel");
 }
