@@ -176,6 +176,9 @@ absl::Status CrossNetwork::Backward(float* dy, float* dx0) {
         ctx_, p, x0_, xl, inner_[l].data<float>(), r > 0 ? low_[l].data<float>() : nullptr,
         batch_, g, /*assign_dx0=*/l == layers - 1, dx0, scratch_.data<float>(),
         r > 0 ? d_low_.data<float>() : nullptr, grads));
+    if (ready_) {
+      for (int k = 0; k < per_layer; ++k) TESSERA_RETURN_IF_ERROR(ready_(lp[k]));
+    }
   }
   // x_0 is also the first layer's x_l: add that path.
   return dense_internal::AddInPlace(ctx_, g, batch_ * d, dx0);

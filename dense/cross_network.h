@@ -47,8 +47,12 @@ class CrossNetwork {
   // Per layer: full "weight", "bias"; low rank "V.weight", "U.weight", "bias".
   std::vector<Parameter*> parameters();
   int64_t dim() const { return options_.in_dim; }
+  // Optional: Backward calls `ready` with each layer's parameters (in parameters() order) as
+  // soon as that layer's grads are written (last layer first). Empty (default): no calls.
+  void set_grad_ready_callback(GradReadyCallback ready) { ready_ = std::move(ready); }
 
  private:
+  GradReadyCallback ready_;
   std::string name_;
   CrossNetworkOptions options_;
   DeviceContext ctx_;

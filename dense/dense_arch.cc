@@ -147,6 +147,12 @@ absl::Status DenseArch::Forward(const float* dense, const float* emb, int64_t ba
   return absl::OkStatus();
 }
 
+void DenseArch::set_grad_ready_callback(GradReadyCallback ready) {
+  bottom_->set_grad_ready_callback(ready);
+  top_->set_grad_ready_callback(ready);
+  if (cross_ != nullptr) cross_->set_grad_ready_callback(ready);
+}
+
 absl::Status DenseArch::Backward(const float* d_logits, float* d_emb) {
   constexpr char kOp[] = "DenseArch::Backward";
   if (batch_ == 0) return absl::FailedPreconditionError("DenseArch: Backward before Forward");

@@ -58,6 +58,10 @@ class DenseArch {
   absl::Status Backward(const float* d_logits, float* d_emb);
   // All parameters in a fixed order: bottom, cross, top.
   std::vector<Parameter*> parameters();
+  // Optional: Backward calls `ready` with each parameter as soon as its grad is final: the top
+  // MLP's layers (last first, weight then bias), the cross network's (last layer first), then
+  // the bottom MLP's. Empty (default): no calls.
+  void set_grad_ready_callback(GradReadyCallback ready);
   const DenseArchOptions& options() const { return options_; }
   // Width of the top MLP's input.
   int64_t interaction_dim() const;

@@ -131,6 +131,10 @@ absl::Status Mlp::Backward(float* dy, float* dx) {
     float* layer_dy = i + 1 == static_cast<int>(layers_.size()) ? dy : grads_[i].data<float>();
     float* layer_dx = i == 0 ? dx : grads_[i - 1].data<float>();
     TESSERA_RETURN_IF_ERROR(layers_[i]->Backward(layer_dy, layer_dx));
+    if (ready_) {
+      TESSERA_RETURN_IF_ERROR(ready_(layers_[i]->weight()));
+      TESSERA_RETURN_IF_ERROR(ready_(layers_[i]->bias()));
+    }
   }
   return absl::OkStatus();
 }

@@ -86,8 +86,12 @@ class Mlp {
   Linear& layer(int i) { return *layers_[i]; }
   // Weights and biases, layer by layer: "<name>.0.weight", "<name>.0.bias", "<name>.1.weight", ...
   std::vector<Parameter*> parameters();
+  // Optional: Backward calls `ready` with each layer's weight, then bias, as soon as that layer's
+  // grads are written (last layer first). Empty (default): no calls.
+  void set_grad_ready_callback(GradReadyCallback ready) { ready_ = std::move(ready); }
 
  private:
+  GradReadyCallback ready_;
   std::vector<std::unique_ptr<Linear>> layers_;
   std::vector<Buffer> grads_;  // grads_[i]: dy of layer i (the dx of layer i + 1), i < L - 1
 };

@@ -58,10 +58,10 @@ absl::Status Communicator::CheckSpans(const char* what, size_t n) const {
   return absl::OkStatus();
 }
 
-absl::Status Communicator::AllToAllV(const void* send, absl::Span<const int64_t> send_bytes,
-                                     absl::Span<const int64_t> send_displs, void* recv,
-                                     absl::Span<const int64_t> recv_bytes,
-                                     absl::Span<const int64_t> recv_displs) {
+absl::Status Communicator::CheckAndCountAllToAll(absl::Span<const int64_t> send_bytes,
+                                                 absl::Span<const int64_t> send_displs,
+                                                 absl::Span<const int64_t> recv_bytes,
+                                                 absl::Span<const int64_t> recv_displs) {
   for (auto s : {send_bytes, send_displs, recv_bytes, recv_displs}) {
     if (auto st = CheckSpans("AllToAllV", s.size()); !st.ok()) return st;
   }
@@ -71,13 +71,49 @@ absl::Status Communicator::AllToAllV(const void* send, absl::Span<const int64_t>
       return absl::InvalidArgumentError(
           absl::StrCat("AllToAllV: negative count or displacement for rank ", r));
     }
+  }
+  for (int r = 0; r < size(); ++r) {
     if (r != rank()) {
       sent += send_bytes[r];
       stats_.peer_bytes[r] += send_bytes[r];
     }
   }
   Count(CollectiveKind::kAllToAll, sent);
+  return absl::OkStatus();
+}
+
+absl::Status Communicator::AllToAllV(const void* send, absl::Span<const int64_t> send_bytes,
+                                     absl::Span<const int64_t> send_displs, void* recv,
+                                     absl::Span<const int64_t> recv_bytes,
+                                     absl::Span<const int64_t> recv_displs) {
+  if (auto st = CheckAndCountAllToAll(send_bytes, send_displs, recv_bytes, recv_displs);
+      !st.ok()) {
+    return st;
+  }
   return DoAllToAllV(send, send_bytes, send_displs, recv, recv_bytes, recv_displs);
+}
+
+absl::StatusOr<std::unique_ptr<PendingCollective>> Communicator::StartAllToAllV(
+    const void* send, absl::Span<const int64_t> send_bytes, absl::Span<const int64_t> send_displs,
+    void* recv, absl::Span<const int64_t> recv_bytes, absl::Span<const int64_t> recv_displs) {
+  if (auto st = CheckAndCountAllToAll(send_bytes, send_displs, recv_bytes, recv_displs);
+      !st.ok()) {
+    return st;
+  }
+  return DoStartAllToAllV(send, send_bytes, send_displs, recv, recv_bytes, recv_displs);
+}
+
+absl::StatusOr<std::unique_ptr<PendingCollective>> Communicator::DoStartAllToAllV(
+    const void* send, absl::Span<const int64_t> send_bytes, absl::Span<const int64_t> send_displs,
+    void* recv, absl::Span<const int64_t> recv_bytes, absl::Span<const int64_t> recv_displs) {
+  return std::unique_ptr<PendingCollective>(new FinishedCollective(
+      DoAllToAllV(send, send_bytes, send_displs, recv, recv_bytes, recv_displs)));
+}
+
+absl::StatusOr<std::unique_ptr<PendingCollective>> Communicator::DoStartAllReduce(
+    void* data, int64_t count, CommDType dtype, ReduceOp op) {
+  return std::unique_ptr<PendingCollective>(
+      new FinishedCollective(DoAllReduce(data, count, dtype, op)));
 }
 
 absl::Status Communicator::AllToAllCounts(absl::Span<const int64_t> send,
@@ -100,6 +136,13 @@ absl::Status Communicator::AllReduce(float* data, int64_t count, ReduceOp op) {
   if (count < 0) return absl::InvalidArgumentError("AllReduce: negative count");
   Count(CollectiveKind::kAllReduce, AllReduceWireBytes(size(), count * 4));
   return DoAllReduce(data, count, CommDType::kF32, op);
+}
+absl::StatusOr<std::unique_ptr<PendingCollective>> Communicator::StartAllReduce(float* data,
+                                                                                int64_t count,
+                                                                                ReduceOp op) {
+  if (count < 0) return absl::InvalidArgumentError("AllReduce: negative count");
+  Count(CollectiveKind::kAllReduce, AllReduceWireBytes(size(), count * 4));
+  return DoStartAllReduce(data, count, CommDType::kF32, op);
 }
 absl::Status Communicator::AllReduce(double* data, int64_t count, ReduceOp op) {
   if (count < 0) return absl::InvalidArgumentError("AllReduce: negative count");

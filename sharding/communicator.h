@@ -16,6 +16,13 @@
 // under the reference algorithm (see CollectiveStats), so a training step's traffic can be
 // reported per collective (tessera-bench). Data a rank "sends" to itself is not counted.
 //
+// Nonblocking collectives (StartAllReduce, StartAllToAllV) return a PendingCollective that is
+// finished by Test()/Wait(). They run on a channel of their own (the MPI backend duplicates its
+// MPI communicator), so blocking collectives may be called while they are in flight; between
+// themselves they must be started by all ranks in the same order. Their sums are the same bits as
+// the blocking AllReduce's. The MPI backend makes progress whenever the calling process is inside
+// MPI (any Test/Wait or any other collective); other backends run them to completion at Start.
+//
 // Thread-safety: one thread at a time per communicator (as MPI communicators without
 // MPI_THREAD_MULTIPLE). A communicator and the communicators split from it are independent.
 #pragma once
@@ -60,6 +67,33 @@ struct CollectiveStats {
   int64_t total_bytes() const;
 };
 
+// A collective started by Communicator::StartAllReduce / StartAllToAllV and not yet finished.
+// Its buffers belong to the collective until Test() returns true or Wait() returns. Destroying an
+// unfinished one waits for it (errors ignored). Must not outlive its communicator.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  // Advances the collectives in flight on the communicator without blocking; true once this one
+  // is finished (then its error, if any, is returned instead).
+  virtual absl::StatusOr<bool> Test() = 0;
+  // Blocks until this one is finished.
+  virtual absl::Status Wait() = 0;
+};
+
+// A PendingCollective that finished at Start (backends without nonblocking collectives).
+class FinishedCollective final : public PendingCollective {
+ public:
+  explicit FinishedCollective(absl::Status status) : status_(std::move(status)) {}
+  absl::StatusOr<bool> Test() override {
+    if (!status_.ok()) return status_;
+    return true;
+  }
+  absl::Status Wait() override { return status_; }
+
+ private:
+  absl::Status status_;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -97,6 +131,16 @@ class Communicator {
   absl::Status AllReduce(double* data, int64_t count, ReduceOp op);
   absl::Status AllReduce(int64_t* data, int64_t count, ReduceOp op);
 
+  // Nonblocking AllReduce of floats (sum or avg, in place; the same bits as AllReduce). `data`
+  // must stay untouched until the returned collective is finished.
+  absl::StatusOr<std::unique_ptr<PendingCollective>> StartAllReduce(float* data, int64_t count,
+                                                                    ReduceOp op);
+  // Nonblocking AllToAllV (bytes; as AllToAllV). Buffers as above; the spans are copied.
+  absl::StatusOr<std::unique_ptr<PendingCollective>> StartAllToAllV(
+      const void* send, absl::Span<const int64_t> send_bytes,
+      absl::Span<const int64_t> send_displs, void* recv, absl::Span<const int64_t> recv_bytes,
+      absl::Span<const int64_t> recv_displs);
+
   // Every rank contributes send_bytes bytes; rank r's block lands at recv[recv_displs[r]] on
   // every rank, and must be recv_bytes[r] long.
   absl::Status AllGatherV(const void* send, int64_t send_bytes, void* recv,
@@ -133,9 +177,23 @@ class Communicator {
   virtual absl::Status DoBroadcast(void* data, int64_t bytes, int root) = 0;
   virtual absl::Status DoBarrier() = 0;
   virtual absl::StatusOr<std::unique_ptr<Communicator>> DoSplit(int color, int key) = 0;
+  // Nonblocking hooks; the default runs the blocking hook and returns a FinishedCollective.
+  virtual absl::StatusOr<std::unique_ptr<PendingCollective>> DoStartAllReduce(void* data,
+                                                                              int64_t count,
+                                                                              CommDType dtype,
+                                                                              ReduceOp op);
+  virtual absl::StatusOr<std::unique_ptr<PendingCollective>> DoStartAllToAllV(
+      const void* send, absl::Span<const int64_t> send_bytes,
+      absl::Span<const int64_t> send_displs, void* recv, absl::Span<const int64_t> recv_bytes,
+      absl::Span<const int64_t> recv_displs);
 
  private:
   absl::Status CheckSpans(const char* what, size_t n) const;
+  // Checks an all-to-all's spans and counts its bytes.
+  absl::Status CheckAndCountAllToAll(absl::Span<const int64_t> send_bytes,
+                                     absl::Span<const int64_t> send_displs,
+                                     absl::Span<const int64_t> recv_bytes,
+                                     absl::Span<const int64_t> recv_displs);
   void Count(CollectiveKind kind, int64_t bytes);
 
   std::vector<int> world_ranks_;

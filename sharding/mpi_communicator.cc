@@ -8,6 +8,8 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -66,11 +68,24 @@ class MpiCommunicator final : public Communicator {
     MPI_Group_free(&group);
     MPI_Group_free(&world_group);
     InitWorldRanks(std::move(world));
+    // Channels of the nonblocking collectives (see AsyncOp): collective, like the constructor.
+    MPI_Comm_dup(comm_, &async_comm_);
+    MPI_Comm_dup(comm_, &gather_comm_);
+    MPI_Comm_set_errhandler(async_comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(gather_comm_, MPI_ERRORS_RETURN);
   }
   ~MpiCommunicator() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized) MPI_Comm_free(&comm_);
+    if (finalized) return;
+    // Buffers of collectives still in flight belong to their owners: finish them first.
+    while (!inflight_.empty()) {
+      (void)WaitFor(inflight_.front().get());
+      Progress();
+    }
+    MPI_Comm_free(&gather_comm_);
+    MPI_Comm_free(&async_comm_);
+    MPI_Comm_free(&comm_);
   }
 
   int rank() const override { return rank_; }
@@ -148,7 +163,209 @@ class MpiCommunicator final : public Communicator {
     return std::unique_ptr<Communicator>(new MpiCommunicator(sub));
   }
 
+  absl::StatusOr<std::unique_ptr<PendingCollective>> DoStartAllToAllV(
+      const void* send, absl::Span<const int64_t> send_bytes,
+      absl::Span<const int64_t> send_displs, void* recv, absl::Span<const int64_t> recv_bytes,
+      absl::Span<const int64_t> recv_displs) override {
+    auto op = std::make_shared<AsyncOp>();
+    op->reduce = false;
+    TESSERA_RETURN_IF_ERROR(ToInts("AllToAllV", send_bytes, &op->sc));
+    TESSERA_RETURN_IF_ERROR(ToInts("AllToAllV", send_displs, &op->sd));
+    TESSERA_RETURN_IF_ERROR(ToInts("AllToAllV", recv_bytes, &op->rc));
+    TESSERA_RETURN_IF_ERROR(ToInts("AllToAllV", recv_displs, &op->rd));
+    TESSERA_MPI(MPI_Ialltoallv(send ? send : &op->dummy, op->sc.data(), op->sd.data(), MPI_BYTE,
+                               recv ? recv : &op->dummy, op->rc.data(), op->rd.data(), MPI_BYTE,
+                               async_comm_, &op->req));
+    return Enqueue(std::move(op));
+  }
+
+  absl::StatusOr<std::unique_ptr<PendingCollective>> DoStartAllReduce(void* data, int64_t count,
+                                                                      CommDType dtype,
+                                                                      ReduceOp op) override {
+    if (size_ == 1 || count == 0 || (dtype != CommDType::kF32 && dtype != CommDType::kF64)) {
+      return Communicator::DoStartAllReduce(data, count, dtype, op);
+    }
+    // Stage 1 (reduce-scatter as an all-to-all of chunks) starts now on async_comm_; stage 2
+    // (the all-gather of the reduced chunks) starts once stage 1 is done, on gather_comm_.
+    auto a = std::make_shared<AsyncOp>();
+    a->reduce = true;
+    a->data = static_cast<char*>(data);
+    a->elem = static_cast<int>(CommDTypeSize(dtype));
+    a->dtype = dtype;
+    a->op = op;
+    const int p = size_;
+    a->begin.resize(p + 1);
+    for (int r = 0; r <= p; ++r) a->begin[r] = count * r / p;
+    const int64_t mine = a->begin[rank_ + 1] - a->begin[rank_];
+    std::vector<int64_t> sb(p), sd(p), rb(p), rd(p);
+    for (int r = 0; r < p; ++r) {
+      sb[r] = (a->begin[r + 1] - a->begin[r]) * a->elem;
+      sd[r] = a->begin[r] * a->elem;
+      rb[r] = mine * a->elem;
+      rd[r] = r * mine * a->elem;
+    }
+    TESSERA_RETURN_IF_ERROR(ToInts("AllReduce", sb, &a->sc));
+    TESSERA_RETURN_IF_ERROR(ToInts("AllReduce", sd, &a->sd));
+    TESSERA_RETURN_IF_ERROR(ToInts("AllReduce", rb, &a->rc));
+    TESSERA_RETURN_IF_ERROR(ToInts("AllReduce", rd, &a->rd));
+    a->blocks.resize(static_cast<size_t>(p * mine * a->elem));
+    TESSERA_MPI(MPI_Ialltoallv(data, a->sc.data(), a->sd.data(), MPI_BYTE,
+                               a->blocks.empty() ? &a->dummy : a->blocks.data(), a->rc.data(),
+                               a->rd.data(), MPI_BYTE, async_comm_, &a->req));
+    return Enqueue(std::move(a));
+  }
+
  private:
+  // A nonblocking collective in flight. All-to-all: one MPI request. All-reduce: stage 1
+  // (Ialltoallv of chunks) then, when it is done, the rank-ordered sum of this rank's chunk and
+  // stage 2 (Iallgatherv). Stage 2s start strictly in the order the all-reduces were started, so
+  // every rank issues the same sequence on gather_comm_ whatever order its tests happen in.
+  struct AsyncOp {
+    bool reduce = false;
+    MPI_Request req = MPI_REQUEST_NULL;
+    int stage = 1;             // 1, 2 (all-reduce), 3 = finished
+    bool stage1_done = false;  // all-reduce: stage 1 arrived, waiting for its turn for stage 2
+    absl::Status status;
+    std::vector<int> sc, sd, rc, rd;
+    char dummy = 0;
+    // All-reduce.
+    char* data = nullptr;
+    int elem = 4;
+    CommDType dtype = CommDType::kF32;
+    ReduceOp op = ReduceOp::kSum;
+    std::vector<int64_t> begin;
+    std::vector<char> blocks;
+    bool finished() const { return stage == 3; }
+  };
+
+  class Pending final : public PendingCollective {
+   public:
+    Pending(MpiCommunicator* comm, std::shared_ptr<AsyncOp> op)
+        : comm_(comm), op_(std::move(op)) {}
+    ~Pending() override {
+      if (!op_->finished()) (void)comm_->WaitFor(op_.get());
+    }
+    absl::StatusOr<bool> Test() override {
+      comm_->Progress();
+      if (!op_->finished()) return false;
+      if (!op_->status.ok()) return op_->status;
+      return true;
+    }
+    absl::Status Wait() override { return comm_->WaitFor(op_.get()); }
+
+   private:
+    MpiCommunicator* comm_;
+    std::shared_ptr<AsyncOp> op_;
+  };
+
+  std::unique_ptr<PendingCollective> Enqueue(std::shared_ptr<AsyncOp> op) {
+    inflight_.push_back(op);
+    return std::make_unique<Pending>(this, std::move(op));
+  }
+
+  void Fail(AsyncOp& op, absl::Status status) {
+    op.status = std::move(status);
+    op.stage = 3;
+  }
+
+  // Stage 1 of an all-reduce is done: sum this rank's chunk in rank order, start stage 2.
+  void StartGather(AsyncOp& a) {
+    const int p = size_;
+    const int64_t mine = a.begin[rank_ + 1] - a.begin[rank_];
+    if (mine > 0) {
+      if (a.dtype == CommDType::kF32) {
+        ReduceChunk(reinterpret_cast<const float*>(a.blocks.data()), p, mine, a.op,
+                    reinterpret_cast<float*>(a.data) + a.begin[rank_]);
+      } else {
+        ReduceChunk(reinterpret_cast<const double*>(a.blocks.data()), p, mine, a.op,
+                    reinterpret_cast<double*>(a.data) + a.begin[rank_]);
+      }
+    }
+    int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, a.data, a.sc.data(),
+                             a.sd.data(), MPI_BYTE, gather_comm_, &a.req);
+    if (rc != MPI_SUCCESS) return Fail(a, MpiError("MPI_Iallgatherv", rc));
+    a.stage = 2;
+  }
+
+  template <typename T>
+  static void ReduceChunk(const T* blocks, int p, int64_t n, ReduceOp op, T* out) {
+    SumInRankOrder(blocks, p, n, out);
+    if (op == ReduceOp::kAvg) {
+      for (int64_t i = 0; i < n; ++i) out[i] /= static_cast<T>(p);
+    }
+  }
+
+  // Tests everything in flight without blocking and starts the stage 2s whose turn has come.
+  void Progress() {
+    bool gather_blocked = false;  // an earlier all-reduce has not started its stage 2 yet
+    for (auto& op : inflight_) {
+      AsyncOp& a = *op;
+      if (a.finished()) continue;
+      if (a.stage == 1 && !a.stage1_done) {
+        int flag = 0;
+        int rc = MPI_Test(&a.req, &flag, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) {
+          Fail(a, MpiError("MPI_Test", rc));
+          continue;
+        }
+        if (flag) {
+          if (!a.reduce) {
+            a.stage = 3;
+            continue;
+          }
+          a.stage1_done = true;
+        }
+      }
+      if (a.reduce && a.stage == 1) {
+        if (a.stage1_done && !gather_blocked) {
+          StartGather(a);
+        } else {
+          gather_blocked = true;
+          continue;
+        }
+      }
+      if (a.stage == 2) {
+        int flag = 0;
+        int rc = MPI_Test(&a.req, &flag, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) {
+          Fail(a, MpiError("MPI_Test", rc));
+        } else if (flag) {
+          a.stage = 3;
+        }
+      }
+    }
+    while (!inflight_.empty() && inflight_.front()->finished()) inflight_.pop_front();
+  }
+
+  // Blocks until `target` is finished, waiting on the earliest unfinished request each time
+  // (the one everything after it may depend on).
+  absl::Status WaitFor(AsyncOp* target) {
+    while (true) {
+      Progress();
+      if (target->finished()) return target->status;
+      AsyncOp* head = nullptr;
+      for (auto& op : inflight_) {
+        if (!op->finished()) {
+          head = op.get();
+          break;
+        }
+      }
+      if (head == nullptr) return target->status;
+      if (head->stage == 1 && head->stage1_done) continue;  // Progress starts its stage 2
+      int rc = MPI_Wait(&head->req, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) {
+        Fail(*head, MpiError("MPI_Wait", rc));
+      } else if (head->stage == 1 && head->reduce) {
+        head->stage1_done = true;
+      } else {
+        head->stage = 3;
+      }
+    }
+  }
+
+  MPI_Comm async_comm_ = MPI_COMM_NULL;
+  MPI_Comm gather_comm_ = MPI_COMM_NULL;
+  std::deque<std::shared_ptr<AsyncOp>> inflight_;
   // Reduce-scatter as an all-to-all of chunks (rank q's chunk r goes to rank r, which sums the
   // P contributions in rank order), then an all-gather of the reduced chunks. Moves the same
   // 2 (P-1)/P of the buffer as a ring all-reduce and fixes the summation order, which MPI's

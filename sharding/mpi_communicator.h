@@ -35,6 +35,12 @@ bool UnderMpiLauncher();
 // REQUIRES: MpiActive(). Returns FailedPrecondition otherwise.
 // Float and double sums are reduce-scatter (all-to-all of chunks, summed in rank order) then
 // all-gather, so every rank gets the same bits whatever MPI's own algorithms are.
+// Nonblocking collectives (StartAllReduce, StartAllToAllV) run on two duplicates of the MPI
+// communicator made by the constructor: MPI_Ialltoallv on one; the ordered all-reduce as
+// MPI_Ialltoallv of chunks, the rank-ordered sum of this rank's chunk once they are in (done
+// inside Test/Wait), then MPI_Iallgatherv on the other, started in the order the all-reduces
+// were (the same bits as the blocking AllReduce). MPI_Iallreduce is not used: Open MPI promises
+// no summation order for it.
 absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiWorldCommunicator();
 
 // The MPI world when MpiActive(), else a world of one.
