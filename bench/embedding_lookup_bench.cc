@@ -81,8 +81,10 @@ Table& TableFor(int64_t dim) {
 double GatherBound(int64_t dim, int threads) {
   const bool two = threads >= 2;
   switch (dim) {
-    case 16: return two ? hardware::kGatherRowsPerSecDim16_2T : hardware::kGatherRowsPerSecDim16_1T;
-    case 64: return two ? hardware::kGatherRowsPerSecDim64_2T : hardware::kGatherRowsPerSecDim64_1T;
+    case 16:
+      return two ? hardware::kGatherRowsPerSecDim16_2T : hardware::kGatherRowsPerSecDim16_1T;
+    case 64:
+      return two ? hardware::kGatherRowsPerSecDim64_2T : hardware::kGatherRowsPerSecDim64_1T;
     case 128:
       return two ? hardware::kGatherRowsPerSecDim128_2T : hardware::kGatherRowsPerSecDim128_1T;
   }
@@ -148,8 +150,7 @@ void BM_FusedBackwardRowWiseAdagrad(benchmark::State& state) {
     batch = (batch + 1) % kBatches;
   }
   SetCounters(state, dim, threads);
-  state.counters["unique_frac"] =
-      double(unique) / (double(state.iterations()) * kBags * kPooling);
+  state.counters["unique_frac"] = double(unique) / (double(state.iterations()) * kBags * kPooling);
 }
 
 void Args(benchmark::internal::Benchmark* b) {

@@ -29,23 +29,21 @@ absl::Status ValidateOptions(const EmbeddingCollectionOptions& o) {
       return absl::InvalidArgumentError(absl::StrCat(label, ": name used by two tables"));
     }
     if (table.num_rows <= 0 || table.dim <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(label, ": num_rows (", table.num_rows,
-                                                     ") and dim (", table.dim,
-                                                     ") must be positive"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          label, ": num_rows (", table.num_rows, ") and dim (", table.dim, ") must be positive"));
     }
     if (table.features.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(label, ": serves no feature"));
     }
     for (int f : table.features) {
       if (f < 0 || f >= o.num_features) {
-        return absl::InvalidArgumentError(absl::StrCat(label, ": feature ", f, " outside [0, ",
-                                                       o.num_features, ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(label, ": feature ", f, " outside [0, ", o.num_features, ")"));
       }
       if (served_by[f] >= 0) {
-        return absl::InvalidArgumentError(absl::StrCat(label, ": feature ", f,
-                                                       " is already served by ",
-                                                       TableLabel(o.tables[served_by[f]],
-                                                                  served_by[f])));
+        return absl::InvalidArgumentError(
+            absl::StrCat(label, ": feature ", f, " is already served by ",
+                         TableLabel(o.tables[served_by[f]], served_by[f])));
       }
       served_by[f] = t;
     }
@@ -89,9 +87,8 @@ absl::StatusOr<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::Create
     const DeviceContext& ctx) {
   TESSERA_RETURN_IF_ERROR(ValidateOptions(options));
   if (stores.size() != options.tables.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("EmbeddingCollection: ", stores.size(),
-                                                   " stores for ", options.tables.size(),
-                                                   " tables"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "EmbeddingCollection: ", stores.size(), " stores for ", options.tables.size(), " tables"));
   }
   for (int t = 0; t < static_cast<int>(stores.size()); ++t) {
     const TableConfig& table = options.tables[t];
@@ -99,11 +96,13 @@ absl::StatusOr<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::Create
     const int64_t state_dim = RowStateDim(options.optimizer.type, table.dim);
     if (s == nullptr || s->num_rows() != table.num_rows || s->dim() != table.dim ||
         s->state_dim() != state_dim) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          TableLabel(table, t), ": store does not match the table (want ", table.num_rows,
-          " rows, dim ", table.dim, ", state_dim ", state_dim, s == nullptr ? "; got null)" : "; got ",
-          s == nullptr ? "" : absl::StrCat(s->num_rows(), " rows, dim ", s->dim(), ", state_dim ",
-                                           s->state_dim(), ")")));
+      return absl::InvalidArgumentError(
+          absl::StrCat(TableLabel(table, t), ": store does not match the table (want ",
+                       table.num_rows, " rows, dim ", table.dim, ", state_dim ", state_dim,
+                       s == nullptr ? "; got null)" : "; got ",
+                       s == nullptr ? ""
+                                    : absl::StrCat(s->num_rows(), " rows, dim ", s->dim(),
+                                                   ", state_dim ", s->state_dim(), ")")));
     }
   }
   std::unique_ptr<EmbeddingCollection> c(new EmbeddingCollection());
@@ -148,9 +147,9 @@ absl::Status EmbeddingCollection::Forward(const KeyedJagged& batch, float* out) 
   }
   for (int64_t i = 0; i < batch.num_bags(); ++i) {
     if (batch.offsets[i + 1] < batch.offsets[i]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "EmbeddingCollection::Forward: offsets decrease at bag ", i, " (feature ", i / B,
-          " sample ", i % B, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("EmbeddingCollection::Forward: offsets decrease at bag ", i, " (feature ",
+                       i / B, " sample ", i % B, ")"));
     }
   }
   // Range-check every id here, where the table, feature and sample can be named; a store's

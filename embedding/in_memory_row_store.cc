@@ -15,8 +15,7 @@ namespace tessera {
 namespace {
 
 std::string TableLabel(const InMemoryRowStoreOptions& o) {
-  return o.name.empty() ? absl::StrCat("table ", o.table_id)
-                        : absl::StrCat("table '", o.name, "'");
+  return o.name.empty() ? absl::StrCat("table ", o.table_id) : absl::StrCat("table '", o.name, "'");
 }
 
 class InMemoryRowStore final : public RowStore {
@@ -34,14 +33,14 @@ class InMemoryRowStore final : public RowStore {
     // AllocateHost maps tables >= 2 MiB with MADV_HUGEPAGE and zero-fills lazily.
     weights_ = static_cast<float*>(AllocateHost(WeightBytes()));
     if (weights_ == nullptr) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          label_, ": allocating ", WeightBytes(), " bytes of weights failed"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat(label_, ": allocating ", WeightBytes(), " bytes of weights failed"));
     }
     if (options_.state_dim > 0) {
       state_ = static_cast<float*>(AllocateHost(StateBytes()));
       if (state_ == nullptr) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            label_, ": allocating ", StateBytes(), " bytes of optimizer state failed"));
+        return absl::ResourceExhaustedError(absl::StrCat(label_, ": allocating ", StateBytes(),
+                                                         " bytes of optimizer state failed"));
       }
     }
     return absl::OkStatus();
@@ -69,8 +68,8 @@ class InMemoryRowStore final : public RowStore {
 
   absl::Status Resolve(absl::Span<const int64_t> ids, absl::Span<int64_t> slots) override {
     if (ids.size() != slots.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(label_, ": Resolve got ", ids.size(),
-                                                     " ids but ", slots.size(), " slots"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(label_, ": Resolve got ", ids.size(), " ids but ", slots.size(), " slots"));
     }
     const uint64_t rows = static_cast<uint64_t>(options_.num_rows);
     const size_t n = ids.size();
@@ -84,8 +83,8 @@ class InMemoryRowStore final : public RowStore {
       for (size_t i = 0; i < n; ++i) {
         if (static_cast<uint64_t>(ids[i]) >= rows) {
           return absl::InvalidArgumentError(
-              absl::StrCat(label_, ": row id ", ids[i], " at position ", i,
-                           " is out of range [0, ", options_.num_rows, ")"));
+              absl::StrCat(label_, ": row id ", ids[i], " at position ", i, " is out of range [0, ",
+                           options_.num_rows, ")"));
         }
       }
     }
@@ -117,8 +116,7 @@ class InMemoryRowStore final : public RowStore {
     }
     std::memcpy(weights_ + begin * options_.dim, weights, RowsBytes(count, options_.dim));
     if (state != nullptr && options_.state_dim > 0) {
-      std::memcpy(state_ + begin * options_.state_dim, state,
-                  RowsBytes(count, options_.state_dim));
+      std::memcpy(state_ + begin * options_.state_dim, state, RowsBytes(count, options_.state_dim));
     }
     return absl::OkStatus();
   }
@@ -153,8 +151,7 @@ absl::StatusOr<std::unique_ptr<RowStore>> CreateInMemoryRowStore(
   if (options.num_rows <= 0 || options.dim <= 0 || options.state_dim < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(label, ": num_rows (", options.num_rows, ") and dim (", options.dim,
-                     ") must be positive and state_dim (", options.state_dim,
-                     ") non-negative"));
+                     ") must be positive and state_dim (", options.state_dim, ") non-negative"));
   }
   // Row offsets are computed as int64 in floats and bytes; refuse tables whose byte size does not
   // fit.

@@ -83,9 +83,8 @@ TESSERA_ALWAYS_INLINE void PoolBags(const PooledLookupArgs& a, int64_t b0, int64
   for (int64_t b = b0; b < b1; ++b) {
     const int64_t jb = a.offsets[b], je = a.offsets[b + 1];
     float* __restrict out = a.out + b * a.out_stride;
-    const float scale = (a.pooling == PoolingMode::kMean && je > jb)
-                            ? 1.0f / static_cast<float>(je - jb)
-                            : 1.0f;
+    const float scale =
+        (a.pooling == PoolingMode::kMean && je > jb) ? 1.0f / static_cast<float>(je - jb) : 1.0f;
     if constexpr (kDim > 0) {
       float acc[kDim];
       for (int k = 0; k < kDim; ++k) acc[k] = 0.0f;
@@ -112,12 +111,24 @@ TESSERA_ALWAYS_INLINE void PoolBags(const PooledLookupArgs& a, int64_t b0, int64
 TESSERA_TARGET_CLONES
 void PoolBagsCpu(const PooledLookupArgs& a, int64_t b0, int64_t b1) {
   switch (a.dim) {
-    case 8: PoolBags<8>(a, b0, b1); return;
-    case 16: PoolBags<16>(a, b0, b1); return;
-    case 32: PoolBags<32>(a, b0, b1); return;
-    case 64: PoolBags<64>(a, b0, b1); return;
-    case 128: PoolBags<128>(a, b0, b1); return;
-    default: PoolBags<0>(a, b0, b1); return;
+    case 8:
+      PoolBags<8>(a, b0, b1);
+      return;
+    case 16:
+      PoolBags<16>(a, b0, b1);
+      return;
+    case 32:
+      PoolBags<32>(a, b0, b1);
+      return;
+    case 64:
+      PoolBags<64>(a, b0, b1);
+      return;
+    case 128:
+      PoolBags<128>(a, b0, b1);
+      return;
+    default:
+      PoolBags<0>(a, b0, b1);
+      return;
   }
 }
 
@@ -152,13 +163,13 @@ absl::Status PooledLookupForwardCpu(const PooledLookupArgs& a) {
 // Backward: gradient aggregation.
 
 struct SumRunsArgs {
-  const int64_t* keys;         // sorted (slot << pos_bits | position)
-  const int64_t* run_starts;   // [unique + 1]
+  const int64_t* keys;        // sorted (slot << pos_bits | position)
+  const int64_t* run_starts;  // [unique + 1]
   const float* const* grad_rows;
   const float* scales;
   int64_t pos_mask;
   int64_t dim;
-  float* row_grads;            // [unique, dim]
+  float* row_grads;  // [unique, dim]
 };
 
 // Sums the runs [u0, u1): row_grads[u] = sum over the run's positions p, in position order, of
@@ -181,7 +192,8 @@ TESSERA_ALWAYS_INLINE void SumRuns(const SumRunsArgs& a, int64_t u0, int64_t u1)
         __builtin_prefetch(a.grad_rows + p2, 0, 3);
         __builtin_prefetch(a.scales + p2, 0, 3);
       }
-      if (e + ahead < e_last) PrefetchBytes(a.grad_rows[a.keys[e + ahead] & mask], row_bytes, false);
+      if (e + ahead < e_last)
+        PrefetchBytes(a.grad_rows[a.keys[e + ahead] & mask], row_bytes, false);
       const int64_t p = a.keys[e] & mask;
       const float* __restrict g = a.grad_rows[p];
       const float s = a.scales[p];
@@ -193,11 +205,21 @@ TESSERA_ALWAYS_INLINE void SumRuns(const SumRunsArgs& a, int64_t u0, int64_t u1)
 TESSERA_TARGET_CLONES
 void SumRunsCpu(const SumRunsArgs& a, int64_t u0, int64_t u1) {
   switch (a.dim) {
-    case 16: SumRuns<16>(a, u0, u1); return;
-    case 32: SumRuns<32>(a, u0, u1); return;
-    case 64: SumRuns<64>(a, u0, u1); return;
-    case 128: SumRuns<128>(a, u0, u1); return;
-    default: SumRuns<0>(a, u0, u1); return;
+    case 16:
+      SumRuns<16>(a, u0, u1);
+      return;
+    case 32:
+      SumRuns<32>(a, u0, u1);
+      return;
+    case 64:
+      SumRuns<64>(a, u0, u1);
+      return;
+    case 128:
+      SumRuns<128>(a, u0, u1);
+      return;
+    default:
+      SumRuns<0>(a, u0, u1);
+      return;
   }
 }
 
@@ -255,9 +277,8 @@ absl::Status AggregateRowGradientsCpu(absl::Span<const BagGradients> sources, in
       int64_t mx = 0, bad_j = -1, bad_slot = 0;
       for (int64_t b = b0; b < b1; ++b) {
         const int64_t jb = src.offsets[b], je = src.offsets[b + 1];
-        const float inv = (pooling == PoolingMode::kMean && je > jb)
-                              ? 1.0f / static_cast<float>(je - jb)
-                              : 1.0f;
+        const float inv =
+            (pooling == PoolingMode::kMean && je > jb) ? 1.0f / static_cast<float>(je - jb) : 1.0f;
         const float* g = src.grad + b * src.grad_stride;
         for (int64_t j = jb; j < je; ++j) {
           int64_t slot = src.indices[j];
@@ -336,8 +357,8 @@ absl::Status AggregateRowGradientsCpu(absl::Span<const BagGradients> sources, in
   // 4. Sum each run. Chunks split the entries evenly and snap to run starts, so a hot row with a
   // long run does not leave the other threads idle for long.
   row_grads->resize(unique * dim);
-  const SumRunsArgs sum_args{keys,  run_starts, grad_rows, scales,
-                             (int64_t{1} << pos_bits) - 1, dim, row_grads->data()};
+  const SumRunsArgs sum_args{
+      keys, run_starts, grad_rows, scales, (int64_t{1} << pos_bits) - 1, dim, row_grads->data()};
   const int sum_chunks = NumChunks(n, kSumMinEntries);
   auto sum = [&](int c) {
     int64_t eb, ee;
@@ -370,8 +391,8 @@ absl::Status ValidateRowUpdate(const RowUpdateArgs& a) {
 // Updates rows [u0, u1) of `slots`, prefetching the weights and state of rows further ahead
 // with write intent (they are read, then written).
 TESSERA_TARGET_CLONES
-void UpdateRowsCpu(const int64_t* slots, const float* row_grads, const RowUpdateArgs& a,
-                   int64_t u0, int64_t u1) {
+void UpdateRowsCpu(const int64_t* slots, const float* row_grads, const RowUpdateArgs& a, int64_t u0,
+                   int64_t u1) {
   const int64_t dim = a.dim;
   const int64_t sd = RowStateDim(a.optimizer.type, dim);
   const int64_t ahead = PrefetchRowsAhead((dim + sd) * static_cast<int64_t>(sizeof(float)));
@@ -394,9 +415,16 @@ absl::Status ApplyRowUpdatesCpu(absl::Span<const int64_t> slots, const float* ro
   if (row_grads == nullptr) {
     return absl::InvalidArgumentError("ApplyRowUpdates: null row_grads");
   }
-  const int64_t* s = slots.data();
+  // One captured reference keeps the closure inside std::function (no allocation per step).
+  struct Job {
+    const int64_t* slots;
+    const float* row_grads;
+    const RowUpdateArgs* args;
+  } job{slots.data(), row_grads, &args};
   ParallelFor(static_cast<int64_t>(slots.size()), kUpdateMinRows,
-              [&](int64_t u0, int64_t u1, int) { UpdateRowsCpu(s, row_grads, args, u0, u1); });
+              [&job](int64_t u0, int64_t u1, int) {
+                UpdateRowsCpu(job.slots, job.row_grads, *job.args, u0, u1);
+              });
   return absl::OkStatus();
 }
 
@@ -451,8 +479,8 @@ absl::Status FusedBackwardUpdate(const DeviceContext& ctx, absl::Span<const BagG
 #endif
   if (ws == nullptr) return absl::InvalidArgumentError("FusedBackwardUpdate: null workspace");
   TESSERA_RETURN_IF_ERROR(ValidateRowUpdate(args));
-  TESSERA_RETURN_IF_ERROR(AggregateRowGradientsCpu(sources, args.dim, pooling, ws,
-                                                   &ws->unique_slots, &ws->row_grads));
+  TESSERA_RETURN_IF_ERROR(
+      AggregateRowGradientsCpu(sources, args.dim, pooling, ws, &ws->unique_slots, &ws->row_grads));
   return ApplyRowUpdatesCpu(ws->unique_slots, ws->row_grads.data(), args);
 }
 

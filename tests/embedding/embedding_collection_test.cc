@@ -107,7 +107,8 @@ std::map<int64_t, std::vector<double>> RowGrads(const KeyedJagged& kj, const Emb
   const TableConfig& table = c.table(t);
   for (int f : table.features) {
     for (int64_t b = 0; b < kj.batch_size; ++b) {
-      const int64_t jb = kj.offsets[f * kj.batch_size + b], je = kj.offsets[f * kj.batch_size + b + 1];
+      const int64_t jb = kj.offsets[f * kj.batch_size + b],
+                    je = kj.offsets[f * kj.batch_size + b + 1];
       for (int64_t j = jb; j < je; ++j) {
         auto& row = g[kj.values[j]];
         row.resize(table.dim);
@@ -207,7 +208,8 @@ TEST(EmbeddingCollectionTest, BadConfigsNameTheTable) {
   o.tables[1].features = {1, 2};
   auto c = EmbeddingCollection::Create(o, DeviceContext::Cpu());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(c.status().message(), HasSubstr("table 'item': feature 2 is already served by table 'user'"));
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("table 'item': feature 2 is already served by table 'user'"));
   o = TwoTables(RowOptimizerType::kSgd);
   o.tables[1].features = {};
   EXPECT_THAT(EmbeddingCollection::Create(o, DeviceContext::Cpu()).status().message(),

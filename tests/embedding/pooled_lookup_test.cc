@@ -112,18 +112,17 @@ TEST_P(ForwardTest, MatchesDoubleReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Dims, ForwardTest,
-    ::testing::Values(ForwardCase{1, PoolingMode::kSum, false},
-                      ForwardCase{7, PoolingMode::kMean, true},
-                      ForwardCase{16, PoolingMode::kSum, false},
-                      ForwardCase{16, PoolingMode::kMean, false},
-                      ForwardCase{16, PoolingMode::kSum, true},
-                      ForwardCase{33, PoolingMode::kSum, true},
-                      ForwardCase{64, PoolingMode::kMean, true},
-                      ForwardCase{128, PoolingMode::kSum, false},
-                      ForwardCase{128, PoolingMode::kMean, true},
-                      ForwardCase{200, PoolingMode::kSum, true}));
+INSTANTIATE_TEST_SUITE_P(Dims, ForwardTest,
+                         ::testing::Values(ForwardCase{1, PoolingMode::kSum, false},
+                                           ForwardCase{7, PoolingMode::kMean, true},
+                                           ForwardCase{16, PoolingMode::kSum, false},
+                                           ForwardCase{16, PoolingMode::kMean, false},
+                                           ForwardCase{16, PoolingMode::kSum, true},
+                                           ForwardCase{33, PoolingMode::kSum, true},
+                                           ForwardCase{64, PoolingMode::kMean, true},
+                                           ForwardCase{128, PoolingMode::kSum, false},
+                                           ForwardCase{128, PoolingMode::kMean, true},
+                                           ForwardCase{200, PoolingMode::kSum, true}));
 
 TEST(PooledLookupTest, ForwardBitIdenticalForAnyThreadCount) {
   const int64_t rows = 5000, dim = 64;
@@ -133,8 +132,15 @@ TEST(PooledLookupTest, ForwardBitIdenticalForAnyThreadCount) {
   for (int threads : {1, 2, 3}) {
     ThreadCount tc(threads);
     std::vector<float> out(bags.num_bags() * dim);
-    PooledLookupArgs a{table.data(), dim, bags.offsets.data(), bags.indices.data(),
-                       bags.weights.data(), bags.num_bags(), PoolingMode::kMean, out.data(), dim};
+    PooledLookupArgs a{table.data(),
+                       dim,
+                       bags.offsets.data(),
+                       bags.indices.data(),
+                       bags.weights.data(),
+                       bags.num_bags(),
+                       PoolingMode::kMean,
+                       out.data(),
+                       dim};
     ASSERT_TRUE(PooledLookupForward(DeviceContext::Cpu(), a).ok());
     outs.push_back(out);
   }
@@ -145,8 +151,8 @@ TEST(PooledLookupTest, ForwardBitIdenticalForAnyThreadCount) {
 TEST(PooledLookupTest, ForwardRejectsInconsistentArgs) {
   std::vector<float> table(40), out(40);
   std::vector<int64_t> offsets = {0, 2, 1}, indices = {0, 9};
-  PooledLookupArgs a{table.data(), 4, offsets.data(), indices.data(), nullptr, 2,
-                     PoolingMode::kSum, out.data(), 4};
+  PooledLookupArgs a{table.data(), 4, offsets.data(), indices.data(), nullptr, 2, PoolingMode::kSum,
+                     out.data(),   4};
   absl::Status st = PooledLookupForward(DeviceContext::Cpu(), a);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(st.message(), HasSubstr("offsets decrease at bag 1"));
@@ -174,9 +180,9 @@ struct Source {
   int64_t stride;
   bool weighted;
   BagGradients View() const {
-    return BagGradients{bags.offsets.data(), bags.indices.data(),
-                        weighted ? bags.weights.data() : nullptr, bags.num_bags(), grad.data(),
-                        stride};
+    return BagGradients{
+        bags.offsets.data(), bags.indices.data(), weighted ? bags.weights.data() : nullptr,
+        bags.num_bags(),     grad.data(),         stride};
   }
 };
 
@@ -242,9 +248,9 @@ TEST(AggregateRowGradientsTest, DuplicatesWithinAndAcrossBagsAndSources) {
       EmbeddingWorkspace ws;
       std::vector<int64_t> unique;
       std::vector<float> grads;
-      ASSERT_TRUE(AggregateRowGradients(DeviceContext::Cpu(), views, dim, pooling, &ws, &unique,
-                                        &grads)
-                      .ok());
+      ASSERT_TRUE(
+          AggregateRowGradients(DeviceContext::Cpu(), views, dim, pooling, &ws, &unique, &grads)
+              .ok());
       ExpectRowGradsMatch(sources, dim, pooling, unique, grads);
     }
   }
@@ -282,8 +288,8 @@ TEST(AggregateRowGradientsTest, EmptyInputAndErrors) {
 
   std::vector<int64_t> offs = {0, 2}, idx = {3, -4};
   BagGradients neg{offs.data(), idx.data(), nullptr, 1, g.data(), 4};
-  absl::Status st =
-      AggregateRowGradients(DeviceContext::Cpu(), {neg}, 4, PoolingMode::kSum, &ws, &unique, &grads);
+  absl::Status st = AggregateRowGradients(DeviceContext::Cpu(), {neg}, 4, PoolingMode::kSum, &ws,
+                                          &unique, &grads);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(st.message(), HasSubstr("slot -4"));
   idx[1] = 1;
@@ -341,7 +347,8 @@ TEST_P(FusedUpdateTest, ThreeStepsMatchDoubleReference) {
     std::vector<BagGradients> views = {sources[0].View(), sources[1].View()};
     RowUpdateArgs args{w.data(), sd > 0 ? state.data() : nullptr, dim, opt, lr, step};
     std::vector<float> before = w;
-    ASSERT_TRUE(FusedBackwardUpdate(DeviceContext::Cpu(), views, PoolingMode::kMean, args, &ws).ok());
+    ASSERT_TRUE(
+        FusedBackwardUpdate(DeviceContext::Cpu(), views, PoolingMode::kMean, args, &ws).ok());
     // The reference update is fed the aggregated float gradients (checked against the double
     // sums first): Adam's first step is ~lr * sign(g), so a row whose terms nearly cancel would
     // otherwise turn the sum's last-bit rounding into an lr-sized difference.
@@ -371,8 +378,9 @@ TEST_P(FusedUpdateTest, ThreeStepsMatchDoubleReference) {
     }
   }
   // The update moved the touched rows (a test that cannot pass with a no-op update).
-  EXPECT_GT(std::abs(w[ws.unique_slots[0] * dim] - RandomTable(11, rows, dim)[ws.unique_slots[0] * dim]),
-            1e-4);
+  EXPECT_GT(
+      std::abs(w[ws.unique_slots[0] * dim] - RandomTable(11, rows, dim)[ws.unique_slots[0] * dim]),
+      1e-4);
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, FusedUpdateTest,
@@ -395,7 +403,8 @@ TEST(FusedBackwardTest, BitIdenticalWithOneAndTwoThreads) {
                                      MakeSource(50 + step, 4000, 10, 300, dim, false)};
       std::vector<BagGradients> views = {sources[0].View(), sources[1].View()};
       RowUpdateArgs args{w.data(), state.data(), dim, opt, 0.01f, step};
-      ASSERT_TRUE(FusedBackwardUpdate(DeviceContext::Cpu(), views, PoolingMode::kSum, args, &ws).ok());
+      ASSERT_TRUE(
+          FusedBackwardUpdate(DeviceContext::Cpu(), views, PoolingMode::kSum, args, &ws).ok());
     }
     w.insert(w.end(), state.begin(), state.end());
     results.push_back(std::move(w));
