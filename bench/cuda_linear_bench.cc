@@ -46,8 +46,8 @@ void BM_CublasSgemm(benchmark::State& state) {
                 &zero, d.data<float>(), n);
     if (!CudaSynchronize(c->context()).ok()) return state.SkipWithError("sgemm failed");
   }
-  state.counters["TFLOP/s"] = benchmark::Counter(2.0 * n * n * n * 1e-12,
-                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["TFLOP/s"] =
+      benchmark::Counter(2.0 * n * n * n * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_CublasSgemm)->Arg(8192)->UseRealTime()->Unit(benchmark::kMillisecond);
 
@@ -63,15 +63,15 @@ void BM_LinearStep(benchmark::State& state) {
     absl::Status st = LinearForward(ctx, x.data<float>(), w.data<float>(), b.data<float>(), batch,
                                     in, out, Activation::kRelu, y.data<float>());
     if (st.ok()) {
-      st = LinearBackward(ctx, x.data<float>(), w.data<float>(), y.data<float>(),
-                          dy.data<float>(), batch, in, out, Activation::kRelu, dw.data<float>(),
-                          db.data<float>(), dx.data<float>());
+      st = LinearBackward(ctx, x.data<float>(), w.data<float>(), y.data<float>(), dy.data<float>(),
+                          batch, in, out, Activation::kRelu, dw.data<float>(), db.data<float>(),
+                          dx.data<float>());
     }
     if (st.ok()) st = CudaSynchronize(ctx);
     if (!st.ok()) return state.SkipWithError(std::string(st.message()).c_str());
   }
-  state.counters["TFLOP/s"] = benchmark::Counter(
-      3.0 * 2.0 * batch * in * out * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["TFLOP/s"] = benchmark::Counter(3.0 * 2.0 * batch * in * out * 1e-12,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_LinearStep)
     ->Args({65536, 512, 256})

@@ -106,8 +106,7 @@ absl::Status CudaSynchronizeAll(const DeviceContext& ctx) {
   return CudaStatus(cudaStreamSynchronize(CommStream(ctx)), "cudaStreamSynchronize(comm)");
 }
 
-absl::Status CudaCopyToDevice(const DeviceContext& ctx, void* dst, const void* src,
-                              size_t bytes) {
+absl::Status CudaCopyToDevice(const DeviceContext& ctx, void* dst, const void* src, size_t bytes) {
   TESSERA_RETURN_IF_ERROR(CheckCuda(ctx, "CudaCopyToDevice"));
   if (bytes == 0) return absl::OkStatus();
   return CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ComputeStream(ctx)),
@@ -127,9 +126,8 @@ absl::Status CudaCopyDeviceToDevice(const DeviceContext& ctx, void* dst, const v
                                     size_t bytes) {
   TESSERA_RETURN_IF_ERROR(CheckCuda(ctx, "CudaCopyDeviceToDevice"));
   if (bytes == 0) return absl::OkStatus();
-  return CudaStatus(
-      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ComputeStream(ctx)),
-      "cudaMemcpyAsync(device to device)");
+  return CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ComputeStream(ctx)),
+                    "cudaMemcpyAsync(device to device)");
 }
 
 absl::Status CudaMemsetAsync(const DeviceContext& ctx, void* dst, int value, size_t bytes) {

@@ -8,8 +8,9 @@ namespace tessera {
 namespace {
 absl::Status NoCuda(const char* what) {
   return absl::UnimplementedError(
-      std::string(what) + ": this build of Tessera has no CUDA path (TESSERA_CUDA=OFF or no "
-                          "toolkit found at configure time)");
+      std::string(what) +
+      ": this build of Tessera has no CUDA path (TESSERA_CUDA=OFF or no "
+      "toolkit found at configure time)");
 }
 }  // namespace
 

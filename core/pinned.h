@@ -32,7 +32,9 @@ class PinnedBuffer {
   void* data() { return data_; }
   const void* data() const { return data_; }
   template <typename T>
-  T* as() { return static_cast<T*>(data_); }
+  T* as() {
+    return static_cast<T*>(data_);
+  }
   size_t bytes() const { return bytes_; }
   bool empty() const { return data_ == nullptr; }
 

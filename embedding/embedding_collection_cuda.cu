@@ -61,17 +61,17 @@ absl::Status ValidateOptions(const EmbeddingCollectionOptions& o) {
       return absl::InvalidArgumentError(absl::StrCat(label, ": name used by two tables"));
     }
     if (table.num_rows <= 0 || table.dim <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(label, ": num_rows (", table.num_rows,
-                                                     ") and dim (", table.dim,
-                                                     ") must be positive"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          label, ": num_rows (", table.num_rows, ") and dim (", table.dim, ") must be positive"));
     }
     if (table.features.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(label, ": serves no feature"));
     }
     for (int f : table.features) {
       if (f < 0 || f >= o.num_features || served_by[f] >= 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            label, ": feature ", f, f < 0 || f >= o.num_features ? " out of range" : " served twice"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(label, ": feature ", f,
+                         f < 0 || f >= o.num_features ? " out of range" : " served twice"));
       }
       served_by[f] = t;
     }
@@ -112,11 +112,11 @@ class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
     for (int t = 0; t < tables; ++t) {
       const TableConfig& table = options_.tables[t];
       const int64_t sd = RowStateDim(options_.optimizer.type, table.dim);
-      TESSERA_ASSIGN_OR_RETURN(weights_[t], Buffer::Allocate(Device::kCuda, DType::kF32,
-                                                             {table.num_rows, table.dim}));
+      TESSERA_ASSIGN_OR_RETURN(
+          weights_[t], Buffer::Allocate(Device::kCuda, DType::kF32, {table.num_rows, table.dim}));
       if (sd > 0) {
-        TESSERA_ASSIGN_OR_RETURN(state_[t], Buffer::Allocate(Device::kCuda, DType::kF32,
-                                                               {table.num_rows, sd}));
+        TESSERA_ASSIGN_OR_RETURN(
+            state_[t], Buffer::Allocate(Device::kCuda, DType::kF32, {table.num_rows, sd}));
       }
       const float state_init = options_.optimizer.type == RowOptimizerType::kRowWiseAdagrad
                                    ? options_.optimizer.adagrad_initial
@@ -136,7 +136,9 @@ class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
   const TableConfig& table(int t) const override { return options_.tables[t]; }
   const EmbeddingCollectionOptions& options() const override { return options_; }
   float* device_weights(int t) override { return weights_[t].data<float>(); }
-  float* device_state(int t) override { return state_[t].empty() ? nullptr : state_[t].data<float>(); }
+  float* device_state(int t) override {
+    return state_[t].empty() ? nullptr : state_[t].data<float>();
+  }
 
   absl::Status Forward(const KeyedJagged& batch, float* out) override {
     pending_ = false;
@@ -223,8 +225,8 @@ class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
       args.lr = lr;
       args.step = step;
       const int slot_bits = std::max(1, BitWidth(static_cast<uint64_t>(table.num_rows - 1)));
-      absl::Status st = FusedBackwardUpdateCuda(ctx_, sources_, counts_, table.pooling,
-                                                slot_bits, args, &ws_);
+      absl::Status st =
+          FusedBackwardUpdateCuda(ctx_, sources_, counts_, table.pooling, slot_bits, args, &ws_);
       if (!st.ok()) {
         return absl::Status(st.code(), absl::StrCat(Label(table, t), ": ", st.message()));
       }
@@ -239,11 +241,10 @@ class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
     if (count > 0 && weights_out == nullptr) {
       return absl::InvalidArgumentError("CudaEmbeddingCollection::ReadRows: null weights_out");
     }
-    TESSERA_RETURN_IF_ERROR(CudaCopyToHost(ctx_, weights_out, weights_[t].data<float>() + begin * dim,
-                                           sizeof(float) * count * dim));
+    TESSERA_RETURN_IF_ERROR(CudaCopyToHost(
+        ctx_, weights_out, weights_[t].data<float>() + begin * dim, sizeof(float) * count * dim));
     if (state_out != nullptr && sd > 0) {
-      TESSERA_RETURN_IF_ERROR(CudaCopyToHost(ctx_, state_out,
-                                             state_[t].data<float>() + begin * sd,
+      TESSERA_RETURN_IF_ERROR(CudaCopyToHost(ctx_, state_out, state_[t].data<float>() + begin * sd,
                                              sizeof(float) * count * sd));
     }
     return absl::OkStatus();
@@ -256,8 +257,8 @@ class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
     if (count > 0 && weights == nullptr) {
       return absl::InvalidArgumentError("CudaEmbeddingCollection::WriteRows: null weights");
     }
-    TESSERA_RETURN_IF_ERROR(CudaCopyToDevice(ctx_, weights_[t].data<float>() + begin * dim,
-                                             weights, sizeof(float) * count * dim));
+    TESSERA_RETURN_IF_ERROR(CudaCopyToDevice(ctx_, weights_[t].data<float>() + begin * dim, weights,
+                                             sizeof(float) * count * dim));
     if (state != nullptr && sd > 0) {
       TESSERA_RETURN_IF_ERROR(CudaCopyToDevice(ctx_, state_[t].data<float>() + begin * sd, state,
                                                sizeof(float) * count * sd));
@@ -304,18 +305,18 @@ class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
         (!batch.weights.empty() && batch.weights.size() != batch.values.size())) {
       return absl::InvalidArgumentError(absl::StrCat(
           "CudaEmbeddingCollection::Forward: batch of ", batch.num_features, " features (want ",
-          options_.num_features, "), ", B, " samples, ", batch.offsets.size(),
-          " offsets (want ", batch.num_bags() + 1, ", from 0 to values.size() = ",
-          batch.values.size(), "), ", batch.weights.size(), " weights (want 0 or values.size())"));
+          options_.num_features, "), ", B, " samples, ", batch.offsets.size(), " offsets (want ",
+          batch.num_bags() + 1, ", from 0 to values.size() = ", batch.values.size(), "), ",
+          batch.weights.size(), " weights (want 0 or values.size())"));
     }
     if (out == nullptr && B > 0) {
       return absl::InvalidArgumentError("CudaEmbeddingCollection::Forward: null out");
     }
     for (int64_t i = 0; i < batch.num_bags(); ++i) {
       if (batch.offsets[i + 1] < batch.offsets[i]) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "CudaEmbeddingCollection::Forward: offsets decrease at bag ", i, " (feature ", i / B,
-            " sample ", i % B, ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("CudaEmbeddingCollection::Forward: offsets decrease at bag ", i,
+                         " (feature ", i / B, " sample ", i % B, ")"));
       }
     }
     for (int f = 0; f < options_.num_features; ++f) {

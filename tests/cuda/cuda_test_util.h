@@ -5,11 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <memory>
-#include <type_traits>
-#include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/buffer.h"
@@ -41,10 +41,10 @@ class CudaTest : public ::testing::Test {
 // A device copy of `v` (owning Buffer of 1-D shape).
 template <typename T>
 Buffer ToDevice(const std::vector<T>& v) {
-  const DType dt = sizeof(T) == 8 ? DType::kI64 : (std::is_same_v<T, float> ? DType::kF32
-                                                                            : DType::kI32);
-  auto b = Buffer::Allocate(Device::kCuda, dt,
-                            {static_cast<int64_t>(std::max<size_t>(1, v.size()))});
+  const DType dt =
+      sizeof(T) == 8 ? DType::kI64 : (std::is_same_v<T, float> ? DType::kF32 : DType::kI32);
+  auto b =
+      Buffer::Allocate(Device::kCuda, dt, {static_cast<int64_t>(std::max<size_t>(1, v.size()))});
   TESSERA_CHECK_OK(b.status());
   if (!v.empty()) {
     TESSERA_CHECK_OK(CudaMemcpy(b->raw(), v.data(), sizeof(T) * v.size()));

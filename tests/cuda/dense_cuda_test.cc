@@ -42,8 +42,8 @@ TEST_F(DenseCuda, LinearForwardBackwardMatchCpu) {
     const auto x = RandomFloats(batch * in, 1), w = RandomFloats(out * in, 2),
                b = RandomFloats(out, 3), dy = RandomFloats(batch * out, 4);
     std::vector<float> y(batch * out), dy_c = dy, dw(out * in), db(out), dx(batch * in);
-    ASSERT_TRUE(LinearForward(cpu(), x.data(), w.data(), b.data(), batch, in, out, act, y.data())
-                    .ok());
+    ASSERT_TRUE(
+        LinearForward(cpu(), x.data(), w.data(), b.data(), batch, in, out, act, y.data()).ok());
     ASSERT_TRUE(LinearBackward(cpu(), x.data(), w.data(), y.data(), dy_c.data(), batch, in, out,
                                act, dw.data(), db.data(), dx.data())
                     .ok());
@@ -95,7 +95,8 @@ TEST_F(DenseCuda, DotInteractionMatchesCpu) {
   const auto bottom = RandomFloats(batch * d, 1), emb = RandomFloats(batch * nf * d, 2),
              d_out = RandomFloats(batch * out_dim, 3);
   std::vector<float> out(batch * out_dim), d_bottom(batch * d), d_emb(batch * nf * d);
-  ASSERT_TRUE(DotInteractionForward(cpu(), bottom.data(), emb.data(), batch, nf, d, out.data()).ok());
+  ASSERT_TRUE(
+      DotInteractionForward(cpu(), bottom.data(), emb.data(), batch, nf, d, out.data()).ok());
   ASSERT_TRUE(DotInteractionBackward(cpu(), bottom.data(), emb.data(), d_out.data(), batch, nf, d,
                                      d_bottom.data(), d_emb.data())
                   .ok());
@@ -121,8 +122,7 @@ void ExpectParamsNear(const std::vector<Parameter*>& got, const std::vector<Para
     const Buffer& g = grads ? got[i]->grad : got[i]->value;
     const Buffer& w = grads ? want[i]->grad : want[i]->value;
     const std::vector<float> wv(w.data<float>(), w.data<float>() + w.numel());
-    ExpectNear(ToHost<float>(g, g.numel()), wv, rtol, atol,
-               want[i]->name + (grads ? ".grad" : ""));
+    ExpectNear(ToHost<float>(g, g.numel()), wv, rtol, atol, want[i]->name + (grads ? ".grad" : ""));
   }
 }
 
@@ -215,7 +215,8 @@ TEST_F(DenseCuda, RowPlumbingMatchesCpu) {
   const int64_t batch = 77, ac = 13, cc = 29;
   const auto a = RandomFloats(batch * ac, 1), c = RandomFloats(batch * cc, 2);
   std::vector<float> cat(batch * (ac + cc)), sa(batch * ac), sc(batch * cc);
-  ASSERT_TRUE(dense_internal::ConcatColumns(cpu(), a.data(), ac, c.data(), cc, batch, cat.data()).ok());
+  ASSERT_TRUE(
+      dense_internal::ConcatColumns(cpu(), a.data(), ac, c.data(), cc, batch, cat.data()).ok());
   Buffer ga = ToDevice(a), gc = ToDevice(c), gcat = Poisoned<float>(batch * (ac + cc)),
          gsa = Poisoned<float>(batch * ac), gsc = Poisoned<float>(batch * cc);
   ASSERT_TRUE(dense_internal::ConcatColumns(gpu(), ga.data<float>(), ac, gc.data<float>(), cc,
@@ -229,10 +230,12 @@ TEST_F(DenseCuda, RowPlumbingMatchesCpu) {
   ExpectNear(ToHost<float>(gsc, batch * cc), c, 0, 0, "split c");
   std::vector<float> sum = c;
   ASSERT_TRUE(dense_internal::AddInPlace(cpu(), c.data(), batch * cc, sum.data()).ok());
-  ASSERT_TRUE(dense_internal::AddInPlace(gpu(), gc.data<float>(), batch * cc, gsc.data<float>()).ok());
+  ASSERT_TRUE(
+      dense_internal::AddInPlace(gpu(), gc.data<float>(), batch * cc, gsc.data<float>()).ok());
   ExpectNear(ToHost<float>(gsc, batch * cc), sum, 0, 0, "add");
   Buffer copy = Poisoned<float>(batch * ac);
-  ASSERT_TRUE(dense_internal::CopyFloats(gpu(), ga.data<float>(), batch * ac, copy.data<float>()).ok());
+  ASSERT_TRUE(
+      dense_internal::CopyFloats(gpu(), ga.data<float>(), batch * ac, copy.data<float>()).ok());
   ExpectNear(ToHost<float>(copy, batch * ac), a, 0, 0, "copy");
 }
 

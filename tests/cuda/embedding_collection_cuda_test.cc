@@ -4,11 +4,12 @@
 // validation (an id out of range names table, feature and sample) and Read/WriteRows.
 // Tolerance: the twins take the same terms in the same order (FMA aside): rtol 1e-5, atol 1e-6
 // after three steps of row-wise AdaGrad / Adam.
+#include "embedding/embedding_collection_cuda.h"
+
 #include <memory>
 #include <vector>
 
 #include "embedding/embedding_collection.h"
-#include "embedding/embedding_collection_cuda.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace tessera {
@@ -70,9 +71,12 @@ void ExpectTablesNear(EmbeddingCollection& c, CudaEmbeddingCollection& g, const 
     const TableConfig& table = c.table(t);
     const int64_t sd = c.store(t).state_dim();
     std::vector<float> w_cpu(table.num_rows * table.dim), w_gpu(w_cpu.size(), std::nanf(""));
-    std::vector<float> s_cpu(std::max<int64_t>(1, table.num_rows * sd)), s_gpu(s_cpu.size(), std::nanf(""));
-    ASSERT_TRUE(c.store(t).ReadRows(0, table.num_rows, w_cpu.data(), sd > 0 ? s_cpu.data() : nullptr).ok());
-    ASSERT_TRUE(g.ReadRows(t, 0, table.num_rows, w_gpu.data(), sd > 0 ? s_gpu.data() : nullptr).ok());
+    std::vector<float> s_cpu(std::max<int64_t>(1, table.num_rows * sd)),
+        s_gpu(s_cpu.size(), std::nanf(""));
+    ASSERT_TRUE(
+        c.store(t).ReadRows(0, table.num_rows, w_cpu.data(), sd > 0 ? s_cpu.data() : nullptr).ok());
+    ASSERT_TRUE(
+        g.ReadRows(t, 0, table.num_rows, w_gpu.data(), sd > 0 ? s_gpu.data() : nullptr).ok());
     ExpectNear(w_gpu, w_cpu, 1e-5, 1e-6, std::string(when) + " weights of " + table.name);
     if (sd > 0) ExpectNear(s_gpu, s_cpu, 1e-5, 1e-6, std::string(when) + " state of " + table.name);
   }

@@ -8,13 +8,14 @@
 // same order by both twins; they differ only by fused multiply-adds (and powf/sqrtf ulps for
 // the optimizers), so rtol 2e-5 with atol 2e-6 leaves ample margin while any indexing or
 // ordering mistake (errors of order 1e-1) fails.
+#include "embedding/pooled_lookup_cuda.h"
+
 #include <algorithm>
 #include <map>
 #include <set>
 #include <vector>
 
 #include "embedding/pooled_lookup.h"
-#include "embedding/pooled_lookup_cuda.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace tessera {
@@ -46,8 +47,8 @@ Bags MakeBags(int64_t num_bags, int64_t rows, int max_len, uint64_t seed, int64_
     const int len = static_cast<int>(rng.NextBelow(max_len + 1));
     for (int k = 0; k < len; ++k) {
       const bool hot = rng.NextUniform() < 0.5f;
-      b.indices.push_back(static_cast<int64_t>(hot ? rng.NextBelow(8) * 97 % rows
-                                                   : rng.NextBelow(rows)));
+      b.indices.push_back(
+          static_cast<int64_t>(hot ? rng.NextBelow(8) * 97 % rows : rng.NextBelow(rows)));
     }
     b.offsets.push_back(static_cast<int64_t>(b.indices.size()));
   }
@@ -191,9 +192,9 @@ TEST_P(FusedBackwardCuda, UpdatesMatchCpuTwin) {
   Buffer o0 = ToDevice(bags_[0].offsets), i0 = ToDevice(bags_[0].indices),
          w0 = ToDevice(bags_[0].weights), o1 = ToDevice(bags_[1].offsets),
          i1 = ToDevice(bags_[1].indices), w1 = ToDevice(bags_[1].weights), g = ToDevice(grad_);
-  const auto src = Sources(o0.data<int64_t>(), i0.data<int64_t>(), w0.data<float>(),
-                           o1.data<int64_t>(), i1.data<int64_t>(), w1.data<float>(),
-                           g.data<float>());
+  const auto src =
+      Sources(o0.data<int64_t>(), i0.data<int64_t>(), w0.data<float>(), o1.data<int64_t>(),
+              i1.data<int64_t>(), w1.data<float>(), g.data<float>());
   // 1. The dispatching entry point (counts and slot range read from the device).
   {
     Buffer dw = ToDevice(weights_), ds = ToDevice(state_);
@@ -217,7 +218,8 @@ TEST_P(FusedBackwardCuda, UpdatesMatchCpuTwin) {
     ASSERT_TRUE(FusedBackwardUpdateCuda(gpu(), src, counts, c.pooling, 11, a, &ws).ok());
     ASSERT_TRUE(CudaSynchronize(gpu()).ok());
     ExpectNear(ToHost<float>(dw, rows_ * dim_), w_cpu, kRtol, kAtol, "weights (explicit)");
-    if (sd_ > 0) ExpectNear(ToHost<float>(ds, rows_ * sd_), s_cpu, kRtol, kAtol, "state (explicit)");
+    if (sd_ > 0)
+      ExpectNear(ToHost<float>(ds, rows_ * sd_), s_cpu, kRtol, kAtol, "state (explicit)");
   }
 }
 
@@ -245,9 +247,9 @@ TEST_P(FusedBackwardCuda, AggregationMatchesCpuAndIsDeterministic) {
   Buffer o0 = ToDevice(bags_[0].offsets), i0 = ToDevice(bags_[0].indices),
          w0 = ToDevice(bags_[0].weights), o1 = ToDevice(bags_[1].offsets),
          i1 = ToDevice(bags_[1].indices), w1 = ToDevice(bags_[1].weights), g = ToDevice(grad_);
-  const auto src = Sources(o0.data<int64_t>(), i0.data<int64_t>(), w0.data<float>(),
-                           o1.data<int64_t>(), i1.data<int64_t>(), w1.data<float>(),
-                           g.data<float>());
+  const auto src =
+      Sources(o0.data<int64_t>(), i0.data<int64_t>(), w0.data<float>(), o1.data<int64_t>(),
+              i1.data<int64_t>(), w1.data<float>(), g.data<float>());
   std::vector<int64_t> slots(3, -7);
   std::vector<float> grads(5, std::nanf(""));
   EmbeddingWorkspace unused;
@@ -275,8 +277,8 @@ TEST_F(CudaTest, BackwardRejectsANegativeSlot) {
   const std::vector<float> table = RandomFloats(50 * 4, 3);
   Buffer o = ToDevice(bags.offsets), i = ToDevice(bags.indices), g = ToDevice(grad),
          w = ToDevice(table);
-  const std::vector<BagGradients> src = {{o.data<int64_t>(), i.data<int64_t>(), nullptr, 40,
-                                          g.data<float>(), 4}};
+  const std::vector<BagGradients> src = {
+      {o.data<int64_t>(), i.data<int64_t>(), nullptr, 40, g.data<float>(), 4}};
   RowUpdateArgs a;
   a.weights = w.data<float>();
   a.dim = 4;
@@ -326,9 +328,9 @@ TEST_F(CudaTest, DedupRejectsANegativeId) {
   Buffer d_ids = ToDevice(ids), unique = Poisoned<int64_t>(4), inverse = Poisoned<int64_t>(4),
          count = Poisoned<int64_t>(1);
   CudaEmbeddingWorkspace ws(gpu());
-  const absl::Status st = DedupIdsCuda(gpu(), d_ids.data<int64_t>(), 4, 0, &ws,
-                                       unique.data<int64_t>(), inverse.data<int64_t>(),
-                                       count.data<int64_t>());
+  const absl::Status st =
+      DedupIdsCuda(gpu(), d_ids.data<int64_t>(), 4, 0, &ws, unique.data<int64_t>(),
+                   inverse.data<int64_t>(), count.data<int64_t>());
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
   EXPECT_NE(st.message().find("ids[2] = -2"), std::string::npos) << st;
 }
