@@ -170,208 +170,130 @@ const ShardingPlan& ShardedEmbeddingCollection::plan() const { return impl_->pla
 void ShardedEmbeddingCollection::set_phase_times(PhaseTimes* times) { impl_->times = times; }
 
 
+int64_t ShardedEmbeddingCollection::prefetched_forwards() const {
+  return impl_->prefetched_forwards;
+}
+
+void ShardedEmbeddingCollection::Prefetch(const KeyedJagged& next) {
+  Impl& s = *impl_;
+  if (!s.options.pipeline_input_dist) return;
+  internal::PackInput(s, next, /*keep_batch=*/true, &s.staged);
+  s.staged_valid = true;
+}
+
 absl::Status ShardedEmbeddingCollection::Forward(const KeyedJagged& batch, float* out) {
   Impl& s = *impl_;
   const auto& co = s.options.collection;
   Communicator& g = *s.group;
   const int n = s.n;
+  const bool pipe = s.options.pipeline_input_dist;
   std::optional<ScopedPhase> phase_in;
   phase_in.emplace(s.times, "input_dist");
+  s.pending = false;
 
-  absl::Status bad = CheckBatch(s, batch);
+  // This batch's input dist: already travelling (prefetched) or packed now.
+  const bool use_mine = s.inflight != nullptr && internal::SameBatch(s.inflight->packed, batch);
+  if (!use_mine) internal::PackInput(s, batch, /*keep_batch=*/false, &s.fresh);
+  const internal::PackedInput& cur = use_mine ? s.inflight->packed : s.fresh;
+  absl::Status bad = cur.bad;
   if (bad.ok() && out == nullptr && batch.batch_size > 0) {
     bad = absl::InvalidArgumentError("ShardedEmbeddingCollection::Forward: null out");
   }
-  s.pending = false;
-  s.batch = bad.ok() ? batch.batch_size : 0;
-  s.weighted = bad.ok() && !batch.weights.empty();
-  if (bad.ok()) BucketIds(s, batch);
+  s.batch = bad.ok() ? cur.batch : 0;
+  s.weighted = bad.ok() && cur.weighted;
 
-  // 1. Headers (fixed size per pair).
+  // 1. Headers (fixed size per pair): A for this batch, and with pipelining B for the batch
+  // Prefetch packed, so the group agrees on what is prefetched without another exchange.
+  const int sections = pipe ? 2 : 1;
+  const int64_t hme = HeaderInts(s, s.me);
   std::vector<int64_t> sc(n), sd(n), rc(n), rd(n);
-  for (int d = 0; d < n; ++d) sc[d] = HeaderInts(s, d);
-  for (int d = 0; d < n; ++d) rc[d] = HeaderInts(s, s.me);
+  for (int d = 0; d < n; ++d) sc[d] = sections * HeaderInts(s, d);
+  for (int d = 0; d < n; ++d) rc[d] = sections * hme;
   std::exclusive_scan(sc.begin(), sc.end(), sd.begin(), int64_t{0});
   std::exclusive_scan(rc.begin(), rc.end(), rd.begin(), int64_t{0});
-  std::vector<int64_t> hsend(sd[n - 1] + sc[n - 1]), hrecv(rd[n - 1] + rc[n - 1]);
+  std::vector<int64_t> hsend(sd[n - 1] + sc[n - 1], 0), hrecv(rd[n - 1] + rc[n - 1]);
   for (int d = 0; d < n; ++d) {
+    const int64_t hd = HeaderInts(s, d);
     int64_t* h = hsend.data() + sd[d];
-    *h++ = s.batch;
-    *h++ = (s.weighted ? kWeightedFlag : 0) | (bad.ok() ? 0 : kErrorFlag);
-    for (int ri : s.dst_requests[d]) {
-      const Request& r = s.requests[ri];
-      *h++ = static_cast<int64_t>(r.uids.size());
-      for (const auto& p : r.pos) *h++ = static_cast<int64_t>(p.size());
+    std::memcpy(h, cur.header.data() + cur.hdispl[d], hd * sizeof(int64_t));
+    h[0] = s.batch;
+    h[1] |= (bad.ok() ? 0 : kErrorFlag) | (use_mine ? internal::kPrefetchedFlag : 0);
+    if (pipe && s.staged_valid) {
+      std::memcpy(h + hd, s.staged.header.data() + s.staged.hdispl[d], hd * sizeof(int64_t));
+      h[hd + 1] |= internal::kStagedFlag;
     }
   }
   TESSERA_RETURN_IF_ERROR(g.AllToAllV<int64_t>(hsend.data(), sc, sd, hrecv.data(), rc, rd));
   if (!bad.ok()) return bad;
+  bool all_use = true, any_use = false, all_staged = pipe;
   for (int src = 0; src < n; ++src) {
-    if (hrecv[rd[src] + 1] & kErrorFlag) {
+    const int64_t flags = hrecv[rd[src] + 1];
+    if (flags & kErrorFlag) {
       return absl::InvalidArgumentError(absl::StrCat(
           "ShardedEmbeddingCollection::Forward: rank ", g.world_ranks()[src],
           " of this sharding group got a bad batch (its error says which)"));
     }
+    const bool used = (flags & internal::kPrefetchedFlag) != 0;
+    all_use &= used;
+    any_use |= used;
+    if (pipe) {
+      const int64_t fb = hrecv[rd[src] + hme + 1];
+      all_staged &= (fb & internal::kStagedFlag) && !(fb & kErrorFlag);
+    }
   }
-  const bool weighted = s.weighted;
 
-  // 2. Payload: per receiver, [unique ids (int64)] [lengths, positions (int32)] [weights].
-  auto payload_bytes = [&](int64_t b, const int64_t* h, const std::vector<int>& reqs, bool w) {
-    int64_t ids = 0, i32 = 0, fl = 0;
-    h += 2;
-    for (int ri : reqs) {
-      ids += *h++;
-      for (int64_t fi = 0; fi < NumFeatures(s, s.requests[ri].table); ++fi) {
-        const int64_t np = *h++;
-        i32 += b + np;
-        fl += w ? np : 0;
-      }
+  // 2. Payload: the prefetched one when every rank of the group has its batch in flight,
+  // otherwise the blocking all-to-all (a prefetch some ranks could not use is dropped).
+  const internal::ReceivedInput* in = nullptr;
+  if (all_use) {
+    s.in_use = std::move(s.inflight);
+    TESSERA_RETURN_IF_ERROR(s.in_use->pending->Wait());
+    in = &s.in_use->received;
+    ++s.prefetched_forwards;
+  } else {
+    s.fresh_in.header.resize(static_cast<size_t>(n) * hme);
+    for (int src = 0; src < n; ++src) {
+      std::memcpy(s.fresh_in.header.data() + src * hme, hrecv.data() + rd[src],
+                  hme * sizeof(int64_t));
     }
-    return Align8(8 * ids + 4 * i32 + 4 * fl);
-  };
-  std::vector<int64_t> pb(n), pd(n), qb(n), qd(n);
-  for (int d = 0; d < n; ++d) pb[d] = payload_bytes(s.batch, &hsend[sd[d]], s.dst_requests[d], weighted);
-  s.src_batch.resize(n);
-  for (int src = 0; src < n; ++src) {
-    s.src_batch[src] = hrecv[rd[src]];
-    qb[src] = payload_bytes(s.src_batch[src], &hrecv[rd[src]], s.dst_requests[s.me],
-                            hrecv[rd[src] + 1] & kWeightedFlag);
-  }
-  std::exclusive_scan(pb.begin(), pb.end(), pd.begin(), int64_t{0});
-  std::exclusive_scan(qb.begin(), qb.end(), qd.begin(), int64_t{0});
-  std::vector<char> psend(pd[n - 1] + pb[n - 1]), precv(qd[n - 1] + qb[n - 1]);
-  for (int d = 0; d < n; ++d) {
-    char* p = psend.data() + pd[d];
-    for (int ri : s.dst_requests[d]) {
-      const auto& u = s.requests[ri].uids;
-      std::memcpy(p, u.data(), u.size() * 8);
-      p += u.size() * 8;
-    }
-    for (int ri : s.dst_requests[d]) {
-      const Request& r = s.requests[ri];
-      for (size_t fi = 0; fi < r.pos.size(); ++fi) {
-        std::memcpy(p, r.lengths[fi].data(), r.lengths[fi].size() * 4);
-        p += r.lengths[fi].size() * 4;
-        std::memcpy(p, r.pos[fi].data(), r.pos[fi].size() * 4);
-        p += r.pos[fi].size() * 4;
-      }
-    }
-    if (weighted) {
-      for (int ri : s.dst_requests[d]) {
-        for (const auto& w : s.requests[ri].wts) {
-          std::memcpy(p, w.data(), w.size() * 4);
-          p += w.size() * 4;
-        }
-      }
+    internal::SizeReceived(s, &s.fresh_in);
+    TESSERA_RETURN_IF_ERROR(g.AllToAllV(cur.payload.data(), cur.pbytes, cur.pdispl,
+                                        s.fresh_in.payload.data(), s.fresh_in.qbytes,
+                                        s.fresh_in.qdispl));
+    in = &s.fresh_in;
+    if (any_use) {
+      TESSERA_RETURN_IF_ERROR(s.inflight->pending->Wait());
+      s.inflight.reset();
     }
   }
-  TESSERA_RETURN_IF_ERROR(g.AllToAllV(psend.data(), pb, pd, precv.data(), qb, qd));
+  // The next batch's payload starts now and travels during this step's dense work.
+  if (all_staged && s.inflight == nullptr) {
+    auto next = std::make_unique<internal::InflightInput>();
+    std::swap(next->packed, s.staged);
+    s.staged_valid = false;
+    next->received.header.resize(static_cast<size_t>(n) * hme);
+    for (int src = 0; src < n; ++src) {
+      std::memcpy(next->received.header.data() + src * hme, hrecv.data() + rd[src] + hme,
+                  hme * sizeof(int64_t));
+    }
+    internal::SizeReceived(s, &next->received);
+    const internal::PackedInput& p = next->packed;
+    TESSERA_ASSIGN_OR_RETURN(
+        next->pending, g.StartAllToAllV(p.payload.data(), p.pbytes, p.pdispl,
+                                        next->received.payload.data(), next->received.qbytes,
+                                        next->received.qdispl));
+    s.inflight = std::move(next);
+  } else if (pipe && !all_staged) {
+    s.staged_valid = false;
+  }
   phase_in.reset();
 
   // 3. Owner: unpack, resolve once per shard, pool each (sender, feature) into the reply.
   {
     ScopedPhase phase(s.times, "lookup");
-    const auto& mine = s.dst_requests[s.me];
-    for (auto& ls : s.local) {
-      ls.src_batch = s.src_batch;
-      ls.urows.clear();
-      ls.slots.clear();
-      ls.weights.clear();
-      ls.offsets.clear();
-      ls.offsets_start.clear();
-    }
-    for (int src = 0; src < n; ++src) {
-      const int64_t b = s.src_batch[src];
-      const int64_t* h = &hrecv[rd[src] + 2];
-      const bool w = hrecv[rd[src] + 1] & kWeightedFlag;
-      const char* p = precv.data() + qd[src];
-      std::vector<int64_t> ubase(mine.size());
-      const int64_t* hh = h;
-      for (size_t q = 0; q < mine.size(); ++q) {
-        LocalShard& ls = s.local[s.requests[mine[q]].local];
-        const int64_t nu = *hh;
-        hh += 1 + NumFeatures(s, ls.table);
-        ubase[q] = static_cast<int64_t>(ls.urows.size());
-        const int64_t* ids = reinterpret_cast<const int64_t*>(p);
-        for (int64_t i = 0; i < nu; ++i) ls.urows.push_back(ids[i] - ls.rect.row_begin);
-        p += nu * 8;
-      }
-      hh = h;
-      for (size_t q = 0; q < mine.size(); ++q) {
-        LocalShard& ls = s.local[s.requests[mine[q]].local];
-        ++hh;
-        for (int64_t fi = 0; fi < NumFeatures(s, ls.table); ++fi) {
-          const int64_t np = *hh++;
-          const int32_t* len = reinterpret_cast<const int32_t*>(p);
-          const int32_t* pos = len + b;
-          ls.offsets_start.push_back(static_cast<int64_t>(ls.offsets.size()));
-          int64_t at = static_cast<int64_t>(ls.slots.size());
-          ls.offsets.push_back(at);
-          for (int64_t i = 0; i < b; ++i) ls.offsets.push_back(at += len[i]);
-          // Unique-id index for now; turned into a slot after Resolve.
-          for (int64_t i = 0; i < np; ++i) ls.slots.push_back(ubase[q] + pos[i]);
-          p += 4 * (b + np);
-        }
-      }
-      if (w) {
-        hh = h;
-        for (size_t q = 0; q < mine.size(); ++q) {
-          LocalShard& ls = s.local[s.requests[mine[q]].local];
-          ++hh;
-          for (int64_t fi = 0; fi < NumFeatures(s, ls.table); ++fi) {
-            const int64_t np = *hh++;
-            const float* wt = reinterpret_cast<const float*>(p);
-            ls.weights.insert(ls.weights.end(), wt, wt + np);
-            p += 4 * np;
-          }
-        }
-      } else {
-        for (size_t q = 0; q < mine.size(); ++q) {
-          LocalShard& ls = s.local[s.requests[mine[q]].local];
-          ls.weights.resize(ls.slots.size(), 1.0f);  // a mixed group: unweighted senders weigh 1
-        }
-      }
-    }
-    bool any_weighted = false;
-    for (int src = 0; src < n; ++src) any_weighted |= (hrecv[rd[src] + 1] & kWeightedFlag) != 0;
-    for (auto& ls : s.local) {
-      if (!any_weighted) ls.weights.clear();
-      ls.uslots.resize(ls.urows.size());
-      TESSERA_RETURN_IF_ERROR(ls.store->Resolve(ls.urows, absl::MakeSpan(ls.uslots)));
-      for (auto& x : ls.slots) x = ls.uslots[x];
-    }
-    // Reply layout to sender src: per request of mine, per feature, [batch(src), width].
-    std::fill(rc.begin(), rc.end(), 0);
-    for (int src = 0; src < n; ++src) {
-      for (int ri : mine) {
-        const LocalShard& ls = s.local[s.requests[ri].local];
-        rc[src] += s.src_batch[src] * ls.width * NumFeatures(s, ls.table);
-      }
-    }
-    std::exclusive_scan(rc.begin(), rc.end(), rd.begin(), int64_t{0});
-    s.send_f.assign(rd[n - 1] + rc[n - 1], 0.0f);
-    for (int src = 0; src < n; ++src) {
-      float* o = s.send_f.data() + rd[src];
-      for (int ri : mine) {
-        LocalShard& ls = s.local[s.requests[ri].local];
-        const int64_t nf = NumFeatures(s, ls.table);
-        for (int64_t fi = 0; fi < nf; ++fi) {
-          PooledLookupArgs a;
-          a.weights = ls.store->weights();
-          a.dim = ls.width;
-          a.offsets = ls.offsets.data() + ls.offsets_start[src * nf + fi];
-          a.indices = ls.slots.data();
-          a.per_id_weights = ls.weights.empty() ? nullptr : ls.weights.data();
-          a.num_bags = s.src_batch[src];
-          a.pooling = PoolingMode::kSum;
-          a.out = o;
-          a.out_stride = ls.width;
-          if (a.num_bags > 0) TESSERA_RETURN_IF_ERROR(PooledLookupForward(s.ctx, a));
-          o += s.src_batch[src] * ls.width;
-        }
-      }
-    }
+    TESSERA_RETURN_IF_ERROR(s.LookupReceived(*in, &rc, &rd));
   }
+  s.in_use.reset();
 
   // 4. Output dist: partial sums back to the requesters.
   ScopedPhase phase_out(s.times, "output_dist");
@@ -385,7 +307,7 @@ absl::Status ShardedEmbeddingCollection::Forward(const KeyedJagged& batch, float
   std::exclusive_scan(sc.begin(), sc.end(), sd.begin(), int64_t{0});
   s.recv_f.resize(sd[n - 1] + sc[n - 1]);
   // Sending what this rank computed (rc/rd) and receiving what it asked for (sc/sd).
-  TESSERA_RETURN_IF_ERROR(g.AllToAllV<float>(s.send_f.data(), rc, rd, s.recv_f.data(), sc, sd));
+  TESSERA_RETURN_IF_ERROR(s.ExchangeFloats(s.send_f.data(), rc, rd, s.recv_f.data(), sc, sd));
 
   const int64_t b = s.batch, od = s.output_dim;
   if (b > 0) std::fill(out, out + b * od, 0.0f);
@@ -509,8 +431,7 @@ absl::Status ShardedEmbeddingCollection::BackwardUpdate(const float* d_out, floa
     }
     std::exclusive_scan(rc.begin(), rc.end(), rd.begin(), int64_t{0});
     s.recv_f.resize(rd[n - 1] + rc[n - 1]);
-    TESSERA_RETURN_IF_ERROR(
-        s.group->AllToAllV<float>(s.send_f.data(), sc, sd, s.recv_f.data(), rc, rd));
+    TESSERA_RETURN_IF_ERROR(s.ExchangeFloats(s.send_f.data(), sc, sd, s.recv_f.data(), rc, rd));
   }
   {
     ScopedPhase phase(s.times, "aggregate");

@@ -42,6 +42,8 @@
 // it as fatal for the run (MpiAbort). Bad input detected before the first all-to-all (an id out
 // of range, a malformed batch) is shared through the header exchange, so every rank of the
 // sharding group returns the same error.
+// Pipelining: the caller may hint the next batch (Prefetch); its input dist then overlaps the
+// current step (see Prefetch).
 // CPU only for now (host memory, MPI); the CUDA path returns Unimplemented.
 // Thread-safety: none; the training loop owns it.
 #pragma once
@@ -65,6 +67,11 @@ enum class ReplicaSync { kExact, kAverage };
 // "exact" / "average"; InvalidArgument naming the value otherwise.
 absl::StatusOr<ReplicaSync> ParseReplicaSync(const std::string& name);
 
+// Element type of the pooled-embedding all-to-alls (forward partial sums, backward gradients).
+enum class PayloadDType { kF32, kF16, kBF16 };
+// "fp32" / "fp16" / "bf16"; InvalidArgument naming the value otherwise.
+absl::StatusOr<PayloadDType> ParsePayloadDType(const std::string& name);
+
 struct ShardedEmbeddingOptions {
   // Tables, features, row optimizer and seed, exactly as for EmbeddingCollection.
   EmbeddingCollectionOptions collection;
@@ -77,6 +84,12 @@ struct ShardedEmbeddingOptions {
   int64_t sync_every = 1;
   // c: average mode's row-wise AdaGrad divisor. Default: 0 = M (the number of sharding groups).
   float adagrad_divisor = 0.0f;
+  // The pooled-embedding all-to-alls' payload: fp16/bf16 halve their bytes; each value is
+  // rounded to nearest even before it travels (also the part a rank keeps), so results are no
+  // longer exactly one rank's. Default: kF32 (exact).
+  PayloadDType comm_dtype = PayloadDType::kF32;
+  // Lets Prefetch(next) start the next batch's input dist early (see Prefetch). Default: true.
+  bool pipeline_input_dist = true;
 };
 
 class ShardedEmbeddingCollection {
@@ -99,6 +112,16 @@ class ShardedEmbeddingCollection {
 
   // Pooled lookup of this rank's `local_batch` into out [local batch size, output_dim()].
   absl::Status Forward(const KeyedJagged& local_batch, float* out);
+  // Not collective: packs `next` (this rank's next local batch) for the input dist. At the next
+  // Forward, when every rank of the sharding group has a batch packed, its id payload all-to-all
+  // starts (nonblocking, on the group's own channel) and runs while the caller does that step's
+  // dense work; the Forward after it, given the same batch on every rank, only waits for it.
+  // The ranks agree through Forward's header all-to-all, so a rank that prefetches nothing, or
+  // a Forward of another batch (eval), just falls back to the blocking input dist; results are
+  // the same bits either way. A later Prefetch replaces an earlier one not yet started.
+  void Prefetch(const KeyedJagged& next);
+  // Forward calls whose input dist was prefetched (waited for only), since Create.
+  int64_t prefetched_forwards() const;
   // Fused backward + update for the batch of the last Forward; d_out as out (see above for its
   // scale). `lr` and 1-based `step` for the optimizer.
   absl::Status BackwardUpdate(const float* d_out, float lr, int64_t step);

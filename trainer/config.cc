@@ -45,7 +45,8 @@ const std::vector<SchemaSection>& Schema() {
       {"train", {"steps", "epochs", "eval_every", "eval_batches", "log_every",
                  "checkpoint_every", "resume"}},
       {"output", {"dir", "metrics", "export", "progress", "checkpoint_dir"}},
-      {"sharding", {"group_size", "layout", "replica_sync", "sync_every", "plan"}},
+      {"sharding", {"group_size", "layout", "replica_sync", "sync_every", "plan", "bucket_bytes",
+                    "comm_dtype", "pipeline"}},
   };
   return *schema;
 }
@@ -487,6 +488,12 @@ absl::Status ParseRest(const ConfigReader& r, const YAML::Node& root, const std:
   TESSERA_RETURN_IF_ERROR(r.ReadInt(sh, p, "sync_every", "a positive integer", kPositive,
                                     &c->sharding.sync_every));
   TESSERA_RETURN_IF_ERROR(r.ReadString(sh, p, "plan", &c->sharding.plan));
+  TESSERA_RETURN_IF_ERROR(r.ReadInt(sh, p, "bucket_bytes", "a positive integer", kPositive,
+                                    &c->sharding.bucket_bytes));
+  int dtype = c->sharding.comm_dtype == "fp16" ? 1 : c->sharding.comm_dtype == "bf16" ? 2 : 0;
+  TESSERA_RETURN_IF_ERROR(r.ReadEnum(sh, p, "comm_dtype", {"fp32", "fp16", "bf16"}, &dtype));
+  c->sharding.comm_dtype = dtype == 1 ? "fp16" : dtype == 2 ? "bf16" : "fp32";
+  TESSERA_RETURN_IF_ERROR(r.ReadBool(sh, p, "pipeline", &c->sharding.pipeline));
   return ResolveExisting(r, sh, p, "plan", dir, &c->sharding.plan);
 }
 

@@ -134,25 +134,27 @@ absl::StatusOr<double> Model::TrainStep(const Batch& batch, int64_t step, PhaseT
 }
 
 absl::Status Model::AllReduceDenseGrads() {
-  // One flat buffer, summed in rank order (the MPI backend's fixed order keeps every rank's
-  // parameters bit-identical).
-  std::vector<Parameter*> params = dense_->parameters();
-  size_t total = 0;
-  for (Parameter* p : params) total += static_cast<size_t>(p->grad.numel());
-  grad_bucket_.resize(total);
-  size_t at = 0;
-  for (Parameter* p : params) {
-    std::memcpy(grad_bucket_.data() + at, p->grad.raw(), p->grad.bytes());
-    at += static_cast<size_t>(p->grad.numel());
+  // Buckets of ~sharding.bucket_bytes in the order the dense backward finishes its gradients
+  // (sharding/grad_buckets.h). The first call sets up the buckets and the backward's
+  // gradient-ready callback, so from the second step on each bucket's all-reduce starts inside
+  // the backward and runs during the rest of it and the embedding update; here the remaining
+  // buckets start and all are waited for. Sums in rank order: the same bits as one flat
+  // all-reduce, and every rank's parameters stay identical.
+  if (grad_sync_ == nullptr) {
+    std::vector<Parameter*> params = dense_->parameters();
+    std::vector<absl::Span<float>> grads;
+    for (auto it = params.rbegin(); it != params.rend(); ++it) {  // backward runs top first
+      grads.push_back(absl::MakeSpan((*it)->grad.data<float>(), (*it)->grad.numel()));
+    }
+    BucketedAllReduceOptions o;
+    o.bucket_bytes = config_.sharding.bucket_bytes;
+    TESSERA_ASSIGN_OR_RETURN(grad_sync_, BucketedAllReduce::Create(world_, std::move(grads), o));
+    TESSERA_RETURN_IF_ERROR(grad_sync_->Finish());
+    dense_->set_grad_ready_callback(
+        [this](Parameter& p) { return grad_sync_->MarkReady(p.grad.data<float>()); });
+    return absl::OkStatus();
   }
-  TESSERA_RETURN_IF_ERROR(
-      world_->AllReduce(grad_bucket_.data(), static_cast<int64_t>(total), ReduceOp::kSum));
-  at = 0;
-  for (Parameter* p : params) {
-    std::memcpy(p->grad.raw(), grad_bucket_.data() + at, p->grad.bytes());
-    at += static_cast<size_t>(p->grad.numel());
-  }
-  return absl::OkStatus();
+  return grad_sync_->Finish();
 }
 
 void Model::Prefetch(const Batch& next) { sparse_->Prefetch(next.sparse); }

@@ -19,6 +19,7 @@
 #include "dense/optimizer.h"
 #include "io/batch.h"
 #include "sharding/communicator.h"
+#include "sharding/grad_buckets.h"
 #include "trainer/config.h"
 #include "trainer/sparse_arch.h"
 
@@ -87,7 +88,7 @@ class Model {
   std::unique_ptr<DenseOptimizer> dense_optimizer_;
   DenseGradHook dense_grad_hook_;
   Communicator* world_ = nullptr;
-  std::vector<float> grad_bucket_;
+  std::unique_ptr<BucketedAllReduce> grad_sync_;  // dense gradient buckets (world_ only)
   Buffer emb_out_, d_emb_, d_logits_;
   int64_t capacity_ = 0;
 };

@@ -20,6 +20,8 @@ class ShardedSparseArch final : public SparseArch {
   absl::Status BackwardUpdate(const float* d_out, float lr, int64_t step) override {
     return collection_->BackwardUpdate(d_out, lr, step);
   }
+  // Packs the next batch so its id all-to-all overlaps the current step (pipelining).
+  void Prefetch(const KeyedJagged& next) override { collection_->Prefetch(next); }
   int num_tables() const override { return collection_->num_tables(); }
   const TableConfig& table(int t) const override { return collection_->table(t); }
   absl::Status ReadRows(int t, int64_t begin, int64_t count, float* out) override {

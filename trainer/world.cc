@@ -38,6 +38,8 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModelForWorld(const Config& config,
   }
   TESSERA_ASSIGN_OR_RETURN(o.replica_sync, ParseReplicaSync(config.sharding.replica_sync));
   o.sync_every = config.sharding.sync_every;
+  TESSERA_ASSIGN_OR_RETURN(o.comm_dtype, ParsePayloadDType(config.sharding.comm_dtype));
+  o.pipeline_input_dist = config.sharding.pipeline;
   TESSERA_ASSIGN_OR_RETURN(auto sharded, ShardedEmbeddingCollection::Create(o, *world.grid, ctx));
   auto sparse = std::make_unique<ShardedSparseArch>(std::move(sharded));
   return Model::Create(config, ctx, std::move(sparse), world.comm.get());

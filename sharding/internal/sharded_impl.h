@@ -59,6 +59,35 @@ struct DpTable {
   std::unique_ptr<RowStore> store;
 };
 
+// One local batch's input dist, packed for sending (requester side): per destination shard rank
+// d, its header (HeaderInts(d) ints: batch size, flags, counts) and its payload bytes.
+struct PackedInput {
+  absl::Status bad;  // CheckBatch's verdict; a bad batch sends kErrorFlag and zero counts
+  int64_t batch = 0;
+  bool weighted = false;
+  std::vector<int64_t> header, hdispl;
+  std::vector<char> payload;
+  std::vector<int64_t> pbytes, pdispl;
+  // A prefetched batch keeps a copy of itself, so Forward can recognise it.
+  std::vector<int64_t> offsets, values;
+  std::vector<float> weights;
+};
+
+// The input dist as an owner receives it: per source shard rank, its header (HeaderInts(me)
+// ints at src * HeaderInts(me)) and its payload.
+struct ReceivedInput {
+  std::vector<int64_t> header;
+  std::vector<char> payload;
+  std::vector<int64_t> qbytes, qdispl;
+};
+
+// A prefetched batch whose payload all-to-all is in flight (the group's nonblocking channel).
+struct InflightInput {
+  PackedInput packed;
+  ReceivedInput received;
+  std::unique_ptr<PendingCollective> pending;
+};
+
 struct TableRoute {
   bool data_parallel = false;
   int dp = -1;                        // index in Impl::dp
@@ -99,8 +128,18 @@ struct ShardedEmbeddingCollection::Impl {
   std::vector<int64_t> src_batch;   // per shard rank: its batch size this step
   int64_t updates = 0;              // BackwardUpdate calls (average mode's sync clock)
 
+  // Pipelining (options.pipeline_input_dist): the batch given to Prefetch, packed; the one whose
+  // payload travels now; and, during Forward, the one in use.
+  internal::PackedInput staged;
+  bool staged_valid = false;
+  std::unique_ptr<internal::InflightInput> inflight, in_use;
+  int64_t prefetched_forwards = 0;
+  internal::PackedInput fresh;      // the current batch when it was not prefetched
+  internal::ReceivedInput fresh_in;
+
   // Exchange buffers, reused across steps.
   std::vector<float> send_f, recv_f;
+  std::vector<uint16_t> send_h, recv_h;  // 16-bit payloads (options.comm_dtype)
   std::vector<int64_t> send_counts, send_displs, recv_counts, recv_displs;
 
   // internal/sharded_sync.cc
@@ -110,6 +149,17 @@ struct ShardedEmbeddingCollection::Impl {
   absl::Status ApplyUpdates(float lr, int64_t step);
   absl::Status DataParallelBackward(const float* d_out, float lr, int64_t step);
   absl::Status AverageSync();
+
+  // internal/sharded_input_dist.cc
+  // The owner's half of Forward: unpacks `in`, resolves ids once per local shard and pools each
+  // (sender, feature) into send_f; sets src_batch and the reply counts/displacements per sender.
+  absl::Status LookupReceived(const internal::ReceivedInput& in, std::vector<int64_t>* reply_counts,
+                              std::vector<int64_t>* reply_displs);
+  // The group all-to-all of float payloads (counts in floats), as options.comm_dtype says: fp32
+  // as is, fp16/bf16 rounded to nearest even on the way out and widened on the way in.
+  absl::Status ExchangeFloats(const float* send, const std::vector<int64_t>& sc,
+                              const std::vector<int64_t>& sd, float* recv,
+                              const std::vector<int64_t>& rc, const std::vector<int64_t>& rd);
 };
 
 }  // namespace tessera
@@ -130,8 +180,18 @@ int64_t NumFeatures(const ShardedEmbeddingCollection::Impl& s, int table);
 // Header ints per (sender, receiver) pair: batch size, flags, then per request of the receiver
 // its unique-id count and per feature its position count.
 int64_t HeaderInts(const ShardedEmbeddingCollection::Impl& s, int dst);
+// Packs `batch` for the input dist (CheckBatch, BucketIds, headers, payloads); with
+// `keep_batch` a copy of the batch goes along (SameBatch).
+void PackInput(ShardedEmbeddingCollection::Impl& s, const KeyedJagged& batch, bool keep_batch,
+               PackedInput* out);
+// True when `batch` is the one `p` was packed from with keep_batch.
+bool SameBatch(const PackedInput& p, const KeyedJagged& batch);
+// Sizes in->qbytes/qdispl/payload from the received headers.
+void SizeReceived(const ShardedEmbeddingCollection::Impl& s, ReceivedInput* in);
 inline int64_t Align8(int64_t x) { return (x + 7) & ~int64_t{7}; }
 inline constexpr int64_t kWeightedFlag = 1;
 inline constexpr int64_t kErrorFlag = 2;
+inline constexpr int64_t kPrefetchedFlag = 4;  // header A: my batch is the one in flight
+inline constexpr int64_t kStagedFlag = 8;      // header B: I have a next batch packed
 
 }  // namespace tessera::internal

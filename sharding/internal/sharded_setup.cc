@@ -121,7 +121,7 @@ void BucketIds(Impl& s, const KeyedJagged& batch) {
             if (fresh) r.uids.push_back(id);
             r.pos[fi].push_back(it->second);
             r.lengths[fi][bag] += 1;
-            if (s.weighted) r.wts[fi].push_back(batch.weights[j]);
+            if (!batch.weights.empty()) r.wts[fi].push_back(batch.weights[j]);
           }
         }
       }

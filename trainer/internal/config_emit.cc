@@ -206,6 +206,9 @@ std::string ConfigToYaml(const Config& c) {
   Key(e, "replica_sync", c.sharding.replica_sync);
   Key(e, "sync_every", c.sharding.sync_every);
   Key(e, "plan", c.sharding.plan);
+  Key(e, "bucket_bytes", c.sharding.bucket_bytes);
+  Key(e, "comm_dtype", c.sharding.comm_dtype);
+  Key(e, "pipeline", c.sharding.pipeline);
   e << YAML::EndMap << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }
