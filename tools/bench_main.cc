@@ -101,6 +101,7 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
   for (auto& [name, comm] : comms) comm->ResetStats();
   if (world->distributed()) (void)world->comm->Barrier();
   const std::vector<TierTableMetrics> tier_before = CollectTierMetrics(**model);
+  const double cpu_before = ProcessCpuSeconds();
   PhaseTimes phases;
   Stopwatch watch;
   double samples = 0;
@@ -122,6 +123,9 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
   }
   const double seconds = watch.ElapsedSeconds();
   const std::vector<TierTableMetrics> tier_after = CollectTierMetrics(**model);
+  // CPU seconds of all our threads (training + the tier's readers and writers) per step: on a
+  // shared machine far steadier than wall time, and the cost a quiet machine would pay.
+  const double cpu_ms_per_step = 1e3 * (ProcessCpuSeconds() - cpu_before) / steps;
   // Bytes sent per step by this rank, per communicator and collective, averaged over ranks.
   std::vector<std::pair<std::string, double>> bytes_per_step;
   for (auto& [name, comm] : comms) {
@@ -180,6 +184,8 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
       .Add("final_loss", last_loss);
   for (const auto& [phase, secs] : phases.phases()) j.Add("ms_" + phase, 1e3 * secs / steps);
   for (const auto& [what, b] : bytes_per_step) j.Add("bytes_" + what, b);
+  std::printf("  cpu ms/step %.3f (all threads)\n", cpu_ms_per_step);
+  j.Add("cpu_ms_per_step", cpu_ms_per_step);
   PrintTierSection(tier_before, tier_after, steps, tier_rows, &j);
   std::printf("%s\n", j.str().c_str());
   if (!absl::GetFlag(FLAGS_json).empty()) {

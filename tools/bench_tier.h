@@ -3,6 +3,8 @@
 // benchmark's batches touch, and print the tier's counters over the timed steps.
 #pragma once
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -19,6 +21,14 @@
 #include "trainer/stores.h"
 
 namespace tessera {
+
+// User + system CPU seconds of this process (all threads) so far.
+inline double ProcessCpuSeconds() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6 + u.ru_stime.tv_sec +
+         u.ru_stime.tv_usec * 1e-6;
+}
 
 struct TierRowCounts {
   std::vector<int64_t> touched;        // distinct rows per table over all batches

@@ -95,6 +95,60 @@ TEST(TieredPersistenceTest, ResumeFromCheckpointEqualsUninterruptedRun) {
   EXPECT_TRUE(BitEqual(AllRows(again->get(), &s), ckpt_w));
 }
 
+// Restore in place (the trainer's resume): the same open store, mid-run with dirty rows,
+// pending write-back and staged prefetches, goes back to the checkpoint and retrains to the
+// same bits; a failed Restore (no checkpoint there) leaves a store that reports the error.
+TEST(TieredPersistenceTest, RestoreInPlaceEqualsUninterruptedRun) {
+  TempDir tmp;
+  auto ids = IdStream(40);
+  std::vector<float> want_w, want_s, ckpt_w, ckpt_s, s;
+  auto store = TieredRowStore::Open(Options(tmp.Sub("db")));
+  ASSERT_TRUE(store.ok()) << store.status();
+  Train(store->get(), ids, 0, 20);
+  ASSERT_TRUE((*store)->Checkpoint(tmp.Sub("ckpt")).ok());
+  ckpt_w = AllRows(store->get(), &ckpt_s);
+  Train(store->get(), ids, 20, 40);
+  want_w = AllRows(store->get(), &want_s);
+  (*store)->Prefetch(ids[5]);  // staged rows must not survive the restore
+  ASSERT_TRUE((*store)->Restore(tmp.Sub("ckpt")).ok());
+  EXPECT_TRUE(BitEqual(AllRows(store->get(), &s), ckpt_w));
+  EXPECT_TRUE(BitEqual(s, ckpt_s));
+  Train(store->get(), ids, 20, 40);
+  EXPECT_TRUE(BitEqual(AllRows(store->get(), &s), want_w));
+  EXPECT_TRUE(BitEqual(s, want_s));
+
+  absl::Status bad = (*store)->Restore(tmp.Sub("nowhere"));
+  EXPECT_EQ(bad.code(), absl::StatusCode::kNotFound) << bad;
+  std::vector<int64_t> slot(1);
+  EXPECT_FALSE((*store)->Resolve(std::vector<int64_t>{1}, absl::MakeSpan(slot)).ok());
+}
+
+// discard_existing: a reopened database starts from the initial rows again.
+TEST(TieredPersistenceTest, DiscardExistingStartsFromInitialRows) {
+  TempDir tmp;
+  auto ids = IdStream(10);
+  std::vector<float> fresh_w, s;
+  {
+    auto store = TieredRowStore::Open(Options(tmp.Sub("fresh")));
+    ASSERT_TRUE(store.ok());
+    fresh_w = AllRows(store->get(), &s);
+  }
+  {
+    auto store = TieredRowStore::Open(Options(tmp.Sub("db")));
+    ASSERT_TRUE(store.ok());
+    Train(store->get(), ids, 0, 10);
+  }
+  auto o = Options(tmp.Sub("db"));
+  auto kept = TieredRowStore::Open(o);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_FALSE(BitEqual(AllRows(kept->get(), &s), fresh_w));
+  kept->reset();
+  o.discard_existing = true;
+  auto discarded = TieredRowStore::Open(o);
+  ASSERT_TRUE(discarded.ok()) << discarded.status();
+  EXPECT_TRUE(BitEqual(AllRows(discarded->get(), &s), fresh_w));
+}
+
 TEST(TieredPersistenceTest, RestoreRefusesNonDatabaseDirectory) {
   TempDir tmp;
   {
