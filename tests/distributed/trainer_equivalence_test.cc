@@ -204,8 +204,10 @@ TEST(TrainerPipelineTest, PrefetchAndSmallBucketsGiveTheSameBits) {
         ASSERT_TRUE(loss.ok()) << loss.status();
       }
       auto& arch = static_cast<ShardedSparseArch&>((*model)->sparse());
-      // 19 hinted steps; the hints missing at step 7 and wrong at step 11 cost steps 8 and 12.
-      EXPECT_EQ(arch.collection().prefetched_forwards(), fast ? 17 : 0);
+      // 19 hinted steps; in rank 2's sharding group the hints it left out at step 7 and got
+      // wrong at step 11 cost steps 8 and 12; the other group is not affected.
+      const bool with_rank2 = grid->shape().GroupOf(2) == grid->group();
+      EXPECT_EQ(arch.collection().prefetched_forwards(), fast ? (with_rank2 ? 17 : 19) : 0);
       results.push_back(Parameters(**model));
     }
     ASSERT_EQ(results[0].size(), results[1].size());
