@@ -76,6 +76,12 @@ absl::Status CudaCopyDeviceToDevice(const DeviceContext& ctx, void* dst, const v
 // Fills `bytes` of device memory with byte `value` on the compute stream.
 absl::Status CudaMemsetAsync(const DeviceContext& ctx, void* dst, int value, size_t bytes);
 
+// Cross-stream ordering without a host wait: work queued on the comm stream after
+// CudaCommWaitsForCompute starts only after everything queued on the compute stream so far (e.g.
+// an NCCL all-reduce of gradients a backward kernel is still writing), and vice versa.
+absl::Status CudaCommWaitsForCompute(const DeviceContext& ctx);
+absl::Status CudaComputeWaitsForComm(const DeviceContext& ctx);
+
 // Stream-ordered scratch memory (cudaMallocAsync / cudaFreeAsync on the compute stream, served
 // from the device's memory pool, so steady-state steps do not reach the driver). The memory may
 // be used by work queued on that stream after the call; CudaFreeAsync(nullptr) is a no-op.

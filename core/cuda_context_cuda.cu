@@ -106,6 +106,29 @@ absl::Status CudaSynchronizeAll(const DeviceContext& ctx) {
   return CudaStatus(cudaStreamSynchronize(CommStream(ctx)), "cudaStreamSynchronize(comm)");
 }
 
+namespace {
+// Records an event on `from` and makes `to` wait for it. The event is destroyed at once: CUDA
+// keeps it alive until the wait is satisfied.
+absl::Status StreamWaits(cudaStream_t to, cudaStream_t from) {
+  cudaEvent_t ev = nullptr;
+  TESSERA_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  absl::Status st = CudaStatus(cudaEventRecord(ev, from), "cudaEventRecord");
+  if (st.ok()) st = CudaStatus(cudaStreamWaitEvent(to, ev, 0), "cudaStreamWaitEvent");
+  cudaEventDestroy(ev);
+  return st;
+}
+}  // namespace
+
+absl::Status CudaCommWaitsForCompute(const DeviceContext& ctx) {
+  TESSERA_RETURN_IF_ERROR(CheckCuda(ctx, "CudaCommWaitsForCompute"));
+  return StreamWaits(CommStream(ctx), ComputeStream(ctx));
+}
+
+absl::Status CudaComputeWaitsForComm(const DeviceContext& ctx) {
+  TESSERA_RETURN_IF_ERROR(CheckCuda(ctx, "CudaComputeWaitsForComm"));
+  return StreamWaits(ComputeStream(ctx), CommStream(ctx));
+}
+
 absl::Status CudaCopyToDevice(const DeviceContext& ctx, void* dst, const void* src, size_t bytes) {
   TESSERA_RETURN_IF_ERROR(CheckCuda(ctx, "CudaCopyToDevice"));
   if (bytes == 0) return absl::OkStatus();

@@ -21,6 +21,12 @@ CudaContext::~CudaContext() = default;
 absl::StatusOr<int> CudaDeviceForLocalRank(int) { return NoCuda("CudaDeviceForLocalRank"); }
 absl::Status CudaSynchronize(const DeviceContext&) { return NoCuda("CudaSynchronize"); }
 absl::Status CudaSynchronizeAll(const DeviceContext&) { return NoCuda("CudaSynchronizeAll"); }
+absl::Status CudaCommWaitsForCompute(const DeviceContext&) {
+  return NoCuda("CudaCommWaitsForCompute");
+}
+absl::Status CudaComputeWaitsForComm(const DeviceContext&) {
+  return NoCuda("CudaComputeWaitsForComm");
+}
 absl::Status CudaCopyToDevice(const DeviceContext&, void*, const void*, size_t) {
   return NoCuda("CudaCopyToDevice");
 }

@@ -52,6 +52,8 @@ __global__ void CombineBackwardChunkKernel(const float* __restrict__ x0,
 absl::Status CrossLayerForwardCuda(const DeviceContext& ctx, const CrossLayerParams& p,
                                    const float* x0, const float* xl, int64_t batch, float* inner,
                                    float* low, float* x_next) {
+  TESSERA_RETURN_IF_ERROR(
+      CheckCudaContext(ctx, "CrossLayerForward", "dense/cross_network_cuda.cu"));
   const int64_t dim = p.dim;
   if (p.rank == 0) {
     TESSERA_RETURN_IF_ERROR(
@@ -73,6 +75,8 @@ absl::Status CrossLayerBackwardCuda(const DeviceContext& ctx, const CrossLayerPa
                                     const float* low, int64_t batch, float* g, bool assign_dx0,
                                     float* dx0, float* d_inner, float* d_low,
                                     const CrossLayerGrads& grads) {
+  TESSERA_RETURN_IF_ERROR(
+      CheckCudaContext(ctx, "CrossLayerBackward", "dense/cross_network_cuda.cu"));
   const int64_t dim = p.dim;
   TESSERA_RETURN_IF_ERROR(DeterministicColumnSums(
       ctx, batch, dim, grads.db, [&](dim3 grid, dim3 block, double* partial) {

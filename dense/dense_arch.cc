@@ -70,6 +70,11 @@ absl::StatusOr<std::unique_ptr<DenseArch>> DenseArch::Create(const DenseArchOpti
         "DenseArch: a CUDA DeviceContext in a build without the CUDA path (configure with "
         "-DTESSERA_CUDA=ON on a machine with the CUDA toolkit)");
   }
+  if (ctx.is_cuda() && (ctx.compute_stream == nullptr || ctx.cublas_handle == nullptr)) {
+    return absl::FailedPreconditionError(
+        "DenseArch: the CUDA DeviceContext has no compute stream or cuBLAS handle; create it "
+        "with CudaContext::Create (core/cuda_context.h)");
+  }
   std::unique_ptr<DenseArch> arch(new DenseArch());
   arch->options_ = options;
   arch->ctx_ = ctx;

@@ -79,6 +79,8 @@ __global__ void SplitGradKernel(const float* __restrict__ dz, const float* __res
 absl::Status DotInteractionForwardCuda(const DeviceContext& ctx, const float* bottom,
                                        const float* emb, int64_t batch, int64_t num_embeddings,
                                        int64_t dim, float* out) {
+  TESSERA_RETURN_IF_ERROR(
+      CheckCudaContext(ctx, "DotInteractionForward", "dense/interaction_cuda.cu"));
   const int64_t p = num_embeddings + 1, d = dim;
   const int64_t out_dim = DotInteractionOutputDim(num_embeddings, dim);
   const size_t z_floats = static_cast<size_t>(batch * p * d);
@@ -105,6 +107,8 @@ absl::Status DotInteractionBackwardCuda(const DeviceContext& ctx, const float* b
                                         const float* emb, const float* d_out, int64_t batch,
                                         int64_t num_embeddings, int64_t dim, float* d_bottom,
                                         float* d_emb) {
+  TESSERA_RETURN_IF_ERROR(
+      CheckCudaContext(ctx, "DotInteractionBackward", "dense/interaction_cuda.cu"));
   const int64_t p = num_embeddings + 1, d = dim;
   const int64_t out_dim = DotInteractionOutputDim(num_embeddings, dim);
   const size_t z_floats = static_cast<size_t>(batch * p * d);

@@ -47,6 +47,7 @@ __global__ void MaskColumnChunkKernel(float* __restrict__ dy, const float* __res
 absl::Status LinearForwardCuda(const DeviceContext& ctx, const float* x, const float* w,
                                const float* b, int64_t batch, int64_t in, int64_t out,
                                Activation act, float* y) {
+  TESSERA_RETURN_IF_ERROR(CheckCudaContext(ctx, "LinearForward", "dense/linear_cuda.cu"));
   TESSERA_RETURN_IF_ERROR(
       CudaSgemm(ctx, false, true, batch, out, in, 1.0f, x, in, w, in, 0.0f, y, out));
   const int64_t n = batch * out;
@@ -58,6 +59,7 @@ absl::Status LinearForwardCuda(const DeviceContext& ctx, const float* x, const f
 absl::Status LinearBackwardCuda(const DeviceContext& ctx, const float* x, const float* w,
                                 const float* y, float* dy, int64_t batch, int64_t in, int64_t out,
                                 Activation act, float* dw, float* db, float* dx) {
+  TESSERA_RETURN_IF_ERROR(CheckCudaContext(ctx, "LinearBackward", "dense/linear_cuda.cu"));
   const float* mask = act == Activation::kRelu ? y : nullptr;
   TESSERA_RETURN_IF_ERROR(
       DeterministicColumnSums(ctx, batch, out, db, [&](dim3 grid, dim3 block, double* partial) {

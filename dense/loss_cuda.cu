@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/cuda_context.h"
 #include "core/cuda_status_cuda.h"
+#include "dense/internal/blas_cuda.h"
 #include "dense/internal/kernels.h"
 
 namespace tessera::dense_internal {
@@ -60,6 +61,7 @@ __global__ void BceKernel(const float* __restrict__ logits, const float* __restr
 
 absl::StatusOr<double> BceWithLogitsCuda(const DeviceContext& ctx, const float* logits,
                                          const float* labels, int64_t batch, float* d_logits) {
+  TESSERA_RETURN_IF_ERROR(CheckCudaContext(ctx, "BceWithLogits", "dense/loss_cuda.cu"));
   const int64_t blocks = (batch + kBlock - 1) / kBlock;
   TESSERA_ASSIGN_OR_RETURN(void* scratch, CudaMallocAsync(ctx, sizeof(BlockResult) * blocks));
   BlockResult* results = static_cast<BlockResult*>(scratch);

@@ -2,6 +2,7 @@
 // the shared rule of dense/internal/optimizer_rules.h, so the CPU and CUDA twins run the same
 // formula (up to the compiler's fused multiply-adds). Elementwise: any launch gives the same bits.
 #include "core/cuda_status_cuda.h"
+#include "dense/internal/blas_cuda.h"
 #include "dense/internal/kernels.h"
 #include "dense/internal/optimizer_rules.h"
 
@@ -39,6 +40,7 @@ __global__ void AdamKernel(DenseStepScalars s, int64_t n, float* __restrict__ w,
 
 absl::Status SgdStepCuda(const DeviceContext& ctx, const DenseStepScalars& s, int64_t n, float* w,
                          const float* g) {
+  TESSERA_RETURN_IF_ERROR(CheckCudaContext(ctx, "DenseOptimizer::Step", "dense/optimizer_cuda.cu"));
   if (n <= 0) return absl::OkStatus();
   SgdKernel<<<GridFor(n, kThreads), kThreads, 0, ComputeStream(ctx)>>>(s, n, w, g);
   return CudaLaunchStatus("SgdKernel");
@@ -46,6 +48,7 @@ absl::Status SgdStepCuda(const DeviceContext& ctx, const DenseStepScalars& s, in
 
 absl::Status AdagradStepCuda(const DeviceContext& ctx, const DenseStepScalars& s, int64_t n,
                              float* w, const float* g, float* sum) {
+  TESSERA_RETURN_IF_ERROR(CheckCudaContext(ctx, "DenseOptimizer::Step", "dense/optimizer_cuda.cu"));
   if (n <= 0) return absl::OkStatus();
   AdagradKernel<<<GridFor(n, kThreads), kThreads, 0, ComputeStream(ctx)>>>(s, n, w, g, sum);
   return CudaLaunchStatus("AdagradKernel");
@@ -53,6 +56,7 @@ absl::Status AdagradStepCuda(const DeviceContext& ctx, const DenseStepScalars& s
 
 absl::Status AdamStepCuda(const DeviceContext& ctx, const DenseStepScalars& s, int64_t n, float* w,
                           const float* g, float* m, float* v) {
+  TESSERA_RETURN_IF_ERROR(CheckCudaContext(ctx, "DenseOptimizer::Step", "dense/optimizer_cuda.cu"));
   if (n <= 0) return absl::OkStatus();
   AdamKernel<<<GridFor(n, kThreads), kThreads, 0, ComputeStream(ctx)>>>(s, n, w, g, m, v);
   return CudaLaunchStatus("AdamKernel");

@@ -45,6 +45,16 @@ int LanesLog2(int64_t dim, int vec) {
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// FailedPrecondition unless ctx came from a CudaContext (a hand-made kCuda DeviceContext has no
+// stream and would launch on the legacy default stream, unordered with everything else).
+absl::Status CheckContext(const DeviceContext& ctx, const char* op) {
+  if (ctx.is_cuda() && ctx.compute_stream != nullptr) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      op,
+      " (embedding/pooled_lookup_cuda.cu): the CUDA DeviceContext has no compute stream; "
+      "create it with CudaContext::Create (core/cuda_context.h)"));
+}
+
 __device__ __forceinline__ int64_t WarpMax(int64_t v) {
   for (int o = 16; o > 0; o /= 2)
     v = max(v, static_cast<int64_t>(__shfl_down_sync(0xffffffffu, v, o)));
@@ -263,10 +273,9 @@ __global__ void SumRunsKernel(SumArgs a, int mode) {
   const int lanes = 1 << a.lanes_log2;
   const int lane = threadIdx.x & (lanes - 1);
   const int64_t groups = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> a.lanes_log2;
-  const int64_t items = mode == 1 ? (a.n + kChunkEntries - 1) / kChunkEntries
-                                  : min(a.counters[0], a.max_rows);
-  for (int64_t item = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >>
-                      a.lanes_log2;
+  const int64_t items =
+      mode == 1 ? (a.n + kChunkEntries - 1) / kChunkEntries : min(a.counters[0], a.max_rows);
+  for (int64_t item = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> a.lanes_log2;
        item < items; item += groups) {
     if (mode == 0) {
       const int64_t eb = a.run_starts[item], ee = a.run_starts[item + 1];
@@ -512,6 +521,7 @@ absl::Status CudaWorkspaceAccess::Aggregate(const DeviceContext& ctx,
                                             absl::Span<const int64_t> num_ids, int64_t dim,
                                             PoolingMode pooling, int slot_bits,
                                             CudaEmbeddingWorkspace* ws) {
+  TESSERA_RETURN_IF_ERROR(CheckContext(ctx, "AggregateRowGradients"));
   constexpr const char* kOp = "AggregateRowGradientsCuda";
   if (dim <= 0) return absl::InvalidArgumentError(absl::StrCat(kOp, ": dim ", dim));
   if (ws == nullptr) return absl::InvalidArgumentError(absl::StrCat(kOp, ": null workspace"));
@@ -605,10 +615,20 @@ absl::Status CudaWorkspaceAccess::Aggregate(const DeviceContext& ctx,
   }
   const int lanes_log2 = LanesLog2(dim, vec4 ? 4 : 1);
   const int64_t chunks = (n + kChunkEntries - 1) / kChunkEntries;
-  const SumArgs sa{ws->keys_,      ws->run_starts_, ws->heads_, ws->run_ids_,
-                   ws->grad_rows_, ws->scales_,     (Key{1} << pos_bits) - 1,
-                   dim,            n,               n,          ws->counters_,
-                   lanes_log2,     ws->row_grads_,  ws->row_grads_ + n * dim};
+  const SumArgs sa{ws->keys_,
+                   ws->run_starts_,
+                   ws->heads_,
+                   ws->run_ids_,
+                   ws->grad_rows_,
+                   ws->scales_,
+                   (Key{1} << pos_bits) - 1,
+                   dim,
+                   n,
+                   n,
+                   ws->counters_,
+                   lanes_log2,
+                   ws->row_grads_,
+                   ws->row_grads_ + n * dim};
   for (int mode = 0; mode < 3; ++mode) {
     // n bounds the unique count (modes 0 and 2).
     const int64_t threads = (mode == 1 ? chunks : n) << lanes_log2;
@@ -627,6 +647,7 @@ absl::Status CudaWorkspaceAccess::Aggregate(const DeviceContext& ctx,
 absl::Status CudaWorkspaceAccess::Dedup(const DeviceContext& ctx, const int64_t* ids, int64_t n,
                                         int id_bits, CudaEmbeddingWorkspace* ws, int64_t* unique,
                                         int64_t* inverse, int64_t* num_unique) {
+  TESSERA_RETURN_IF_ERROR(CheckContext(ctx, "DedupIdsCuda"));
   constexpr const char* kOp = "DedupIdsCuda";
   if (ws == nullptr || num_unique == nullptr || n < 0 || n >= (int64_t{1} << 31) ||
       (n > 0 && (ids == nullptr || unique == nullptr || inverse == nullptr))) {
@@ -666,6 +687,7 @@ absl::Status CudaWorkspaceAccess::Dedup(const DeviceContext& ctx, const int64_t*
 
 absl::Status CudaWorkspaceAccess::Bucketize(const DeviceContext& ctx, const BucketizeArgs& a,
                                             CudaEmbeddingWorkspace* ws) {
+  TESSERA_RETURN_IF_ERROR(CheckContext(ctx, "BucketizeIdsCuda"));
   constexpr const char* kOp = "BucketizeIdsCuda";
   if (ws == nullptr || a.bucket_offsets == nullptr || a.num_buckets < 1 || a.n < 0 ||
       a.n >= (int64_t{1} << 31) || (!a.modulo && a.rows_per_bucket < 1) ||
@@ -698,6 +720,7 @@ absl::Status CudaWorkspaceAccess::Bucketize(const DeviceContext& ctx, const Buck
 // ---- Public entry points ---------------------------------------------------------------------
 
 absl::Status PooledLookupForwardCuda(const DeviceContext& ctx, const PooledLookupArgs& a) {
+  TESSERA_RETURN_IF_ERROR(CheckContext(ctx, "PooledLookupForward"));
   constexpr const char* kOp = "PooledLookupForward";
   if (a.dim <= 0) return absl::InvalidArgumentError(absl::StrCat(kOp, ": dim ", a.dim));
   if (a.out_stride < a.dim) {
@@ -760,6 +783,7 @@ absl::Status AggregateRowGradientsCuda(const DeviceContext& ctx,
 absl::Status ApplyRowUpdatesCuda(const DeviceContext& ctx, const int64_t* slots,
                                  const int64_t* num_unique, int64_t max_rows,
                                  const float* row_grads, const RowUpdateArgs& args) {
+  TESSERA_RETURN_IF_ERROR(CheckContext(ctx, "ApplyRowUpdates"));
   constexpr const char* kOp = "ApplyRowUpdates";
   if (args.dim <= 0) return absl::InvalidArgumentError(absl::StrCat(kOp, ": dim ", args.dim));
   if (args.step < 1) {

@@ -9,10 +9,23 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "core/cuda_status_cuda.h"
 
 namespace tessera::dense_internal {
+
+// FailedPrecondition unless ctx carries a compute stream and a cuBLAS handle, i.e. came from a
+// CudaContext (core/cuda_context.h): a hand-made kCuda DeviceContext would launch on the legacy
+// stream with a null cuBLAS handle. Every dense CUDA twin checks it first.
+inline absl::Status CheckCudaContext(const DeviceContext& ctx, const char* op,
+                                     const char* cuda_file) {
+  if (ctx.compute_stream != nullptr && ctx.cublas_handle != nullptr) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      std::string(op) + " (" + cuda_file +
+      "): the CUDA DeviceContext has no compute stream or cuBLAS handle; create it with "
+      "CudaContext::Create (core/cuda_context.h)");
+}
 
 // C[m, n] = alpha * op(A) op(B) + beta * C, row-major, op(A) [m, k], op(B) [k, n].
 inline absl::Status CudaSgemm(const DeviceContext& ctx, bool trans_a, bool trans_b, int64_t m,

@@ -6,6 +6,9 @@
 #include "core/cuda_context.h"
 #include "core/cuda_runtime.h"
 #include "core/pinned.h"
+#include "dense/mlp.h"
+#include "embedding/embedding_collection_cuda.h"
+#include "embedding/pooled_lookup.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace tessera {
@@ -28,6 +31,31 @@ TEST(CudaContextNoDevice, HelpersRejectACpuContext) {
   const absl::Status st = CudaCopyToDevice(cpu, &byte, &byte, 1);
   EXPECT_FALSE(st.ok());
   EXPECT_FALSE(CudaSynchronize(cpu).ok());
+}
+
+TEST(CudaContextNoDevice, TwinsRejectAHandMadeContext) {
+  // A kCuda DeviceContext not made by CudaContext has no stream or cuBLAS handle: every CUDA
+  // twin must refuse it before touching memory (runs with or without a device).
+  DeviceContext cuda;
+  cuda.device = Device::kCuda;
+  std::vector<float> buf(64, 1.0f);
+  std::vector<int64_t> offsets = {0, 1}, ids = {0};
+  PooledLookupArgs a;
+  a.weights = buf.data();
+  a.dim = 4;
+  a.offsets = offsets.data();
+  a.indices = ids.data();
+  a.num_bags = 1;
+  a.out = buf.data() + 32;
+  a.out_stride = 4;
+  absl::Status st = PooledLookupForward(cuda, a);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_NE(st.message().find("CudaContext::Create"), std::string::npos) << st;
+  st = LinearForward(cuda, buf.data(), buf.data(), buf.data(), 2, 2, 2, Activation::kRelu,
+                     buf.data() + 32);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_EQ(CreateCudaEmbeddingCollection(EmbeddingCollectionOptions{}, cuda).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(CudaTest, ContextHoldsStreamsAndHandle) {
@@ -76,6 +104,30 @@ TEST_F(CudaTest, PinnedRoundTripThroughStreamOrderedScratch) {
   EXPECT_EQ(src->bytes(), kN * sizeof(float));
   ASSERT_TRUE(src->Reserve(2 * kN * sizeof(float)).ok());
   EXPECT_EQ(src->bytes(), 2 * kN * sizeof(float));
+}
+
+TEST_F(CudaTest, CommStreamWaitsForComputeStream) {
+  // A large memset on the compute stream, then a copy of its result on the comm stream: the copy
+  // must see the memset's bytes only because of CudaCommWaitsForCompute.
+  const DeviceContext& ctx = gpu();
+  constexpr size_t kBytes = 256 << 20;
+  auto a = CudaMallocAsync(ctx, kBytes), b = CudaMallocAsync(ctx, kBytes);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE(CudaSynchronize(ctx).ok());
+  ASSERT_TRUE(CudaMemsetAsync(ctx, *a, 0x5A, kBytes).ok());
+  ASSERT_TRUE(CudaCommWaitsForCompute(ctx).ok());
+  DeviceContext comm = ctx;
+  comm.compute_stream = ctx.comm_stream;  // route the copy through the comm stream
+  ASSERT_TRUE(CudaCopyDeviceToDevice(comm, *b, *a, kBytes).ok());
+  ASSERT_TRUE(CudaComputeWaitsForComm(ctx).ok());
+  std::vector<unsigned char> host(kBytes, 0);
+  ASSERT_TRUE(CudaCopyToHost(ctx, host.data(), *b, kBytes).ok());
+  EXPECT_EQ(host.front(), 0x5A);
+  EXPECT_EQ(host[kBytes / 2], 0x5A);
+  EXPECT_EQ(host.back(), 0x5A);
+  ASSERT_TRUE(CudaFreeAsync(ctx, *a).ok());
+  ASSERT_TRUE(CudaFreeAsync(ctx, *b).ok());
+  ASSERT_TRUE(CudaSynchronizeAll(ctx).ok());
 }
 
 TEST_F(CudaTest, LegacyStreamCopiesSeeComputeStreamWork) {
