@@ -21,6 +21,7 @@
 #include "embedding/row_optimizer.h"
 #include "trainer/internal/train_stream.h"
 #include "trainer/safetensors.h"
+#include "trainer/sharded_sparse_arch.h"
 
 namespace tessera {
 namespace fs = std::filesystem;
@@ -349,10 +350,12 @@ absl::StatusOr<std::unique_ptr<CheckpointedRun>> CheckpointedRun::Start(
                                              .Add("resumed_from", run->resumed_from_)));
     }
   }
-  // Read one batch ahead only when a table can use the hint.
+  // Read one batch ahead only when the tables can use the hint: the RocksDB tier fetches the
+  // next batch's misses, the sharded tables start its input dist under this step.
   const bool tiered = !TieredStores(*model).empty();
+  const bool sharded = dynamic_cast<ShardedSparseArch*>(&model->sparse()) != nullptr;
   auto stream = std::make_unique<internal::TrainStream>(std::move(*train),
-                                                        tiered ? model : nullptr);
+                                                        tiered || sharded ? model : nullptr);
   for (int64_t e = 0; e < run->start_.epoch; ++e) TESSERA_RETURN_IF_ERROR(stream->Rewind());
   TESSERA_RETURN_IF_ERROR(stream->Skip(run->start_.batches_in_epoch));
   run->stream_ = stream.get();
