@@ -31,15 +31,24 @@ def read_json(path):
     try:
         with open(path) as f:
             text = f.read().strip()
-        # tessera-bench / the PyTorch script: the JSON object is the last line.
-        return json.loads(text.splitlines()[-1]) if text else None
+        if not text:
+            return None
+        try:
+            return json.loads(text)
+        except ValueError:
+            # tessera-bench / the PyTorch script: the JSON object is the last line.
+            return json.loads(text.splitlines()[-1])
     except (OSError, ValueError, IndexError):
         return None
 
 
 def quickstart(out):
-    gpu = read_jsonl(os.path.join(out, "quick_gpu", "metrics.jsonl"))
-    cpu = read_jsonl(os.path.join(out, "quick_cpu", "metrics.jsonl"))
+    paths = [os.path.join(out, run, "metrics.jsonl") for run in ("quick_gpu", "quick_cpu")]
+    for path in paths:
+        if not os.path.exists(path):
+            print(f"quickstart: {path} is missing (that run failed; see its log)")
+            return 1
+    gpu, cpu = read_jsonl(paths[0]), read_jsonl(paths[1])
     done_g = [r for r in gpu if r.get("status") == "done"]
     done_c = [r for r in cpu if r.get("status") == "done"]
     if not done_g or not done_c:
