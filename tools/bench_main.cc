@@ -16,6 +16,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
+#include "core/cuda_context.h"
 #include "core/parallel.h"
 #include "core/timer.h"
 #include "sharding/mpi_communicator.h"
@@ -38,6 +39,9 @@ ABSL_FLAG(std::string, json, "", "also write the JSON result to this file");
 ABSL_FLAG(std::string, tier_tables, "",
           "put tables in the RocksDB tier: 'all' or indices '0,3' (default: as the config says)");
 ABSL_FLAG(std::string, tier_policy, "", "cache policy of RocksDB tables: lru or lfu");
+ABSL_FLAG(bool, cuda_sync_phases, true,
+          "device: cuda: wait for the GPU at the end of each phase, so phase times are the "
+          "device's (costs the overlap between phases)");
 ABSL_FLAG(double, tier_cache_fraction, 0,
           "cache of each RocksDB table = this fraction of the rows the batches touch");
 
@@ -83,8 +87,13 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
     return Fail(st);
   }
 
-  auto model = CreateModelForWorld(c, *world, DeviceContext::Cpu());
+  // device: cuda: this rank's GPU (by its local rank), alive longer than the model.
+  auto cuda = CreateDeviceForConfig(c, LauncherLocalRank());
+  if (!cuda.ok()) return Fail(cuda.status());
+  const DeviceContext ctx = *cuda != nullptr ? (*cuda)->context() : DeviceContext::Cpu();
+  auto model = CreateModelForWorld(c, *world, ctx);
   if (!model.ok()) return Fail(model.status());
+  (*model)->set_sync_phases(absl::GetFlag(FLAGS_cuda_sync_phases));
   const int warmup = absl::GetFlag(FLAGS_warmup), steps = absl::GetFlag(FLAGS_steps);
   for (int i = 0; i < warmup; ++i) {
     (*model)->Prefetch(batches[(i + 1) % n_batches]);  // RocksDB tables read ahead
@@ -121,6 +130,10 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
     samples += b.batch_size;
     last_loss = *loss;
   }
+  if (ctx.is_cuda()) {
+    // The last step's optimizer kernels may still be queued: the total counts them.
+    if (absl::Status st = CudaSynchronize(ctx); !st.ok()) return Fail(st);
+  }
   const double seconds = watch.ElapsedSeconds();
   const std::vector<TierTableMetrics> tier_after = CollectTierMetrics(**model);
   // CPU seconds of all our threads (training + the tier's readers and writers) per step: on a
@@ -152,7 +165,8 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
     lookups_per_sample = c.data.synthetic.pooling[0] * static_cast<int64_t>(c.model.tables.size());
   }
   std::string name = absl::GetFlag(FLAGS_name).empty() ? path : absl::GetFlag(FLAGS_name);
-  std::printf("tessera-bench %s: %d rank(s)", name.c_str(), world->size());
+  std::printf("tessera-bench %s: %d rank(s) on %s", name.c_str(), world->size(),
+              ctx.is_cuda() ? ("GPU " + std::to_string(ctx.cuda_device)).c_str() : "the CPU");
   if (world->grid.has_value()) {
     std::printf(" (%d groups x %d ranks, %s)", world->grid->num_groups(),
                 world->grid->group_size(), c.sharding.layout.c_str());
@@ -173,6 +187,7 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
 
   JsonLine j;
   j.Add("name", name)
+      .Add("device", c.device)
       .Add("ranks", static_cast<int64_t>(world->size()))
       .Add("group_size", static_cast<int64_t>(world->grid ? world->grid->group_size() : 1))
       .Add("threads", static_cast<int64_t>(NumThreads()))

@@ -83,7 +83,9 @@ int Main(bool mpi) {
   if (!config.ok()) return Fail(config.status(), false);
   if (absl::GetFlag(FLAGS_threads) > 0) config->threads = absl::GetFlag(FLAGS_threads);
   if (absl::GetFlag(FLAGS_quiet)) config->output.progress = false;
-  auto trainer = tessera::Trainer::Create(*config);
+  tessera::TrainerOptions trainer_options;
+  trainer_options.local_rank = tessera::LauncherLocalRank();  // device: cuda picks its GPU by it
+  auto trainer = tessera::Trainer::Create(*config, trainer_options);
   if (!trainer.ok()) return Fail(trainer.status(), mpi);
   if ((*trainer)->world().chief()) {
     TESSERA_LOG(INFO) << "training " << path << " on " << (*trainer)->world().size()

@@ -10,6 +10,7 @@
 #include "core/status.h"
 #include "dense/loss.h"
 #include "dense/lr_schedule.h"
+#include "trainer/cuda_sparse_arch.h"
 #include "trainer/safetensors.h"
 #include "trainer/stores.h"
 
@@ -41,6 +42,38 @@ DenseArchOptions DenseOptionsFromConfig(const Config& config) {
   return o;
 }
 
+absl::StatusOr<std::unique_ptr<CudaContext>> CreateDeviceForConfig(const Config& config,
+                                                                   int local_rank) {
+  if (config.device != "cuda") return std::unique_ptr<CudaContext>();
+  const std::string where = config.source.empty() ? "" : config.source + ": ";
+  if (!CudaCompiled()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where,
+                     "device: cuda: no CUDA device visible (this binary was built without the "
+                     "CUDA path: configure with -DTESSERA_CUDA=ON on a machine with the CUDA "
+                     "toolkit, or set device: cpu)"));
+  }
+  absl::StatusOr<int> device = CudaDeviceForLocalRank(local_rank);
+  if (!device.ok()) {
+    const std::string why =
+        device.status().code() == absl::StatusCode::kFailedPrecondition
+            ? absl::StrCat("the CUDA runtime reports 0 devices for local rank ", local_rank)
+            : std::string(device.status().message());
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, "device: cuda: no CUDA device visible (", why,
+                     "; check CUDA_VISIBLE_DEVICES and nvidia-smi, or set device: cpu)"));
+  }
+  CudaContextOptions o;
+  o.device = *device;
+  absl::StatusOr<std::unique_ptr<CudaContext>> cuda = CudaContext::Create(o);
+  if (!cuda.ok()) {
+    return absl::Status(cuda.status().code(),
+                        absl::StrCat(where, "device: cuda: cannot use GPU ", *device, " (local rank ",
+                                     local_rank, "): ", cuda.status().message()));
+  }
+  return cuda;
+}
+
 absl::StatusOr<std::unique_ptr<Model>> Model::Create(const Config& config,
                                                      const DeviceContext& ctx,
                                                      std::unique_ptr<SparseArch> sparse,
@@ -49,6 +82,18 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const Config& config,
   m->config_ = config;
   m->ctx_ = ctx;
   if (world != nullptr && world->size() > 1) m->world_ = world;
+  if (ctx.is_cuda() && m->world_ != nullptr) {
+    // The sharded tables and the dense all-reduce work on host memory; with NCCL they will
+    // take device buffers (sharding/), until then a CUDA model is one rank.
+    return absl::UnimplementedError(absl::StrCat(
+        config.source.empty() ? "" : config.source + ": ", "device: cuda with ", world->size(),
+        " ranks: multi-rank training on the GPU is not supported yet; run one rank, or use "
+        "device: cpu"));
+  }
+  if (sparse == nullptr && ctx.is_cuda()) {
+    TESSERA_ASSIGN_OR_RETURN(sparse,
+                             CudaSparseArch::Create(EmbeddingOptionsFromConfig(config), ctx));
+  }
   if (sparse == nullptr) {
     // Each table's store as its config.model.tables[t].storage says (trainer/stores.h).
     TESSERA_ASSIGN_OR_RETURN(auto stores, CreateTableStores(config));
@@ -75,6 +120,12 @@ absl::Status Model::EnsureBuffers(int64_t batch) {
   TESSERA_ASSIGN_OR_RETURN(emb_out_, Buffer::Allocate(ctx_.device, DType::kF32, {batch, width}));
   TESSERA_ASSIGN_OR_RETURN(d_emb_, Buffer::Allocate(ctx_.device, DType::kF32, {batch, width}));
   TESSERA_ASSIGN_OR_RETURN(d_logits_, Buffer::Allocate(ctx_.device, DType::kF32, {batch}));
+  if (ctx_.is_cuda()) {
+    const int64_t num_dense = std::max<int64_t>(config_.model.num_dense, 1);
+    TESSERA_ASSIGN_OR_RETURN(dense_dev_,
+                             Buffer::Allocate(ctx_.device, DType::kF32, {batch, num_dense}));
+    TESSERA_ASSIGN_OR_RETURN(labels_dev_, Buffer::Allocate(ctx_.device, DType::kF32, {batch}));
+  }
   capacity_ = batch;
   return absl::OkStatus();
 }
@@ -86,19 +137,31 @@ absl::StatusOr<double> Model::TrainStep(const Batch& batch, int64_t step, PhaseT
   const float emb_lr = config_.optimizer.embedding_lr * lr_scale;
   const float dense_lr = config_.optimizer.dense_lr * lr_scale;
 
+  const float* dense_in = batch.dense.data();
+  const float* labels_in = batch.labels.data();
+  if (ctx_.is_cuda() && b > 0) {
+    // Queued first, so the upload runs while the host validates and stages the sparse batch.
+    ScopedPhase p(times, kPhaseUpload);
+    TESSERA_RETURN_IF_ERROR(StageInputs(batch, &dense_in, &labels_in));
+    TESSERA_RETURN_IF_ERROR(EndPhase());
+  }
   {
     ScopedPhase p(times, kPhaseLookup);
     TESSERA_RETURN_IF_ERROR(sparse_->Forward(batch.sparse, emb_out_.data<float>()));
+    TESSERA_RETURN_IF_ERROR(EndPhase());
   }
   const float* logits = nullptr;
   double loss = 0;
   {
     ScopedPhase p(times, kPhaseForward);
     TESSERA_RETURN_IF_ERROR(
-        dense_->Forward(batch.dense.data(), emb_out_.data<float>(), b, &logits));
+        dense_->Forward(dense_in, emb_out_.data<float>(), b, &logits));
     if (b > 0) {
-      TESSERA_ASSIGN_OR_RETURN(
-          loss, BceWithLogits(ctx_, logits, batch.labels.data(), b, d_logits_.data<float>()));
+      // On the GPU this waits for the stream (the loss reaches the host), so the pinned staging
+      // of this step's inputs is free again afterwards.
+      TESSERA_ASSIGN_OR_RETURN(loss,
+                               BceWithLogits(ctx_, logits, labels_in, b, d_logits_.data<float>()));
+      if (ctx_.is_cuda()) staging_pending_ = false;
     }
     if (world_ != nullptr) {
       // The gradient of the mean over the global batch: scale this rank's local mean by
@@ -119,18 +182,62 @@ absl::StatusOr<double> Model::TrainStep(const Batch& batch, int64_t step, PhaseT
   {
     ScopedPhase p(times, kPhaseBackward);
     TESSERA_RETURN_IF_ERROR(dense_->Backward(d_logits_.data<float>(), d_emb_.data<float>()));
+    TESSERA_RETURN_IF_ERROR(EndPhase());
   }
   {
     ScopedPhase p(times, kPhaseEmbeddingUpdate);
     TESSERA_RETURN_IF_ERROR(sparse_->BackwardUpdate(d_emb_.data<float>(), emb_lr, step + 1));
+    TESSERA_RETURN_IF_ERROR(EndPhase());
   }
   {
     ScopedPhase p(times, kPhaseDenseUpdate);
     if (world_ != nullptr) TESSERA_RETURN_IF_ERROR(AllReduceDenseGrads());
     if (dense_grad_hook_) TESSERA_RETURN_IF_ERROR(dense_grad_hook_(dense_->parameters()));
     TESSERA_RETURN_IF_ERROR(dense_optimizer_->Step(dense_lr));
+    TESSERA_RETURN_IF_ERROR(EndPhase());
   }
   return loss;
+}
+
+absl::Status Model::StageInputs(const Batch& batch, const float** dense, const float** labels) {
+  const int64_t b = batch.batch_size;
+  const int64_t num_dense = config_.model.num_dense;
+  // The CPU path reads these arrays in place; here they are copied by size, so check the sizes.
+  if (static_cast<int64_t>(batch.dense.size()) != b * num_dense) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch of ", b, " samples has ", batch.dense.size(),
+                     " dense values; model.num_dense ", num_dense, " needs ", b * num_dense));
+  }
+  if (labels != nullptr && static_cast<int64_t>(batch.labels.size()) != b) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch of ", b, " samples has ", batch.labels.size(), " labels"));
+  }
+  // A copy queued from staging_ by an earlier call that failed before its host wait may still
+  // be pending: wait for it before overwriting the pinned memory.
+  if (staging_pending_) TESSERA_RETURN_IF_ERROR(CudaSynchronize(ctx_));
+  staging_pending_ = false;
+  const size_t dense_bytes = batch.dense.size() * sizeof(float);
+  const size_t label_bytes = labels != nullptr ? batch.labels.size() * sizeof(float) : 0;
+  TESSERA_RETURN_IF_ERROR(staging_.Reserve(std::max<size_t>(dense_bytes + label_bytes, 1)));
+  char* host = staging_.as<char>();
+  if (dense_bytes > 0) std::memcpy(host, batch.dense.data(), dense_bytes);
+  if (label_bytes > 0) std::memcpy(host + dense_bytes, batch.labels.data(), label_bytes);
+  staging_pending_ = true;
+  if (dense_bytes > 0) {
+    TESSERA_RETURN_IF_ERROR(CudaCopyToDevice(ctx_, dense_dev_.raw(), host, dense_bytes));
+  }
+  if (label_bytes > 0) {
+    TESSERA_RETURN_IF_ERROR(
+        CudaCopyToDevice(ctx_, labels_dev_.raw(), host + dense_bytes, label_bytes));
+  }
+  *dense = dense_dev_.data<float>();
+  if (labels != nullptr) *labels = labels_dev_.data<float>();
+  return absl::OkStatus();
+}
+
+absl::Status Model::EndPhase() {
+  if (!sync_phases_ || !ctx_.is_cuda()) return absl::OkStatus();
+  return CudaSynchronize(ctx_);
 }
 
 absl::Status Model::AllReduceDenseGrads() {
@@ -166,7 +273,17 @@ absl::Status Model::Predict(const Batch& batch, std::vector<float>* probs) {
   TESSERA_RETURN_IF_ERROR(sparse_->Forward(batch.sparse, emb_out_.data<float>()));
   if (b == 0) return absl::OkStatus();
   const float* logits = nullptr;
-  TESSERA_RETURN_IF_ERROR(dense_->Forward(batch.dense.data(), emb_out_.data<float>(), b, &logits));
+  const float* dense_in = batch.dense.data();
+  if (ctx_.is_cuda()) TESSERA_RETURN_IF_ERROR(StageInputs(batch, &dense_in, nullptr));
+  TESSERA_RETURN_IF_ERROR(dense_->Forward(dense_in, emb_out_.data<float>(), b, &logits));
+  if (ctx_.is_cuda()) {
+    // Waits for the forward; the staged inputs are free again too.
+    host_logits_.resize(static_cast<size_t>(b));
+    TESSERA_RETURN_IF_ERROR(
+        CudaCopyToHost(ctx_, host_logits_.data(), logits, host_logits_.size() * sizeof(float)));
+    staging_pending_ = false;
+    logits = host_logits_.data();
+  }
   probs->reserve(probs->size() + b);
   for (int64_t i = 0; i < b; ++i) probs->push_back(1.0f / (1.0f + std::exp(-logits[i])));
   return absl::OkStatus();

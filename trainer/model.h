@@ -13,7 +13,9 @@
 
 #include "absl/status/statusor.h"
 #include "core/buffer.h"
+#include "core/cuda_context.h"
 #include "core/device.h"
+#include "core/pinned.h"
 #include "core/timer.h"
 #include "dense/dense_arch.h"
 #include "dense/optimizer.h"
@@ -35,6 +37,8 @@ inline constexpr char kPhaseForward[] = "interaction+mlp fwd";
 inline constexpr char kPhaseBackward[] = "backward";
 inline constexpr char kPhaseEmbeddingUpdate[] = "embedding update";
 inline constexpr char kPhaseDenseUpdate[] = "dense update";
+// CUDA only: staging the batch's dense features and labels into device memory.
+inline constexpr char kPhaseUpload[] = "upload";
 
 class Model {
  public:
@@ -46,6 +50,10 @@ class Model {
   // collective: the loss gradient is scaled to the mean over the global batch (the ranks' local
   // batches together), dense gradients are summed over the world before the optimizer step, and
   // Export reads the tables on every rank but writes the file on rank 0 only.
+  // On a CUDA `ctx` (from a CudaContext, which must outlive the model) the tables are a
+  // CudaSparseArch (trainer/cuda_sparse_arch.h) and the dense arch and its optimizer live in
+  // device memory; batches stay host memory and are staged through pinned memory each step.
+  // A CUDA model takes one rank only for now (Unimplemented for a world of several ranks).
   static absl::StatusOr<std::unique_ptr<Model>> Create(const Config& config,
                                                       const DeviceContext& ctx,
                                                       std::unique_ptr<SparseArch> sparse = nullptr,
@@ -68,6 +76,12 @@ class Model {
   DenseOptimizer& dense_optimizer() { return *dense_optimizer_; }
   DenseArch& dense() { return *dense_; }
   const Config& config() const { return config_; }
+  const DeviceContext& device_context() const { return ctx_; }
+
+  // CUDA only: when set, each phase of TrainStep waits for the device before it ends, so the
+  // PhaseTimes are the device's time per phase (tessera-bench) at the cost of the overlap
+  // between phases. No effect on the CPU. Default: off.
+  void set_sync_phases(bool sync) { sync_phases_ = sync; }
 
   // Writes every parameter (tables and dense) to a safetensors file with PyTorch names
   // (docs/FORMATS.md). Atomic: a failed export leaves no file at `path`.
@@ -80,6 +94,11 @@ class Model {
   Model() = default;
   absl::Status EnsureBuffers(int64_t batch);
   absl::Status AllReduceDenseGrads();
+  // CUDA: copies the batch's dense features (and labels when `labels` is non-null) through
+  // staging_ into dense_dev_ / labels_dev_ and points *dense / *labels at them.
+  absl::Status StageInputs(const Batch& batch, const float** dense, const float** labels);
+  // CUDA with sync_phases_: waits for the compute stream (a phase's end). Otherwise nothing.
+  absl::Status EndPhase();
 
   Config config_;
   DeviceContext ctx_;
@@ -91,10 +110,27 @@ class Model {
   std::unique_ptr<BucketedAllReduce> grad_sync_;  // dense gradient buckets (world_ only)
   Buffer emb_out_, d_emb_, d_logits_;
   int64_t capacity_ = 0;
+  // CUDA only: device copies of the batch's dense features and labels, their pinned staging
+  // (free again once the stream passed the upload: staging_pending_ says it may not have), and
+  // the host copy of the logits Predict reads.
+  Buffer dense_dev_, labels_dev_;
+  PinnedBuffer staging_;
+  bool staging_pending_ = false;
+  std::vector<float> host_logits_;
+  bool sync_phases_ = false;
 };
 
 // Builds the EmbeddingCollectionOptions and DenseArchOptions a Config describes.
 EmbeddingCollectionOptions EmbeddingOptionsFromConfig(const Config& config);
 DenseArchOptions DenseOptionsFromConfig(const Config& config);
+
+// The device config.device names, for a process with `local_rank` on its node (the binary reads
+// it from the launcher, e.g. OMPI_COMM_WORLD_LOCAL_RANK or SLURM_LOCALID; libraries read no
+// environment). "cpu": nullptr (use DeviceContext::Cpu()). "cuda": a CudaContext on GPU
+// CudaDeviceForLocalRank(local_rank), which the caller keeps alive longer than any model built on
+// its context(). FailedPrecondition "<config.source>: device: cuda: no CUDA device visible (...)"
+// when the build has no CUDA path or the driver shows no GPU.
+absl::StatusOr<std::unique_ptr<CudaContext>> CreateDeviceForConfig(const Config& config,
+                                                                   int local_rank);
 
 }  // namespace tessera

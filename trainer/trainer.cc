@@ -13,14 +13,20 @@
 namespace tessera {
 namespace fs = std::filesystem;
 
-absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config) {
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
+                                                         const TrainerOptions& options) {
   std::unique_ptr<Trainer> t(new Trainer());
   t->config_ = config;
-  if (config.device == "cuda") {
-    return absl::UnimplementedError(
-        "device: cuda is not wired into the training loop yet; use device: cpu");
+  // The device first: a cuda config without a visible GPU fails before anything is opened or
+  // written.
+  TESSERA_ASSIGN_OR_RETURN(t->cuda_, CreateDeviceForConfig(config, options.local_rank));
+  t->ctx_ = t->cuda_ != nullptr ? t->cuda_->context() : DeviceContext::Cpu();
+  if (t->cuda_ != nullptr && config.train.checkpoint_every > 0) {
+    // trainer/checkpoint.cc reads the optimizer state of host tables only.
+    return absl::UnimplementedError(absl::StrCat(
+        config.source, ": train.checkpoint_every: checkpoints of a device: cuda model are not "
+        "supported yet; set train.checkpoint_every: 0 (output.export still works) or device: cpu"));
   }
-  t->ctx_ = DeviceContext::Cpu();
   if (config.threads > 0) SetNumThreads(config.threads);
   TESSERA_ASSIGN_OR_RETURN(t->world_, CreateWorld(config));
   if (t->world_.distributed()) SetLogRank(t->world_.rank());

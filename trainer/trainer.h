@@ -14,6 +14,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "core/cuda_context.h"
 #include "core/timer.h"
 #include "trainer/config.h"
 #include "trainer/data_sources.h"
@@ -36,10 +37,24 @@ struct TrainSummary {
   PhaseTimes phases;              // summed over all steps
 };
 
+// What the process knows that the config does not (the binary reads it from its launcher).
+struct TrainerOptions {
+  // This process's rank on its node (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, ...): with
+  // device: cuda it picks the GPU (CudaDeviceForLocalRank). Default: 0.
+  int local_rank = 0;
+};
+
 class Trainer {
  public:
-  // Validates and prepares everything (data, model, output dir) without training.
-  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const Config& config);
+  // Validates and prepares everything (data, model, output dir) without training. With
+  // device: cuda the trainer owns the CudaContext the model runs on; a config asking for cuda
+  // where no GPU is visible fails first, before any output is written (FailedPrecondition
+  // "<file>: device: cuda: no CUDA device visible (...)").
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const Config& config,
+                                                         const TrainerOptions& options);
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const Config& config) {
+    return Create(config, TrainerOptions());
+  }
 
   absl::StatusOr<TrainSummary> Run();
   // Predictions over the eval set (at most `max_batches` batches; 0 = all) and their metrics.
@@ -56,6 +71,7 @@ class Trainer {
   absl::StatusOr<bool> AllHaveBatch(bool mine);
 
   Config config_;
+  std::unique_ptr<CudaContext> cuda_;  // device: cuda only; declared first, so it outlives model_
   DeviceContext ctx_;
   World world_;
   DataSources data_;

@@ -30,6 +30,15 @@ absl::StatusOr<World> CreateWorld(const Config& config) {
 absl::StatusOr<std::unique_ptr<Model>> CreateModelForWorld(const Config& config, World& world,
                                                            const DeviceContext& ctx) {
   if (!world.distributed()) return Model::Create(config, ctx);
+  if (ctx.is_cuda()) {
+    // Each rank would own its GPU (the trainer picks it from the local rank), but the sharded
+    // tables' all-to-alls and the dense all-reduce still take host buffers: refuse clearly
+    // instead of handing device pointers to MPI.
+    return absl::UnimplementedError(absl::StrCat(
+        config.source, ": device: cuda with ", world.size(),
+        " ranks: multi-rank training on the GPU is not supported yet; run one rank, or use "
+        "device: cpu"));
+  }
   ShardedEmbeddingOptions o;
   o.collection = EmbeddingOptionsFromConfig(config);
   if (!config.sharding.plan.empty()) {
@@ -38,6 +47,7 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModelForWorld(const Config& config,
   }
   TESSERA_ASSIGN_OR_RETURN(o.replica_sync, ParseReplicaSync(config.sharding.replica_sync));
   o.sync_every = config.sharding.sync_every;
+  TESSERA_ASSIGN_OR_RETURN(o.sync_rows, ParseSyncRows(config.sharding.sync_rows));
   TESSERA_ASSIGN_OR_RETURN(o.comm_dtype, ParsePayloadDType(config.sharding.comm_dtype));
   o.pipeline_input_dist = config.sharding.pipeline;
   TESSERA_ASSIGN_OR_RETURN(auto sharded, ShardedEmbeddingCollection::Create(o, *world.grid, ctx));

@@ -1,0 +1,57 @@
+// CudaSparseArch: the SparseArch of a model trained on one GPU. It owns a
+// CudaEmbeddingCollection (embedding/embedding_collection_cuda.h): every table and its optimizer
+// state in device memory. The twin of LocalSparseArch (trainer/sparse_arch.h) with one
+// difference in the memory contract: Forward's `out` and BackwardUpdate's `d_out` are DEVICE
+// pointers [batch, output_dim()]; the batch itself stays a host KeyedJagged (the collection stages
+// it through pinned memory). ReadRows/WriteRows take host memory and wait for the device, so
+// Model::Export/Import work unchanged.
+//
+// Work is queued on the context's compute stream (see core/cuda_context.h); the CudaContext behind
+// the collection's DeviceContext must outlive this object. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "core/device.h"
+#include "embedding/embedding_collection_cuda.h"
+#include "trainer/sparse_arch.h"
+
+namespace tessera {
+
+class CudaSparseArch final : public SparseArch {
+ public:
+  explicit CudaSparseArch(std::unique_ptr<CudaEmbeddingCollection> collection)
+      : collection_(std::move(collection)) {}
+
+  // Tables from `options` on ctx's device. Every table must be in memory (storage.tier memory):
+  // InvalidArgument naming the table otherwise (the RocksDB tier lives in host memory and on
+  // disk). Errors of CreateCudaEmbeddingCollection pass through (Unimplemented without the CUDA
+  // path, InvalidArgument for a non-CUDA context, ResourceExhausted when HBM is short).
+  static absl::StatusOr<std::unique_ptr<CudaSparseArch>> Create(
+      const EmbeddingCollectionOptions& options, const DeviceContext& ctx);
+
+  int64_t output_dim() const override { return collection_->output_dim(); }
+  absl::Status Forward(const KeyedJagged& batch, float* out) override {
+    return collection_->Forward(batch, out);
+  }
+  absl::Status BackwardUpdate(const float* d_out, float lr, int64_t step) override {
+    return collection_->BackwardUpdate(d_out, lr, step);
+  }
+  int num_tables() const override { return collection_->num_tables(); }
+  const TableConfig& table(int t) const override { return collection_->table(t); }
+  // Weights only; the optimizer state stays as it is on the device.
+  absl::Status ReadRows(int t, int64_t begin, int64_t count, float* out) override {
+    return collection_->ReadRows(t, begin, count, out, /*state_out=*/nullptr);
+  }
+  absl::Status WriteRows(int t, int64_t begin, int64_t count, const float* rows) override {
+    return collection_->WriteRows(t, begin, count, rows, /*state=*/nullptr);
+  }
+  CudaEmbeddingCollection& collection() { return *collection_; }
+
+ private:
+  std::unique_ptr<CudaEmbeddingCollection> collection_;
+};
+
+}  // namespace tessera
