@@ -32,6 +32,13 @@ absl::StatusOr<ReplicaSync> ParseReplicaSync(const std::string& name) {
       "sharding.replica_sync: unknown mode '", name, "' (expected exact or average)"));
 }
 
+absl::StatusOr<SyncRows> ParseSyncRows(const std::string& name) {
+  if (name == "touched") return SyncRows::kTouched;
+  if (name == "all") return SyncRows::kAll;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "sharding.sync_rows: unknown value '", name, "' (expected touched or all)"));
+}
+
 ShardedEmbeddingCollection::~ShardedEmbeddingCollection() = default;
 
 
@@ -503,7 +510,9 @@ absl::Status ShardedEmbeddingCollection::BackwardUpdate(const float* d_out, floa
   ++s.updates;
   if (s.options.replica_sync == ReplicaSync::kAverage) {
     ScopedPhase phase(s.times, "replica_sync");
+    // kAll syncs every row, so the touched set is not needed.
     for (auto& ls : s.local) {
+      if (s.options.sync_rows == SyncRows::kAll) break;
       std::vector<int64_t> merged;
       std::set_union(ls.touched.begin(), ls.touched.end(), ls.rows.begin(), ls.rows.end(),
                      std::back_inserter(merged));

@@ -23,8 +23,9 @@
 //                 bit-identical and T ranks train what one rank trains on the global batch;
 //       kAverage  each replica updates with its own gradient (scaled by M, so that averaging
 //                 after one SGD step equals the exact step) and row-wise AdaGrad uses v / c;
-//                 every `sync_every` steps the weights of rows touched since the last sync are
-//                 averaged over the replica group, and the optimizer state one sync behind (the
+//                 every `sync_every` steps the weights of rows touched since the last sync
+//                 (`sync_rows` kTouched; kAll: every row of the shard) are averaged over the
+//                 replica group, and the optimizer state one sync behind (the
 //                 average of the state snapshots taken at sync j is applied at sync j+1, keeping
 //                 each replica's increments since the snapshot).
 //     Row-wise AdaGrad on column-split shards (column_wise, grid) uses the full row's mean
@@ -67,6 +68,13 @@ enum class ReplicaSync { kExact, kAverage };
 // "exact" / "average"; InvalidArgument naming the value otherwise.
 absl::StatusOr<ReplicaSync> ParseReplicaSync(const std::string& name);
 
+// Which rows average mode's sync sends: those touched (by any replica) since the last sync, or
+// the whole local shard (fixed bytes: shard bytes / k per step, as in the 2D sparse parallelism
+// paper).
+enum class SyncRows { kTouched, kAll };
+// "touched" / "all"; InvalidArgument naming the value otherwise.
+absl::StatusOr<SyncRows> ParseSyncRows(const std::string& name);
+
 // Element type of the pooled-embedding all-to-alls (forward partial sums, backward gradients).
 enum class PayloadDType { kF32, kF16, kBF16 };
 // "fp32" / "fp16" / "bf16"; InvalidArgument naming the value otherwise.
@@ -82,6 +90,11 @@ struct ShardedEmbeddingOptions {
   ReplicaSync replica_sync = ReplicaSync::kExact;
   // k: average mode syncs every k steps. Default: 1.
   int64_t sync_every = 1;
+  // Average mode: the rows each sync averages (weights and optimizer state). kTouched sends the
+  // union over the replica group of the rows updated since the last sync (plus an all-gather of
+  // those row ids); kAll sends every row of every local shard, with no id exchange.
+  // Default: kTouched.
+  SyncRows sync_rows = SyncRows::kTouched;
   // c: average mode's row-wise AdaGrad divisor. Default: 0 = M (the number of sharding groups).
   float adagrad_divisor = 0.0f;
   // The pooled-embedding all-to-alls' payload: fp16/bf16 halve their bytes; each value is

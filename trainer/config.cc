@@ -45,8 +45,8 @@ const std::vector<SchemaSection>& Schema() {
       {"train", {"steps", "epochs", "eval_every", "eval_batches", "log_every",
                  "checkpoint_every", "resume"}},
       {"output", {"dir", "metrics", "export", "progress", "checkpoint_dir"}},
-      {"sharding", {"group_size", "layout", "replica_sync", "sync_every", "plan", "bucket_bytes",
-                    "comm_dtype", "pipeline"}},
+      {"sharding", {"group_size", "layout", "replica_sync", "sync_every", "sync_rows", "plan",
+                    "bucket_bytes", "comm_dtype", "pipeline"}},
   };
   return *schema;
 }
@@ -487,6 +487,9 @@ absl::Status ParseRest(const ConfigReader& r, const YAML::Node& root, const std:
   c->sharding.replica_sync = sync == 1 ? "average" : "exact";
   TESSERA_RETURN_IF_ERROR(r.ReadInt(sh, p, "sync_every", "a positive integer", kPositive,
                                     &c->sharding.sync_every));
+  int sync_rows = c->sharding.sync_rows == "all" ? 1 : 0;
+  TESSERA_RETURN_IF_ERROR(r.ReadEnum(sh, p, "sync_rows", {"touched", "all"}, &sync_rows));
+  c->sharding.sync_rows = sync_rows == 1 ? "all" : "touched";
   TESSERA_RETURN_IF_ERROR(r.ReadString(sh, p, "plan", &c->sharding.plan));
   TESSERA_RETURN_IF_ERROR(r.ReadInt(sh, p, "bucket_bytes", "a positive integer", kPositive,
                                     &c->sharding.bucket_bytes));

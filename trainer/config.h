@@ -93,6 +93,7 @@ struct ShardingConfig {
   std::string layout = "replicas_adjacent";  // sharding.layout: replicas_adjacent|groups_contiguous
   std::string replica_sync = "exact";    // sharding.replica_sync: exact|average
   int64_t sync_every = 1;                // sharding.sync_every (k, average mode)
+  std::string sync_rows = "touched";     // sharding.sync_rows: touched|all (average mode)
   std::string plan;                      // sharding.plan: plan file (YAML); "" = default plan
   int64_t bucket_bytes = int64_t{25} << 20;  // sharding.bucket_bytes: dense all-reduce bucket
   std::string comm_dtype = "fp32";       // sharding.comm_dtype: fp32|fp16|bf16 (pooled all-to-alls)

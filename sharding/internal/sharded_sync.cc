@@ -282,9 +282,21 @@ absl::Status ShardedEmbeddingCollection::Impl::AverageSync() {
     for (auto& ls : local) ls.touched.clear();
     return absl::OkStatus();
   }
-  std::vector<const std::vector<int64_t>*> rows;
-  for (auto& ls : local) rows.push_back(&ls.touched);
-  TESSERA_ASSIGN_OR_RETURN(auto unions, ReplicaUnion(*replica, rows));
+  // The rows to average: kTouched, the union over the replica group of the rows touched since
+  // the last sync; kAll, every row of the shard (known to all replicas, so no id exchange and a
+  // fixed payload of shard bytes per sync).
+  std::vector<std::vector<int64_t>> unions;
+  if (options.sync_rows == SyncRows::kAll) {
+    unions.resize(local.size());
+    for (size_t q = 0; q < local.size(); ++q) {
+      unions[q].resize(local[q].rect.num_rows());
+      for (int64_t r = 0; r < local[q].rect.num_rows(); ++r) unions[q][r] = r;
+    }
+  } else {
+    std::vector<const std::vector<int64_t>*> rows;
+    for (auto& ls : local) rows.push_back(&ls.touched);
+    TESSERA_ASSIGN_OR_RETURN(unions, ReplicaUnion(*replica, rows));
+  }
   // The state average of the previous sync, applied now (one sync behind), keeping the local
   // increments since its snapshot.
   std::vector<int64_t> slots;

@@ -205,6 +205,7 @@ std::string ConfigToYaml(const Config& c) {
   Key(e, "layout", c.sharding.layout);
   Key(e, "replica_sync", c.sharding.replica_sync);
   Key(e, "sync_every", c.sharding.sync_every);
+  Key(e, "sync_rows", c.sharding.sync_rows);
   Key(e, "plan", c.sharding.plan);
   Key(e, "bucket_bytes", c.sharding.bucket_bytes);
   Key(e, "comm_dtype", c.sharding.comm_dtype);
