@@ -64,6 +64,17 @@ TESSERA_HD_INLINE float RowSumOfSquares(const float* g, int64_t dim) {
   return part[0];
 }
 
+// Row-wise AdaGrad given the row's mean squared gradient: v += mean_sq, then every one of the
+// `width` columns in `w` steps by lr * g / (sqrt(v / c) + eps). ApplyRowUpdate uses it for whole
+// rows; a column shard of a row (sharding/) passes the mean over the full row, so the shards of
+// one row apply exactly the update the whole row would get.
+TESSERA_HD_INLINE void RowWiseAdagradStep(const RowOptimizerOptions& o, float lr, float mean_sq,
+                                          int64_t width, const float* g, float* w, float* v) {
+  v[0] += mean_sq;
+  float scale = lr / (sqrtf(v[0] / o.adagrad_divisor) + o.eps);
+  for (int64_t k = 0; k < width; ++k) w[k] -= scale * g[k];
+}
+
 // Applies one update to row `w` (dim floats) with state `s` (RowStateDim floats) and summed
 // gradient `g`. `lr` is the learning rate of this step, `step` the global 1-based step.
 TESSERA_HD_INLINE void ApplyRowUpdate(const RowOptimizerOptions& o, float lr, int64_t step,
@@ -72,12 +83,9 @@ TESSERA_HD_INLINE void ApplyRowUpdate(const RowOptimizerOptions& o, float lr, in
     case RowOptimizerType::kSgd:
       for (int64_t k = 0; k < dim; ++k) w[k] -= lr * g[k];
       break;
-    case RowOptimizerType::kRowWiseAdagrad: {
-      s[0] += RowSumOfSquares(g, dim) / static_cast<float>(dim);
-      float scale = lr / (sqrtf(s[0] / o.adagrad_divisor) + o.eps);
-      for (int64_t k = 0; k < dim; ++k) w[k] -= scale * g[k];
+    case RowOptimizerType::kRowWiseAdagrad:
+      RowWiseAdagradStep(o, lr, RowSumOfSquares(g, dim) / static_cast<float>(dim), dim, g, w, s);
       break;
-    }
     case RowOptimizerType::kAdam: {
       float* m = s;
       float* u = s + dim;

@@ -192,12 +192,9 @@ absl::Status ShardedEmbeddingCollection::Impl::ApplyUpdates(float lr, int64_t st
       float* w = ls.store->weights();
       float* st = ls.store->state();
       for (size_t i = 0; i < ls.rows.size(); ++i) {
-        float* v = st + slots[i];
-        v[0] += total_sq[q][i] / dim;
-        const float scale = lr / (sqrtf(v[0] / update_opt.adagrad_divisor) + update_opt.eps);
-        float* wr = w + slots[i] * ls.width;
-        const float* g = ls.grads.data() + i * ls.width;
-        for (int64_t c = 0; c < ls.width; ++c) wr[c] -= scale * g[c];
+        RowWiseAdagradStep(update_opt, lr, total_sq[q][i] / dim, ls.width,
+                           ls.grads.data() + i * ls.width, w + slots[i] * ls.width,
+                           st + slots[i]);
       }
       continue;
     }
