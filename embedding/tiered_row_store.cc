@@ -386,6 +386,17 @@ absl::StatusOr<std::unique_ptr<TieredRowStore>> TieredRowStore::Open(
   }
   if (o.dim <= 0) return bad(absl::StrCat("dim ", o.dim, " must be > 0"));
   if (o.state_dim < 0) return bad(absl::StrCat("state_dim ", o.state_dim, " must be >= 0"));
+  if (o.row_offset < 0 || o.row_offset > (int64_t{1} << 62) - o.num_rows) {
+    return bad(absl::StrCat("row_offset ", o.row_offset, " not in [0, 2^62 - num_rows]"));
+  }
+  if (o.init_dim != 0 &&
+      (o.init_dim < o.dim || o.init_col_begin < 0 || o.init_col_begin > o.init_dim - o.dim)) {
+    return bad(absl::StrCat("init columns [", o.init_col_begin, ", ", o.init_col_begin + o.dim,
+                            ") not inside init_dim ", o.init_dim));
+  }
+  if (o.init_dim == 0 && o.init_col_begin != 0) {
+    return bad(absl::StrCat("init_col_begin ", o.init_col_begin, " needs init_dim"));
+  }
   if (o.reader_threads < 1 || o.reader_threads > 256) {
     return bad(absl::StrCat("reader_threads ", o.reader_threads, " not in [1, 256]"));
   }

@@ -83,6 +83,15 @@ struct TieredRowStoreOptions {
   uint64_t table_id = 0;
   // Table name used in error messages. Default: empty ("table <table_id>").
   std::string name;
+  // Where this store sits in a larger logical table (a shard of a sharded table): local row r,
+  // column c lazily initialises as InitRow(init, seed, table_id, num_rows, row_offset + r,
+  // init_dim)[init_col_begin + c], so a shard's rows start exactly as the full table's slice.
+  // Keys in RocksDB stay local row ids. Note InitRow's default scale uses `num_rows` (the
+  // store's rows): a shard passes the full table's scale explicitly in init.scale. Recorded in
+  // the layout when not the defaults. Defaults: 0, 0, 0 (= dim): the whole table.
+  int64_t row_offset = 0;
+  int64_t init_col_begin = 0;
+  int64_t init_dim = 0;
 
   // Cache size in rows. When 0, derived from cache_bytes. One of the two is required; the cache
   // must hold at least one step's distinct rows. Default: 0.

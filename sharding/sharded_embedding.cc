@@ -103,6 +103,10 @@ absl::StatusOr<std::unique_ptr<ShardedEmbeddingCollection>> ShardedEmbeddingColl
 
   s.routes.resize(co.tables.size());
   s.dst_requests.assign(s.n, {});
+  // A store that fails to open (a RocksDB path not writable, memory short) must fail Create on
+  // every rank, or the others would wait in the first collective: the first error is kept and
+  // the ranks agree below.
+  absl::Status store_error;
   for (int t = 0; t < static_cast<int>(co.tables.size()); ++t) {
     const TableConfig& cfg = co.tables[t];
     const TablePlan& tp = s.plan.tables[t];
@@ -112,7 +116,19 @@ absl::StatusOr<std::unique_ptr<ShardedEmbeddingCollection>> ShardedEmbeddingColl
       route.dp = static_cast<int>(s.dp.size());
       internal::DpTable d;
       d.table = t;
-      TESSERA_ASSIGN_OR_RETURN(d.store, MakeStore(co, t, 0, cfg.num_rows, 0, cfg.dim));
+      if (cfg.storage.tier == StorageTier::kRocksDb) {
+        // The data-parallel update indexes the all-reduced gradient table by slot (slot == row
+        // in memory), and a replicated table gains nothing from a per-rank database.
+        return absl::InvalidArgumentError(absl::StrCat(
+            "table '", cfg.name, "': storage.tier rocksdb is not supported for a data_parallel "
+            "table (replicated on every rank); use storage.tier memory or shard it"));
+      }
+      auto store = MakeStore(co, t, 0, cfg.num_rows, 0, cfg.dim, s.world->rank(), 0);
+      if (!store.ok()) {
+        if (store_error.ok()) store_error = store.status();
+        continue;
+      }
+      d.store = std::move(store).value();
       s.dp.push_back(std::move(d));
       continue;
     }
@@ -148,8 +164,13 @@ absl::StatusOr<std::unique_ptr<ShardedEmbeddingCollection>> ShardedEmbeddingColl
         ls.rect = sh;
         ls.width = sh.num_cols();
         ls.col_split = r.col_split;
-        TESSERA_ASSIGN_OR_RETURN(
-            ls.store, MakeStore(co, t, sh.row_begin, sh.row_end, sh.col_begin, sh.col_end));
+        auto store = MakeStore(co, t, sh.row_begin, sh.row_end, sh.col_begin, sh.col_end,
+                               s.world->rank(), k);
+        if (!store.ok()) {
+          if (store_error.ok()) store_error = store.status();
+        } else {
+          ls.store = std::move(store).value();
+        }
         r.local = static_cast<int>(s.local.size());
         s.local.push_back(std::move(ls));
       }
@@ -159,6 +180,22 @@ absl::StatusOr<std::unique_ptr<ShardedEmbeddingCollection>> ShardedEmbeddingColl
       r.wts.resize(nf);
       s.requests.push_back(std::move(r));
     }
+  }
+  // Only with a RocksDB-tier table (the same on every rank), so the all-in-memory Create keeps
+  // its collectives (and communicator stats) unchanged.
+  bool any_tiered = false;
+  for (const TableConfig& cfg : co.tables) any_tiered |= cfg.storage.tier == StorageTier::kRocksDb;
+  if (any_tiered) {
+    int64_t failed = store_error.ok() ? 0 : 1;
+    TESSERA_RETURN_IF_ERROR(s.world->AllReduce(&failed, 1, ReduceOp::kSum));
+    if (failed > 0) {
+      if (!store_error.ok()) return store_error;
+      return absl::FailedPreconditionError(absl::StrCat(
+          "ShardedEmbeddingCollection::Create: ", failed,
+          " rank(s) could not open their shard stores (see their errors)"));
+    }
+  } else if (!store_error.ok()) {
+    return store_error;
   }
   return c;
 }

@@ -109,10 +109,15 @@ class ShardedEmbeddingCollection {
  public:
   ~ShardedEmbeddingCollection();
 
-  // Collective over the world. Builds the local shards (in-memory RowStores initialised row by
-  // row with InitRow on the full table's (seed, table, row), so every shard holds exactly the
-  // slice one rank would hold). Returns InvalidArgument for bad tables or an invalid plan (the
-  // same message on every rank), Unimplemented for a CUDA context.
+  // Collective over the world. Builds the local shards, each holding exactly the slice of the
+  // full table's InitRow(seed, table, global row) values one rank would hold. Per the table's
+  // `storage`: tier memory, an in-memory RowStore initialised eagerly; tier rocksdb, a
+  // TieredRowStore per local shard at "<storage.path>/rank<world rank>-shard<k>" (k: the
+  // plan's shard index; a data_parallel table is refused: InvalidArgument), emptied on open,
+  // rows lazily initialised to the same values, its cache the table's cache_rows (cache_bytes)
+  // times the shard's share of the table's rows (cells). Returns InvalidArgument for bad tables or an invalid plan (the
+  // same message on every rank), Unimplemented for a CUDA context; when a shard store cannot be
+  // opened, every rank returns an error (that rank its own).
   static absl::StatusOr<std::unique_ptr<ShardedEmbeddingCollection>> Create(
       const ShardedEmbeddingOptions& options, const ProcessGrid& grid, const DeviceContext& ctx);
 

@@ -41,6 +41,12 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModelForWorld(const Config& config,
   }
   ShardedEmbeddingOptions o;
   o.collection = EmbeddingOptionsFromConfig(config);
+  // RocksDB-tier tables: each rank keeps its own shards' databases under the table's resolved
+  // path (default tables/<name>), as <path>/rank<r>-shard<k> (sharding/sharded_embedding.h).
+  for (int t = 0; t < static_cast<int>(o.collection.tables.size()); ++t) {
+    TableStorage& st = o.collection.tables[t].storage;
+    if (st.tier == StorageTier::kRocksDb) st.path = TableStoragePath(config, t);
+  }
   if (!config.sharding.plan.empty()) {
     TESSERA_ASSIGN_OR_RETURN(o.plan, LoadShardingPlan(config.sharding.plan, o.collection.tables,
                                                       world.grid->group_size()));

@@ -64,7 +64,12 @@ std::string LayoutRecord(const TieredRowStoreOptions& o) {
                       "num_rows=", o.num_rows, "\n", "seed=", o.seed, "\n",
                       "init_type=", static_cast<int>(o.init.type), "\n",
                       "init_scale_bits=", FloatBits(o.init.scale), "\n",
-                      "state_init_bits=", FloatBits(o.state_init), "\n");
+                      "state_init_bits=", FloatBits(o.state_init), "\n",
+                      // Only when set, so databases written before these fields still match.
+                      o.row_offset != 0 ? absl::StrCat("row_offset=", o.row_offset, "\n") : "",
+                      o.init_dim != 0 ? absl::StrCat("init_dim=", o.init_dim, "\n",
+                                                     "init_col_begin=", o.init_col_begin, "\n")
+                                      : "");
 }
 
 absl::Status CheckLayout(const std::string& path, const std::string& stored,

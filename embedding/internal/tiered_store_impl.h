@@ -151,8 +151,17 @@ class TieredRowStoreImpl final : public TieredRowStore {
   float* SlotState(int32_t slot) { return state_ + int64_t{slot} * options_.state_dim; }
   // Writes a row's initial value (InitRow + state_init), as CreateInMemoryRowStore does.
   void InitValue(int64_t row, float* w, float* s) const {
-    InitRow(options_.init, options_.seed, options_.table_id, options_.num_rows, row,
-            options_.dim, w);
+    if (options_.init_dim == 0 || (options_.init_dim == options_.dim &&
+                                   options_.init_col_begin == 0)) {
+      InitRow(options_.init, options_.seed, options_.table_id, options_.num_rows,
+              options_.row_offset + row, options_.dim, w);
+    } else {
+      // A column slice of a wider logical row: the counter stream runs over the full width.
+      std::vector<float> full(options_.init_dim);
+      InitRow(options_.init, options_.seed, options_.table_id, options_.num_rows,
+              options_.row_offset + row, options_.init_dim, full.data());
+      std::memcpy(w, full.data() + options_.init_col_begin, options_.dim * sizeof(float));
+    }
     if (s != nullptr) std::fill(s, s + options_.state_dim, options_.state_init);
   }
   void SetSlot(int32_t slot, const float* value) {

@@ -166,11 +166,14 @@ struct ShardedEmbeddingCollection::Impl {
 
 namespace tessera::internal {
 
-// An in-memory store for rows [r0, r1) x columns [c0, c1) of table t, initialised with the
-// slice of the full table's InitRow values (so a shard holds what one rank would hold).
+// The store for rows [r0, r1) x columns [c0, c1) of table t, holding the slice of the full
+// table's InitRow values (so a shard holds what one rank would hold). Storage tier memory: an
+// in-memory store initialised eagerly. Tier rocksdb: a TieredRowStore at
+// "<storage.path>/rank<world_rank>-shard<shard>" (emptied on open), lazily initialised to the
+// same values, with the table's cache budget scaled by the shard's share of the table.
 absl::StatusOr<std::unique_ptr<RowStore>> MakeStore(const EmbeddingCollectionOptions& o, int t,
                                                     int64_t r0, int64_t r1, int64_t c0,
-                                                    int64_t c1);
+                                                    int64_t c1, int world_rank, int shard);
 // InvalidArgument naming the table, feature, sample and id for a malformed batch.
 absl::Status CheckBatch(const ShardedEmbeddingCollection::Impl& s, const KeyedJagged& batch);
 // Fills every request's unique ids, bag lengths, positions and weights from the local batch.

@@ -1,11 +1,13 @@
 // ShardedEmbeddingCollection helpers: shard stores initialised as slices of the full table,
 // batch checks, and the requester's bucketing of ids by destination shard.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "embedding/row_init.h"
+#include "embedding/tiered_row_store.h"
 #include "sharding/internal/sharded_impl.h"
 
 namespace tessera::internal {
@@ -24,10 +26,66 @@ void InitSlice(const TableConfig& cfg, uint64_t seed, int t, int64_t begin, int6
   }
 }
 
+namespace {
+
+// The RocksDB tier for one local shard: a TieredRowStore over the shard's own rows whose lazy
+// init is the full table's slice (row_offset, init columns, and the full table's default scale
+// resolved here, since InitRow would otherwise take it from the shard's row count).
+absl::StatusOr<std::unique_ptr<RowStore>> MakeTieredShardStore(
+    const EmbeddingCollectionOptions& o, int t, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+    int world_rank, int shard) {
+  const TableConfig& cfg = o.tables[t];
+  const TableStorage& st = cfg.storage;
+  if (st.path.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table '", cfg.name, "': storage.tier rocksdb needs storage.path on the sharded path"));
+  }
+  TieredRowStoreOptions so;
+  so.path = absl::StrCat(st.path, "/rank", world_rank, "-shard", shard);
+  // Scratch working database, as the single-process factory (trainer/stores.cc).
+  so.discard_existing = true;
+  so.num_rows = r1 - r0;
+  so.dim = c1 - c0;
+  so.state_dim = RowStateDim(o.optimizer.type, c1 - c0);
+  so.state_init =
+      o.optimizer.type == RowOptimizerType::kRowWiseAdagrad ? o.optimizer.adagrad_initial : 0.0f;
+  so.init = cfg.init;
+  if (so.init.scale <= 0) so.init.scale = sqrtf(1.0f / static_cast<float>(cfg.num_rows));
+  so.seed = o.seed;
+  so.table_id = static_cast<uint64_t>(t);
+  so.name = absl::StrCat(cfg.name, " shard ", shard);
+  so.row_offset = r0;
+  if (c1 - c0 != cfg.dim) {
+    so.init_dim = cfg.dim;
+    so.init_col_begin = c0;
+  }
+  // The table's cache budget is for the whole table: each shard gets its share (rows for
+  // cache_rows, rows x columns for cache_bytes), rounded up.
+  const double row_frac = static_cast<double>(r1 - r0) / static_cast<double>(cfg.num_rows);
+  const double cell_frac = row_frac * static_cast<double>(c1 - c0) / static_cast<double>(cfg.dim);
+  if (st.cache_rows > 0) {
+    so.cache_rows =
+        std::max<int64_t>(1, static_cast<int64_t>(std::ceil(st.cache_rows * row_frac)));
+  } else {
+    so.cache_bytes =
+        std::max<int64_t>(1, static_cast<int64_t>(std::ceil(st.cache_bytes * cell_frac)));
+  }
+  so.policy = st.policy;
+  so.reader_threads = st.reader_threads;
+  so.prefetch = st.prefetch;
+  TESSERA_ASSIGN_OR_RETURN(auto store, TieredRowStore::Open(so));
+  return std::unique_ptr<RowStore>(std::move(store));
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<RowStore>> MakeStore(const EmbeddingCollectionOptions& o, int t,
                                                     int64_t r0, int64_t r1, int64_t c0,
-                                                    int64_t c1) {
+                                                    int64_t c1, int world_rank, int shard) {
   const TableConfig& cfg = o.tables[t];
+  if (cfg.storage.tier == StorageTier::kRocksDb) {
+    return MakeTieredShardStore(o, t, r0, r1, c0, c1, world_rank, shard);
+  }
   InMemoryRowStoreOptions so;
   so.num_rows = r1 - r0;
   so.dim = c1 - c0;
@@ -49,8 +107,6 @@ absl::StatusOr<std::unique_ptr<RowStore>> MakeStore(const EmbeddingCollectionOpt
   }
   return store;
 }
-
-
 
 absl::Status CheckBatch(const Impl& s, const KeyedJagged& batch) {
   const auto& co = s.options.collection;

@@ -169,6 +169,74 @@ TEST(TieredRowStoreTest, LazyInitEqualsInitRow) {
   }
 }
 
+// A shard of a larger table: local row r, column c starts as the full table's row
+// row_offset + r, column init_col_begin + c (default scale resolved by the caller), read
+// through Resolve and ReadRows alike; the offsets are part of the recorded layout.
+TEST(TieredRowStoreTest, RowOffsetAndInitColumnsSliceTheFullTable) {
+  TempDir tmp;
+  constexpr int64_t kFullRows = 5000, kFullDim = 20, kOffset = 1234, kCol = 3;
+  RowInit full_init;  // uniform, default scale of the full table
+  auto o = TierOptions(tmp.Sub("shard"), 16, CachePolicy::kLru);
+  o.num_rows = 100;
+  o.dim = kDim;
+  ASSERT_LE(kCol + kDim, kFullDim);
+  o.init.scale = sqrtf(1.0f / static_cast<float>(kFullRows));
+  o.row_offset = kOffset;
+  o.init_dim = kFullDim;
+  o.init_col_begin = kCol;
+  std::vector<float> full(kFullDim);
+  auto expect_row = [&](const float* got, int64_t local_row) {
+    InitRow(full_init, o.seed, o.table_id, kFullRows, kOffset + local_row, kFullDim,
+            full.data());
+    for (int64_t k = 0; k < kDim; ++k) ASSERT_EQ(got[k], full[kCol + k]) << local_row << " " << k;
+  };
+  {
+    auto store = TieredRowStore::Open(o);
+    ASSERT_TRUE(store.ok()) << store.status();
+    std::vector<int64_t> ids = {0, 7, 99};
+    std::vector<int64_t> slots(ids.size());
+    ASSERT_TRUE((*store)->Resolve(ids, absl::MakeSpan(slots)).ok());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      expect_row((*store)->weights() + slots[i] * kDim, ids[i]);
+    }
+    ASSERT_TRUE((*store)->EndStep().ok());
+    std::vector<float> w(10 * kDim);
+    ASSERT_TRUE((*store)->ReadRows(40, 10, w.data(), nullptr).ok());
+    for (int64_t r = 0; r < 10; ++r) expect_row(w.data() + r * kDim, 40 + r);
+  }
+  // Whole-row offset only (init_dim 0 = dim).
+  auto rows_only = TierOptions(tmp.Sub("rows"), 16, CachePolicy::kLru);
+  rows_only.row_offset = kOffset;
+  {
+    auto store = TieredRowStore::Open(rows_only);
+    ASSERT_TRUE(store.ok()) << store.status();
+    std::vector<float> w(kDim), want(kDim);
+    ASSERT_TRUE((*store)->ReadRows(5, 1, w.data(), nullptr).ok());
+    InitRow(rows_only.init, rows_only.seed, rows_only.table_id, rows_only.num_rows, kOffset + 5,
+            kDim, want.data());
+    EXPECT_EQ(w, want);
+  }
+  // Reopening with another offset would change every lazily initialised row: refused.
+  rows_only.row_offset = kOffset + 1;
+  auto reopened = TieredRowStore::Open(rows_only);
+  ASSERT_FALSE(reopened.ok());
+  EXPECT_NE(reopened.status().message().find("row_offset"), std::string::npos)
+      << reopened.status();
+  // Bad slices are named.
+  auto bad = o;
+  bad.path = tmp.Sub("bad");
+  bad.init_col_begin = kFullDim - kDim + 1;
+  auto st = TieredRowStore::Open(bad);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("not inside init_dim 20"), std::string::npos)
+      << st.status();
+  bad.init_col_begin = 0;
+  bad.row_offset = -1;
+  st = TieredRowStore::Open(bad);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("row_offset -1"), std::string::npos) << st.status();
+}
+
 TEST(TieredRowStoreTest, EvictionWritesBackAndRereads) {
   TempDir tmp;
   auto store_or = TieredRowStore::Open(TierOptions(tmp.Sub("db"), 4, CachePolicy::kLru));
