@@ -6,13 +6,12 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "embedding/internal/batch_check.h"
 
 namespace tessera {
 namespace {
 
-std::string TableLabel(const TableConfig& table, int t) {
-  return table.name.empty() ? absl::StrCat("table #", t) : absl::StrCat("table '", table.name, "'");
-}
+using embedding_internal::TableLabel;
 
 absl::Status ValidateOptions(const EmbeddingCollectionOptions& o) {
   if (o.num_features <= 0) {
@@ -130,46 +129,9 @@ absl::Status EmbeddingCollection::EndPendingStep() {
 
 absl::Status EmbeddingCollection::Forward(const KeyedJagged& batch, float* out) {
   TESSERA_RETURN_IF_ERROR(EndPendingStep());
+  TESSERA_RETURN_IF_ERROR(embedding_internal::ValidateBatch(
+      batch, options_, table_of_feature_, out, "EmbeddingCollection::Forward"));
   const int64_t B = batch.batch_size;
-  if (batch.num_features != options_.num_features || B < 0 ||
-      static_cast<int64_t>(batch.offsets.size()) != batch.num_bags() + 1 ||
-      batch.offsets.front() != 0 ||
-      batch.offsets.back() != static_cast<int64_t>(batch.values.size()) ||
-      (!batch.weights.empty() && batch.weights.size() != batch.values.size())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "EmbeddingCollection::Forward: batch of ", batch.num_features, " features (want ",
-        options_.num_features, "), ", B, " samples, ", batch.offsets.size(), " offsets (want ",
-        batch.num_bags() + 1, ", from 0 to values.size() = ", batch.values.size(), "), ",
-        batch.weights.size(), " weights (want 0 or values.size())"));
-  }
-  if (out == nullptr && B > 0) {
-    return absl::InvalidArgumentError("EmbeddingCollection::Forward: null out");
-  }
-  for (int64_t i = 0; i < batch.num_bags(); ++i) {
-    if (batch.offsets[i + 1] < batch.offsets[i]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("EmbeddingCollection::Forward: offsets decrease at bag ", i, " (feature ",
-                       i / B, " sample ", i % B, ")"));
-    }
-  }
-  // Range-check every id here, where the table, feature and sample can be named; a store's
-  // Resolve then only fails for its own reasons (I/O).
-  for (int f = 0; f < options_.num_features; ++f) {
-    const int t = table_of_feature_[f];
-    const uint64_t rows = static_cast<uint64_t>(options_.tables[t].num_rows);
-    const int64_t fb = batch.feature_begin(f), fe = batch.feature_end(f);
-    bool bad = false;
-    for (int64_t j = fb; j < fe; ++j) bad |= static_cast<uint64_t>(batch.values[j]) >= rows;
-    if (!bad) continue;
-    for (int64_t j = fb; j < fe; ++j) {
-      if (static_cast<uint64_t>(batch.values[j]) < rows) continue;
-      const int64_t* offs = batch.feature_offsets(f);
-      const int64_t sample = std::upper_bound(offs, offs + B + 1, j) - offs - 1;
-      return absl::InvalidArgumentError(absl::StrCat(
-          TableLabel(options_.tables[t], t), ": feature ", f, " sample ", sample, " has id ",
-          batch.values[j], " outside [0, ", options_.tables[t].num_rows, ")"));
-    }
-  }
 
   batch_size_ = B;
   offsets_.assign(batch.offsets.begin(), batch.offsets.end());

@@ -19,15 +19,14 @@
 #include "core/cuda_status_cuda.h"
 #include "core/pinned.h"
 #include "embedding/embedding_collection_cuda.h"
+#include "embedding/internal/batch_check.h"
 #include "embedding/pooled_lookup_cuda.h"
 #include "embedding/row_init.h"
 
 namespace tessera {
 namespace {
 
-std::string Label(const TableConfig& table, int t) {
-  return table.name.empty() ? absl::StrCat("table #", t) : absl::StrCat("table '", table.name, "'");
-}
+using embedding_internal::TableLabel;
 
 int BitWidth(uint64_t x) {
   int b = 0;
@@ -55,7 +54,7 @@ absl::Status ValidateOptions(const EmbeddingCollectionOptions& o) {
   absl::flat_hash_set<std::string> names;
   for (int t = 0; t < static_cast<int>(o.tables.size()); ++t) {
     const TableConfig& table = o.tables[t];
-    const std::string label = Label(table, t);
+    const std::string label = TableLabel(table, t);
     if (table.name.empty()) return absl::InvalidArgumentError(absl::StrCat(label, ": empty name"));
     if (!names.insert(table.name).second) {
       return absl::InvalidArgumentError(absl::StrCat(label, ": name used by two tables"));
@@ -142,7 +141,9 @@ class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
 
   absl::Status Forward(const KeyedJagged& batch, float* out) override {
     pending_ = false;
-    TESSERA_RETURN_IF_ERROR(ValidateBatch(batch, out));
+    // The checks of EmbeddingCollection::Forward, on the host copy of the batch.
+    TESSERA_RETURN_IF_ERROR(embedding_internal::ValidateBatch(
+        batch, options_, table_of_feature_, out, "CudaEmbeddingCollection::Forward"));
     const int64_t B = batch.batch_size;
     const int64_t n_off = static_cast<int64_t>(batch.offsets.size());
     const int64_t n_ids = static_cast<int64_t>(batch.values.size());
@@ -228,7 +229,7 @@ class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
       absl::Status st =
           FusedBackwardUpdateCuda(ctx_, sources_, counts_, table.pooling, slot_bits, args, &ws_);
       if (!st.ok()) {
-        return absl::Status(st.code(), absl::StrCat(Label(table, t), ": ", st.message()));
+        return absl::Status(st.code(), absl::StrCat(TableLabel(table, t), ": ", st.message()));
       }
     }
     return absl::OkStatus();
@@ -279,7 +280,7 @@ class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
     }
     const int64_t rows = options_.tables[t].num_rows;
     if (begin < 0 || count < 0 || begin > rows - count) {
-      return absl::InvalidArgumentError(absl::StrCat(Label(options_.tables[t], t), ": ", what,
+      return absl::InvalidArgumentError(absl::StrCat(TableLabel(options_.tables[t], t), ": ", what,
                                                      " of rows [", begin, ", ", begin + count,
                                                      ") is outside [0, ", rows, ")"));
     }
@@ -292,49 +293,6 @@ class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
     n = std::max<int64_t>(n, 1);
     if (!b->empty() && b->numel() >= n) return absl::OkStatus();
     TESSERA_ASSIGN_OR_RETURN(*b, Buffer::Allocate(Device::kCuda, dtype, {n + n / 2}));
-    return absl::OkStatus();
-  }
-
-  // The checks of EmbeddingCollection::Forward, on the host copy of the batch.
-  absl::Status ValidateBatch(const KeyedJagged& batch, float* out) const {
-    const int64_t B = batch.batch_size;
-    if (batch.num_features != options_.num_features || B < 0 ||
-        static_cast<int64_t>(batch.offsets.size()) != batch.num_bags() + 1 ||
-        batch.offsets.front() != 0 ||
-        batch.offsets.back() != static_cast<int64_t>(batch.values.size()) ||
-        (!batch.weights.empty() && batch.weights.size() != batch.values.size())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "CudaEmbeddingCollection::Forward: batch of ", batch.num_features, " features (want ",
-          options_.num_features, "), ", B, " samples, ", batch.offsets.size(), " offsets (want ",
-          batch.num_bags() + 1, ", from 0 to values.size() = ", batch.values.size(), "), ",
-          batch.weights.size(), " weights (want 0 or values.size())"));
-    }
-    if (out == nullptr && B > 0) {
-      return absl::InvalidArgumentError("CudaEmbeddingCollection::Forward: null out");
-    }
-    for (int64_t i = 0; i < batch.num_bags(); ++i) {
-      if (batch.offsets[i + 1] < batch.offsets[i]) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("CudaEmbeddingCollection::Forward: offsets decrease at bag ", i,
-                         " (feature ", i / B, " sample ", i % B, ")"));
-      }
-    }
-    for (int f = 0; f < options_.num_features; ++f) {
-      const int t = table_of_feature_[f];
-      const uint64_t rows = static_cast<uint64_t>(options_.tables[t].num_rows);
-      const int64_t fb = batch.feature_begin(f), fe = batch.feature_end(f);
-      bool bad = false;
-      for (int64_t j = fb; j < fe; ++j) bad |= static_cast<uint64_t>(batch.values[j]) >= rows;
-      if (!bad) continue;
-      for (int64_t j = fb; j < fe; ++j) {
-        if (static_cast<uint64_t>(batch.values[j]) < rows) continue;
-        const int64_t* offs = batch.feature_offsets(f);
-        const int64_t sample = std::upper_bound(offs, offs + B + 1, j) - offs - 1;
-        return absl::InvalidArgumentError(absl::StrCat(
-            Label(options_.tables[t], t), ": feature ", f, " sample ", sample, " has id ",
-            batch.values[j], " outside [0, ", options_.tables[t].num_rows, ")"));
-      }
-    }
     return absl::OkStatus();
   }
 

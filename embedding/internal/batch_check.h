@@ -1,0 +1,25 @@
+// Checks of a KeyedJagged batch against the tables that will look it up, shared by the CPU and
+// CUDA embedding collections so both reject a bad batch with the same message.
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "core/keyed_jagged.h"
+#include "embedding/embedding_collection.h"
+
+namespace tessera::embedding_internal {
+
+// "table 'name'" (or "table #t" when unnamed), for messages.
+std::string TableLabel(const TableConfig& table, int t);
+
+// InvalidArgument, prefixed with `who` (e.g. "EmbeddingCollection::Forward"), when the batch's
+// shape does not match (feature count, offsets size and range, weights size), `out` is null for
+// a non-empty batch, offsets decrease, or an id is outside its table (naming the table, feature,
+// sample and id). `table_of_feature[f]` is the index in options.tables serving feature f.
+absl::Status ValidateBatch(const KeyedJagged& batch, const EmbeddingCollectionOptions& options,
+                           absl::Span<const int> table_of_feature, const float* out,
+                           const char* who);
+
+}  // namespace tessera::embedding_internal
