@@ -3,64 +3,20 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
-#include "embedding/internal/batch_check.h"
+#include "embedding/internal/collection_checks.h"
 
 namespace tessera {
 namespace {
 
 using embedding_internal::TableLabel;
 
-absl::Status ValidateOptions(const EmbeddingCollectionOptions& o) {
-  if (o.num_features <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("EmbeddingCollection: num_features ", o.num_features, " must be positive"));
-  }
-  std::vector<int> served_by(o.num_features, -1);
-  absl::flat_hash_set<std::string> names;
-  for (int t = 0; t < static_cast<int>(o.tables.size()); ++t) {
-    const TableConfig& table = o.tables[t];
-    const std::string label = TableLabel(table, t);
-    if (table.name.empty()) return absl::InvalidArgumentError(absl::StrCat(label, ": empty name"));
-    if (!names.insert(table.name).second) {
-      return absl::InvalidArgumentError(absl::StrCat(label, ": name used by two tables"));
-    }
-    if (table.num_rows <= 0 || table.dim <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          label, ": num_rows (", table.num_rows, ") and dim (", table.dim, ") must be positive"));
-    }
-    if (table.features.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(label, ": serves no feature"));
-    }
-    for (int f : table.features) {
-      if (f < 0 || f >= o.num_features) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(label, ": feature ", f, " outside [0, ", o.num_features, ")"));
-      }
-      if (served_by[f] >= 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(label, ": feature ", f, " is already served by ",
-                         TableLabel(o.tables[served_by[f]], served_by[f])));
-      }
-      served_by[f] = t;
-    }
-  }
-  for (int f = 0; f < o.num_features; ++f) {
-    if (served_by[f] < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("EmbeddingCollection: feature ", f, " is served by no table"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::Create(
     const EmbeddingCollectionOptions& options, const DeviceContext& ctx) {
-  TESSERA_RETURN_IF_ERROR(ValidateOptions(options));
+  TESSERA_RETURN_IF_ERROR(embedding_internal::ValidateOptions(options, "EmbeddingCollection"));
   std::vector<std::unique_ptr<RowStore>> stores;
   for (int t = 0; t < static_cast<int>(options.tables.size()); ++t) {
     const TableConfig& table = options.tables[t];
@@ -84,7 +40,7 @@ absl::StatusOr<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::Create
 absl::StatusOr<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::CreateWithStores(
     const EmbeddingCollectionOptions& options, std::vector<std::unique_ptr<RowStore>> stores,
     const DeviceContext& ctx) {
-  TESSERA_RETURN_IF_ERROR(ValidateOptions(options));
+  TESSERA_RETURN_IF_ERROR(embedding_internal::ValidateOptions(options, "EmbeddingCollection"));
   if (stores.size() != options.tables.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "EmbeddingCollection: ", stores.size(), " stores for ", options.tables.size(), " tables"));

@@ -12,14 +12,13 @@
 #include <cstring>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "core/buffer.h"
 #include "core/cuda_context.h"
 #include "core/cuda_status_cuda.h"
 #include "core/pinned.h"
 #include "embedding/embedding_collection_cuda.h"
-#include "embedding/internal/batch_check.h"
+#include "embedding/internal/collection_checks.h"
 #include "embedding/pooled_lookup_cuda.h"
 #include "embedding/row_init.h"
 
@@ -43,45 +42,6 @@ __global__ void InitTableKernel(RowInit init, uint64_t seed, uint64_t table_id, 
     InitRow(init, seed, table_id, rows, r, dim, weights + r * dim);
     for (int64_t k = 0; k < state_dim; ++k) state[r * state_dim + k] = state_init;
   }
-}
-
-absl::Status ValidateOptions(const EmbeddingCollectionOptions& o) {
-  if (o.num_features <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("CudaEmbeddingCollection: num_features ",
-                                                   o.num_features, " must be positive"));
-  }
-  std::vector<int> served_by(o.num_features, -1);
-  absl::flat_hash_set<std::string> names;
-  for (int t = 0; t < static_cast<int>(o.tables.size()); ++t) {
-    const TableConfig& table = o.tables[t];
-    const std::string label = TableLabel(table, t);
-    if (table.name.empty()) return absl::InvalidArgumentError(absl::StrCat(label, ": empty name"));
-    if (!names.insert(table.name).second) {
-      return absl::InvalidArgumentError(absl::StrCat(label, ": name used by two tables"));
-    }
-    if (table.num_rows <= 0 || table.dim <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          label, ": num_rows (", table.num_rows, ") and dim (", table.dim, ") must be positive"));
-    }
-    if (table.features.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(label, ": serves no feature"));
-    }
-    for (int f : table.features) {
-      if (f < 0 || f >= o.num_features || served_by[f] >= 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(label, ": feature ", f,
-                         f < 0 || f >= o.num_features ? " out of range" : " served twice"));
-      }
-      served_by[f] = t;
-    }
-  }
-  for (int f = 0; f < o.num_features; ++f) {
-    if (served_by[f] < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("CudaEmbeddingCollection: feature ", f, " is served by no table"));
-    }
-  }
-  return absl::OkStatus();
 }
 
 class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
@@ -318,7 +278,7 @@ class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
 
 absl::StatusOr<std::unique_ptr<CudaEmbeddingCollection>> CreateCudaEmbeddingCollection(
     const EmbeddingCollectionOptions& options, const DeviceContext& ctx) {
-  TESSERA_RETURN_IF_ERROR(ValidateOptions(options));
+  TESSERA_RETURN_IF_ERROR(embedding_internal::ValidateOptions(options, "CudaEmbeddingCollection"));
   if (!ctx.is_cuda() || ctx.compute_stream == nullptr) {
     return absl::InvalidArgumentError(
         "CreateCudaEmbeddingCollection: needs a CUDA DeviceContext (CudaContext::context())");

@@ -1,14 +1,59 @@
-#include "embedding/internal/batch_check.h"
+#include "embedding/internal/collection_checks.h"
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 
 namespace tessera::embedding_internal {
 
 std::string TableLabel(const TableConfig& table, int t) {
   return table.name.empty() ? absl::StrCat("table #", t) : absl::StrCat("table '", table.name, "'");
+}
+
+absl::Status ValidateOptions(const EmbeddingCollectionOptions& o, const char* who) {
+  if (o.num_features <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, ": num_features ", o.num_features, " must be positive"));
+  }
+  std::vector<int> served_by(o.num_features, -1);
+  absl::flat_hash_set<std::string> names;
+  for (int t = 0; t < static_cast<int>(o.tables.size()); ++t) {
+    const TableConfig& table = o.tables[t];
+    const std::string label = TableLabel(table, t);
+    if (table.name.empty()) return absl::InvalidArgumentError(absl::StrCat(label, ": empty name"));
+    if (!names.insert(table.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat(label, ": name used by two tables"));
+    }
+    if (table.num_rows <= 0 || table.dim <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          label, ": num_rows (", table.num_rows, ") and dim (", table.dim, ") must be positive"));
+    }
+    if (table.features.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(label, ": serves no feature"));
+    }
+    for (int f : table.features) {
+      if (f < 0 || f >= o.num_features) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(label, ": feature ", f, " outside [0, ", o.num_features, ")"));
+      }
+      if (served_by[f] >= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(label, ": feature ", f, " is already served by ",
+                         TableLabel(o.tables[served_by[f]], served_by[f])));
+      }
+      served_by[f] = t;
+    }
+  }
+  for (int f = 0; f < o.num_features; ++f) {
+    if (served_by[f] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(who, ": feature ", f, " is served by no table"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ValidateBatch(const KeyedJagged& batch, const EmbeddingCollectionOptions& options,

@@ -1,5 +1,5 @@
-// Checks of a KeyedJagged batch against the tables that will look it up, shared by the CPU and
-// CUDA embedding collections so both reject a bad batch with the same message.
+// Checks shared by the CPU and CUDA embedding collections, so both reject bad options and bad
+// batches with the same messages.
 #pragma once
 
 #include <string>
@@ -13,6 +13,11 @@ namespace tessera::embedding_internal {
 
 // "table 'name'" (or "table #t" when unnamed), for messages.
 std::string TableLabel(const TableConfig& table, int t);
+
+// InvalidArgument, prefixed with `who` (e.g. "EmbeddingCollection") or naming the table, when a
+// table has no or a duplicate name, a non-positive size or no feature, or a feature in
+// [0, num_features) is served by no table or by two.
+absl::Status ValidateOptions(const EmbeddingCollectionOptions& options, const char* who);
 
 // InvalidArgument, prefixed with `who` (e.g. "EmbeddingCollection::Forward"), when the batch's
 // shape does not match (feature count, offsets size and range, weights size), `out` is null for
