@@ -113,7 +113,7 @@ RESERVE=60 stage cuda_linear_bench 30 "$BUILD/bin/cuda_linear_bench" --benchmark
 RESERVE=35 stage tessera_bench_gpu 35 "$BUILD/bin/tessera-bench" --config configs/bench/kaggle.yaml \
   --set device=cuda --set data.batch_size="$BATCH" --steps 50 --warmup 10 \
   --json "$OUT_DIR/tessera_bench_gpu.json"
-RESERVE=5 stage pytorch_gpu 45 sh -c "python3 bench/gpu_pytorch_dlrm.py --preset kaggle \
+RESERVE=5 stage pytorch_gpu 45 sh -c "python3 bench/pytorch_dlrm.py --device cuda --preset kaggle \
   --batch $BATCH --steps 50 --warmup 10 > '$OUT_DIR/pytorch_gpu.json'"
 
 # ---- 5. table ---------------------------------------------------------------------------------

@@ -9,6 +9,9 @@ Zipf(exponent) over each table's rows, so only the training step is timed, as in
 
 Run with Debian's python3-torch (`apt-get install python3-torch`):
   /usr/bin/python3 bench/pytorch_dlrm.py --preset small --threads 1
+On a GPU (bench/gpu_check.sh's eager baseline) batches are copied to the device before timing
+and each step ends with loss.item(), which waits for the GPU:
+  python3 bench/pytorch_dlrm.py --device cuda --preset kaggle --batch 16384 --steps 50
 """
 import argparse
 import json
@@ -52,7 +55,9 @@ class DLRM(nn.Module):
             [nn.EmbeddingBag(r, dim, mode="sum", sparse=True) for r in rows])
         self.bottom_mlp = mlp([num_dense] + bottom, relu_last=True)
         f = len(rows) + 1
-        self.li, self.lj = torch.tril_indices(f, f, offset=-1)
+        li, lj = torch.tril_indices(f, f, offset=-1)
+        self.register_buffer("li", li, persistent=False)  # moves with .to(device)
+        self.register_buffer("lj", lj, persistent=False)
         self.top_mlp = mlp([dim + f * (f - 1) // 2] + top, relu_last=False)
 
     def forward(self, dense, indices, offsets):
@@ -77,6 +82,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--preset", choices=PRESETS, default="small")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--batch", type=int, default=0, help="override the preset's batch size")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--batches", type=int, default=8)
@@ -85,18 +92,19 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     p = PRESETS[args.preset]
+    dev = torch.device(args.device)
     rng = np.random.default_rng(1)
-    b = p["batch"]
+    b = args.batch or p["batch"]
     batches = []
     for _ in range(args.batches):
         dense = torch.from_numpy(np.log1p(rng.exponential(3.0, (b, 13))).astype(np.float32))
         idx, off = [], []
         for r, k in zip(p["rows"], p["pooling"]):
-            idx.append(torch.from_numpy(zipf_ids(rng, r, b * k, args.zipf)).long())
-            off.append(torch.arange(0, b * k, k, dtype=torch.long))
-        labels = torch.from_numpy((rng.random(b) < 0.25).astype(np.float32))
-        batches.append((dense, idx, off, labels))
-    model = DLRM(p["rows"], p["dim"], p["bottom"], p["top"])
+            idx.append(torch.from_numpy(zipf_ids(rng, r, b * k, args.zipf)).long().to(dev))
+            off.append(torch.arange(0, b * k, k, dtype=torch.long, device=dev))
+        labels = torch.from_numpy((rng.random(b) < 0.25).astype(np.float32)).to(dev)
+        batches.append((dense.to(dev), idx, off, labels))
+    model = DLRM(p["rows"], p["dim"], p["bottom"], p["top"]).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
     loss_fn = nn.BCEWithLogitsLoss()
 
@@ -114,10 +122,11 @@ def main():
     for i in range(args.steps):
         loss = step(args.warmup + i)
     secs = time.perf_counter() - t0
-    out = {"name": "pytorch-" + args.preset, "threads": args.threads, "batch_size": b,
-           "steps": args.steps, "samples_per_sec": args.steps * b / secs,
+    out = {"name": "pytorch-" + args.preset, "device": str(dev), "threads": args.threads,
+           "batch_size": b, "steps": args.steps, "samples_per_sec": args.steps * b / secs,
            "ms_per_step": 1e3 * secs / args.steps, "final_loss": loss,
-           "torch": torch.__version__}
+           "torch": torch.__version__,
+           "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else ""}
     print(json.dumps(out))
 
 
