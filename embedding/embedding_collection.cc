@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/parallel.h"
 #include "core/status.h"
 #include "embedding/internal/collection_checks.h"
 
@@ -79,7 +80,29 @@ absl::StatusOr<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::Create
 absl::Status EmbeddingCollection::EndPendingStep() {
   if (!pending_step_) return absl::OkStatus();
   pending_step_ = false;
-  for (auto& store : stores_) TESSERA_RETURN_IF_ERROR(store->EndStep());
+  return ForEachTable([this](int t) { return stores_[t]->EndStep(); });
+}
+
+absl::Status EmbeddingCollection::ForEachTable(const std::function<absl::Status(int)>& fn) {
+  const int n = num_tables();
+  // Tables run concurrently only when a store does real work per call (the tier's Resolve,
+  // Prefetch and EndStep: hash lookups, evictions, staging, write-back): the stores are
+  // independent objects, and running them side by side keeps both cores busy instead of one
+  // thread working while the other spins. In-memory stores stay on the calling thread.
+  bool any_tiered = false;
+  for (const auto& store : stores_) {
+    any_tiered = any_tiered || dynamic_cast<const TieredRowStore*>(store.get()) != nullptr;
+  }
+  table_status_.assign(n, absl::OkStatus());
+  if (!any_tiered || n == 1) {
+    for (int t = 0; t < n; ++t) TESSERA_RETURN_IF_ERROR(fn(t));
+    return absl::OkStatus();
+  }
+  ParallelFor(n, 1, [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) table_status_[t] = fn(static_cast<int>(t));
+  });
+  // The first failing table, in table order (the same error whatever the thread count).
+  for (const absl::Status& st : table_status_) TESSERA_RETURN_IF_ERROR(st);
   return absl::OkStatus();
 }
 
@@ -94,30 +117,38 @@ absl::Status EmbeddingCollection::Forward(const KeyedJagged& batch, float* out) 
   id_weights_.assign(batch.weights.begin(), batch.weights.end());
   slots_.resize(batch.values.size());
   pending_step_ = true;
-  for (int t = 0; t < num_tables(); ++t) {
+  table_ids_.resize(num_tables());
+  table_slots_.resize(num_tables());
+  // One Resolve per table and step: a tiered store may move rows between Resolve calls.
+  TESSERA_RETURN_IF_ERROR(ForEachTable([&](int t) -> absl::Status {
     const TableConfig& table = options_.tables[t];
     RowStore& store = *stores_[t];
-    // One Resolve per table and step: a tiered store may move rows between Resolve calls.
     if (table.features.size() == 1) {
       const int f = table.features[0];
       const int64_t fb = batch.feature_begin(f), n = batch.feature_end(f) - fb;
-      TESSERA_RETURN_IF_ERROR(store.Resolve(absl::MakeConstSpan(batch.values.data() + fb, n),
-                                            absl::MakeSpan(slots_.data() + fb, n)));
-    } else {
-      table_ids_.clear();
-      for (int f : table.features) {
-        table_ids_.insert(table_ids_.end(), batch.values.begin() + batch.feature_begin(f),
-                          batch.values.begin() + batch.feature_end(f));
-      }
-      table_slots_.resize(table_ids_.size());
-      TESSERA_RETURN_IF_ERROR(store.Resolve(table_ids_, absl::MakeSpan(table_slots_)));
-      int64_t k = 0;
-      for (int f : table.features) {
-        for (int64_t j = batch.feature_begin(f); j < batch.feature_end(f); ++j) {
-          slots_[j] = table_slots_[k++];
-        }
+      return store.Resolve(absl::MakeConstSpan(batch.values.data() + fb, n),
+                           absl::MakeSpan(slots_.data() + fb, n));
+    }
+    std::vector<int64_t>& ids = table_ids_[t];
+    std::vector<int64_t>& table_slots = table_slots_[t];
+    ids.clear();
+    for (int f : table.features) {
+      ids.insert(ids.end(), batch.values.begin() + batch.feature_begin(f),
+                 batch.values.begin() + batch.feature_end(f));
+    }
+    table_slots.resize(ids.size());
+    TESSERA_RETURN_IF_ERROR(store.Resolve(ids, absl::MakeSpan(table_slots)));
+    int64_t k = 0;
+    for (int f : table.features) {
+      for (int64_t j = batch.feature_begin(f); j < batch.feature_end(f); ++j) {
+        slots_[j] = table_slots[k++];
       }
     }
+    return absl::OkStatus();
+  }));
+  for (int t = 0; t < num_tables(); ++t) {
+    const TableConfig& table = options_.tables[t];
+    RowStore& store = *stores_[t];
     for (int f : table.features) {
       PooledLookupArgs args;
       args.weights = store.weights();
@@ -141,21 +172,24 @@ void EmbeddingCollection::Prefetch(const KeyedJagged& next) {
       next.offsets.back() != static_cast<int64_t>(next.values.size())) {
     return;
   }
-  for (int t = 0; t < num_tables(); ++t) {
+  prefetch_ids_.resize(num_tables());
+  ForEachTable([&](int t) {
     const TableConfig& table = options_.tables[t];
     if (table.features.size() == 1) {
       const int f = table.features[0];
       const int64_t fb = next.feature_begin(f);
       stores_[t]->Prefetch(absl::MakeConstSpan(next.values.data() + fb, next.feature_end(f) - fb));
-      continue;
+      return absl::OkStatus();
     }
-    prefetch_ids_.clear();
+    std::vector<int64_t>& ids = prefetch_ids_[t];
+    ids.clear();
     for (int f : table.features) {
-      prefetch_ids_.insert(prefetch_ids_.end(), next.values.begin() + next.feature_begin(f),
-                           next.values.begin() + next.feature_end(f));
+      ids.insert(ids.end(), next.values.begin() + next.feature_begin(f),
+                 next.values.begin() + next.feature_end(f));
     }
-    stores_[t]->Prefetch(prefetch_ids_);
-  }
+    stores_[t]->Prefetch(ids);
+    return absl::OkStatus();
+  }).IgnoreError();
 }
 
 absl::Status EmbeddingCollection::BackwardUpdate(const float* d_out, float lr, int64_t step) {

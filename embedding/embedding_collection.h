@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -104,6 +105,9 @@ class EmbeddingCollection {
  private:
   EmbeddingCollection() = default;
   absl::Status EndPendingStep();
+  // Runs fn(t) for every table (concurrently across tables when some store is tiered) and
+  // returns the first error in table order.
+  absl::Status ForEachTable(const std::function<absl::Status(int)>& fn);
 
   EmbeddingCollectionOptions options_;
   DeviceContext ctx_;
@@ -119,9 +123,11 @@ class EmbeddingCollection {
   std::vector<float> id_weights_;
   std::vector<int64_t> slots_;
   // Scratch reused every step (grown only).
-  std::vector<int64_t> table_ids_;
-  std::vector<int64_t> table_slots_;
-  std::vector<int64_t> prefetch_ids_;
+  // Per table: the ids of a table with several features, and their slots.
+  std::vector<std::vector<int64_t>> table_ids_;
+  std::vector<std::vector<int64_t>> table_slots_;
+  std::vector<std::vector<int64_t>> prefetch_ids_;
+  std::vector<absl::Status> table_status_;
   std::vector<BagGradients> sources_;
   EmbeddingWorkspace ws_;
 };

@@ -254,6 +254,10 @@ void TieredRowStoreImpl::DropOldestBatch() {
     auto it = staged_.find(row);
     if (it != staged_.end() && it->second.batch == batch.get()) staged_.erase(it);
   }
+  // Keep its buffers for the next Prefetch: a batch's values (~100s of KiB) would otherwise be
+  // mmapped, faulted in and unmapped every step. The prefetch thread may still hold its
+  // reference for a moment after `done`; such a batch is simply freed.
+  if (batch.use_count() == 1 && spare_batch_ == nullptr) spare_batch_ = std::move(batch);
 }
 
 void TieredRowStoreImpl::DropAllStaged() {
@@ -263,7 +267,14 @@ void TieredRowStoreImpl::DropAllStaged() {
 
 void TieredRowStoreImpl::Prefetch(absl::Span<const int64_t> ids) {
   if (!options_.prefetch || !broken_.ok()) return;
-  auto batch = std::make_shared<PrefetchBatch>();
+  std::shared_ptr<PrefetchBatch> batch = std::move(spare_batch_);
+  if (batch == nullptr) {
+    batch = std::make_shared<PrefetchBatch>();
+  } else {
+    batch->rows.clear();
+    batch->status = absl::OkStatus();
+    batch->done = false;
+  }
   for (int64_t id : ids) {
     // Bad ids are Resolve's to report; resident, pending and staged rows need no read.
     if (id < 0 || id >= options_.num_rows) continue;
@@ -275,8 +286,11 @@ void TieredRowStoreImpl::Prefetch(absl::Span<const int64_t> ids) {
   }
   std::sort(batch->rows.begin(), batch->rows.end());
   batch->rows.erase(std::unique(batch->rows.begin(), batch->rows.end()), batch->rows.end());
-  if (batch->rows.empty()) return;
-  batch->values.resize(batch->rows.size() * row_floats_);
+  if (batch->rows.empty()) {
+    spare_batch_ = std::move(batch);
+    return;
+  }
+  batch->values.resize(batch->rows.size() * row_floats_);  // every found row is overwritten
   batch->found.assign(batch->rows.size(), 0);
   for (size_t i = 0; i < batch->rows.size(); ++i) {
     staged_[batch->rows[i]] = Staged{batch.get(), static_cast<int64_t>(i)};

@@ -43,6 +43,8 @@ absl::Status CheckLayout(const std::string& path, const std::string& stored,
 rocksdb::Options RowDbOptions(const TieredRowStoreOptions& options);
 rocksdb::WriteOptions RowWriteOptions();
 rocksdb::ReadOptions RowReadOptions();
+// For iterators (range scans): total order, whatever the prefix extractor.
+rocksdb::ReadOptions RowScanOptions();
 
 // Converts a RocksDB failure into an absl::Status whose message names `what` and `path`.
 absl::Status FromRocks(const rocksdb::Status& s, const std::string& what, const std::string& path);

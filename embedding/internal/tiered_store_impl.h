@@ -65,8 +65,6 @@ struct WriteBack {
 };
 
 // Reorders `wb` by row (index follows).
-
-// Reorders `wb` by row (index follows).
 void SortWriteBack(WriteBack* wb, int64_t row_floats);
 
 class TieredRowStoreImpl final : public TieredRowStore {
@@ -225,6 +223,7 @@ class TieredRowStoreImpl final : public TieredRowStore {
   };
   absl::flat_hash_map<int64_t, Staged> staged_;
   std::deque<std::shared_ptr<PrefetchBatch>> live_batches_;
+  std::shared_ptr<PrefetchBatch> spare_batch_;  // a dropped batch, reused for its buffers
   std::mutex prefetch_mu_;
   std::condition_variable prefetch_cv_;       // new work or stop
   std::condition_variable prefetch_done_cv_;  // a batch finished

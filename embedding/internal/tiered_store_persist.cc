@@ -117,7 +117,7 @@ absl::Status TieredRowStoreImpl::ReadRows(int64_t begin, int64_t count, float* w
   EncodeRowKey(options_.table_id, begin, lo);
   EncodeRowKey(options_.table_id, begin + count, hi);
   rocksdb::Slice upper(hi, kRowKeyBytes);
-  rocksdb::ReadOptions ro;
+  rocksdb::ReadOptions ro = internal::RowScanOptions();
   ro.iterate_upper_bound = &upper;
   // An export scan would evict the hot blocks of training reads from the block cache.
   ro.fill_cache = false;
