@@ -44,6 +44,10 @@
 #include "embedding/row_init.h"
 #include "embedding/row_store.h"
 
+namespace rocksdb {
+class Env;
+}  // namespace rocksdb
+
 namespace tessera {
 
 enum class CachePolicy {
@@ -122,6 +126,10 @@ struct TieredRowStoreOptions {
   // O_DIRECT reads (bypass the OS page cache). Default: false (the page cache is ~10× faster
   // than the disk here when the database fits).
   bool use_direct_reads = false;
+  // For tests (fault injection): the Env RocksDB does its file I/O through, e.g. one made by
+  // rocksdb::NewCompositeEnv over a FileSystemWrapper that fails writes. Not owned; must
+  // outlive the store. Not a config field. Default: nullptr (rocksdb::Env::Default()).
+  rocksdb::Env* env = nullptr;
 };
 
 // Counters since Open (or since ResetMetrics). Cumulative; callers difference them per step.

@@ -44,13 +44,23 @@ absl::Status TieredRowStoreImpl::Flush() {
       std::memcpy(dst + options_.dim, SlotState(slots[i]), options_.state_dim * sizeof(float));
     }
     std::vector<int64_t> chunk_rows(rows.begin() + b, rows.begin() + e);
-    TESSERA_RETURN_IF_ERROR(WriteValues(chunk_rows, values.data(), &m_.write_seconds));
+    absl::Status s = WriteValues(chunk_rows, values.data(), &m_.write_seconds);
+    if (!s.ok()) {
+      broken_ = s;
+      return s;
+    }
     m_.rows_written += static_cast<int64_t>(chunk_rows.size());
     for (size_t i = b; i < e; ++i) cache_.set_dirty(slots[i], false);
   }
   rocksdb::FlushOptions fo;
   fo.wait = true;
-  return FromRocks(db_->Flush(fo), "flushing memtables", options_.path);
+  absl::Status s = FromRocks(db_->Flush(fo), "flushing memtables", options_.path);
+  // A failed write or memtable flush (a full disk: RocksDB then stops accepting writes until
+  // resumed) makes the store fail every later call, also once space is back: a step would
+  // otherwise report success while its write-back fails in the background. The way back is
+  // Restore from the last checkpoint.
+  if (!s.ok()) broken_ = s;
+  return s;
 }
 
 absl::Status TieredRowStoreImpl::Checkpoint(const std::string& dir) {
@@ -211,7 +221,12 @@ absl::Status TieredRowStoreImpl::WriteRows(int64_t begin, int64_t count, const f
       broken_ = ws;
       return ws;
     }
-    TESSERA_RETURN_IF_ERROR(WriteValues(rows, values.data(), &m_.write_seconds));
+    absl::Status s = WriteValues(rows, values.data(), &m_.write_seconds);
+    if (!s.ok()) {
+      // Cached rows already hold the new values, uncached ones may be half written.
+      broken_ = s;
+      return s;
+    }
     m_.rows_written += static_cast<int64_t>(rows.size());
   }
   return absl::OkStatus();
