@@ -267,17 +267,41 @@ absl::StatusOr<std::unique_ptr<rocksdb::DB>> OpenRowDb(const TieredRowStoreOptio
       return absl::InvalidArgumentError(absl::StrCat(
           "RocksDB tier at ", o.path, " holds data without a tessera layout record"));
     }
-    // The layout record goes through the WAL-less path too, so flush it at once: a database
-    // must never hold rows without the record that says how to read them.
+    // The layout record goes through the WAL-less path too, so it is flushed (below) before any
+    // row is written: a database must never hold rows without the record that says how to read
+    // them.
     TESSERA_RETURN_IF_ERROR(FromRocks(db->Put(RowWriteOptions(), kLayoutKey, expected),
                                       "writing the layout record", o.path));
-    TESSERA_RETURN_IF_ERROR(
-        FromRocks(db->Flush(rocksdb::FlushOptions()), "flushing the layout record", o.path));
-    return db;
+  } else {
+    TESSERA_RETURN_IF_ERROR(FromRocks(s, "reading the layout record", o.path));
+    TESSERA_RETURN_IF_ERROR(CheckLayout(o.path, stored, expected));
+    // A restored checkpoint holds the open record (it was taken while open) but is consistent.
+    std::string open_record;
+    s = db->Get(rocksdb::ReadOptions(), kOpenKey, &open_record);
+    if (s.ok() && o.restore_from.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "RocksDB tier at ", o.path, " was not closed cleanly (the process died, or a write "
+          "failed, e.g. on a full disk): with the write-ahead log off its rows may mix several "
+          "steps, so it is not reopened as it is. Restore it from a checkpoint (restore_from) "
+          "or start over (discard_existing)."));
+    }
+    if (!s.IsNotFound()) TESSERA_RETURN_IF_ERROR(FromRocks(s, "reading the open record", o.path));
   }
-  TESSERA_RETURN_IF_ERROR(FromRocks(s, "reading the layout record", o.path));
-  TESSERA_RETURN_IF_ERROR(CheckLayout(o.path, stored, expected));
+  // Flushed before any row is written: rows on disk always come with the open record until a
+  // clean close deletes it.
+  TESSERA_RETURN_IF_ERROR(FromRocks(db->Put(RowWriteOptions(), kOpenKey, "1"),
+                                    "writing the open record", o.path));
+  TESSERA_RETURN_IF_ERROR(
+      FromRocks(db->Flush(rocksdb::FlushOptions()), "flushing the open record", o.path));
   return db;
+}
+
+absl::Status MarkClosedCleanly(rocksdb::DB* db, const std::string& path) {
+  TESSERA_RETURN_IF_ERROR(
+      FromRocks(db->Delete(RowWriteOptions(), kOpenKey), "deleting the open record", path));
+  rocksdb::FlushOptions fo;
+  fo.wait = true;
+  return FromRocks(db->Flush(fo), "flushing the open record", path);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -39,6 +39,14 @@ std::string LayoutRecord(const TieredRowStoreOptions& options);
 absl::Status CheckLayout(const std::string& path, const std::string& stored,
                          const std::string& expected);
 
+// The key of the open record (not 16 bytes long either): written and flushed when a store opens
+// the database, deleted and flushed by a clean close (MarkClosedCleanly). With the WAL off, a
+// database still holding it was left by a process that died or by a close whose flush failed
+// (a full disk): its rows may mix several steps, so OpenRowDb refuses to reopen it as it is.
+inline constexpr const char* kOpenKey = "tessera.open";
+// Deletes the open record and flushes; call after the store's last successful Flush.
+absl::Status MarkClosedCleanly(rocksdb::DB* db, const std::string& path);
+
 // RocksDB options for this access pattern (reasons in the .cc and docs/TIER.md).
 rocksdb::Options RowDbOptions(const TieredRowStoreOptions& options);
 rocksdb::WriteOptions RowWriteOptions();
@@ -50,8 +58,10 @@ rocksdb::ReadOptions RowScanOptions();
 absl::Status FromRocks(const rocksdb::Status& s, const std::string& what, const std::string& path);
 
 // Creates `path` if needed (error naming the path when it cannot be created or written),
-// restores `options.restore_from` into it when set, opens the database and checks or writes the
-// layout record.
+// restores `options.restore_from` into it when set, opens the database, checks or writes the
+// layout record and writes the open record. A database at `path` that was not closed cleanly
+// (open record present; restore_from empty) is FailedPrecondition naming the path: restore it
+// from a checkpoint or discard it.
 absl::StatusOr<std::unique_ptr<rocksdb::DB>> OpenRowDb(const TieredRowStoreOptions& options);
 
 // Destroys the RocksDB database at `path` (nothing to do when absent or an empty directory);

@@ -100,9 +100,14 @@ class TieredRowStoreImpl final : public TieredRowStore {
       prefetch_cv_.notify_all();
       prefetch_thread_.join();
     }
-    if (broken_.ok() && allocated()) {
-      cache_.UnpinAll(/*mark_dirty=*/true);
-      absl::Status s = Flush();
+    if (broken_.ok()) {
+      absl::Status s;
+      if (allocated()) {
+        cache_.UnpinAll(/*mark_dirty=*/true);
+        s = Flush();
+      }
+      // Only a close that wrote everything lets the next Open trust the working database.
+      if (s.ok()) s = MarkClosedCleanly(db_.get(), options_.path);
       if (!s.ok()) {
         TESSERA_LOG(ERROR) << "closing " << label_ << ": " << s.ToString();
       }

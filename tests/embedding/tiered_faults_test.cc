@@ -304,6 +304,12 @@ TEST(TieredFaultsTest, DiskFullWhileTrainingFailsAndStaysFailed) {
   }
   store->reset();
 
+  // The working database, reopened as it is, is refused: it was not closed cleanly.
+  absl::Status reopen = TieredRowStore::Open(Options(path, nullptr)).status();
+  EXPECT_EQ(reopen.code(), absl::StatusCode::kFailedPrecondition) << reopen;
+  EXPECT_NE(reopen.message().find(path), std::string::npos) << reopen;
+  EXPECT_NE(reopen.message().find("not closed cleanly"), std::string::npos) << reopen;
+
   EXPECT_EQ(DirContents(tmp.Sub("ckpt")), ckpt_files);
   ExpectRestores(tmp.Sub("ckpt"), tmp.Sub("restored"), ref_w, ref_s);
   // The documented recovery of the working path itself: restore it from the checkpoint, then
@@ -400,6 +406,67 @@ TEST(TieredFaultsTest, CheckpointIntoFullDiskLeavesNoCheckpoint) {
   ExpectRestores(dir, tmp.Sub("restored30"), want_w, want_s);
   std::vector<float> want20_s, want20_w = ReferenceRows(ids, 20, o, &want20_s);
   ExpectRestores(tmp.Sub("ckpt20"), tmp.Sub("restored20"), want20_w, want20_s);
+}
+
+// Reopening the working database: after a clean close it holds exactly the rows of the last
+// step; after a close whose flush hit a full disk it is refused (its rows on disk are some
+// mixture of steps), naming the path, until restored from a checkpoint or discarded.
+TEST(TieredFaultsTest, ReopenTrustsOnlyACleanClose) {
+  TempDir tmp;
+  FaultEnv fe;
+  auto ids = IdStream(20);
+  const std::string path = tmp.Sub("db");
+  auto o = Options(path, fe.env.get());
+  o.write_buffer_bytes = 8 << 20;  // the last steps' rows are only in memory until the close
+  std::vector<float> s10, w10 = ReferenceRows(ids, 10, o, &s10);
+  {
+    auto store = TieredRowStore::Open(o);
+    ASSERT_TRUE(store.ok()) << store.status();
+    Train(store->get(), ids, 0, 10);
+  }
+  {
+    auto store = TieredRowStore::Open(o);
+    ASSERT_TRUE(store.ok()) << store.status();
+    std::vector<float> s;
+    EXPECT_TRUE(BitEqual(AllRows(store->get(), &s), w10));
+    EXPECT_TRUE(BitEqual(s, s10));
+    ASSERT_TRUE((*store)->Checkpoint(tmp.Sub("ckpt10")).ok());
+    Train(store->get(), ids, 10, 20);
+    fe.fs->Fill(0);  // the close's flush fails (and is logged)
+  }
+  fe.fs->Free();
+  absl::Status st = TieredRowStore::Open(o).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_NE(st.message().find(path), std::string::npos) << st;
+  EXPECT_NE(st.message().find("restore_from"), std::string::npos) << st;
+  // Refusing changed nothing: the documented ways out both work.
+  auto restored = o;
+  restored.restore_from = tmp.Sub("ckpt10");
+  {
+    auto store = TieredRowStore::Open(restored);
+    ASSERT_TRUE(store.ok()) << store.status();
+    std::vector<float> s;
+    EXPECT_TRUE(BitEqual(AllRows(store->get(), &s), w10));
+    EXPECT_TRUE(BitEqual(s, s10));
+  }
+  std::vector<float> s0, w0 = ReferenceRows(ids, 0, o, &s0);
+  {
+    auto store = TieredRowStore::Open(o);  // closed cleanly after the restore
+    ASSERT_TRUE(store.ok()) << store.status();
+    std::vector<float> s;
+    EXPECT_TRUE(BitEqual(AllRows(store->get(), &s), w10));
+    Train(store->get(), ids, 10, 12);
+    fe.fs->Fill(0);
+  }
+  fe.fs->Free();
+  EXPECT_FALSE(TieredRowStore::Open(o).ok());
+  auto discarded = o;
+  discarded.discard_existing = true;
+  auto store = TieredRowStore::Open(discarded);
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::vector<float> s;
+  EXPECT_TRUE(BitEqual(AllRows(store->get(), &s), w0));
+  EXPECT_TRUE(BitEqual(s, s0));
 }
 
 }  // namespace
