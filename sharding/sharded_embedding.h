@@ -157,6 +157,47 @@ class ShardedEmbeddingCollection {
   absl::Status WriteTable(int t, int64_t row_begin, int64_t count, const float* weights,
                           const float* state = nullptr);
 
+  // Checkpoint support (trainer/checkpoint.cc; sharding/sharded_embedding_checkpoint.cc). None
+  // of these is collective: each rank saves and restores its own part.
+  //
+  // One shard this rank owns: rows [rect.row_begin, rect.row_end) x columns [rect.col_begin,
+  // rect.col_end) of `table`, as local rows [0, rect.num_rows()) of `store`, rect.num_cols()
+  // wide (a TieredRowStore for a RocksDB-tier table).
+  struct LocalShardRef {
+    int table = 0;
+    int shard = 0;  // index in plan().tables[table].shards (the k of rank<r>-shard<k>)
+    Shard rect;
+    RowStore* store = nullptr;
+  };
+  // This rank's shards, in (table, shard) order.
+  std::vector<LocalShardRef> local_shards();
+  // The replica of data-parallel table t on this rank (full table), or nullptr when t is sharded.
+  RowStore* data_parallel_store(int t);
+  // Average mode's state between syncs of local shard i (local_shards() order): the rows updated
+  // since the last sync (increasing local rows), and the delayed optimizer-state average (rows,
+  // their averaged state and this replica's snapshot at that sync, state_dim floats per row).
+  // Empty in exact mode.
+  struct ReplicaSyncState {
+    std::vector<int64_t> touched, pending_rows;
+    std::vector<float> pending_avg, pending_snapshot;
+  };
+  ReplicaSyncState replica_sync_state(int i) const;
+  // InvalidArgument when the sizes do not fit the shard (rows outside it, state arrays not
+  // pending_rows.size() * state_dim).
+  absl::Status set_replica_sync_state(int i, ReplicaSyncState state);
+  // BackwardUpdate calls since Create: average mode syncs when it reaches a multiple of
+  // sync_every.
+  int64_t sync_clock() const;
+  void set_sync_clock(int64_t updates);
+  const ShardedEmbeddingOptions& options() const;
+  // The world (every rank), and this rank's place in the grid: sharding group index (0 .. M-1),
+  // shard rank (0 .. N-1), M and N.
+  Communicator& world();
+  int group_index() const;
+  int shard_rank() const;
+  int num_groups() const;
+  int group_size() const;
+
   // Optional: accumulate per-phase seconds (input_dist, lookup, output_dist, backward_dist,
   // aggregate, replica_sync, update) into `times`; nullptr turns it off. Not owned.
   void set_phase_times(PhaseTimes* times);
