@@ -77,10 +77,12 @@ absl::StatusOr<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::Create
   return c;
 }
 
-absl::Status EmbeddingCollection::EndPendingStep() {
+absl::Status EmbeddingCollection::EndPendingStep(bool rows_updated) {
   if (!pending_step_) return absl::OkStatus();
   pending_step_ = false;
-  return ForEachTable([this](int t) { return stores_[t]->EndStep(); });
+  return ForEachTable([this, rows_updated](int t) {
+    return rows_updated ? stores_[t]->EndStep() : stores_[t]->EndReadOnlyStep();
+  });
 }
 
 absl::Status EmbeddingCollection::ForEachTable(const std::function<absl::Status(int)>& fn) {
@@ -107,7 +109,8 @@ absl::Status EmbeddingCollection::ForEachTable(const std::function<absl::Status(
 }
 
 absl::Status EmbeddingCollection::Forward(const KeyedJagged& batch, float* out) {
-  TESSERA_RETURN_IF_ERROR(EndPendingStep());
+  // A step still pending here had no BackwardUpdate (evaluation): its rows were only read.
+  TESSERA_RETURN_IF_ERROR(EndPendingStep(/*rows_updated=*/false));
   TESSERA_RETURN_IF_ERROR(embedding_internal::ValidateBatch(
       batch, options_, table_of_feature_, out, "EmbeddingCollection::Forward"));
   const int64_t B = batch.batch_size;
@@ -226,7 +229,7 @@ absl::Status EmbeddingCollection::BackwardUpdate(const float* d_out, float lr, i
       return absl::Status(st.code(), absl::StrCat(TableLabel(table, t), ": ", st.message()));
     }
   }
-  return EndPendingStep();
+  return EndPendingStep(/*rows_updated=*/true);
 }
 
 }  // namespace tessera

@@ -104,7 +104,9 @@ class EmbeddingCollection {
 
  private:
   EmbeddingCollection() = default;
-  absl::Status EndPendingStep();
+  // Ends the step begun by Forward, if any: EndStep on every store when its rows were updated
+  // (BackwardUpdate), EndReadOnlyStep otherwise.
+  absl::Status EndPendingStep(bool rows_updated);
   // Runs fn(t) for every table (concurrently across tables when some store is tiered) and
   // returns the first error in table order.
   absl::Status ForEachTable(const std::function<absl::Status(int)>& fn);

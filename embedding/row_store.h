@@ -10,6 +10,7 @@
 //   2. Resolve(ids) -> slots         rows pinned and resident until EndStep
 //   3. lookup/backward kernels read and update weights()/state() at those slots
 //   4. EndStep()                     unpins; the tier writes back dirty evicted rows
+//      (EndReadOnlyStep() when the step only read its rows: nothing becomes dirty)
 // Thread-safety: one caller at a time (the training loop); a store may run its own threads.
 #pragma once
 
@@ -46,6 +47,9 @@ class RowStore {
   virtual void Prefetch(absl::Span<const int64_t> ids) {}
   // Ends the step: rows updated since Resolve are dirty. Default: nothing.
   virtual absl::Status EndStep() { return absl::OkStatus(); }
+  // Ends a step whose rows were only read (evaluation, a forward without backward): unpins
+  // without marking them dirty, so the tier writes nothing back for them. Default: EndStep().
+  virtual absl::Status EndReadOnlyStep() { return EndStep(); }
 
   // Copies rows [begin, begin + count) in row order into `weights_out` (count * dim floats) and,
   // when non-null, `state_out` (count * state_dim floats). For export and checkpoints.

@@ -358,9 +358,10 @@ absl::Status TieredRowStoreImpl::WaitWrite() {
   return s;
 }
 
-absl::Status TieredRowStoreImpl::EndStep() {
+absl::Status TieredRowStoreImpl::FinishStep(bool rows_updated) {
   TESSERA_RETURN_IF_ERROR(broken_);
-  cache_.UnpinAll(/*mark_dirty=*/true);
+  // A row only read keeps its dirty flag as it was: clean when it matches RocksDB.
+  cache_.UnpinAll(/*mark_dirty=*/rows_updated);
   ++m_.steps;
   Stopwatch wait;
   absl::Status s = WaitWrite();

@@ -21,6 +21,8 @@
 //   kernels update weights()/state() at the slots.
 //   EndStep()           every row resolved in the step is marked dirty and unpinned; dirty rows
 //                       evicted during the step are written to RocksDB in one WriteBatch.
+//   EndReadOnlyStep()   the same for a step that only read its rows (evaluation): they are
+//                       unpinned without becoming dirty, so they are not written back.
 // Pinned rows are never evicted: if one step's distinct rows exceed cache_rows, Resolve returns
 // ResourceExhausted naming the table and the sizes (and leaves the cache consistent; call
 // EndStep before the next step).

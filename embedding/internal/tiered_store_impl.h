@@ -135,7 +135,8 @@ class TieredRowStoreImpl final : public TieredRowStore {
 
   absl::Status Resolve(absl::Span<const int64_t> ids, absl::Span<int64_t> slots) override;
   void Prefetch(absl::Span<const int64_t> ids) override;
-  absl::Status EndStep() override;
+  absl::Status EndStep() override { return FinishStep(/*rows_updated=*/true); }
+  absl::Status EndReadOnlyStep() override { return FinishStep(/*rows_updated=*/false); }
   absl::Status ReadRows(int64_t begin, int64_t count, float* weights_out,
                         float* state_out) override;
   absl::Status WriteRows(int64_t begin, int64_t count, const float* weights,
@@ -172,6 +173,9 @@ class TieredRowStoreImpl final : public TieredRowStore {
     std::memcpy(SlotState(slot), value + options_.dim, options_.state_dim * sizeof(float));
   }
   absl::Status CheckRange(int64_t begin, int64_t count, const char* what) const;
+  // EndStep / EndReadOnlyStep: unpins the step's rows (dirty when `rows_updated`) and hands the
+  // step's evicted dirty rows to the writer thread.
+  absl::Status FinishStep(bool rows_updated);
   // Fills freshly installed slots of rows not staged by a prefetch: write-back buffer, RocksDB,
   // lazy init.
   absl::Status FillFromDb(const std::vector<std::pair<int64_t, int32_t>>& rows_slots);

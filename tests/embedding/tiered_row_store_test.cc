@@ -280,6 +280,47 @@ TEST(TieredRowStoreTest, EvictionWritesBackAndRereads) {
   }
 }
 
+TEST(TieredRowStoreTest, ReadOnlyStepsWriteNothingBack) {
+  TempDir tmp;
+  auto store_or = TieredRowStore::Open(TierOptions(tmp.Sub("db"), 4, CachePolicy::kLru));
+  ASSERT_TRUE(store_or.ok()) << store_or.status();
+  auto& store = *store_or;
+  std::vector<int64_t> slots(4);
+  // Step 1 trains rows 0..3 (dirty).
+  std::vector<int64_t> trained = {0, 1, 2, 3};
+  ASSERT_TRUE(store->Resolve(trained, absl::MakeSpan(slots)).ok());
+  for (int i = 0; i < 4; ++i) store->weights()[slots[i] * kDim] = 50.0f + i;
+  ASSERT_TRUE(store->EndStep().ok());
+  // Step 2 only reads rows 0 and 1 (evaluation): they must stay dirty (their update is not on
+  // disk yet), so evicting them still writes them back.
+  std::vector<int64_t> read_again = {0, 1};
+  std::vector<int64_t> slots2(2);
+  ASSERT_TRUE(store->Resolve(read_again, absl::MakeSpan(slots2)).ok());
+  ASSERT_TRUE(store->EndReadOnlyStep().ok());
+  // Step 3 reads 4 rows never trained: evicts 0..3, all dirty.
+  std::vector<int64_t> eval_rows = {10, 11, 12, 13};
+  ASSERT_TRUE(store->Resolve(eval_rows, absl::MakeSpan(slots)).ok());
+  ASSERT_TRUE(store->EndReadOnlyStep().ok());
+  EXPECT_EQ(store->metrics().rows_written, 4);
+  // Step 4 reads 4 other rows: evicts 10..13, which were only read: nothing written.
+  std::vector<int64_t> more = {20, 21, 22, 23};
+  ASSERT_TRUE(store->Resolve(more, absl::MakeSpan(slots)).ok());
+  ASSERT_TRUE(store->EndReadOnlyStep().ok());
+  EXPECT_EQ(store->metrics().evictions, 8);
+  EXPECT_EQ(store->metrics().rows_written, 4);
+  ASSERT_TRUE(store->Flush().ok());
+  EXPECT_EQ(store->metrics().rows_written, 4);  // 20..23 are clean: Flush writes nothing
+  // The trained values survived; the read-only rows still read as their lazy init.
+  std::vector<float> w(4 * kDim);
+  ASSERT_TRUE(store->ReadRows(0, 4, w.data(), nullptr).ok());
+  for (int64_t r = 0; r < 4; ++r) EXPECT_EQ(w[r * kDim], 50.0f + r);
+  std::vector<float> expect(kDim);
+  const TieredRowStoreOptions& o = store->options();
+  InitRow(o.init, o.seed, o.table_id, o.num_rows, 12, kDim, expect.data());
+  ASSERT_TRUE(store->ReadRows(12, 1, w.data(), nullptr).ok());
+  for (int64_t k = 0; k < kDim; ++k) EXPECT_EQ(w[k], expect[k]);
+}
+
 TEST(TieredRowStoreTest, PinnedRowsAreNeverEvicted) {
   TempDir tmp;
   for (CachePolicy policy : {CachePolicy::kLru, CachePolicy::kLfu}) {
