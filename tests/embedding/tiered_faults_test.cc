@@ -345,6 +345,8 @@ TEST(TieredFaultsTest, FlushIntoFullDiskFailsUntilRestore) {
   ExpectNoSpace((*store)->Flush(), path);
   ExpectNoSpace((*store)->Checkpoint(tmp.Sub("ckpt15")), path);
   EXPECT_FALSE(std::filesystem::exists(tmp.Sub("ckpt15")));
+  // Restoring onto the still-full disk fails too (opening the copy writes a MANIFEST), and says so.
+  ExpectNoSpace((*store)->Restore(tmp.Sub("ckpt10")), path);
   fe.fs->Free();
   ExpectNoSpace((*store)->Flush(), path);
   EXPECT_FALSE(TrainStep(store->get(), 15, {ids[15]}, nullptr).ok());
