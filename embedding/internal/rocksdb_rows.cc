@@ -124,6 +124,14 @@ rocksdb::Options RowDbOptions(const TieredRowStoreOptions& o) {
   opt.memtable_factory.reset(rocksdb::NewHashLinkListRepFactory(
       static_cast<size_t>(std::max<int64_t>(1024, o.write_buffer_bytes / 512))));
   opt.allow_concurrent_memtable_write = false;  // only the skiplist supports it
+  // Every write-back rewrites a row already in the memtable with a value of the same size, so
+  // update it in place instead of appending a version: the memtable stays one entry per row
+  // touched, never fills with stale versions, and needs no flush or compaction while training.
+  // Measured (2,000 steps of 530-row MultiGet + WriteBatch over 25k rows): 1.74 s of process CPU
+  // and 7.5k page faults, against 3.67 s and 77k appending versions. Snapshots lose
+  // point-in-time consistency with this on; the tier takes none, and never reads a row while
+  // its write is in flight (the write-back buffer serves it).
+  opt.inplace_update_support = true;
 
   rocksdb::BlockBasedTableOptions t;
   // 10 bits/key: ~1% false positives, so a never-written row costs no disk read.

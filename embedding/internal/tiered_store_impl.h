@@ -64,8 +64,6 @@ struct WriteBack {
   }
 };
 
-// Reorders `wb` by row (index follows).
-void SortWriteBack(WriteBack* wb, int64_t row_floats);
 
 class TieredRowStoreImpl final : public TieredRowStore {
  public:
@@ -217,6 +215,9 @@ class TieredRowStoreImpl final : public TieredRowStore {
   bool write_in_flight_ = false;  // guarded by write_mu_
   bool writer_stop_ = false;      // guarded by write_mu_
   std::thread writer_thread_;
+  // WriteValues' batch, reused. Used by one thread at a time: the writer thread while a write is
+  // in flight, the training thread (Flush, WriteRows) only after WaitWrite.
+  rocksdb::WriteBatch write_batch_;
 
   // Scratch for Resolve.
   absl::flat_hash_map<int64_t, int32_t> miss_index_;
