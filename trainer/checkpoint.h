@@ -19,8 +19,14 @@
 // checkpoint (or absent). After LATEST moves, every ckpt-* other than the new one and the one
 // LATEST named before is deleted (so 2 are kept), including stale *.tmp directories.
 //
-// Only single-process models (LocalSparseArch) can be checkpointed; a sharded model gets
-// Unimplemented. Thread-safety: none (the training thread).
+// Sharded models (ShardedSparseArch, several MPI ranks) get the DCP-like layout of
+// trainer/internal/sharded_checkpoint.h instead: rank 0 writes the dense model and the run's
+// shape (world size, grid, plan per table) to state.safetensors, every rank its own shards to
+// rank<r>.safetensors and tables/<name>/rank<r>-shard<k>/, and LATEST moves only once every rank
+// has its part on disk. For them every function below is collective over the world (all ranks,
+// same order, same arguments; checkpoint_dir shared by all ranks) and fails on every rank
+// together; resuming needs the same world size, grid and plan (InvalidArgument naming the
+// checkpoint and the mismatch otherwise). Thread-safety: none (the training thread).
 #pragma once
 
 #include <cstdint>
