@@ -3,7 +3,9 @@
 // via ReadTable, dense parameters and dense optimizer state) to a second model restored from the
 // checkpoint that trains the same steps. Exact mode with table-wise, row-wise, grid and
 // data-parallel plans, a RocksDB-tier table, and average mode checkpointed between two syncs.
-// And the refusals: another grid or plan, a single-process model, a missing rank file.
+// And the refusals: another grid or plan, a single-process model, a missing rank file; a rank
+// whose dense model diverged fails the write everywhere with LATEST unmoved; ranks that see
+// different LATEST files fail together.
 #include <unistd.h>
 
 #include <cstring>
@@ -16,6 +18,7 @@
 #include "mpi_test_main.h"
 #include "sharded_test_util.h"
 #include "trainer/checkpoint.h"
+#include "trainer/internal/sharded_checkpoint.h"
 #include "trainer/model.h"
 #include "trainer/sharded_sparse_arch.h"
 
@@ -309,6 +312,56 @@ TEST(ShardedCheckpointTest, MissingRankFileFailsEveryRank) {
   }
   // The model is still usable for the collectives that follow (no rank left hanging).
   ASSERT_TRUE(World()->Barrier().ok());
+}
+
+// A rank whose dense model diverged fails the checkpoint on every rank, and LATEST keeps naming
+// the previous checkpoint (no ckpt-2 directory is published).
+TEST(ShardedCheckpointTest, DivergedDenseModelFailsEveryRankAndKeepsLatest) {
+  SharedTempDir tmp;
+  const Config config = MakeConfig();
+  const std::string dir = tmp.path() + "/ckpt";
+  auto a = Build(config, {ShardingType::kRowWise, 2, ReplicaSync::kExact, ""});
+  ASSERT_NE(a, nullptr);
+  const std::vector<Batch> batches = LocalBatches(config);
+  Train(*a, batches, 0, 1);
+  auto first = WriteCheckpoint(*a, {1, 0, 1}, dir);
+  ASSERT_TRUE(first.ok()) << first.status();
+  Train(*a, batches, 1, 2);
+  if (World()->rank() == 2) a->dense_parameters()[0]->value.data<float>()[0] += 1.0f;
+  auto second = WriteCheckpoint(*a, {2, 0, 2}, dir);
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find("dense parameters differ between rank 0 and rank 2"),
+            std::string::npos)
+      << second.status();
+  auto latest = LatestCheckpoint(dir);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(*latest, *first);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/ckpt-2"));
+}
+
+// Ranks that see different LATEST files (a checkpoint_dir not shared) are told so, all of them.
+TEST(ShardedCheckpointTest, RanksDisagreeingOnLatestFailTogether) {
+  const Config config = MakeConfig();
+  auto a = Build(config, {ShardingType::kRowWise, 2, ReplicaSync::kExact, ""});
+  ASSERT_NE(a, nullptr);
+  auto& tables = static_cast<ShardedSparseArch&>(a->sparse()).collection();
+  auto same = internal::AgreeOnLatestCheckpoint(tables, "/d", std::string("/d/ckpt-4"));
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ(*same, "/d/ckpt-4");
+  auto differ = internal::AgreeOnLatestCheckpoint(
+      tables, "/d", World()->rank() == 1 ? std::string() : std::string("/d/ckpt-4"));
+  ASSERT_FALSE(differ.ok());
+  EXPECT_NE(differ.status().message().find("rank 0: ckpt-4, rank 1: none"), std::string::npos)
+      << differ.status();
+  auto failed = internal::AgreeOnLatestCheckpoint(
+      tables, "/d",
+      World()->rank() == 3 ? absl::StatusOr<std::string>(absl::DataLossError("bad LATEST"))
+                           : absl::StatusOr<std::string>(std::string("/d/ckpt-4")));
+  ASSERT_FALSE(failed.ok());
+  if (World()->rank() != 3) {
+    EXPECT_NE(failed.status().message().find("rank(s) 3 failed"), std::string::npos)
+        << failed.status();
+  }
 }
 
 }  // namespace
