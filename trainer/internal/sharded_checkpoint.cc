@@ -126,8 +126,9 @@ absl::Status WriteRankPart(Tables& tables, const TrainPosition& pos, const fs::p
     const std::string pre = ShardPrefix(tc, sh.shard);
     const int64_t sd = sh.store->state_dim();
     if (!IsTiered(sh.store)) {
-      specs.push_back({pre + "weight", SafetensorsDtype::kF32, {sh.rect.num_rows(), sh.rect.num_cols()}});
-      if (sd > 0) specs.push_back({pre + "state", SafetensorsDtype::kF32, {sh.rect.num_rows(), sd}});
+      const int64_t rows = sh.rect.num_rows();
+      specs.push_back({pre + "weight", SafetensorsDtype::kF32, {rows, sh.rect.num_cols()}});
+      if (sd > 0) specs.push_back({pre + "state", SafetensorsDtype::kF32, {rows, sd}});
     }
     if (!average) continue;
     sync[i] = tables.replica_sync_state(static_cast<int>(i));
@@ -142,7 +143,8 @@ absl::Status WriteRankPart(Tables& tables, const TrainPosition& pos, const fs::p
     RowStore* dp = tables.data_parallel_store(t);
     if (dp == nullptr) continue;
     const TableConfig& tc = tables.table(t);
-    specs.push_back({"table." + tc.name + ".weight", SafetensorsDtype::kF32, {tc.num_rows, tc.dim}});
+    specs.push_back(
+        {"table." + tc.name + ".weight", SafetensorsDtype::kF32, {tc.num_rows, tc.dim}});
     if (dp->state_dim() > 0) {
       specs.push_back({"table." + tc.name + ".state", SafetensorsDtype::kF32,
                        {tc.num_rows, dp->state_dim()}});
