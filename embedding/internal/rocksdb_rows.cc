@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -391,28 +392,44 @@ absl::Status RowReader::Read(absl::Span<const int64_t> rows, const Sink& sink, i
   int64_t chunks = (n + chunk - 1) / chunk;
   if (chunks == 1) return ReadChunk(rows, 0, sink, found);
 
-  std::vector<absl::Status> statuses(chunks);
-  std::vector<int64_t> counts(chunks, 0);
-  std::mutex done_mu;
-  std::condition_variable done_cv;
-  int64_t remaining = chunks;
+  // The caller reads chunks too instead of sleeping until the workers are done: one thread
+  // handoff fewer per call, and nothing waits idle when the rows come from memory. Chunks are
+  // claimed from a shared counter. The state is shared so that a worker that starts after the
+  // last chunk was claimed (the caller may have returned by then) touches only the counter.
+  struct State {
+    std::atomic<int64_t> next{0};
+    std::mutex mu;
+    std::condition_variable cv;
+    int64_t remaining = 0;
+    std::vector<absl::Status> statuses;
+    std::vector<int64_t> counts;
+  };
+  auto state = std::make_shared<State>();
+  state->remaining = chunks;
+  state->statuses.resize(chunks);
+  state->counts.assign(chunks, 0);
+  auto run = [this, state, rows, &sink, chunk, chunks, n] {
+    for (;;) {
+      const int64_t c = state->next.fetch_add(1);
+      if (c >= chunks) return;
+      const int64_t b = c * chunk, e = std::min(n, b + chunk);
+      state->statuses[c] = ReadChunk(rows.subspan(b, e - b), b, sink, &state->counts[c]);
+      std::lock_guard<std::mutex> l(state->mu);
+      if (--state->remaining == 0) state->cv.notify_all();
+    }
+  };
+  const int64_t helpers = std::min<int64_t>(workers, chunks - 1);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (int64_t c = 0; c < chunks; ++c) {
-      queue_.push_back([&, c] {
-        int64_t b = c * chunk, e = std::min(n, b + chunk);
-        statuses[c] = ReadChunk(rows.subspan(b, e - b), b, sink, &counts[c]);
-        std::lock_guard<std::mutex> l(done_mu);
-        if (--remaining == 0) done_cv.notify_all();
-      });
-    }
+    for (int64_t h = 0; h < helpers; ++h) queue_.push_back(run);
   }
   cv_.notify_all();
-  std::unique_lock<std::mutex> lock(done_mu);
-  done_cv.wait(lock, [&] { return remaining == 0; });
+  run();
+  std::unique_lock<std::mutex> lock(state->mu);
+  state->cv.wait(lock, [&] { return state->remaining == 0; });
   for (int64_t c = 0; c < chunks; ++c) {
-    TESSERA_RETURN_IF_ERROR(statuses[c]);
-    *found += counts[c];
+    TESSERA_RETURN_IF_ERROR(state->statuses[c]);
+    *found += state->counts[c];
   }
   return absl::OkStatus();
 }

@@ -89,7 +89,8 @@ class RowReader {
   // different indices may run concurrently on different threads.
   using Sink = std::function<void(int64_t index, const char* value)>;
   // Reads `rows` (sorted ascending for the best block locality) and calls `sink` for each row
-  // present. Blocks until all reads are done. Returns the rows found in `*found`.
+  // present. Blocks until all reads are done (the calling thread reads chunks too). Returns the
+  // rows found in `*found`.
   absl::Status Read(absl::Span<const int64_t> rows, const Sink& sink, int64_t* found);
 
  private:
