@@ -124,7 +124,11 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
       next = &batches[(warmup + i) % n_batches];
     }
     const Batch& b = *next;
-    (*model)->Prefetch(batches[(warmup + i + 1) % n_batches]);
+    {
+      // RocksDB tables: hand the next batch's ids to the tier (its reads run in the background).
+      ScopedPhase p(&phases, "prefetch");
+      (*model)->Prefetch(batches[(warmup + i + 1) % n_batches]);
+    }
     auto loss = (*model)->TrainStep(b, warmup + i, &phases);
     if (!loss.ok()) return Fail(loss.status());
     samples += b.batch_size;
