@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "io/synthetic.h"
 #include "mpi_test_main.h"
+#include "shared_temp_dir.h"
 #include "sharded_test_util.h"
 #include "trainer/checkpoint.h"
 #include "trainer/internal/sharded_checkpoint.h"
@@ -31,28 +32,10 @@ constexpr int kSteps = 7;       // total
 constexpr int kCheckpoint = 3;  // checkpointed after this many (odd: average mode mid-interval)
 constexpr int64_t kGlobalBatch = 16;
 
-// A directory under /tmp named after rank 0's pid (the same on every rank), removed once every
-// rank is done with it.
-class SharedTempDir {
+// The test's scratch directory, shared by all ranks.
+class SharedTempDir : public testing::SharedTempDir {
  public:
-  SharedTempDir() {
-    int64_t pid = World()->rank() == 0 ? static_cast<int64_t>(::getpid()) : 0;
-    EXPECT_TRUE(World()->AllReduce(&pid, 1, ReduceOp::kSum).ok());
-    path_ = "/tmp/tessera_sharded_ckpt_" + std::to_string(pid);
-    if (World()->rank() == 0) {
-      std::filesystem::remove_all(path_);
-      std::filesystem::create_directories(path_);
-    }
-    EXPECT_TRUE(World()->Barrier().ok());
-  }
-  ~SharedTempDir() {
-    EXPECT_TRUE(World()->Barrier().ok());
-    if (World()->rank() == 0) std::filesystem::remove_all(path_);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  SharedTempDir() : testing::SharedTempDir("tessera_sharded_ckpt_") {}
 };
 
 Config MakeConfig() {

@@ -13,6 +13,7 @@
 
 #include "gtest/gtest.h"
 #include "mpi_test_main.h"
+#include "shared_temp_dir.h"
 #include "sharded_test_util.h"
 
 namespace tessera {
@@ -24,28 +25,10 @@ namespace tt = ::tessera::testing;
 constexpr int kTiered = 0;      // the table in RocksDB ("users", two features)
 constexpr int64_t kRows = 2000;  // its rows (larger than the caches below)
 
-// A directory under /tmp named after rank 0's pid (the same on every rank), removed on
-// destruction after every rank has closed its stores.
-class SharedTempDir {
+// The test's scratch directory, shared by all ranks.
+class SharedTempDir : public testing::SharedTempDir {
  public:
-  SharedTempDir() {
-    int64_t pid = World()->rank() == 0 ? static_cast<int64_t>(::getpid()) : 0;
-    EXPECT_TRUE(World()->AllReduce(&pid, 1, ReduceOp::kSum).ok());
-    path_ = "/tmp/tessera_sharded_tier_" + std::to_string(pid);
-    if (World()->rank() == 0) {
-      std::filesystem::remove_all(path_);
-      std::filesystem::create_directories(path_);
-    }
-    EXPECT_TRUE(World()->Barrier().ok());
-  }
-  ~SharedTempDir() {
-    EXPECT_TRUE(World()->Barrier().ok());
-    if (World()->rank() == 0) std::filesystem::remove_all(path_);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  SharedTempDir() : testing::SharedTempDir("tessera_sharded_tier_") {}
 };
 
 struct Trained {

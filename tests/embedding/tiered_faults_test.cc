@@ -27,9 +27,10 @@ namespace {
 
 using testing::AllRows;
 using testing::BitEqual;
-using testing::SkewedIds;
+using testing::SkewedIdStream;
 using testing::TempDir;
 using testing::TrainStep;
+using testing::TrainSteps;
 
 constexpr int64_t kRows = 2000;
 constexpr int64_t kDim = 8;
@@ -196,18 +197,10 @@ TieredRowStoreOptions Options(const std::string& path, rocksdb::Env* env) {
   return o;
 }
 
-std::vector<std::vector<int64_t>> IdStream(int steps) {
-  std::mt19937_64 rng(3);
-  std::vector<std::vector<int64_t>> out;
-  for (int t = 0; t < steps; ++t) out.push_back(SkewedIds(rng, kRows, 64));
-  return out;
-}
+std::vector<std::vector<int64_t>> IdStream(int steps) { return SkewedIdStream(3, kRows, steps); }
 
 void Train(RowStore* store, const std::vector<std::vector<int64_t>>& ids, int from, int to) {
-  for (int t = from; t < to; ++t) {
-    absl::Status s = TrainStep(store, t, {ids[t]}, t + 1 < to ? &ids[t + 1] : nullptr);
-    ASSERT_TRUE(s.ok()) << "step " << t << ": " << s;
-  }
+  TrainSteps(store, ids, from, to);
 }
 
 // The rows a reference in-memory store holds after steps [0, steps) of `ids`.

@@ -17,9 +17,10 @@ namespace {
 
 using testing::AllRows;
 using testing::BitEqual;
-using testing::SkewedIds;
+using testing::SkewedIdStream;
 using testing::TempDir;
 using testing::TrainStep;
+using testing::TrainSteps;
 
 constexpr int64_t kRows = 2000;
 constexpr int64_t kDim = 8;
@@ -38,19 +39,10 @@ TieredRowStoreOptions Options(const std::string& path) {
   return o;
 }
 
-std::vector<std::vector<int64_t>> IdStream(int steps) {
-  std::mt19937_64 rng(11);
-  std::vector<std::vector<int64_t>> out;
-  for (int t = 0; t < steps; ++t) out.push_back(SkewedIds(rng, kRows, 64));
-  return out;
-}
+std::vector<std::vector<int64_t>> IdStream(int steps) { return SkewedIdStream(11, kRows, steps); }
 
 void Train(RowStore* store, const std::vector<std::vector<int64_t>>& ids, int from, int to) {
-  for (int t = from; t < to; ++t) {
-    const std::vector<int64_t>* next = t + 1 < to ? &ids[t + 1] : nullptr;
-    absl::Status s = TrainStep(store, t, {ids[t]}, next);
-    ASSERT_TRUE(s.ok()) << "step " << t << ": " << s;
-  }
+  TrainSteps(store, ids, from, to);
 }
 
 // Train 40 steps with a checkpoint at step 20, keep training the same store past it (so the

@@ -102,6 +102,24 @@ inline std::vector<int64_t> SkewedIds(std::mt19937_64& rng, int64_t rows, int64_
   return ids;
 }
 
+// `steps` steps of 64 skewed ids over [0, rows), from a generator seeded with `seed`.
+inline std::vector<std::vector<int64_t>> SkewedIdStream(uint64_t seed, int64_t rows, int steps) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<int64_t>> out;
+  for (int t = 0; t < steps; ++t) out.push_back(SkewedIds(rng, rows, 64));
+  return out;
+}
+
+// TrainStep for steps [from, to) of `ids`, each prefetching the next step's ids (none for the
+// last); fails the test with the step number on an error.
+inline void TrainSteps(RowStore* store, const std::vector<std::vector<int64_t>>& ids, int from,
+                       int to) {
+  for (int t = from; t < to; ++t) {
+    absl::Status s = TrainStep(store, t, {ids[t]}, t + 1 < to ? &ids[t + 1] : nullptr);
+    ASSERT_TRUE(s.ok()) << "step " << t << ": " << s;
+  }
+}
+
 inline int64_t DistinctCount(const std::vector<int64_t>& ids) {
   return static_cast<int64_t>(absl::flat_hash_set<int64_t>(ids.begin(), ids.end()).size());
 }
