@@ -233,6 +233,13 @@ absl::Status ShardedEmbeddingCollection::Forward(const KeyedJagged& batch, float
   const bool pipe = s.options.pipeline_input_dist;
   std::optional<ScopedPhase> phase_in;
   phase_in.emplace(s.times, "input_dist");
+  if (s.pending) {
+    // The last Forward had no BackwardUpdate (evaluation): its rows were only read. End that
+    // step so a tiered shard unpins them (without marking them dirty); otherwise every forward of
+    // an evaluation would pin more rows until the cache is full.
+    for (auto& ls : s.local) TESSERA_RETURN_IF_ERROR(ls.store->EndReadOnlyStep());
+    for (auto& d : s.dp) TESSERA_RETURN_IF_ERROR(d.store->EndReadOnlyStep());
+  }
   s.pending = false;
 
   // This batch's input dist: already travelling (prefetched) or packed now.
