@@ -115,9 +115,9 @@ rocksdb::Options RowDbOptions(const TieredRowStoreOptions& o) {
   //
   // A hashed memtable instead of the default skiplist: every miss is a point read and every
   // write-back a point write of a whole key, so a hash bucket per key replaces a ~20-level
-  // skiplist walk (a cache miss per level) by one probe. Measured on this machine with 25k rows of
-  // 260 bytes in the memtable, 530-row MultiGets and WriteBatches: 0.63 µs per row read and
-  // 0.47 µs per row written, against 2.9 and 3.2 µs with the skiplist (bench in docs/TIER.md).
+  // skiplist walk (a cache miss per level) by one probe. bench/embedding_memtable_bench.cc
+  // (25k rows of 260 bytes, 530-row MultiGets and WriteBatches): 0.49 µs per row read and 0.26 µs
+  // per row written, against 3.35 and 2.95 µs with the skiplist.
   // The prefix is the whole 16-byte row key (capped, so the longer layout key is in domain);
   // scans (ReadRows, the foreign-data check) ask for total order (RowScanOptions). One bucket
   // per ~512 bytes of write buffer: about one per row version the memtable can hold.
@@ -128,10 +128,10 @@ rocksdb::Options RowDbOptions(const TieredRowStoreOptions& o) {
   // Every write-back rewrites a row already in the memtable with a value of the same size, so
   // update it in place instead of appending a version: the memtable stays one entry per row
   // touched, never fills with stale versions, and needs no flush or compaction while training.
-  // Measured (2,000 steps of 530-row MultiGet + WriteBatch over 25k rows): 1.74 s of process CPU
-  // and 7.5k page faults, against 3.67 s and 77k appending versions. Snapshots lose
-  // point-in-time consistency with this on; the tier takes none, and never reads a row while
-  // its write is in flight (the write-back buffer serves it).
+  // Same benchmark, 2,000 steps: a 10 MiB memtable and 0.05 page faults per step, against 191
+  // MiB and 24 faults per step appending versions (0.76 / 0.42 µs per row read / written).
+  // Snapshots lose point-in-time consistency with this on; the tier takes none, and never reads
+  // a row while its write is in flight (the write-back buffer serves it).
   opt.inplace_update_support = true;
 
   rocksdb::BlockBasedTableOptions t;
