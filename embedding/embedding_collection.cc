@@ -65,6 +65,9 @@ absl::StatusOr<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::Create
   c->options_ = options;
   c->ctx_ = ctx;
   c->stores_ = std::move(stores);
+  for (const auto& store : c->stores_) {
+    c->any_tiered_ = c->any_tiered_ || dynamic_cast<const TieredRowStore*>(store.get()) != nullptr;
+  }
   c->table_of_feature_.assign(options.num_features, -1);
   for (int t = 0; t < static_cast<int>(options.tables.size()); ++t) {
     for (int f : options.tables[t].features) c->table_of_feature_[f] = t;
@@ -91,12 +94,8 @@ absl::Status EmbeddingCollection::ForEachTable(const std::function<absl::Status(
   // Prefetch and EndStep: hash lookups, evictions, staging, write-back): the stores are
   // independent objects, and running them side by side keeps both cores busy instead of one
   // thread working while the other spins. In-memory stores stay on the calling thread.
-  bool any_tiered = false;
-  for (const auto& store : stores_) {
-    any_tiered = any_tiered || dynamic_cast<const TieredRowStore*>(store.get()) != nullptr;
-  }
   table_status_.assign(n, absl::OkStatus());
-  if (!any_tiered || n == 1) {
+  if (!any_tiered_ || n == 1) {
     for (int t = 0; t < n; ++t) TESSERA_RETURN_IF_ERROR(fn(t));
     return absl::OkStatus();
   }

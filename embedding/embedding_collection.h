@@ -130,6 +130,7 @@ class EmbeddingCollection {
   std::vector<std::vector<int64_t>> table_slots_;
   std::vector<std::vector<int64_t>> prefetch_ids_;
   std::vector<absl::Status> table_status_;
+  bool any_tiered_ = false;  // some store is a TieredRowStore (ForEachTable runs tables in parallel)
   std::vector<BagGradients> sources_;
   EmbeddingWorkspace ws_;
 };

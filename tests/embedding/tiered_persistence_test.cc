@@ -19,7 +19,6 @@ using testing::AllRows;
 using testing::BitEqual;
 using testing::SkewedIdStream;
 using testing::TempDir;
-using testing::TrainStep;
 using testing::TrainSteps;
 
 constexpr int64_t kRows = 2000;
