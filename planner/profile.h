@@ -1,0 +1,123 @@
+// MachineProfile: what the planner's cost model knows about the machine it plans for, measured
+// there by `tessera-plan calibrate` (tools/) or shipped as a documented default.
+//
+// A profile is plain data: rates and latencies per device kind, per collective and for the
+// RocksDB tier, each table of points sorted by its key and interpolated (piecewise linear in
+// the key, clamped at the ends) by the Rate* helpers below. The estimator reads nothing else
+// about the hardware: no constants live in code.
+//
+// File format (YAML, docs/PLANNER.md "Profile file"): `version: 1`, a `machine` block (what it
+// was measured on, when, by which command or from which published source), then `devices`,
+// `collectives` and `tier`. SaveMachineProfile writes every field; LoadMachineProfile refuses a
+// file of another version, a missing or unknown key, an unsorted or empty table, and a rate
+// that is not positive, naming the file and the key.
+//
+// Thread-safety: plain values; const access from any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tessera::planner {
+
+inline constexpr int kProfileVersion = 1;
+
+// One measured point of a rate that depends on the row size.
+struct RowRatePoint {
+  int64_t row_bytes = 0;        // bytes of one row's payload (dim x dtype size)
+  double hot_rows_per_s = 0;    // ids drawn Zipf(1.05) over a table larger than the LLC
+  double cold_rows_per_s = 0;   // uniform ids over a table far larger than the LLC
+};
+
+// One measured GEMM shape (C[m x n] = A[m x k] B[k x n], fp32 unless dtype says otherwise).
+struct GemmPoint {
+  int64_t m = 0, n = 0, k = 0;
+  double flops_per_s = 0;       // 2 m n k / seconds
+};
+
+struct DeviceProfile {
+  std::string kind;             // "cpu" or "cuda"
+  std::string name;             // e.g. "AMD EPYC 9R14 (2 cores)", "NVIDIA H200"
+  int threads = 1;              // threads the CPU numbers were measured with (1 for cuda)
+  int64_t memory_bytes = 0;     // capacity seen at calibration (host RAM or HBM)
+  double copy_bytes_per_s = 0;  // streaming copy bandwidth (elementwise passes, activations)
+  // Pooled lookup (gather + sum) rates, and the fused backward (sort/segment + optimizer
+  // update of each touched row, read-modify-write of row and state), by row size.
+  std::vector<RowRatePoint> gather;          // sorted by row_bytes
+  std::vector<RowRatePoint> scatter_update;  // sorted by row_bytes
+  std::vector<GemmPoint> gemm;               // forward shapes of the models calibrated for
+  double gemm_peak_flops_per_s = 0;          // best GEMM rate seen (fallback for other shapes)
+  double launch_overhead_s = 0;              // per kernel launch / per parallel region
+};
+
+enum class CollectiveOp { kAllToAll, kAllReduce, kAllGather };
+const char* CollectiveOpName(CollectiveOp op);
+absl::StatusOr<CollectiveOp> ParseCollectiveOp(const std::string& name);
+
+// alpha-beta model of one collective on one communicator size:
+// seconds = latency_s + bytes_per_rank / bytes_per_s.
+struct CollectivePoint {
+  CollectiveOp op = CollectiveOp::kAllToAll;
+  std::string transport;   // "mpi", "nccl", "self"
+  int world_size = 1;      // ranks in the communicator
+  bool same_node = true;   // all ranks on one node
+  double latency_s = 0;    // fixed cost of one call
+  double bytes_per_s = 0;  // per-rank bytes sent (all-to-all) / buffer bytes (reduce, gather)
+};
+
+// RocksDB tier cost per row (embedding + optimizer state value), by value size.
+struct TierPoint {
+  int64_t value_bytes = 0;
+  double read_cached_s = 0;   // a row read from RocksDB's memtable / the OS page cache
+  double read_disk_s = 0;     // a row read from the disk (O_DIRECT, batched MultiGet)
+  double write_s = 0;         // a row written back (WriteBatch, per row)
+};
+
+struct MachineProfile {
+  int version = kProfileVersion;
+  // Where the numbers came from: machine description, date (YYYY-MM-DD), the command that
+  // measured them or the published source of each.
+  std::string machine;
+  std::string date;
+  std::string source;
+  std::vector<DeviceProfile> devices;        // at most one per kind
+  std::vector<CollectivePoint> collectives;  // sorted by (op, transport, world_size)
+  std::vector<TierPoint> tier;               // sorted by value_bytes
+
+  // The device of `kind`, or nullptr.
+  const DeviceProfile* device(const std::string& kind) const;
+};
+
+// Reads a profile file (YAML; JSON is accepted as YAML's subset). InvalidArgument naming `path`
+// and the key for a bad file, NotFound when it cannot be read.
+[[nodiscard]] absl::StatusOr<MachineProfile> LoadMachineProfile(const std::string& path);
+// Parses profile text; `source` names it in messages.
+[[nodiscard]] absl::StatusOr<MachineProfile> ParseMachineProfile(const std::string& text,
+                                                                 const std::string& source);
+// The profile as YAML text (round-trips through ParseMachineProfile).
+std::string MachineProfileToYaml(const MachineProfile& profile);
+// Writes atomically (temp file + rename); Internal naming the path on failure.
+[[nodiscard]] absl::Status SaveMachineProfile(const MachineProfile& profile,
+                                              const std::string& path);
+
+// Interpolated rates (piecewise linear in row_bytes / value_bytes; clamped outside the table).
+// `hot_fraction` in [0, 1] blends cold (0) and hot (1) rates by time per row.
+double GatherRowsPerSec(const DeviceProfile& d, int64_t row_bytes, double hot_fraction);
+double ScatterUpdateRowsPerSec(const DeviceProfile& d, int64_t row_bytes, double hot_fraction);
+// The rate of the measured shape nearest in log(m n k); gemm_peak when the table is empty.
+double GemmFlopsPerSec(const DeviceProfile& d, int64_t m, int64_t n, int64_t k);
+// The point for (op, transport) at world_size, interpolated between measured sizes and
+// extrapolated linearly in log2(world_size) beyond the largest one; nullptr when no point
+// of that op and transport exists.
+struct CollectiveCost {
+  double latency_s = 0;
+  double bytes_per_s = 0;
+};
+absl::StatusOr<CollectiveCost> CollectiveAt(const MachineProfile& p, CollectiveOp op,
+                                            const std::string& transport, int world_size);
+TierPoint TierAt(const MachineProfile& p, int64_t value_bytes);
+
+}  // namespace tessera::planner
