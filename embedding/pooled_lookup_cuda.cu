@@ -9,17 +9,19 @@
 // gradient row and its scale; a stable CUB radix sort over the slot bits groups equal slots with
 // positions in order; run starts are flagged, scanned (CUB) and scattered into unique slots and
 // run boundaries; a group of T lanes per unique slot sums its run in order (same order as the CPU
-// twin); one thread per unique slot applies ApplyRowUpdate. The number of unique slots stays on
+// twin); one warp per unique slot applies ApplyRowUpdate, lanes over the columns. The number of unique slots stays on
 // the device: kernels read it, so the backward queues without waiting for the host.
 // Dedup and bucketisation reuse the key-sort machinery with ids or owner ranks as keys.
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
+#include <algorithm>
 #include <limits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/cuda_context.h"
 #include "core/cuda_status_cuda.h"
+#include "embedding/internal/row_update_lanes.h"
 #include "embedding/pooled_lookup_cuda.h"
 
 namespace tessera {
@@ -301,17 +303,60 @@ __global__ void SumRunsKernel(SumArgs a, int mode) {
   }
 }
 
-// One thread per unique slot: the shared update rule of embedding/row_optimizer.h.
-__global__ void UpdateRowsKernel(const int64_t* __restrict__ slots,
-                                 const int64_t* __restrict__ num_unique, int64_t max_rows,
-                                 const float* __restrict__ row_grads, RowUpdateArgs a) {
+// One warp per unique slot, lanes over the columns: each load and store of the row (weights,
+// gradient, Adam's moments) is coalesced, 32 consecutive floats per warp instruction (one
+// thread per row read 32 rows at 256-512 byte strides per instruction at dim 64-128). The
+// rule is ApplyRowUpdate of embedding/row_optimizer.h, split over lanes as
+// embedding/internal/row_update_lanes.h states (same terms, same order; row-wise AdaGrad's sum
+// of squares in RowSumOfSquares' 16-partial order). Lane 0 alone reads and writes the AdaGrad
+// accumulator and broadcasts it, so no lane can read it after another wrote it.
+__global__ void __launch_bounds__(kThreads)
+    UpdateRowsKernel(const int64_t* __restrict__ slots, const int64_t* __restrict__ num_unique,
+                     int64_t max_rows, const float* __restrict__ row_grads, RowUpdateArgs a) {
+  namespace ei = embedding_internal;
+  constexpr unsigned kAll = 0xffffffffu;
+  const int lane = threadIdx.x & 31;
   const int64_t unique = num_unique != nullptr ? min(*num_unique, max_rows) : max_rows;
   const int64_t sd = RowStateDim(a.optimizer.type, a.dim);
-  for (int64_t u = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; u < unique;
-       u += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  const int64_t dim = a.dim;
+  const int64_t warps = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
+  // u is the same for the 32 lanes of a warp (blockDim.x is a multiple of 32): the loop, the
+  // switch and the shuffles are warp-uniform.
+  for (int64_t u = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5; u < unique;
+       u += warps) {
     const int64_t slot = slots[u];
-    ApplyRowUpdate(a.optimizer, a.lr, a.step, a.dim, row_grads + u * a.dim,
-                   a.weights + slot * a.dim, sd > 0 ? a.state + slot * sd : nullptr);
+    const float* g = row_grads + u * dim;
+    float* w = a.weights + slot * dim;
+    float* st = sd > 0 ? a.state + slot * sd : nullptr;
+    switch (a.optimizer.type) {
+      case RowOptimizerType::kSgd:
+        for (int64_t k = lane; k < dim; k += 32) ei::SgdColumn(a.lr, g, w, k);
+        break;
+      case RowOptimizerType::kRowWiseAdagrad: {
+        float p = lane < ei::kSumLanes ? ei::RowSumOfSquaresPartial(g, dim, lane) : 0.0f;
+        // CombineSumLanes' tree: lane l < width adds lane l + width's partial.
+        for (int width = ei::kSumLanes / 2; width > 0; width /= 2) {
+          p += __shfl_down_sync(kAll, p, width);
+        }
+        ei::AdagradScale as{0.0f, 0.0f};
+        if (lane == 0) as = ei::RowWiseAdagradScale(a.optimizer, a.lr, st[0], p, dim);
+        const float scale = __shfl_sync(kAll, as.scale, 0);
+        if (lane == 0) st[0] = as.v;
+        for (int64_t k = lane; k < dim; k += 32) ei::AdagradColumn(scale, g, w, k);
+        break;
+      }
+      case RowOptimizerType::kAdam: {
+        const float bc1 = 1.0f - powf(a.optimizer.beta1, static_cast<float>(a.step));
+        const float bc2 = 1.0f - powf(a.optimizer.beta2, static_cast<float>(a.step));
+        for (int64_t k = lane; k < dim; k += 32) {
+          ei::AdamColumn(a.optimizer, a.lr, bc1, bc2, dim, g, w, st, k);
+        }
+        break;
+      }
+      default:  // a rule without a lane split: one lane runs it whole
+        if (lane == 0) ApplyRowUpdate(a.optimizer, a.lr, a.step, dim, g, w, st);
+        break;
+    }
   }
 }
 
@@ -407,9 +452,21 @@ struct CudaWorkspaceAccess {
                       "cub::DeviceScan::InclusiveSum");
   }
 
+  // The CUB temp-storage sizes are host-side queries: asked only when n outgrows the count they
+  // were last asked for, and then for half as much again, so a step whose id count did not grow
+  // asks nothing (before: two queries per table per step). CUB's sizes grow with the item count
+  // (tile state per tile of items); were one smaller for fewer items, CUB would report the short
+  // buffer as an error, not overrun it.
   static absl::Status Reserve(const DeviceContext& ctx, CudaEmbeddingWorkspace* ws, int64_t n,
                               int64_t dim) {
-    return ws->Reserve(n, dim, SortTempBytes(n), ScanTempBytes(n));
+    if (n > ws->temp_sized_for_) {
+      const int64_t m = std::min<int64_t>(std::max<int64_t>(n, ws->temp_sized_for_ * 3 / 2),
+                                          (int64_t{1} << 31) - 1);
+      ws->sort_bytes_ = SortTempBytes(m);
+      ws->scan_bytes_ = ScanTempBytes(m);
+      ws->temp_sized_for_ = m;
+    }
+    return ws->Reserve(n, dim, ws->sort_bytes_, ws->scan_bytes_);
   }
 
   static size_t SortTempBytes(int64_t n) {
@@ -800,7 +857,8 @@ absl::Status ApplyRowUpdatesCuda(const DeviceContext& ctx, const int64_t* slots,
   if (slots == nullptr || row_grads == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(kOp, ": null slots or row_grads"));
   }
-  UpdateRowsKernel<<<GridFor(max_rows, kThreads), kThreads, 0, ComputeStream(ctx)>>>(
+  // One warp (32 threads) per row.
+  UpdateRowsKernel<<<GridFor(max_rows * 32, kThreads), kThreads, 0, ComputeStream(ctx)>>>(
       slots, num_unique, max_rows, row_grads, args);
   return CudaLaunchStatus("UpdateRowsKernel");
 }

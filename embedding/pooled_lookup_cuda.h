@@ -8,8 +8,9 @@
 // Determinism: the forward sums each bag in index order in one thread group; the backward sorts
 // ids with a stable radix sort and sums each unique row's gradients in (source, bag, position)
 // order in one thread group, then applies ApplyRowUpdate (embedding/row_optimizer.h) to each
-// row in one thread: no float atomics, the same bits on every run, and the same order of terms
-// as the CPU twin (results differ from it only by fused multiply-adds).
+// row in one warp, with the terms and order of one thread: no float atomics, the same bits on
+// every run, and the same order of terms as the CPU twin (results differ from it only by fused
+// multiply-adds, and for runs longer than 256 entries by their chunked sum order).
 #pragma once
 
 #include <cstddef>
@@ -62,6 +63,9 @@ class CudaEmbeddingWorkspace {
   DeviceContext ctx_;
   int64_t last_num_ids_ = 0;
   size_t cap_ids_ = 0, cap_floats_ = 0, cap_sort_ = 0, cap_scan_ = 0;
+  // CUB temp-storage bytes for temp_sized_for_ ids (cached: host-side queries).
+  int64_t temp_sized_for_ = 0;
+  size_t sort_bytes_ = 0, scan_bytes_ = 0;
   unsigned long long* keys_ = nullptr;      // [n] sort ping
   unsigned long long* keys_alt_ = nullptr;  // [n] sort pong
   int* heads_ = nullptr;                    // [n] run-start flags, then their inclusive scan
@@ -90,7 +94,8 @@ absl::Status AggregateRowGradientsCuda(const DeviceContext& ctx,
                                        CudaEmbeddingWorkspace* ws);
 
 // ApplyRowUpdate on rows slots[u] for u < *num_unique (device scalar; at most max_rows, host),
-// with gradient row_grads[u]. One thread per row. Slots must be distinct.
+// with gradient row_grads[u]. One warp per row, lanes over the columns (coalesced; the split
+// is embedding/internal/row_update_lanes.h). Slots must be distinct.
 absl::Status ApplyRowUpdatesCuda(const DeviceContext& ctx, const int64_t* slots,
                                  const int64_t* num_unique, int64_t max_rows,
                                  const float* row_grads, const RowUpdateArgs& args);
