@@ -17,22 +17,21 @@
 #   /usr/local/lib/python3.11/dist-packages/nvidia/{cu13,nccl}/lib
 #                                   libcublas.so.13, libcublasLt.so.13, libnccl.so.2 (hard links
 #                                   of the toolkit's): pip's layout on the GPU machine
-#   /repo                           this worktree (bind mount), bundle included
+#   /repo                           this worktree (bind mount)
+#   /opt/carry/gpu-bundle.tar.gz    the tarball the device tool carries; gpu_check.sh unpacks it
 #   no libcuda.so.1                 so every CUDA test must reach its "no CUDA device" skip
 # Checks: every bundle binary's libraries resolve inside the bundle or to glibc (ldd and
 # LD_DEBUG=libs in the chroot), each CUDA test binary exits 0 with "no CUDA device", the CPU
 # stages of gpu_check.sh pass (CPU quickstart, the MPI communicator test on 4 ranks through the
 # carried mpirun, the report), no log says "error while loading shared libraries".
-# Environment: BUNDLE (build-bundle/gpu-bundle), KEEP=1 keeps the chroot, RESULTS (where the
+# Environment: BUNDLE (build-bundle/gpu-bundle: its .tar.gz is what runs), KEEP=1 keeps the chroot, RESULTS (where the
 # two result files land; default runs/gpu_rehearsal).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 BUNDLE=${BUNDLE:-build-bundle/gpu-bundle}
 RESULTS=${RESULTS:-$ROOT/runs/gpu_rehearsal}
-[ -x "$BUNDLE/bin/tessera-train" ] || { echo "no bundle at $BUNDLE: run bench/gpu_bundle.sh"; exit 1; }
-case "$BUNDLE" in /*) ;; *) BUNDLE_REL=$BUNDLE ;; esac
-BUNDLE_REL=${BUNDLE_REL:-${BUNDLE#"$ROOT"/}}
+[ -f "$BUNDLE.tar.gz" ] || { echo "no $BUNDLE.tar.gz: run bench/gpu_bundle.sh"; exit 1; }
 R=$(mktemp -d /tmp/tessera-rehearse.XXXXXX)
 rm -rf "$RESULTS"
 mkdir -p "$RESULTS"
@@ -56,7 +55,9 @@ TOOLS="bash sh timeout date mkdir rm cat tail head sed grep awk tar gzip find so
        tr basename dirname readlink ls cp mv ln mktemp sleep nproc tee true false env uname id
        hostname ldd xargs du stat python3"
 for t in $TOOLS; do
-  src=$(readlink -f "$(command -v "$t")") || { echo "rehearse: no $t here"; exit 1; }
+  p=$(type -P "$t") || { echo "rehearse: no $t here"; exit 1; }
+  [ "$t" = python3 ] && p=/usr/bin/python3  # Debian's (a pyenv shim may come first on PATH)
+  src=$(readlink -f "$p")
   extra=$(ldd "$src" 2>/dev/null | awk '$2 == "=>" {print $1, $3}' |
           grep -vE '^(linux-vdso|libc|libm|libdl|libpthread|librt|ld-linux)' || true)
   if [ -z "$extra" ]; then
@@ -73,7 +74,7 @@ done
 cp "$(readlink -f "$(command -v dash)")" "$R/bin/sh"
 cp "$(readlink -f "$(command -v dash)")" "$R/usr/bin/sh"
 ln -s /usr/bin/bash "$R/bin/bash"
-PYVER=$(python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+PYVER=$(/usr/bin/python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
 mkdir -p "$R/usr/lib/python$PYVER"
 (cd "/usr/lib/python$PYVER" && tar --exclude=./test --exclude=./dist-packages --exclude=./site-packages \
    --exclude='__pycache__' -cf - .) | (cd "$R/usr/lib/python$PYVER" && tar -xf -)
@@ -81,7 +82,7 @@ mkdir -p "$R/usr/lib/python$PYVER"
 for so in "$R/usr/lib/python$PYVER"/lib-dynload/*.so; do
   ldd "$so" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' |
     grep -vE '^(libc|libm|libdl|libpthread|librt|ld-linux)' |
-    while read -r s p; do cp -nL "$p" "$R/opt/tools/lib/$s"; done
+    while read -r s p; do cp -nL "$p" "$R/opt/tools/lib/$s"; done || true
 done
 # pip's layout of the CUDA libraries on the GPU machine (hard links: same file system).
 SITE="$R/usr/local/lib/python$PYVER/dist-packages/nvidia"
@@ -92,25 +93,28 @@ done
 cp -lL /usr/local/cuda/lib64/libnccl.so.2 "$SITE/nccl/lib/libnccl.so.2" 2>/dev/null ||
   cp -L /usr/local/cuda/lib64/libnccl.so.2 "$SITE/nccl/lib/libnccl.so.2"
 
+mkdir -p "$R/opt/carry"
+cp "$BUNDLE.tar.gz" "$R/opt/carry/"
+
 # ---- run inside ---------------------------------------------------------------------------------
 cat > "$R/opt/inner.sh" <<'INNER'
 cd /repo
 echo "== inside: /lib/x86_64-linux-gnu holds: $(ls /lib/x86_64-linux-gnu | tr '\n' ' ')"
 echo "== inside: /etc/ld.so.cache: $(ls /etc/ld.so.cache 2>&1)"
 echo "== inside: libcuda.so.1 anywhere: $(find / -xdev -name 'libcuda.so*' 2>/dev/null | head -n 1)"
+echo "== inside: carried: $(ls -la /opt/carry)"
+bash bench/gpu_check.sh  # unpacks /opt/carry/gpu-bundle.tar.gz first
 . bench/gpu_env.sh "$BUNDLE"
 echo "== inside: LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 echo "== inside: LD_DEBUG=libs tessera-train --helpshort: each library loaded"
 LD_DEBUG=libs "$BUNDLE/bin/tessera-train" --helpshort 2>&1 > /dev/null |
   grep -o 'calling init: .*' | sed 's/calling init: //' | sort -u > /tmp/loaded.txt
 sed 's/^/   /' /tmp/loaded.txt
-outside=$(grep -v "^/repo/$BUNDLE/lib/" /tmp/loaded.txt | grep -v '^/lib/x86_64-linux-gnu/' |
+outside=$(grep -v "^$BUNDLE/" /tmp/loaded.txt | grep -v '^/lib/x86_64-linux-gnu/' |
           grep -v '^/lib64/' | grep -v '/nvidia/' | tr '\n' ' ')
 echo "== inside: loaded from outside the bundle, glibc and pip's nvidia folders: ${outside}"
-unset LD_LIBRARY_PATH
-bash bench/gpu_check.sh
 INNER
-export R ROOT RESULTS BUNDLE_REL
+export R ROOT RESULTS
 set +e
 unshare -m --propagation private bash -c '
   set -e
@@ -119,7 +123,7 @@ unshare -m --propagation private bash -c '
   mount -t tmpfs tmpfs "$R/tmp"
   mount --bind "$ROOT" "$R/repo"
   mount --bind "$RESULTS" "$R/out"
-  exec chroot "$R" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/tmp OUT=/out BUNDLE="$BUNDLE_REL" \
+  exec chroot "$R" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/tmp OUT=/out BUNDLE=/opt/carry/gpu-bundle \
     DEADLINE_S=900 CPU_THREADS=2 OMP_NUM_THREADS=2 \
     QUICK_SET="data.synthetic.train_samples=131072 data.synthetic.eval_samples=16384 train.eval_every=32 train.log_every=16" \
     /usr/bin/bash /opt/inner.sh' 2>&1 | tee "$RESULTS/rehearsal.log"
@@ -144,7 +148,8 @@ else
   say "no 'error while loading shared libraries' in any log" ok
 fi
 if grep -q "^== inside: loaded from outside the bundle, glibc and pip's nvidia folders: *$" \
-     "$RESULTS/rehearsal.log"; then
+     "$RESULTS/rehearsal.log" && grep -q "^   /.*/lib/libtessera_trainer.so" "$RESULTS/rehearsal.log" &&
+   grep -q "^   /.*/nvidia/nccl/lib/libnccl.so.2" "$RESULTS/rehearsal.log"; then
   say "LD_DEBUG: every library from the bundle, glibc or pip's nvidia" ok
 else say "LD_DEBUG: every library from the bundle, glibc or pip's nvidia" FAILED; fi
 [ -s "$RESULTS/gpu_check_summary.md" ] && say "summary written" ok || say "summary written" FAILED

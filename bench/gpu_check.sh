@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpu_check.sh: everything that needs a GPU, run ON the bundle of bench/gpu_bundle.sh (no build
 # on the device), in one device call of 10 minutes with time to spare (docs/CUDA.md).
-#   bash bench/gpu_check.sh          # carry build-bundle/gpu-bundle (or set BUNDLE)
+#   bash bench/gpu_check.sh          # carry build-bundle/gpu-bundle.tar.gz (unpacked here first)
 # Stages, each under `timeout`, each run whatever the others did:
 #   env          GPU (nvidia-smi), where the CUDA libraries come from (bench/gpu_env.sh), ldd
 #   cuda tests   every tests/cuda binary; a failing one again under compute-sanitizer memcheck
@@ -16,11 +16,34 @@
 # Results: $OUT (else runs/gpu_check) receives exactly two files, gpu_check_summary.md (the
 # table, the stages, the tails of failed logs) and gpu_check_results.tar.gz (every log and JSON;
 # files over 2 MiB, e.g. model exports, left out). The work folder is WORK (a temp dir).
-# Environment: BUNDLE (build-bundle/gpu-bundle), BATCH (e2e batch, 16384), DEADLINE_S (total,
+# Environment: BUNDLE (build-bundle/gpu-bundle; BUNDLE.tar.gz is unpacked when the folder is
+# missing), BATCH (e2e batch, 16384), DEADLINE_S (total,
 # 480), QUICK_SET (extra --set overrides for both quickstart runs, e.g. for a rehearsal),
 # CPU_THREADS (quickstart CPU run, 12).
 set -u
 cd "$(dirname "$0")/.."
+# `gpu_check.sh --env-report BUNDLE WORK`: the env stage's body (a separate process, so that
+# `timeout` can bound it): the GPU, the bundle's manifest, unresolved libraries.
+if [ "${1:-}" = "--env-report" ]; then
+  B=$2 WORK=$3
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>&1 ||
+    echo "no nvidia-smi"
+  cat "$WORK/env_libs.log"
+  head -n 4 "$B/MANIFEST.txt"
+  echo "glibc here: $(ldd --version 2>&1 | head -n 1)"
+  echo "compute-sanitizer: $(command -v compute-sanitizer ||
+    ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || echo none)"
+  bad=0
+  for f in "$B"/bin/* "$B"/tests/*; do
+    if ldd "$f" 2>&1 | grep -q "not found"; then
+      echo "UNRESOLVED in $f:"
+      ldd "$f" | grep "not found"
+      bad=1
+    fi
+  done
+  exit $bad
+fi
+
 ROOT=$PWD
 BUNDLE=${BUNDLE:-build-bundle/gpu-bundle}
 OUT_DIR=${OUT:-$ROOT/runs/gpu_check}
@@ -74,6 +97,10 @@ finish() {
 }
 
 # ---- env ----------------------------------------------------------------------------------------
+if [ ! -x "$BUNDLE/bin/tessera-train" ] && [ -f "$BUNDLE.tar.gz" ]; then
+  echo "== unpacking $BUNDLE.tar.gz"
+  tar -C "$(dirname "$BUNDLE")" -xzf "$BUNDLE.tar.gz"
+fi
 if [ ! -x "$BUNDLE/bin/tessera-train" ]; then
   echo "no bundle at $BUNDLE (make it with bench/gpu_bundle.sh and carry it)" | tee "$WORK/env.log"
   printf 'env\tFAILED\tno bundle at %s\n' "$BUNDLE" >> "$WORK/stages.tsv"
@@ -83,23 +110,7 @@ fi
 # shellcheck source=bench/gpu_env.sh
 source bench/gpu_env.sh "$BUNDLE" > "$WORK/env_libs.log" 2>&1
 B=$TESSERA_BUNDLE_DIR
-env_report() {
-  (nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>&1 ||
-     echo "no nvidia-smi")
-  cat "$WORK/env_libs.log"
-  head -n 4 "$B/MANIFEST.txt"
-  echo "glibc here: $(ldd --version 2>&1 | head -n 1)"
-  local bad=0 f
-  for f in "$B"/bin/* "$B"/tests/*; do
-    if ldd "$f" 2>&1 | grep -q "not found"; then
-      echo "UNRESOLVED in $f:"; ldd "$f" | grep "not found"; bad=1
-    fi
-  done
-  command -v compute-sanitizer > /dev/null && echo "compute-sanitizer: $(command -v compute-sanitizer)" ||
-    echo "compute-sanitizer: not on PATH"
-  return $bad
-}
-stage env 20 env_report
+stage env 20 bash bench/gpu_check.sh --env-report "$B" "$WORK"
 SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 
 # ---- cuda tests ---------------------------------------------------------------------------------
