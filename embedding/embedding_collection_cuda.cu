@@ -134,19 +134,35 @@ class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
     for (int f = 0; f < options_.num_features; ++f) {
       feature_ids_[f] = batch.feature_end(f) - batch.feature_begin(f);
     }
-    for (int f = 0; f < options_.num_features && B > 0; ++f) {
-      const TableConfig& table = options_.tables[table_of_feature_[f]];
-      PooledLookupArgs a;
-      a.weights = weights_[table_of_feature_[f]].data<float>();
-      a.dim = table.dim;
-      a.offsets = d_offsets_.data<int64_t>() + static_cast<int64_t>(f) * B;
+    // One launch per distinct table dim (up to kMaxFusedFeatures features each), not one per
+    // feature: the Criteo models' 26 features of one dim take one launch.
+    std::vector<bool> done(options_.num_features, false);
+    for (int f0 = 0; f0 < options_.num_features && B > 0; ++f0) {
+      if (done[f0]) continue;
+      const int64_t dim = options_.tables[table_of_feature_[f0]].dim;
+      FusedLookupArgs a;
+      a.offsets = d_offsets_.data<int64_t>();
       a.indices = d_ids_.data<int64_t>();
       a.per_id_weights = weighted ? d_weights_.data<float>() : nullptr;
       a.num_bags = B;
-      a.pooling = table.pooling;
-      a.out = out + feature_column_[f];
+      a.dim = dim;
+      a.out = out;
       a.out_stride = output_dim_;
-      TESSERA_RETURN_IF_ERROR(PooledLookupForwardCuda(ctx_, a));
+      for (int f = f0; f < options_.num_features; ++f) {
+        const int t = table_of_feature_[f];
+        if (done[f] || options_.tables[t].dim != dim) continue;
+        done[f] = true;
+        const int k = a.num_features++;
+        a.feature[k] = f;
+        a.weights[k] = weights_[t].data<float>();
+        a.out_column[k] = feature_column_[f];
+        a.pooling[k] = options_.tables[t].pooling;
+        if (a.num_features == kMaxFusedFeatures) {
+          TESSERA_RETURN_IF_ERROR(PooledLookupForwardFusedCuda(ctx_, a));
+          a.num_features = 0;
+        }
+      }
+      TESSERA_RETURN_IF_ERROR(PooledLookupForwardFusedCuda(ctx_, a));
     }
     pending_ = true;
     return absl::OkStatus();

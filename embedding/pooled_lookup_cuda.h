@@ -32,6 +32,30 @@ namespace tessera {
 // range-checked on the device first, which waits for the stream.
 absl::Status PooledLookupForwardCuda(const DeviceContext& ctx, const PooledLookupArgs& args);
 
+// The pooled forward of several features in one launch (CudaEmbeddingCollection::Forward:
+// one launch per distinct table dim instead of one per feature). Feature k of the launch owns
+// bags [feature[k] * num_bags, feature[k] * num_bags + num_bags) of the shared offsets (the
+// KeyedJagged layout, feature-major), reads table weights[k] (all of width dim), pools with
+// pooling[k] and writes bag b to out[b * out_stride + out_column[k] .. + dim). Per bag the
+// order of terms and the lane mapping are PooledLookupForwardCuda's. Indices are not checked
+// (the collection validated them on the host).
+constexpr int kMaxFusedFeatures = 48;
+struct FusedLookupArgs {
+  const int64_t* offsets = nullptr;       // [num KeyedJagged features * num_bags + 1]
+  const int64_t* indices = nullptr;
+  const float* per_id_weights = nullptr;  // optional, parallel to indices
+  int64_t num_bags = 0;                   // per feature (the batch size)
+  int64_t dim = 0;
+  float* out = nullptr;                   // [num_bags, out_stride]
+  int64_t out_stride = 0;
+  int num_features = 0;                   // of this launch, at most kMaxFusedFeatures
+  int feature[kMaxFusedFeatures] = {};    // KeyedJagged feature index
+  const float* weights[kMaxFusedFeatures] = {};
+  int64_t out_column[kMaxFusedFeatures] = {};
+  PoolingMode pooling[kMaxFusedFeatures] = {};
+};
+absl::Status PooledLookupForwardFusedCuda(const DeviceContext& ctx, const FusedLookupArgs& args);
+
 // Device scratch of the backward, dedup and bucketisation: grow-only buffers allocated
 // stream-ordered on ctx's compute stream and freed there on destruction. After
 // AggregateRowGradientsCuda or FusedBackwardUpdateCuda, unique_slots()[0, *num_unique()) hold the
