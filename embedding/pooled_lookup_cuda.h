@@ -131,6 +131,41 @@ absl::Status FusedBackwardUpdateCuda(const DeviceContext& ctx,
                                      int slot_bits, const RowUpdateArgs& args,
                                      CudaEmbeddingWorkspace* ws);
 
+// FusedBackwardUpdateCuda for several tables of one dim in one pass (CudaEmbeddingCollection:
+// one sort and one update launch for the group instead of ~13 launches per table). Source s
+// belongs to table info[s].table of the group and pools with info[s].pooling; table t's slots
+// become t << slot_bits | slot in the sort key, so a row of table t is summed from table t's
+// sources alone, in the order FusedBackwardUpdateCuda would use. Every slot of every table must
+// lie in [0, 2^slot_bits) (not checked: the collection range-checked the ids) and
+// MultiTableKeysFit must hold. num_ids (host) gives each source's id count. group.args gives
+// dim, optimizer, lr and step; its weights/state are ignored for group.weights/state[t].
+struct TableSourceInfo {
+  int table = 0;
+  PoolingMode pooling = PoolingMode::kSum;
+};
+struct TableGroupUpdate {
+  RowUpdateArgs args;
+  int num_tables = 0;  // at most kMaxFusedFeatures
+  int slot_bits = 0;   // every table's rows < 2^slot_bits
+  float* weights[kMaxFusedFeatures] = {};
+  float* state[kMaxFusedFeatures] = {};
+};
+// Whether n ids of num_tables tables of slot_bits bits fit the 64-bit sort key.
+inline bool MultiTableKeysFit(int64_t n, int num_tables, int slot_bits) {
+  int pos_bits = 0, table_bits = 0;
+  for (uint64_t x = n > 1 ? static_cast<uint64_t>(n - 1) : 0; x != 0; x >>= 1) ++pos_bits;
+  for (uint64_t x = num_tables > 1 ? static_cast<uint64_t>(num_tables - 1) : 0; x != 0; x >>= 1)
+    ++table_bits;
+  return n < (int64_t{1} << 31) && slot_bits >= 1 && slot_bits + table_bits <= 62 &&
+         pos_bits + slot_bits + table_bits <= 64;
+}
+absl::Status FusedBackwardUpdateTablesCuda(const DeviceContext& ctx,
+                                           absl::Span<const BagGradients> sources,
+                                           absl::Span<const int64_t> num_ids,
+                                           absl::Span<const TableSourceInfo> info,
+                                           const TableGroupUpdate& group,
+                                           CudaEmbeddingWorkspace* ws);
+
 // AggregateRowGradients's CUDA half (device sources, host outputs; waits): what the dispatching
 // entry point of pooled_lookup.h runs for a CUDA DeviceContext.
 absl::Status AggregateRowGradientsCudaToHost(const DeviceContext& ctx,
