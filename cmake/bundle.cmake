@@ -14,7 +14,8 @@
 #   - the CUDA runtime is the shared libcudart.so.13 (copied too: it is small and must match
 #     the toolkit we compiled with); cuBLAS and NCCL are found at run time on the device
 #     (bench/gpu_env.sh puts pip's nvidia/*/lib folders on LD_LIBRARY_PATH).
-option(TESSERA_BUNDLE "Build for bench/gpu_bundle.sh (shared folder libraries, RPATH \$ORIGIN/../lib)" OFF)
+option(TESSERA_BUNDLE
+  "Build for bench/gpu_bundle.sh (shared folder libraries, RPATH \$ORIGIN/../lib)" OFF)
 
 set(TESSERA_LIBRARY_TYPE STATIC)
 set(TESSERA_ROCKSDB_TARGET RocksDB::rocksdb)

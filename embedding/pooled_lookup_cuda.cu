@@ -5,8 +5,10 @@
 // gradient row and its scale; a stable CUB radix sort over the slot bits groups equal slots with
 // positions in order; run starts are flagged, scanned (CUB) and scattered into unique slots and
 // run boundaries; a group of T lanes per unique slot sums its run in order (same order as the CPU
-// twin); one warp per unique slot applies ApplyRowUpdate, lanes over the columns. The number of unique slots stays on
-// the device: kernels read it, so the backward queues without waiting for the host.
+// twin); one warp per unique slot applies ApplyRowUpdate, lanes over the columns. The number of
+// unique slots stays on the device: kernels read it, so the backward queues without waiting for
+// the host. Several tables of one dim share one pass (FusedBackwardUpdateTablesCuda): the table
+// index sits above the slot bits of the key, and the update kernel decodes it.
 // Dedup and bucketisation reuse the key-sort machinery with ids or owner ranks as keys.
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>

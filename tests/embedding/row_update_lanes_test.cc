@@ -31,7 +31,9 @@ float WarpTree(const float* partial16) {
   for (int l = 0; l < 32; ++l) lanes[l] = l < kSumLanes ? partial16[l] : 0.0f;
   for (int width = kSumLanes / 2; width > 0; width /= 2) {
     float next[32];
-    for (int l = 0; l < 32; ++l) next[l] = lanes[l] + (l + width < 32 ? lanes[l + width] : lanes[l]);
+    for (int l = 0; l < 32; ++l) {
+      next[l] = lanes[l] + (l + width < 32 ? lanes[l + width] : lanes[l]);
+    }
     std::memcpy(lanes, next, sizeof(lanes));
   }
   return lanes[0];
