@@ -1,12 +1,26 @@
 #!/usr/bin/env bash
-# Side-by-side CPU throughput: tessera-bench against a PyTorch DLRM of the same shape
-# (bench/pytorch_dlrm.py, Debian's python3-torch) on the three configs of docs/PERFORMANCE.md,
-# with 1 and 2 threads. Prints one markdown table; raw JSON lines go to $OUT_JSON.
-#   bash bench/cpu_compare.sh [build/bin]        (needs: apt-get install python3-torch)
+# Side-by-side CPU throughput on the three configs of docs/PERFORMANCE.md, 1 and 2 threads:
+#   tessera-bench fp32 and bf16 dense math (--set model.dense_dtype=bf16),
+#   the PyTorch DLRM of the same shape (bench/pytorch_dlrm.py, Debian's python3-torch) in fp32 and
+#   under torch.autocast("cpu", torch.bfloat16), with the same optimizer work (row-wise AdaGrad
+#   tables, SGD dense),
+#   and the bare OpenBLAS sgemm of the step's MLP products (bench/dense_gemm_bench.cc) as the
+#   fp32 ceiling.
+# PyTorch gets its best setup here: Debian's OpenMP build of OpenBLAS on its library path (the
+# default pthread build fights libgomp's threads, and 2 threads ran slower than 1), the AVX-512
+# OpenBLAS kernels, OMP_WAIT_POLICY=PASSIVE (measured faster at 2 threads on a shared machine and
+# equal at 1), and one intra-op thread pool of --threads. The script checks that PyTorch's 2-thread
+# runs beat its 1-thread runs and says so.
+# Runs are interleaved (every program once per round, REPEATS rounds) and the table shows medians
+# with the min-max spread; raw JSON lines go to $OUT_JSON.
+#   bash bench/cpu_compare.sh [build/bin]      (needs: apt-get install python3-torch)
+#   REPEATS=3 STEPS=20 CONFIGS="small kaggle" bash bench/cpu_compare.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-build/bin}
-steps=${STEPS:-30}
+steps=${STEPS:-20}
+repeats=${REPEATS:-3}
+configs=${CONFIGS:-small kaggle mlperf-mini}
 out=${OUT_JSON:-/tmp/tessera_cpu_compare.jsonl}
 : > "$out"
 py=/usr/bin/python3
@@ -16,18 +30,44 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
   if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
   elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
 fi
+openmp_blas=/usr/lib/x86_64-linux-gnu/openblas-openmp
+[ -e "$openmp_blas/libblas.so.3" ] || { echo "cpu_compare: needs libopenblas0-openmp" >&2; exit 1; }
+torch_env=(LD_LIBRARY_PATH="$openmp_blas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+           OMP_WAIT_POLICY=PASSIVE)
 declare -A cfg=([small]=configs/bench/small.yaml [kaggle]=configs/bench/kaggle.yaml
                 [mlperf-mini]=configs/bench/mlperf_mini.yaml)
-printf '| config | threads | tessera samples/s | pytorch samples/s | ratio |\n|---|---|---|---|---|\n'
-for name in small kaggle mlperf-mini; do
+
+tag() {  # adds "round", "config", "impl" keys to the JSON line on stdin
+  "$py" -c 'import json,sys
+for line in sys.stdin:
+    line = line.strip()
+    if line.startswith("{"):
+        d = json.loads(line); d.update(round=int(sys.argv[1]), config=sys.argv[2], impl=sys.argv[3])
+        print(json.dumps(d))' "$@"
+}
+
+echo "cpu_compare: $(nproc) cores, load average at start: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+for r in $(seq 1 "$repeats"); do
   for t in 1 2; do
-    ts=$(OMP_NUM_THREADS=$t "$bin/tessera-bench" --config "${cfg[$name]}" --threads "$t" \
-           --steps "$steps" --name "tessera-$name" --json "$out" | tail -1 |
-         "$py" -c 'import json,sys; print(round(json.load(sys.stdin)["samples_per_sec"]))')
-    ps=$(OMP_NUM_THREADS=$t "$py" bench/pytorch_dlrm.py --preset "$name" --threads "$t" \
-           --steps "$steps" | tee -a "$out" |
-         "$py" -c 'import json,sys; print(round(json.load(sys.stdin)["samples_per_sec"]))')
-    printf '| %s | %d | %s | %s | %.2fx |\n' "$name" "$t" "$ts" "$ps" \
-      "$("$py" -c "print($ts / $ps)")"
+    OMP_NUM_THREADS=$t "$bin/dense_gemm_bench" --benchmark_filter='BM_StepGemms/Sgemm/' \
+      --benchmark_min_time=0.5 --benchmark_format=json 2>/dev/null |
+      "$py" -c 'import json,sys
+for b in json.load(sys.stdin)["benchmarks"]:
+    print(json.dumps({"round": int(sys.argv[1]), "impl": "sgemm", "threads": int(sys.argv[2]),
+                      "config": b["label"], "gflops": b["GFLOP/s"], "ms_per_step": b["ms/step"]}))' \
+      "$r" "$t" >> "$out"
   done
+  for name in $configs; do
+    for t in 1 2; do
+      for dt in fp32 bf16; do
+        OMP_NUM_THREADS=$t "$bin/tessera-bench" --config "${cfg[$name]}" --threads "$t" \
+          --steps "$steps" --name "tessera-$name" --set "model.dense_dtype=$dt" 2>/dev/null |
+          tail -1 | tag "$r" "$name" "tessera-$dt" >> "$out" || true
+        env "${torch_env[@]}" OMP_NUM_THREADS=$t "$py" bench/pytorch_dlrm.py --preset "$name" \
+          --threads "$t" --steps "$steps" --dtype "$dt" | tag "$r" "$name" "pytorch-$dt" >> "$out"
+      done
+    done
+  done
+  echo "cpu_compare: round $r done, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 done
+"$py" bench/cpu_compare_report.py "$out"

@@ -3,9 +3,19 @@
 
 The model follows facebookresearch/dlrm: nn.EmbeddingBag(mode="sum") per table with sparse
 gradients, bottom MLP (ReLU after every layer), dot interaction without self-interaction,
-top MLP (no ReLU on the logit), BCEWithLogitsLoss, and SGD for everything (the dlrm default; the
-embedding update is a sparse SGD step). Batches are generated before timing with ids drawn
-Zipf(exponent) over each table's rows, so only the training step is timed, as in tessera-bench.
+top MLP (no ReLU on the logit), BCEWithLogitsLoss. The optimizers do the same work as the
+tessera-bench configs (configs/bench/*.yaml): row-wise AdaGrad on the embedding tables (FBGEMM's
+rule, as embedding/row_optimizer.h: v[row] += mean(g_row^2); w[row] -= lr g_row / (sqrt(v) +
+eps), on the coalesced sparse gradient) and plain SGD on the dense parameters. Batches are
+generated before timing with ids drawn Zipf(exponent) over each table's rows, so only the
+training step is timed, as in tessera-bench; --batches of them are cycled (default 64, the same
+default as tessera-bench, so the rows touched exceed the last-level cache).
+
+--dtype bf16 runs forward and loss under torch.autocast("cpu", torch.bfloat16) (oneDNN's bf16
+matmuls on AVX512_BF16; the backward follows autocast's casts), fp32 master weights as in fp32.
+For its best CPU speed run it with the OpenMP build of OpenBLAS on the library path and passive
+OpenMP waiting, as bench/cpu_compare.sh does:
+  LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp OMP_WAIT_POLICY=PASSIVE ...
 
 Run with Debian's python3-torch (`apt-get install python3-torch`):
   /usr/bin/python3 bench/pytorch_dlrm.py --preset small --threads 1
@@ -69,11 +79,16 @@ class DLRM(nn.Module):
         return self.top_mlp(torch.cat([x, inter], dim=1)).squeeze(1)
 
 
+_CDF = {}
+
+
 def zipf_ids(rng, rows, n, a):
     # Inverse CDF of a Zipf(a) law over ranks 1..rows, ranks scrambled over the table.
-    ranks = np.arange(1, rows + 1, dtype=np.float64)
-    cdf = np.cumsum(ranks ** -a)
-    cdf /= cdf[-1]
+    cdf = _CDF.get((rows, a))
+    if cdf is None:
+        cdf = np.cumsum(np.arange(1, rows + 1, dtype=np.float64) ** -a)
+        cdf /= cdf[-1]
+        _CDF[(rows, a)] = cdf
     r = np.searchsorted(cdf, rng.random(n))
     return (r * 2654435761) % rows
 
@@ -86,9 +101,12 @@ def main():
     ap.add_argument("--batch", type=int, default=0, help="override the preset's batch size")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--batches", type=int, default=8)
+    ap.add_argument("--batches", type=int, default=64)
     ap.add_argument("--zipf", type=float, default=1.05)
     ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--eps", type=float, default=1e-8, help="row-wise AdaGrad epsilon")
+    ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32",
+                    help="bf16: forward and loss under torch.autocast(device, torch.bfloat16)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     p = PRESETS[args.preset]
@@ -105,26 +123,46 @@ def main():
         labels = torch.from_numpy((rng.random(b) < 0.25).astype(np.float32)).to(dev)
         batches.append((dense.to(dev), idx, off, labels))
     model = DLRM(p["rows"], p["dim"], p["bottom"], p["top"]).to(dev)
-    opt = torch.optim.SGD(model.parameters(), lr=args.lr)
+    dense_params = [p for n, p in model.named_parameters() if not n.startswith("embedding.")]
+    opt = torch.optim.SGD(dense_params, lr=args.lr)
+    tables = [bag.weight for bag in model.embedding]
+    # Row-wise AdaGrad state: one float per row, as tessera's RowStore keeps it.
+    row_sq = [torch.zeros(t.shape[0], device=dev) for t in tables]
     loss_fn = nn.BCEWithLogitsLoss()
+    autocast = args.dtype == "bf16"
+
+    @torch.no_grad()
+    def rowwise_adagrad():
+        for w, v in zip(tables, row_sq):
+            g = w.grad.coalesce()  # one gradient row per distinct id
+            rows, vals = g.indices()[0], g.values()
+            v.index_add_(0, rows, vals.pow(2).mean(1))
+            scale = args.lr / (v.index_select(0, rows).sqrt_() + args.eps)
+            w.index_add_(0, rows, vals * scale.unsqueeze(1), alpha=-1.0)
+            w.grad = None
 
     def step(i):
         dense, idx, off, labels = batches[i % len(batches)]
-        opt.zero_grad()
-        loss = loss_fn(model(dense, idx, off), labels)
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=autocast):
+            loss = loss_fn(model(dense, idx, off).float(), labels)
         loss.backward()
         opt.step()
+        rowwise_adagrad()
         return loss.item()
 
     for i in range(args.warmup):
         step(i)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for i in range(args.steps):
         loss = step(args.warmup + i)
     secs = time.perf_counter() - t0
+    cpu_secs = time.process_time() - c0
     out = {"name": "pytorch-" + args.preset, "device": str(dev), "threads": args.threads,
+           "dtype": args.dtype, "batches": len(batches),
            "batch_size": b, "steps": args.steps, "samples_per_sec": args.steps * b / secs,
            "ms_per_step": 1e3 * secs / args.steps, "final_loss": loss,
+           "cpu_ms_per_step": 1e3 * cpu_secs / args.steps,
            "torch": torch.__version__,
            "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else ""}
     print(json.dumps(out))

@@ -1,0 +1,128 @@
+#include "dense/internal/dnnl_gemm.h"
+
+#include <immintrin.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+
+#ifdef TESSERA_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+namespace tessera::dense_internal {
+namespace {
+
+uint16_t RoundToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+__attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) void FloatToBf16Avx512(
+    const float* x, int64_t n, uint16_t* out) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512 lo = _mm512_loadu_ps(x + i), hi = _mm512_loadu_ps(x + i + 16);
+    _mm512_storeu_si512(out + i, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+  }
+  for (; i < n; ++i) out[i] = RoundToBf16(x[i]);
+}
+
+}  // namespace
+
+void FloatToBf16(const float* x, int64_t n, uint16_t* out) {
+  static const bool avx512bf16 = __builtin_cpu_supports("avx512bf16");
+  if (avx512bf16) {
+    FloatToBf16Avx512(x, n, out);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) out[i] = RoundToBf16(x[i]);
+}
+
+#ifdef TESSERA_HAVE_DNNL
+namespace {
+
+using Key = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, bool, int64_t>;
+
+struct Cached {
+  dnnl::memory::desc a, b, c;
+  dnnl::matmul prim;
+};
+
+struct Engine {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  std::mutex mu;
+  std::map<Key, std::unique_ptr<Cached>> cache;
+};
+
+Engine& GetEngine() {
+  static Engine* e = new Engine();
+  return *e;
+}
+
+}  // namespace
+
+bool DnnlGemmAvailable() { return true; }
+
+absl::Status DnnlGemm(GemmInput type, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                      const void* a, int64_t lda, const void* b, int64_t ldb, bool accumulate,
+                      float* c, int64_t ldc) {
+  using dt = dnnl::memory::data_type;
+  Engine& e = GetEngine();
+  const Key key{static_cast<int>(type), trans_a, trans_b, m, n, k, lda, ldb, accumulate, ldc};
+  Cached* p;
+  try {
+    std::lock_guard<std::mutex> lock(e.mu);
+    auto it = e.cache.find(key);
+    if (it == e.cache.end()) {
+      const dt in = type == GemmInput::kBf16 ? dt::bf16 : dt::f32;
+      auto entry = std::make_unique<Cached>();
+      // Logical A [m, k] and B [k, n] with the strides of their row-major storage.
+      entry->a = dnnl::memory::desc({m, k}, in,
+                                    trans_a ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1});
+      entry->b = dnnl::memory::desc({k, n}, in,
+                                    trans_b ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1});
+      entry->c = dnnl::memory::desc({m, n}, dt::f32, dnnl::memory::dims{ldc, 1});
+      dnnl::primitive_attr attr;
+      if (accumulate) {
+        dnnl::post_ops ops;
+        ops.append_sum(1.0f);
+        attr.set_post_ops(ops);
+      }
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(entry->a, entry->b, entry->c), attr,
+                                      e.engine);
+      entry->prim = dnnl::matmul(pd);
+      it = e.cache.emplace(key, std::move(entry)).first;
+    }
+    p = it->second.get();
+    dnnl::memory am(p->a, e.engine, const_cast<void*>(a));
+    dnnl::memory bm(p->b, e.engine, const_cast<void*>(b));
+    dnnl::memory cm(p->c, e.engine, c);
+    p->prim.execute(e.stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    e.stream.wait();
+  } catch (const dnnl::error& err) {
+    return absl::InternalError(absl::StrCat("oneDNN matmul ", m, "x", n, "x", k, ": ", err.what()));
+  }
+  return absl::OkStatus();
+}
+
+#else
+
+bool DnnlGemmAvailable() { return false; }
+
+absl::Status DnnlGemm(GemmInput, bool, bool, int64_t, int64_t, int64_t, const void*, int64_t,
+                      const void*, int64_t, bool, float*, int64_t) {
+  return absl::UnimplementedError("this build has no oneDNN (libdnnl-dev): bf16 dense math needs it");
+}
+
+#endif
+
+}  // namespace tessera::dense_internal

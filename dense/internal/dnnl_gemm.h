@@ -1,0 +1,42 @@
+// Row-major GEMM through oneDNN's matmul primitive (Debian's libdnnl, OpenMP runtime: it runs on
+// the same libgomp thread pool as our loops and OpenBLAS), for fp32 inputs or bf16 inputs
+// (uint16_t holding the upper half of an IEEE float) with fp32 accumulation and output:
+//   C[m, n] = op(A) op(B) (+ C when accumulate), op(A) [m, k], op(B) [k, n].
+// bf16 uses the CPU's AVX512_BF16 (and AMX where present) kernels; oneDNN picks them at run time.
+// Primitives are created once per (shape, strides, types) and cached (thread-safe). oneDNN's
+// kernels partition statically, so the same thread count gives the same bits. Must not be called
+// from inside a ParallelFor. Built only when oneDNN is found (TESSERA_HAVE_DNNL); otherwise
+// DnnlGemmAvailable() is false and DnnlGemm returns Unimplemented.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace tessera::dense_internal {
+
+enum class GemmInput { kF32, kBf16 };
+
+// True when this build has oneDNN.
+bool DnnlGemmAvailable();
+// a, b: GemmInput elements (float or uint16_t bf16) with leading dimensions lda, ldb of their
+// row-major storage (A is [k, m] when trans_a, else [m, k]; likewise B). Sizes must fit in 32
+// bits. Errors: Unimplemented without oneDNN, Internal when oneDNN rejects the problem.
+[[nodiscard]] absl::Status DnnlGemm(GemmInput type, bool trans_a, bool trans_b, int64_t m,
+                                    int64_t n, int64_t k, const void* a, int64_t lda,
+                                    const void* b, int64_t ldb, bool accumulate, float* c,
+                                    int64_t ldc);
+
+// Rounds n floats to bf16 (round to nearest even; NaN stays NaN), with AVX512_BF16's
+// vcvtne2ps2bf16 when the CPU has it. Runs on the calling thread.
+void FloatToBf16(const float* x, int64_t n, uint16_t* out);
+// The exact float of a bf16 value.
+inline float Bf16ToFloat(uint16_t v) {
+  union {
+    uint32_t u;
+    float f;
+  } c{static_cast<uint32_t>(v) << 16};
+  return c.f;
+}
+
+}  // namespace tessera::dense_internal
