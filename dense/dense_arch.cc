@@ -10,6 +10,7 @@
 #include "core/status.h"
 #include "dense/interaction.h"
 #include "dense/internal/common.h"
+#include "dense/internal/dnnl_gemm.h"
 #include "dense/internal/kernels.h"
 
 namespace tessera {
@@ -75,11 +76,21 @@ absl::StatusOr<std::unique_ptr<DenseArch>> DenseArch::Create(const DenseArchOpti
         "DenseArch: the CUDA DeviceContext has no compute stream or cuBLAS handle; create it "
         "with CudaContext::Create (core/cuda_context.h)");
   }
+  if (options.dense_dtype == DenseDtype::kBf16) {
+    if (ctx.is_cuda()) {
+      return absl::UnimplementedError("DenseArch: dense_dtype bf16 is CPU only for now");
+    }
+    if (!dense_internal::DnnlGemmAvailable()) {
+      return absl::UnimplementedError(
+          "DenseArch: dense_dtype bf16 needs oneDNN; this build has none (install libdnnl-dev "
+          "and reconfigure)");
+    }
+  }
   std::unique_ptr<DenseArch> arch(new DenseArch());
   arch->options_ = options;
   arch->ctx_ = ctx;
   arch->bottom_ = std::make_unique<Mlp>("bottom_mlp", options.num_dense, options.bottom_mlp,
-                                        /*relu_last=*/true, ctx);
+                                        /*relu_last=*/true, ctx, options.dense_dtype);
   if (options.interaction == InteractionType::kDcn) {
     CrossNetworkOptions c;
     c.in_dim = options.bottom_mlp.back() + options.num_embeddings * options.embedding_dim;
@@ -88,7 +99,7 @@ absl::StatusOr<std::unique_ptr<DenseArch>> DenseArch::Create(const DenseArchOpti
     arch->cross_ = std::make_unique<CrossNetwork>("cross", c, ctx);
   }
   arch->top_ = std::make_unique<Mlp>("top_mlp", arch->interaction_dim(), options.top_mlp,
-                                     /*relu_last=*/false, ctx);
+                                     /*relu_last=*/false, ctx, options.dense_dtype);
   return arch;
 }
 

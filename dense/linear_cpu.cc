@@ -1,10 +1,15 @@
 // CPU twin of Linear: OpenBLAS sgemm for the three products, and one pass over the output for
-// everything elementwise (bias + ReLU forward; ReLU mask + bias gradient backward).
+// everything elementwise (bias + ReLU forward; ReLU mask + bias gradient backward). The bf16
+// variant rounds the GEMM inputs (x, W, dz) to bf16 and runs the products through oneDNN with
+// fp32 accumulation; everything elementwise stays fp32.
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "core/parallel.h"
+#include "core/status.h"
 #include "dense/internal/blas.h"
+#include "dense/internal/dnnl_gemm.h"
 #include "dense/internal/kernels.h"
 #include "dense/internal/simd.h"
 
@@ -69,7 +74,45 @@ void MaskColumnSums(float* __restrict dy, const float* __restrict y, int64_t row
   }
 }
 
+// Rounds n floats to bf16 on all threads (at least 16 K elements per chunk).
+void ToBf16Parallel(const float* x, int64_t n, std::vector<uint16_t>* out) {
+  if (static_cast<int64_t>(out->size()) < n) out->resize(n);
+  uint16_t* o = out->data();
+  ParallelFor(n, 16384, [&](int64_t b, int64_t e, int) { FloatToBf16(x + b, e - b, o + b); });
+}
+
 }  // namespace
+
+absl::Status LinearForwardBf16Cpu(const float* x, const float* w, const float* b, int64_t batch,
+                                  int64_t in, int64_t out, Activation act, float* y,
+                                  Bf16Operands* s) {
+  ToBf16Parallel(x, batch * in, &s->x);
+  ToBf16Parallel(w, out * in, &s->w);
+  TESSERA_RETURN_IF_ERROR(DnnlGemm(GemmInput::kBf16, false, true, batch, out, in, s->x.data(), in,
+                                   s->w.data(), in, false, y, out));
+  const bool relu = act == Activation::kRelu;
+  ParallelFor(batch, RowChunk(out), [&](int64_t r0, int64_t r1, int) {
+    BiasActRows(y, b, r0, r1, out, relu);
+  });
+  return absl::OkStatus();
+}
+
+absl::Status LinearBackwardBf16Cpu(const float* y, float* dy, int64_t batch, int64_t in,
+                                   int64_t out, Activation act, float* dw, float* db, float* dx,
+                                   Bf16Operands* s) {
+  const float* mask = act == Activation::kRelu ? y : nullptr;
+  ParallelFor(out, 32, [&](int64_t c0, int64_t c1, int) {
+    MaskColumnSums(dy, mask, batch, out, c0, c1, db);
+  });
+  ToBf16Parallel(dy, batch * out, &s->dy);
+  TESSERA_RETURN_IF_ERROR(DnnlGemm(GemmInput::kBf16, true, false, out, in, batch, s->dy.data(),
+                                   out, s->x.data(), in, false, dw, in));
+  if (dx != nullptr) {
+    TESSERA_RETURN_IF_ERROR(DnnlGemm(GemmInput::kBf16, false, false, batch, in, out,
+                                     s->dy.data(), out, s->w.data(), in, false, dx, in));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status LinearForwardCpu(const DeviceContext& ctx, const float* x, const float* w,
                               const float* b, int64_t batch, int64_t in, int64_t out,

@@ -58,16 +58,25 @@ absl::Status LinearBackward(const DeviceContext& ctx, const float* x, const floa
 }
 
 Linear::Linear(std::string name, int64_t in, int64_t out, Activation act,
-               const DeviceContext& ctx)
+               const DeviceContext& ctx, DenseDtype dtype)
     : name_(std::move(name)),
       ctx_(ctx),
       in_(in),
       out_(out),
       act_(act),
+      dtype_(dtype),
       weight_(MakeParameter(absl::StrCat(name_, ".weight"), {out, in}, ctx.device)),
       bias_(MakeParameter(absl::StrCat(name_, ".bias"), {out}, ctx.device)) {
   TESSERA_CHECK(in >= 1 && out >= 1) << name_ << ": in " << in << ", out " << out;
+  TESSERA_CHECK(dtype == DenseDtype::kFp32 || !ctx.is_cuda()) << name_ << ": bf16 is CPU only";
+  // Layers with fewer than 8 outputs (the logit layer) stay fp32: a negligible share of the
+  // flops, and oneDNN 2.6's bf16 matmul for their input gradient (an outer product, K = out)
+  // was off by more than the two bf16 roundings (tests/dense/linear_bf16_test.cc).
+  if (dtype == DenseDtype::kBf16 && out_ < 8) dtype_ = DenseDtype::kFp32;
+  if (dtype_ == DenseDtype::kBf16) bf16_ = std::make_unique<dense_internal::Bf16Operands>();
 }
+
+Linear::~Linear() = default;
 
 void Linear::Init(uint64_t seed) {
   dense_internal::InitNormal(seed, std::sqrt(2.0f / static_cast<float>(in_ + out_)), &weight_);
@@ -78,9 +87,16 @@ absl::Status Linear::Forward(const float* x, int64_t batch, const float** y) {
   TESSERA_RETURN_IF_ERROR(CheckNotNull(name_, "y (output pointer)", y));
   TESSERA_RETURN_IF_ERROR(CheckSize(name_, "batch", batch));
   TESSERA_RETURN_IF_ERROR(dense_internal::EnsureFloats(ctx_.device, batch, out_, &y_));
-  TESSERA_RETURN_IF_ERROR(LinearForward(ctx_, x, weight_.value.data<float>(),
-                                        bias_.value.data<float>(), batch, in_, out_, act_,
-                                        y_.data<float>()));
+  if (bf16_ != nullptr) {
+    TESSERA_RETURN_IF_ERROR(CheckNotNull(name_, "x", x));
+    TESSERA_RETURN_IF_ERROR(dense_internal::LinearForwardBf16Cpu(
+        x, weight_.value.data<float>(), bias_.value.data<float>(), batch, in_, out_, act_,
+        y_.data<float>(), bf16_.get()));
+  } else {
+    TESSERA_RETURN_IF_ERROR(LinearForward(ctx_, x, weight_.value.data<float>(),
+                                          bias_.value.data<float>(), batch, in_, out_, act_,
+                                          y_.data<float>()));
+  }
   x_ = x;
   batch_ = batch;
   *y = y_.data<float>();
@@ -91,19 +107,25 @@ absl::Status Linear::Backward(float* dy, float* dx) {
   if (x_ == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(name_, ": Backward before Forward"));
   }
+  if (bf16_ != nullptr) {
+    TESSERA_RETURN_IF_ERROR(CheckNotNull(name_, "dy", dy));
+    return dense_internal::LinearBackwardBf16Cpu(y_.data<float>(), dy, batch_, in_, out_, act_,
+                                                 weight_.grad.data<float>(),
+                                                 bias_.grad.data<float>(), dx, bf16_.get());
+  }
   return LinearBackward(ctx_, x_, weight_.value.data<float>(), y_.data<float>(), dy, batch_, in_,
                         out_, act_, weight_.grad.data<float>(), bias_.grad.data<float>(), dx);
 }
 
 Mlp::Mlp(std::string name, int64_t in, const std::vector<int64_t>& sizes, bool relu_last,
-         const DeviceContext& ctx) {
+         const DeviceContext& ctx, DenseDtype dtype) {
   TESSERA_CHECK(!sizes.empty()) << name << ": an MLP needs at least one layer";
   int64_t prev = in;
   for (size_t i = 0; i < sizes.size(); ++i) {
     const bool last = i + 1 == sizes.size();
     const Activation act = (last && !relu_last) ? Activation::kNone : Activation::kRelu;
     layers_.push_back(
-        std::make_unique<Linear>(absl::StrCat(name, ".", i), prev, sizes[i], act, ctx));
+        std::make_unique<Linear>(absl::StrCat(name, ".", i), prev, sizes[i], act, ctx, dtype));
     prev = sizes[i];
   }
   grads_.resize(sizes.size() - 1);

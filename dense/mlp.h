@@ -3,6 +3,9 @@
 // Backward: dW = dz^T x, db = sum_b dz, dx = dz W, with dz = dy masked by the ReLU.
 // Layers own parameters and their activation buffers (grown to the largest batch seen); inputs
 // passed to Forward must stay alive until Backward. Not thread-safe.
+// DenseDtype::kBf16 (CPU only, needs oneDNN): the three products take bf16 inputs (x, W and dz
+// rounded to nearest even) with fp32 accumulation; parameters, grads, activations and everything
+// elementwise stay fp32 (fp32 master weights). Layers with fewer than 8 outputs stay fp32.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +21,12 @@
 namespace tessera {
 
 enum class Activation { kNone, kRelu };
+// The GEMM input precision of Linear layers (model.dense_dtype).
+enum class DenseDtype { kFp32, kBf16 };
+
+namespace dense_internal {
+struct Bf16Operands;
+}  // namespace dense_internal
 
 // The Linear kernels on plain views (memory of ctx.device), for callers that own their buffers.
 // y[batch, out] = act(x[batch, in] w[out, in]^T + b[out]).
@@ -36,7 +45,10 @@ absl::Status LinearBackward(const DeviceContext& ctx, const float* x, const floa
 class Linear {
  public:
   // `name` prefixes the parameter names: "<name>.weight", "<name>.bias".
-  Linear(std::string name, int64_t in, int64_t out, Activation act, const DeviceContext& ctx);
+  // REQUIRES: dtype is kFp32 on a CUDA context (DenseArch::Validate checks configs).
+  Linear(std::string name, int64_t in, int64_t out, Activation act, const DeviceContext& ctx,
+         DenseDtype dtype = DenseDtype::kFp32);
+  ~Linear();
   // Initialises as facebookresearch/dlrm: W ~ N(0, sqrt(2 / (in + out))), b ~ N(0, sqrt(1 / out)),
   // each tensor drawn from CounterRng(seed, FNV-1a hash of the parameter's name), so the values
   // depend only on (seed, name). Zeroes the grads.
@@ -56,13 +68,16 @@ class Linear {
   Parameter& bias() { return bias_; }
   const std::string& name() const { return name_; }
   Activation activation() const { return act_; }
+  DenseDtype dtype() const { return dtype_; }  // the one in use (kFp32 for out < 8)
 
  private:
   std::string name_;
   DeviceContext ctx_;
   int64_t in_, out_;
   Activation act_;
+  DenseDtype dtype_;
   Parameter weight_, bias_;
+  std::unique_ptr<dense_internal::Bf16Operands> bf16_;  // kBf16: the last Forward's bf16 x, W
   const float* x_ = nullptr;
   int64_t batch_ = 0;
   Buffer y_;
@@ -74,7 +89,7 @@ class Linear {
 class Mlp {
  public:
   Mlp(std::string name, int64_t in, const std::vector<int64_t>& sizes, bool relu_last,
-      const DeviceContext& ctx);
+      const DeviceContext& ctx, DenseDtype dtype = DenseDtype::kFp32);
   void Init(uint64_t seed);
   // Returns the last layer's output [batch, out_dim()] (owned by the MLP). Errors as Linear.
   absl::Status Forward(const float* x, int64_t batch, const float** y);

@@ -27,7 +27,7 @@ const std::vector<SchemaSection>& Schema() {
       {"", {"seed", "threads", "device", "model", "data", "optimizer", "train", "output",
             "sharding"}},
       {"model", {"type", "num_dense", "embedding_dim", "bottom_mlp", "top_mlp", "dcn", "tables",
-                 "table_rows", "max_table_rows", "init_from"}},
+                 "table_rows", "max_table_rows", "init_from", "dense_dtype"}},
       {"model.dcn", {"num_layers", "low_rank"}},
       {"model.tables[]", {"name", "rows", "dim", "pooling", "features", "init", "storage"}},
       {"model.tables[].init", {"type", "scale"}},
@@ -207,6 +207,8 @@ absl::Status ParseModel(const ConfigReader& r, const YAML::Node& root, const std
     return r.Error(YAML::Node(), root, "model", "required");
   const std::string p = "model";
   TESSERA_RETURN_IF_ERROR(ReadEnumInto(r, model, p, "type", {"dlrm", "dcnv2"}, &m->interaction));
+  TESSERA_RETURN_IF_ERROR(ReadEnumInto(r, model, p, "dense_dtype", {"fp32", "bf16"},
+                                       &m->dense_dtype));
   TESSERA_RETURN_IF_ERROR(
       r.ReadInt(model, p, "num_dense", "a positive integer", kPositive, &m->num_dense));
   TESSERA_RETURN_IF_ERROR(

@@ -56,6 +56,8 @@ struct ModelConfig {
                                          // one table "t<i>" per feature i)
   int64_t max_table_rows = 0;            // model.max_table_rows: cap every table (0 = no cap)
   std::string init_from;                 // model.init_from: safetensors file to start from
+  DenseDtype dense_dtype = DenseDtype::kFp32;  // model.dense_dtype: fp32|bf16 (MLP GEMM inputs;
+                                         // bf16 is CPU only, fp32 accumulation and weights)
 };
 
 struct OptimizerConfig {

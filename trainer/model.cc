@@ -39,6 +39,7 @@ DenseArchOptions DenseOptionsFromConfig(const Config& config) {
   o.interaction = config.model.interaction;
   o.dcn_num_layers = config.model.dcn_num_layers;
   o.dcn_low_rank = config.model.dcn_low_rank;
+  o.dense_dtype = config.model.dense_dtype;
   return o;
 }
 

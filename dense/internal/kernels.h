@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/device.h"
@@ -33,6 +34,20 @@ absl::Status LinearBackwardCpu(const DeviceContext& ctx, const float* x, const f
 absl::Status LinearBackwardCuda(const DeviceContext& ctx, const float* x, const float* w,
                                 const float* y, float* dy, int64_t batch, int64_t in,
                                 int64_t out, Activation act, float* dw, float* db, float* dx);
+
+// bf16 dense math on the CPU (model.dense_dtype: bf16; dense/linear_cpu.cc): the same contract
+// with the three products' inputs rounded to bf16 (round to nearest even) and multiplied by
+// oneDNN with fp32 accumulation and fp32 outputs; bias, ReLU, its mask and db stay fp32. The
+// forward keeps the bf16 x and W in `s` for the backward. Unimplemented without oneDNN.
+struct Bf16Operands {
+  std::vector<uint16_t> x, w, dy;
+};
+absl::Status LinearForwardBf16Cpu(const float* x, const float* w, const float* b, int64_t batch,
+                                  int64_t in, int64_t out, Activation act, float* y,
+                                  Bf16Operands* s);
+absl::Status LinearBackwardBf16Cpu(const float* y, float* dy, int64_t batch, int64_t in,
+                                   int64_t out, Activation act, float* dw, float* db, float* dx,
+                                   Bf16Operands* s);
 
 // ---- Dot interaction (dense/interaction_cpu.cc); contract in dense/interaction.h ---------------
 absl::Status DotInteractionForwardCpu(const DeviceContext& ctx, const float* bottom,
