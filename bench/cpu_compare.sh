@@ -12,7 +12,9 @@
 # equal at 1), and one intra-op thread pool of --threads. The script checks that PyTorch's 2-thread
 # runs beat its 1-thread runs and says so.
 # Runs are interleaved (every program once per round, REPEATS rounds) and the table shows medians
-# with the min-max spread; raw JSON lines go to $OUT_JSON.
+# with the min-max spread; raw JSON lines go to $OUT_JSON. A second table gives CPU ms per step
+# (all threads of the process; the main thread's for the bare GEMMs): on a loaded machine wall
+# time measures the load, and the 1-thread CPU times are what a quiet core would take.
 #   bash bench/cpu_compare.sh [build/bin]      (needs: apt-get install python3-torch)
 #   REPEATS=3 STEPS=20 CONFIGS="small kaggle" bash bench/cpu_compare.sh
 set -euo pipefail
@@ -54,7 +56,8 @@ for r in $(seq 1 "$repeats"); do
       "$py" -c 'import json,sys
 for b in json.load(sys.stdin)["benchmarks"]:
     print(json.dumps({"round": int(sys.argv[1]), "impl": "sgemm", "threads": int(sys.argv[2]),
-                      "config": b["label"], "gflops": b["GFLOP/s"], "ms_per_step": b["ms/step"]}))' \
+                      "config": b["label"], "gflops": b["GFLOP/s"], "ms_per_step": b["ms/step"],
+                      "cpu_ms_per_step": b["cpu_time"] / 1e6}))' \
       "$r" "$t" >> "$out"
   done
   for name in $configs; do

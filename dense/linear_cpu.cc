@@ -1,4 +1,5 @@
-// CPU twin of Linear: OpenBLAS sgemm for the three products, and one pass over the output for
+// CPU twin of Linear: oneDNN's fp32 matmul (OpenBLAS sgemm in a build without oneDNN) for the
+// three products, and one pass over the output for
 // everything elementwise (bias + ReLU forward; ReLU mask + bias gradient backward). The bf16
 // variant rounds the GEMM inputs (x, W, dz) to bf16 and runs the products through oneDNN with
 // fp32 accumulation; everything elementwise stays fp32.
@@ -74,6 +75,18 @@ void MaskColumnSums(float* __restrict dy, const float* __restrict y, int64_t row
   }
 }
 
+// The fp32 products: oneDNN's fp32 matmul when the build has it (faster than OpenBLAS's sgemm at
+// every DLRM step shape measured, bench/dense_gemm_bench.cc, docs/PERFORMANCE.md), else sgemm.
+absl::Status Gemm32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
+                    int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
+  static const bool dnnl = DnnlGemmAvailable();
+  if (dnnl) {
+    return DnnlGemm(GemmInput::kF32, trans_a, trans_b, m, n, k, a, lda, b, ldb, false, c, ldc);
+  }
+  Sgemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+  return absl::OkStatus();
+}
+
 // Rounds n floats to bf16 on all threads (at least 16 K elements per chunk).
 void ToBf16Parallel(const float* x, int64_t n, std::vector<uint16_t>* out) {
   if (static_cast<int64_t>(out->size()) < n) out->resize(n);
@@ -117,7 +130,7 @@ absl::Status LinearBackwardBf16Cpu(const float* y, float* dy, int64_t batch, int
 absl::Status LinearForwardCpu(const DeviceContext& ctx, const float* x, const float* w,
                               const float* b, int64_t batch, int64_t in, int64_t out,
                               Activation act, float* y) {
-  Sgemm(false, true, batch, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+  TESSERA_RETURN_IF_ERROR(Gemm32(false, true, batch, out, in, x, in, w, in, y, out));
   const bool relu = act == Activation::kRelu;
   ParallelFor(batch, RowChunk(out), [&](int64_t r0, int64_t r1, int) {
     BiasActRows(y, b, r0, r1, out, relu);
@@ -133,8 +146,10 @@ absl::Status LinearBackwardCpu(const DeviceContext& ctx, const float* x, const f
   ParallelFor(out, 32, [&](int64_t c0, int64_t c1, int) {
     MaskColumnSums(dy, mask, batch, out, c0, c1, db);
   });
-  Sgemm(true, false, out, in, batch, 1.0f, dy, out, x, in, 0.0f, dw, in);
-  if (dx != nullptr) Sgemm(false, false, batch, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
+  TESSERA_RETURN_IF_ERROR(Gemm32(true, false, out, in, batch, dy, out, x, in, dw, in));
+  if (dx != nullptr) {
+    TESSERA_RETURN_IF_ERROR(Gemm32(false, false, batch, in, out, dy, out, w, in, dx, in));
+  }
   return absl::OkStatus();
 }
 

@@ -1,5 +1,6 @@
 // Linear layers and MLP towers. Linear is y = act(x W^T + b) with W [out, in] (PyTorch layout),
-// computed by one sgemm (OpenBLAS or cuBLAS) with bias and activation fused into one pass over y.
+// computed by one GEMM (oneDNN or OpenBLAS on the CPU, cuBLAS on CUDA) with bias and activation
+// fused into one pass over y.
 // Backward: dW = dz^T x, db = sum_b dz, dx = dz W, with dz = dy masked by the ReLU.
 // Layers own parameters and their activation buffers (grown to the largest batch seen); inputs
 // passed to Forward must stay alive until Backward. Not thread-safe.
