@@ -23,6 +23,7 @@
 #include "tools/bench_tier.h"
 #include "tools/blas_env.h"
 #include "tools/flags_util.h"
+#include "tools/launcher_env.h"
 #include "trainer/config.h"
 #include "trainer/data_sources.h"
 #include "trainer/model.h"
@@ -32,7 +33,9 @@
 ABSL_FLAG(std::string, config, "", "YAML config file");
 ABSL_FLAG(int, steps, 50, "timed training steps");
 ABSL_FLAG(int, warmup, 5, "untimed steps first");
-ABSL_FLAG(int, threads, 0, "CPU threads (0: config's `threads`, else all cores)");
+ABSL_FLAG(int, threads, 0,
+          "CPU threads (0: config's `threads`; else all cores, or under mpirun each rank its "
+          "share of the node's cores)");
 ABSL_FLAG(int, batches, 64,
           "distinct synthetic batches generated up front and cycled (the default 64 touches "
           "more table bytes than the last-level cache on the bench configs; the run prints both)");
@@ -72,6 +75,8 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
   if (!config.ok()) return Fail(config.status());
   Config& c = *config;
   if (absl::GetFlag(FLAGS_threads) > 0) c.threads = absl::GetFlag(FLAGS_threads);
+  // Several ranks on one node share its cores (tools/launcher_env.h).
+  if (c.threads == 0) c.threads = DefaultThreadsPerRank();
   if (c.threads > 0) SetNumThreads(c.threads);
   c.data.format = DataFormat::kSynthetic;
   const int n_batches = std::max(1, absl::GetFlag(FLAGS_batches));

@@ -3,7 +3,6 @@
 // lists like [64,16] contain).
 #pragma once
 
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -26,15 +25,6 @@ inline std::vector<std::string> ExtractOverrides(int* argc, char** argv) {
   *argc = w;
   argv[w] = nullptr;
   return out;
-}
-
-// This process's rank on its node as its launcher tells it (Open MPI, MPICH/Hydra, Slurm); 0 when
-// not launched as a rank. With device: cuda it picks the GPU (CudaDeviceForLocalRank).
-inline int LauncherLocalRank() {
-  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
-    if (const char* v = std::getenv(var)) return std::atoi(v);
-  }
-  return 0;
 }
 
 }  // namespace tessera

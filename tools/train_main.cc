@@ -16,11 +16,14 @@
 #include "sharding/mpi_communicator.h"
 #include "tools/blas_env.h"
 #include "tools/flags_util.h"
+#include "tools/launcher_env.h"
 #include "trainer/config.h"
 #include "trainer/trainer.h"
 
 ABSL_FLAG(std::string, config, "", "YAML config file (see docs/CONFIG.md)");
-ABSL_FLAG(int, threads, 0, "CPU threads (0: the config's `threads`, else all cores)");
+ABSL_FLAG(int, threads, 0,
+          "CPU threads (0: the config's `threads`; else all cores, or under mpirun each rank its "
+          "share of the node's cores)");
 ABSL_FLAG(bool, quiet, false, "no progress line");
 
 namespace {
@@ -82,6 +85,8 @@ int Main(bool mpi) {
   auto config = tessera::LoadConfig(path, overrides);
   if (!config.ok()) return Fail(config.status(), false);
   if (absl::GetFlag(FLAGS_threads) > 0) config->threads = absl::GetFlag(FLAGS_threads);
+  // Several ranks on one node share its cores (tools/launcher_env.h).
+  if (config->threads == 0) config->threads = tessera::DefaultThreadsPerRank();
   if (absl::GetFlag(FLAGS_quiet)) config->output.progress = false;
   tessera::TrainerOptions trainer_options;
   trainer_options.local_rank = tessera::LauncherLocalRank();  // device: cuda picks its GPU by it
