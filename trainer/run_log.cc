@@ -4,7 +4,10 @@
 
 #include <cmath>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/status.h"
 #include "absl/strings/str_format.h"
 
 namespace tessera {
@@ -42,15 +45,58 @@ std::string FormatDuration(double s) {
 
 JsonLine& JsonLine::Add(const std::string& key, double value) {
   fields_.emplace_back(key, JsonNumber(value));
+  numbers_.emplace_back(key, value);
   return *this;
 }
 JsonLine& JsonLine::Add(const std::string& key, int64_t value) {
   fields_.emplace_back(key, absl::StrCat(value));
+  numbers_.emplace_back(key, static_cast<double>(value));
   return *this;
 }
 JsonLine& JsonLine::Add(const std::string& key, const std::string& value) {
   fields_.emplace_back(key, JsonString(value));
+  strings_.emplace_back(key, value);
   return *this;
+}
+
+std::vector<std::pair<std::string, float>> TensorBoardScalars(const JsonLine& line,
+                                                              int64_t* step) {
+  std::vector<std::pair<std::string, float>> out;
+  bool have_step = false;
+  for (const auto& [key, value] : line.numbers()) {
+    if (key == "step") {
+      *step = static_cast<int64_t>(value);
+      have_step = true;
+    }
+  }
+  std::string table;
+  for (const auto& [key, value] : line.strings()) {
+    if (key == "status") return out;
+    if (key == "tier_table") table = value;
+  }
+  if (!have_step) return out;
+  for (const auto& [key, value] : line.numbers()) {
+    if (key == "step" || !std::isfinite(value)) continue;
+    std::string tag;
+    if (absl::StartsWith(key, "train_")) {
+      tag = absl::StrCat("train/", key.substr(6));
+    } else if (absl::StartsWith(key, "eval_")) {
+      tag = absl::StrCat("eval/", key.substr(5));
+    } else if (absl::StartsWith(key, "ms_")) {
+      tag = absl::StrCat("phase_ms/", key.substr(3));
+    } else if (absl::StartsWith(key, "tier_")) {
+      tag = absl::StrCat("tier/", table.empty() ? "" : table + "/", key.substr(5));
+    } else {
+      tag = absl::StrCat("train/", key);
+    }
+    for (char& c : tag) {
+      if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.' &&
+          c != '/' && c != '-')
+        c = '_';
+    }
+    out.emplace_back(std::move(tag), static_cast<float>(value));
+  }
+  return out;
 }
 std::string JsonLine::str() const {
   std::string out = "{";
@@ -61,18 +107,20 @@ std::string JsonLine::str() const {
   return out + "}";
 }
 
-absl::StatusOr<std::unique_ptr<RunLog>> RunLog::Open(const std::string& metrics_path,
-                                                     bool progress) {
+absl::StatusOr<std::unique_ptr<RunLog>> RunLog::Open(const RunLogOptions& options) {
   std::unique_ptr<RunLog> log(new RunLog());
-  log->path_ = metrics_path;
-  log->progress_ = progress;
+  log->path_ = options.metrics_path;
+  log->progress_ = options.progress;
   log->tty_ = isatty(STDERR_FILENO) != 0;
-  if (!metrics_path.empty()) {
-    log->file_ = std::fopen(metrics_path.c_str(), "w");
+  if (!options.metrics_path.empty()) {
+    log->file_ = std::fopen(options.metrics_path.c_str(), options.append ? "a" : "w");
     if (log->file_ == nullptr) {
       return absl::InvalidArgumentError(
-          absl::StrCat(metrics_path, ": cannot open the metrics file for writing"));
+          absl::StrCat(options.metrics_path, ": cannot open the metrics file for writing"));
     }
+  }
+  if (!options.tensorboard_dir.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(log->events_, EventFileWriter::Create(options.tensorboard_dir));
   }
   return log;
 }
@@ -83,6 +131,11 @@ RunLog::~RunLog() {
 }
 
 absl::Status RunLog::Write(const JsonLine& line) {
+  if (events_ != nullptr) {
+    int64_t step = 0;
+    const std::vector<std::pair<std::string, float>> scalars = TensorBoardScalars(line, &step);
+    if (!scalars.empty()) TESSERA_RETURN_IF_ERROR(events_->WriteScalars(step, scalars));
+  }
   if (file_ == nullptr) return absl::OkStatus();
   std::string s = line.str() + "\n";
   if (std::fwrite(s.data(), 1, s.size(), file_) != s.size() || std::fflush(file_) != 0) {

@@ -1,6 +1,7 @@
 // RunLog: what a training run tells its user while it runs. Metrics go to a JSON-lines file (one
 // object per line: "step", "train_loss", "eval_auc", "eval_logloss", "samples_per_sec", ...),
-// flushed per line so a crash loses nothing already logged; a progress line goes to stderr,
+// flushed per line so a crash loses nothing already logged; the same numbers go to a
+// TensorBoard event file (trainer/tensorboard.h) when asked; a progress line goes to stderr,
 // redrawn in place on a terminal and printed every log interval otherwise.
 // Not thread-safe.
 #pragma once
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "trainer/tensorboard.h"
 
 namespace tessera {
 
@@ -23,19 +25,47 @@ class JsonLine {
   JsonLine& Add(const std::string& key, int64_t value);
   JsonLine& Add(const std::string& key, const std::string& value);
   std::string str() const;
+  // The numeric fields (key, value) in insertion order, and the string ones.
+  const std::vector<std::pair<std::string, double>>& numbers() const { return numbers_; }
+  const std::vector<std::pair<std::string, std::string>>& strings() const { return strings_; }
 
  private:
-  std::vector<std::pair<std::string, std::string>> fields_;
+  std::vector<std::pair<std::string, std::string>> fields_;  // key, JSON text
+  std::vector<std::pair<std::string, double>> numbers_;
+  std::vector<std::pair<std::string, std::string>> strings_;
+};
+
+// The TensorBoard scalars of one metrics line, or none: a line with a numeric "step" and no
+// "status" (the final summary repeats earlier values) gives one scalar per other finite number,
+// tagged by its key with the prefixes "train_", "eval_", "ms_" and "tier_" turned into the
+// groups "train/", "eval/", "phase_ms/" and "tier/<tier_table>/" (other keys go to "train/"),
+// characters other than [A-Za-z0-9_./-] replaced by '_'. E.g. {"step": 5, "train_loss": 0.4,
+// "samples_per_sec": 9e4} -> train/loss 0.4, train/samples_per_sec 9e4 at step 5.
+std::vector<std::pair<std::string, float>> TensorBoardScalars(const JsonLine& line,
+                                                              int64_t* step);
+
+struct RunLogOptions {
+  // The JSON-lines file; "" = none. Default: none.
+  std::string metrics_path;
+  // Keep the file's lines and write after them (a resumed run); false truncates it.
+  // Default: false.
+  bool append = false;
+  // Directory (existing) for a TensorBoard event file of the same metrics; "" = none.
+  // Default: none.
+  std::string tensorboard_dir;
+  // The progress line on stderr. Default: false.
+  bool progress = false;
 };
 
 class RunLog {
  public:
-  // Opens (truncates) `metrics_path` for writing; "" logs to no file. `progress` enables the
-  // progress line.
-  static absl::StatusOr<std::unique_ptr<RunLog>> Open(const std::string& metrics_path,
-                                                     bool progress);
+  // Opens the files `options` names. InvalidArgument naming the path when one cannot be
+  // opened or created.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<RunLog>> Open(const RunLogOptions& options);
   ~RunLog();
-  absl::Status Write(const JsonLine& line);
+  // Appends `line` to the metrics file and its TensorBoardScalars to the event file, flushing
+  // both. Internal naming the path when a write fails.
+  [[nodiscard]] absl::Status Write(const JsonLine& line);
   // Shows "step s/total  samples/s  loss  ETA" (total <= 0: unknown).
   void Progress(int64_t step, int64_t total_steps, double samples_per_sec, double loss,
                 double elapsed_seconds);
@@ -46,6 +76,7 @@ class RunLog {
   RunLog() = default;
   std::FILE* file_ = nullptr;
   std::string path_;
+  std::unique_ptr<EventFileWriter> events_;
   bool progress_ = false;
   bool tty_ = false;
   bool line_open_ = false;
