@@ -291,6 +291,7 @@ absl::StatusOr<bool> BinaryReader::Next(Batch* batch) {
     while (index >= s.files[f].first_index + s.files[f].info.num_records) ++f;
     const State::File& file = s.files[f];
     const int64_t local = index - file.first_index;
+    if (b == 0) batch->origin = absl::StrCat(file.map.path(), ": record ", local);
     const char* rec = file.map.data() + file.info.header_bytes + local * file.info.record_bytes;
     float label = Load<float>(rec);
     std::memcpy(&batch->dense[b * nd], rec + 4, 4 * nd);

@@ -265,6 +265,7 @@ absl::StatusOr<bool> CriteoTextReader::Next(Batch* batch) {
   s.dense.resize(cap * kCriteoNumDense);
   s.ids.resize(cap * kCriteoNumSparse);
   int64_t b = 0;
+  std::string origin;  // the first record's file:line
   State::Position& pos = s.pos;
   while (b < cap && pos.index < s.shard_end) {
     // Inline of NextRecord writing straight into the staging rows.
@@ -284,6 +285,7 @@ absl::StatusOr<bool> CriteoTextReader::Next(Batch* batch) {
         s.parser->Parse(std::string_view(map.data() + line.begin, line.end - line.begin),
                         &s.labels[b], &s.dense[b * kCriteoNumDense], &s.ids[b * kCriteoNumSparse]);
     if (err.ok()) {
+      if (b == 0) origin = absl::StrCat(map.path(), ":", pos.line);
       pos.offset = line.next;
       ++pos.line;
       ++pos.index;
@@ -295,6 +297,7 @@ absl::StatusOr<bool> CriteoTextReader::Next(Batch* batch) {
     TESSERA_ASSIGN_OR_RETURN(bool more, ReadRecord(&scratch));
     if (more) {
       // NextRecord skipped the bad line and returned the good record after it.
+      if (b == 0) origin = absl::StrCat(s.files[pos.file].map.path(), ":", pos.line - 1);
       s.labels[b] = scratch.label;
       std::copy_n(scratch.dense, kCriteoNumDense, &s.dense[b * kCriteoNumDense]);
       std::copy_n(scratch.ids, kCriteoNumSparse, &s.ids[b * kCriteoNumSparse]);
@@ -306,6 +309,7 @@ absl::StatusOr<bool> CriteoTextReader::Next(Batch* batch) {
   std::copy_n(s.labels.data(), b, batch->labels.data());
   std::copy_n(s.dense.data(), b * kCriteoNumDense, batch->dense.data());
   io_internal::FinishOneHotBatch(b, kCriteoNumSparse, s.ids.data(), batch);
+  batch->origin = std::move(origin);
   s.stats.records += b;
   return true;
 }

@@ -424,6 +424,7 @@ absl::StatusOr<bool> SyntheticReader::Next(Batch* batch) {
       id += p;
     }
   }
+  batch->origin = absl::StrCat("synthetic sample ", next_);
   next_ += n;
   stats_.records += n;
   return true;

@@ -43,8 +43,8 @@ const std::vector<SchemaSection>& Schema() {
       {"optimizer.schedule", {"warmup_steps", "decay_start", "decay_steps", "decay_power",
                               "end_lr"}},
       {"train", {"steps", "epochs", "eval_every", "eval_batches", "log_every",
-                 "checkpoint_every", "resume"}},
-      {"output", {"dir", "metrics", "export", "progress", "checkpoint_dir"}},
+                 "checkpoint_every", "resume", "nonfinite"}},
+      {"output", {"dir", "metrics", "export", "progress", "checkpoint_dir", "tensorboard"}},
       {"sharding", {"group_size", "layout", "replica_sync", "sync_every", "sync_rows", "plan",
                     "bucket_bytes", "comm_dtype", "pipeline"}},
   };
@@ -462,6 +462,8 @@ absl::Status ParseRest(const ConfigReader& r, const YAML::Node& root, const std:
                                     "a non-negative integer (0 = no checkpoints)", kNonNegative,
                                     &c->train.checkpoint_every));
   TESSERA_RETURN_IF_ERROR(r.ReadBool(train, p, "resume", &c->train.resume));
+  TESSERA_RETURN_IF_ERROR(
+      ReadEnumInto(r, train, p, "nonfinite", {"stop", "skip"}, &c->train.nonfinite));
 
   YAML::Node out = Child(root, "output");
   p = "output";
@@ -470,6 +472,7 @@ absl::Status ParseRest(const ConfigReader& r, const YAML::Node& root, const std:
   TESSERA_RETURN_IF_ERROR(r.ReadString(out, p, "metrics", &c->output.metrics));
   TESSERA_RETURN_IF_ERROR(r.ReadString(out, p, "export", &c->output.export_path));
   TESSERA_RETURN_IF_ERROR(r.ReadBool(out, p, "progress", &c->output.progress));
+  TESSERA_RETURN_IF_ERROR(r.ReadBool(out, p, "tensorboard", &c->output.tensorboard));
   TESSERA_RETURN_IF_ERROR(r.ReadString(out, p, "checkpoint_dir", &c->output.checkpoint_dir));
   if (c->output.dir.empty())
     return r.Error(Child(out, "dir"), out, "output.dir", "must not be empty");
@@ -605,6 +608,10 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
     // Reads guard against yaml-cpp's throwing accessors; this is the backstop.
     return absl::InvalidArgumentError(absl::StrCat(source_name, ":", e.mark.line + 1, ": ", e.msg));
   }
+}
+
+const char* NonFinitePolicyName(NonFinitePolicy p) {
+  return p == NonFinitePolicy::kSkip ? "skip" : "stop";
 }
 
 absl::StatusOr<Config> LoadConfig(const std::string& path,

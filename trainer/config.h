@@ -69,6 +69,14 @@ struct OptimizerConfig {
                                          // base_lr is 1 and scales both lrs
 };
 
+// train.nonfinite: what a step whose loss or gradients are NaN or infinite does (it never
+// updates the model either way; Model::TrainStep).
+enum class NonFinitePolicy {
+  kStop,  // "stop": the run fails, naming the step and the batch's place in the data
+  kSkip,  // "skip": the step is skipped (logged with the same detail) and training goes on
+};
+const char* NonFinitePolicyName(NonFinitePolicy p);
+
 struct TrainConfig {
   int64_t steps = 0;                     // train.steps; 0 = epochs over the training data
   int64_t epochs = 1;                    // train.epochs
@@ -78,6 +86,7 @@ struct TrainConfig {
   int64_t checkpoint_every = 0;          // train.checkpoint_every (steps); 0 = no checkpoints
   bool resume = true;                    // train.resume: continue from the latest checkpoint in
                                          // output.checkpoint_dir when there is one
+  NonFinitePolicy nonfinite = NonFinitePolicy::kStop;  // train.nonfinite: stop|skip
 };
 
 struct OutputConfig {
@@ -85,6 +94,7 @@ struct OutputConfig {
   std::string metrics = "metrics.jsonl"; // output.metrics: JSON lines, inside dir
   std::string export_path = "model.safetensors";  // output.export, inside dir ("" = none)
   bool progress = true;                  // output.progress: progress line on a terminal
+  bool tensorboard = true;               // output.tensorboard: TensorBoard event file in dir
   std::string checkpoint_dir;            // output.checkpoint_dir (relative to output.dir);
                                          // "" = <output.dir>/checkpoints; see CheckpointDir
 };

@@ -131,7 +131,8 @@ absl::Status Model::EnsureBuffers(int64_t batch) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> Model::TrainStep(const Batch& batch, int64_t step, PhaseTimes* times) {
+absl::StatusOr<double> Model::TrainStep(const Batch& batch, int64_t step, PhaseTimes* times,
+                                       NonFiniteStep* nonfinite) {
   const int64_t b = batch.batch_size;
   TESSERA_RETURN_IF_ERROR(EnsureBuffers(b));
   const float lr_scale = LearningRate(config_.optimizer.schedule, step);
@@ -153,6 +154,7 @@ absl::StatusOr<double> Model::TrainStep(const Batch& batch, int64_t step, PhaseT
   }
   const float* logits = nullptr;
   double loss = 0;
+  bool local_loss_finite = true;
   {
     ScopedPhase p(times, kPhaseForward);
     TESSERA_RETURN_IF_ERROR(
@@ -164,6 +166,7 @@ absl::StatusOr<double> Model::TrainStep(const Batch& batch, int64_t step, PhaseT
                                BceWithLogits(ctx_, logits, labels_in, b, d_logits_.data<float>()));
       if (ctx_.is_cuda()) staging_pending_ = false;
     }
+    local_loss_finite = std::isfinite(loss);
     if (world_ != nullptr) {
       // The gradient of the mean over the global batch: scale this rank's local mean by
       // local / global samples (one small all-reduce gives the global count and loss).
@@ -176,14 +179,40 @@ absl::StatusOr<double> Model::TrainStep(const Batch& batch, int64_t step, PhaseT
       loss = sums[1] / sums[0];
     }
   }
+  if (nonfinite != nullptr) *nonfinite = NonFiniteStep();
+  // The global loss is the same on every rank, so they all skip together here.
   if (!std::isfinite(loss)) {
-    return absl::InternalError(absl::StrCat("training diverged: loss is ", loss, " at step ",
-                                            step, " (lower the learning rate)"));
+    if (nonfinite == nullptr) {
+      return absl::InternalError(absl::StrCat("training diverged: loss is ", loss, " at step ",
+                                              step, " (lower the learning rate)"));
+    }
+    *nonfinite = {NonFiniteStep::kLoss, !local_loss_finite};
+    return loss;
   }
   {
     ScopedPhase p(times, kPhaseBackward);
     TESSERA_RETURN_IF_ERROR(dense_->Backward(d_logits_.data<float>(), d_emb_.data<float>()));
     TESSERA_RETURN_IF_ERROR(EndPhase());
+  }
+  {
+    // Before any update: the ranks agree (one small all-reduce) whether some rank's gradients
+    // are not finite. Buckets of the dense all-reduce already in flight read their own copies
+    // of the gradients (sharding/grad_buckets.h), so reading them here is safe, and the
+    // all-reduce below is ordered after those buckets on every rank alike.
+    const bool local_ok = LocalGradientsFinite(b);
+    int64_t bad = local_ok ? 0 : 1;
+    if (world_ != nullptr) TESSERA_RETURN_IF_ERROR(world_->AllReduce(&bad, 1, ReduceOp::kSum));
+    if (bad > 0) {
+      // Complete the buckets started during backward (their sums are dropped: the next
+      // backward overwrites every gradient), so the next step starts with none in flight.
+      if (grad_sync_ != nullptr) TESSERA_RETURN_IF_ERROR(grad_sync_->Finish());
+      if (nonfinite == nullptr) {
+        return absl::InternalError(absl::StrCat("training diverged: gradients are not finite at "
+                                                "step ", step, " (lower the learning rate)"));
+      }
+      *nonfinite = {NonFiniteStep::kGradients, !local_ok};
+      return loss;
+    }
   }
   {
     ScopedPhase p(times, kPhaseEmbeddingUpdate);
@@ -263,6 +292,29 @@ absl::Status Model::AllReduceDenseGrads() {
     return absl::OkStatus();
   }
   return grad_sync_->Finish();
+}
+
+namespace {
+// True when none of `n` floats is NaN or infinite: an all-ones exponent marks both. Integer
+// bit tests (no float compares) so the loop vectorizes without -ffast-math.
+bool AllFinite(const float* x, int64_t n) {
+  uint32_t any = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &x[i], sizeof(bits));
+    any |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  return any == 0;
+}
+}  // namespace
+
+bool Model::LocalGradientsFinite(int64_t batch) {
+  if (ctx_.is_cuda()) return true;
+  if (!AllFinite(d_emb_.data<float>(), batch * sparse_->output_dim())) return false;
+  for (Parameter* p : dense_->parameters()) {
+    if (!AllFinite(p->grad.data<float>(), p->grad.numel())) return false;
+  }
+  return true;
 }
 
 void Model::Prefetch(const Batch& next) { sparse_->Prefetch(next.sparse); }

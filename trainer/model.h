@@ -40,6 +40,17 @@ inline constexpr char kPhaseDenseUpdate[] = "dense update";
 // CUDA only: staging the batch's dense features and labels into device memory.
 inline constexpr char kPhaseUpload[] = "upload";
 
+// What made a training step non-finite (TrainStep's `nonfinite`).
+struct NonFiniteStep {
+  enum What { kNone, kLoss, kGradients };
+  // kLoss: the mean loss over the global batch is NaN or infinite. kGradients: the loss is
+  // finite but a gradient (of the pooled embeddings or of a dense parameter) is not.
+  What what = kNone;
+  // This rank's own batch is (one of) the culprits: its local loss or gradients are not finite.
+  // Under several ranks `what` is the same on every rank, `this_rank` is not.
+  bool this_rank = false;
+};
+
 class Model {
  public:
   // Builds the tables (each in the store its config.model.tables[t].storage names, through
@@ -54,20 +65,29 @@ class Model {
   // CudaSparseArch (trainer/cuda_sparse_arch.h) and the dense arch and its optimizer live in
   // device memory; batches stay host memory and are staged through pinned memory each step.
   // A CUDA model takes one rank only for now (Unimplemented for a world of several ranks).
-  static absl::StatusOr<std::unique_ptr<Model>> Create(const Config& config,
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Model>> Create(const Config& config,
                                                       const DeviceContext& ctx,
                                                       std::unique_ptr<SparseArch> sparse = nullptr,
                                                       Communicator* world = nullptr);
 
   // One training step on `batch` with 0-based `step` (the LR schedule's step). Returns the
   // mean loss over the global batch. `times` (nullable) receives per-phase seconds.
-  absl::StatusOr<double> TrainStep(const Batch& batch, int64_t step, PhaseTimes* times = nullptr);
+  // Non-finite guard: when the global loss, or any rank's gradients, are NaN or infinite, the
+  // step updates nothing (no table row, dense parameter or optimizer state changes; the forward
+  // is ended like an evaluation forward) on every rank alike. With `nonfinite` non-null the
+  // step then returns the loss (OK) and says what was found in *nonfinite (set to kNone on
+  // healthy steps); with null it returns InternalError "training diverged: ...". Gradients are
+  // checked on the CPU path; on device: cuda only the loss is (a check of the device gradients
+  // would cost a copy per step). Under several ranks the check costs one 8-byte all-reduce.
+  [[nodiscard]] absl::StatusOr<double> TrainStep(const Batch& batch, int64_t step,
+                                                 PhaseTimes* times = nullptr,
+                                                 NonFiniteStep* nonfinite = nullptr);
   // Hints that `next` is the batch of the next TrainStep: tables in the RocksDB tier start
   // reading the rows they lack in the background (no-op for in-memory tables). Call it before
   // TrainStep(current) so the reads overlap the current step.
   void Prefetch(const Batch& next);
   // Click probabilities for `batch` (no update) appended to `probs`.
-  absl::Status Predict(const Batch& batch, std::vector<float>* probs);
+  [[nodiscard]] absl::Status Predict(const Batch& batch, std::vector<float>* probs);
 
   void set_dense_grad_hook(DenseGradHook hook) { dense_grad_hook_ = std::move(hook); }
   std::vector<Parameter*> dense_parameters() { return dense_->parameters(); }
@@ -85,15 +105,18 @@ class Model {
 
   // Writes every parameter (tables and dense) to a safetensors file with PyTorch names
   // (docs/FORMATS.md). Atomic: a failed export leaves no file at `path`.
-  absl::Status Export(const std::string& path, int64_t step);
+  [[nodiscard]] absl::Status Export(const std::string& path, int64_t step);
   // Loads every parameter from a safetensors file written by Export; names and shapes must
   // match this model (DataLoss/InvalidArgument naming the tensor otherwise).
-  absl::Status Import(const std::string& path);
+  [[nodiscard]] absl::Status Import(const std::string& path);
 
  private:
   Model() = default;
   absl::Status EnsureBuffers(int64_t batch);
   absl::Status AllReduceDenseGrads();
+  // CPU: whether this rank's pooled-embedding gradients (first `batch` rows of d_emb_) and
+  // dense parameter gradients are all finite. CUDA: true (not checked).
+  bool LocalGradientsFinite(int64_t batch);
   // CUDA: copies the batch's dense features (and labels when `labels` is non-null) through
   // staging_ into dense_dev_ / labels_dev_ and points *dense / *labels at them.
   absl::Status StageInputs(const Batch& batch, const float** dense, const float** labels);
@@ -130,7 +153,7 @@ DenseArchOptions DenseOptionsFromConfig(const Config& config);
 // CudaDeviceForLocalRank(local_rank), which the caller keeps alive longer than any model built on
 // its context(). FailedPrecondition "<config.source>: device: cuda: no CUDA device visible (...)"
 // when the build has no CUDA path or the driver shows no GPU.
-absl::StatusOr<std::unique_ptr<CudaContext>> CreateDeviceForConfig(const Config& config,
-                                                                   int local_rank);
+[[nodiscard]] absl::StatusOr<std::unique_ptr<CudaContext>> CreateDeviceForConfig(
+    const Config& config, int local_rank);
 
 }  // namespace tessera

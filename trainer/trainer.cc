@@ -1,6 +1,7 @@
 #include "trainer/trainer.h"
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -21,7 +22,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   // written.
   TESSERA_ASSIGN_OR_RETURN(t->cuda_, CreateDeviceForConfig(config, options.local_rank));
   t->ctx_ = t->cuda_ != nullptr ? t->cuda_->context() : DeviceContext::Cpu();
-  if (t->cuda_ != nullptr && config.train.checkpoint_every > 0) {
+  if (t->cuda_ != nullptr && config.train.checkpoint_every > 0 && !options.eval_only) {
     // trainer/checkpoint.cc reads the optimizer state of host tables only.
     return absl::UnimplementedError(absl::StrCat(
         config.source, ": train.checkpoint_every: checkpoints of a device: cuda model are not "
@@ -33,6 +34,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   TESSERA_ASSIGN_OR_RETURN(t->data_,
                            OpenDataSources(config, t->world_.rank(), t->world_.size()));
   TESSERA_ASSIGN_OR_RETURN(t->model_, CreateModelForWorld(config, t->world_, t->ctx_));
+  if (options.eval_only) {
+    TESSERA_ASSIGN_OR_RETURN(t->log_, RunLog::Open(RunLogOptions()));  // logs nothing
+    return t;
+  }
   std::error_code ec;
   fs::create_directories(config.output.dir, ec);
   if (ec) {
@@ -43,9 +48,38 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
       config.output.metrics.empty() || !t->world_.chief()
           ? ""
           : (fs::path(config.output.dir) / config.output.metrics).string();
-  TESSERA_ASSIGN_OR_RETURN(
-      t->log_, RunLog::Open(metrics, config.output.progress && t->world_.chief()));
+  // A run that will resume continues its metrics log; a fresh one starts it over. An unreadable
+  // LATEST fails the run at Start: keep the log then too.
+  bool resuming = false;
+  if (config.train.resume && !metrics.empty()) {
+    absl::StatusOr<std::string> latest = LatestCheckpoint(CheckpointDir(config));
+    resuming = !latest.ok() || !latest->empty();
+  }
+  RunLogOptions log;
+  log.metrics_path = metrics;
+  log.append = resuming;
+  log.progress = config.output.progress && t->world_.chief();
+  if (config.output.tensorboard && t->world_.chief()) log.tensorboard_dir = config.output.dir;
+  TESSERA_ASSIGN_OR_RETURN(t->log_, RunLog::Open(log));
+  if (t->world_.chief()) TESSERA_RETURN_IF_ERROR(WriteEffectiveConfig(config));
   return t;
+}
+
+absl::Status WriteEffectiveConfig(const Config& config) {
+  const fs::path path = fs::path(config.output.dir) / kEffectiveConfigFile;
+  const fs::path tmp = fs::path(path.string() + ".tmp");
+  const std::string text = ConfigToYaml(config);
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  bool ok = f != nullptr && std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (f != nullptr) ok = std::fclose(f) == 0 && ok;
+  std::error_code ec;
+  if (ok) fs::rename(tmp, path, ec);
+  if (!ok || ec) {
+    fs::remove(tmp, ec);
+    return absl::InvalidArgumentError(
+        absl::StrCat(path.string(), ": cannot write the effective config (output.dir)"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<bool> Trainer::AllHaveBatch(bool mine) {
@@ -55,7 +89,8 @@ absl::StatusOr<bool> Trainer::AllHaveBatch(bool mine) {
   return have == world_.size();
 }
 
-absl::StatusOr<EvalMetrics> Trainer::Evaluate(int64_t max_batches) {
+absl::StatusOr<EvalMetrics> Trainer::Evaluate(int64_t max_batches, std::vector<float>* scores) {
+  if (scores != nullptr) scores->clear();
   if (data_.eval == nullptr) return EvalMetrics{};
   TESSERA_RETURN_IF_ERROR(data_.eval->Rewind());
   EvalAccumulator acc;
@@ -83,7 +118,10 @@ absl::StatusOr<EvalMetrics> Trainer::Evaluate(int64_t max_batches) {
     TESSERA_RETURN_IF_ERROR(model_->Predict(batch, &probs));
     acc.Add(probs, batch.labels);
   }
-  if (!world_.distributed()) return acc.Compute();
+  if (!world_.distributed()) {
+    if (scores != nullptr) *scores = acc.probs();
+    return acc.Compute();
+  }
   // Exact AUC needs every prediction: gather them all (every rank computes the same metrics).
   std::vector<int64_t> counts(world_.size()), bytes(world_.size()), displs(world_.size());
   TESSERA_RETURN_IF_ERROR(world_.comm->AllGatherCounts(acc.count(), absl::MakeSpan(counts)));
@@ -98,7 +136,66 @@ absl::StatusOr<EvalMetrics> Trainer::Evaluate(int64_t max_batches) {
                                                   all_probs.data(), bytes, displs));
   TESSERA_RETURN_IF_ERROR(world_.comm->AllGatherV(acc.labels().data(), bytes[world_.rank()],
                                                   all_labels.data(), bytes, displs));
-  return ComputeEvalMetrics(all_probs, all_labels);
+  EvalMetrics m = ComputeEvalMetrics(all_probs, all_labels);
+  if (scores != nullptr) *scores = std::move(all_probs);
+  return m;
+}
+
+absl::Status Trainer::OnNonFiniteStep(const NonFiniteStep& nonfinite, double loss, int64_t step,
+                                      int64_t epoch, int64_t batch_index,
+                                      const std::string& origin) {
+  // Every rank whose own batch was not finite describes it; all ranks see all descriptions
+  // (a gather of a few bytes, on this rare step only) so each reports and acts alike.
+  std::string mine;
+  if (nonfinite.this_rank) {
+    mine = absl::StrCat(world_.distributed() ? absl::StrCat("rank ", world_.rank(), ": ") : "",
+                        "epoch ", epoch, ", batch ", batch_index,
+                        world_.distributed() ? " of the rank's slice" : "", " (first sample: ",
+                        origin.empty() ? "unknown" : origin, ")");
+  }
+  std::string culprits = mine;
+  if (world_.distributed()) {
+    const int n = world_.size();
+    std::vector<int64_t> bytes(n), displs(n);
+    TESSERA_RETURN_IF_ERROR(world_.comm->AllGatherCounts(static_cast<int64_t>(mine.size()),
+                                                         absl::MakeSpan(bytes)));
+    int64_t total = 0;
+    for (int r = 0; r < n; ++r) {
+      displs[r] = total;
+      total += bytes[r];
+    }
+    std::string all(total, '\0');
+    TESSERA_RETURN_IF_ERROR(
+        world_.comm->AllGatherV(mine.data(), bytes[world_.rank()], all.data(), bytes, displs));
+    culprits.clear();
+    for (int r = 0; r < n; ++r) {
+      if (bytes[r] == 0) continue;
+      absl::StrAppend(&culprits, culprits.empty() ? "" : "; ", all.substr(displs[r], bytes[r]));
+    }
+  }
+  const bool skip = config_.train.nonfinite == NonFinitePolicy::kSkip;
+  const std::string what = nonfinite.what == NonFiniteStep::kLoss
+                               ? absl::StrCat("the loss is not finite (", loss, ")")
+                               : absl::StrCat("the gradients are not finite (loss ", loss, ")");
+  const std::string message =
+      absl::StrCat("step ", step + 1, ": ", what, "; batch: ", culprits.empty() ? "unknown" : culprits);
+  log_->EndProgress();
+  TESSERA_RETURN_IF_ERROR(log_->Write(
+      JsonLine()
+          .Add("step", step + 1)
+          .Add("nonfinite", std::string(nonfinite.what == NonFiniteStep::kLoss ? "loss"
+                                                                               : "gradients"))
+          .Add("action", std::string(skip ? "skipped" : "stopped"))
+          .Add("batch", culprits)));
+  if (!skip) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        message, ". The model was not updated by this step; train.nonfinite: skip skips such "
+        "steps instead (or lower the learning rate)"));
+  }
+  if (world_.chief()) {
+    TESSERA_LOG(WARNING) << message << ": skipped (train.nonfinite: skip), the model is unchanged";
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<TrainSummary> Trainer::Run() {
@@ -130,8 +227,10 @@ absl::StatusOr<TrainSummary> Trainer::RunLoop() {
                            CheckpointedRun::Start(config_, model_.get(), &data_.train, log_.get()));
   step = checkpoints->start().step;
   epoch = checkpoints->start().epoch;
+  int64_t batch_in_epoch = checkpoints->start().batches_in_epoch;  // this rank's, for reports
   double interval_loss = 0;
   int64_t interval_steps = 0, interval_samples = 0;
+  PhaseTimes logged_phases;  // s.phases at the last metrics line
   Stopwatch total_watch, interval_watch;
   double eval_seconds = 0, interval_eval_seconds = 0;
 
@@ -166,29 +265,46 @@ absl::StatusOr<TrainSummary> Trainer::RunLoop() {
       }
       if (tc.steps <= 0 && epoch >= tc.epochs) break;
       TESSERA_RETURN_IF_ERROR(data_.train->Rewind());
+      batch_in_epoch = 0;
       continue;
     }
     s.phases.Add("data", data_watch.ElapsedSeconds());
-    TESSERA_ASSIGN_OR_RETURN(double loss, model_->TrainStep(batch, step, &s.phases));
+    NonFiniteStep nonfinite;
+    TESSERA_ASSIGN_OR_RETURN(double loss,
+                             model_->TrainStep(batch, step, &s.phases, &nonfinite));
+    const int64_t batch_index = batch_in_epoch++;
+    const bool skipped = nonfinite.what != NonFiniteStep::kNone;
+    if (skipped) {
+      // Stops the run (train.nonfinite: stop) or reports the skipped step.
+      TESSERA_RETURN_IF_ERROR(
+          OnNonFiniteStep(nonfinite, loss, step, epoch, batch_index, batch.origin));
+      ++s.nonfinite_skipped;
+    }
     ++step;
     TESSERA_RETURN_IF_ERROR(checkpoints->AfterStep(step));
-    s.samples += batch.batch_size;
-    interval_loss += loss;
-    ++interval_steps;
-    interval_samples += batch.batch_size * world_.size();  // approximate: equal local batches
-    s.last_train_loss = interval_loss / interval_steps;
-    if (step % log_every == 0 || step == total_steps) {
+    if (!skipped) {
+      s.samples += batch.batch_size;
+      interval_loss += loss;
+      ++interval_steps;
+      interval_samples += batch.batch_size * world_.size();  // approximate: equal local batches
+      s.last_train_loss = interval_loss / interval_steps;
+    }
+    if ((step % log_every == 0 || step == total_steps) && interval_steps > 0) {
       double secs = interval_watch.ElapsedSeconds() - interval_eval_seconds;
       double sps = secs > 0 ? interval_samples / secs : 0;
       double elapsed = total_watch.ElapsedSeconds() - eval_seconds;
       log_->Progress(step, total_steps, sps, s.last_train_loss, elapsed);
-      TESSERA_RETURN_IF_ERROR(log_->Write(
-          JsonLine()
-              .Add("step", step)
-              .Add("train_loss", s.last_train_loss)
-              .Add("samples_per_sec", sps)
-              .Add("lr_scale",
-                   static_cast<double>(LearningRate(config_.optimizer.schedule, step - 1)))));
+      JsonLine line;
+      line.Add("step", step)
+          .Add("train_loss", s.last_train_loss)
+          .Add("samples_per_sec", sps)
+          .Add("lr_scale", static_cast<double>(LearningRate(config_.optimizer.schedule, step - 1)));
+      // Milliseconds per step of each phase over the interval.
+      for (const auto& [phase, secs] : s.phases.phases()) {
+        line.Add("ms_" + phase, 1e3 * (secs - logged_phases.Get(phase)) / interval_steps);
+      }
+      logged_phases = s.phases;
+      TESSERA_RETURN_IF_ERROR(log_->Write(line));
       interval_loss = 0;
       interval_steps = 0;
       interval_samples = 0;
@@ -217,6 +333,7 @@ absl::StatusOr<TrainSummary> Trainer::RunLoop() {
       .Add("samples", s.samples)
       .Add("samples_per_sec", s.samples_per_sec)
       .Add("train_loss", s.last_train_loss);
+  if (s.nonfinite_skipped > 0) done.Add("nonfinite_skipped", s.nonfinite_skipped);
   if (data_.eval != nullptr) {
     done.Add("eval_auc", s.eval.auc).Add("eval_logloss", s.eval.logloss).Add("eval_ne", s.eval.ne);
   }

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/cuda_context.h"
@@ -32,6 +33,7 @@ struct TrainSummary {
   double samples_per_sec = 0;
   double last_train_loss = 0;     // mean over the last log interval
   EvalMetrics eval;               // final eval (count 0 when there is no eval set)
+  int64_t nonfinite_skipped = 0;  // steps skipped as not finite (train.nonfinite: skip)
   double planted_auc = 0.0 / 0.0; // synthetic data only
   std::string export_path;        // "" when not exported
   PhaseTimes phases;              // summed over all steps
@@ -42,7 +44,20 @@ struct TrainerOptions {
   // This process's rank on its node (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, ...): with
   // device: cuda it picks the GPU (CudaDeviceForLocalRank). Default: 0.
   int local_rank = 0;
+  // Evaluation only (tessera-train --eval-only): Create writes nothing (no output dir, metrics,
+  // event file or effective config) and the caller calls Evaluate, never Run. The model to
+  // evaluate comes in through config.model.init_from. Default: false.
+  bool eval_only = false;
 };
+
+// The effective config's file name inside output.dir: ConfigToYaml of the run's config (every
+// key, defaults included, paths resolved), written by rank 0 when the trainer is created, and
+// rewritten on resume (so it shows the config that ran last). It loads back with LoadConfig.
+inline constexpr char kEffectiveConfigFile[] = "config.yaml";
+
+// Writes kEffectiveConfigFile into config.output.dir (which must exist), atomically (a .tmp file
+// renamed into place). InvalidArgument naming the path when it cannot be written.
+[[nodiscard]] absl::Status WriteEffectiveConfig(const Config& config);
 
 class Trainer {
  public:
@@ -50,15 +65,19 @@ class Trainer {
   // device: cuda the trainer owns the CudaContext the model runs on; a config asking for cuda
   // where no GPU is visible fails first, before any output is written (FailedPrecondition
   // "<file>: device: cuda: no CUDA device visible (...)").
-  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const Config& config,
-                                                         const TrainerOptions& options);
-  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const Config& config) {
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Trainer>> Create(
+      const Config& config, const TrainerOptions& options);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Trainer>> Create(const Config& config) {
     return Create(config, TrainerOptions());
   }
 
-  absl::StatusOr<TrainSummary> Run();
-  // Predictions over the eval set (at most `max_batches` batches; 0 = all) and their metrics.
-  absl::StatusOr<EvalMetrics> Evaluate(int64_t max_batches);
+  [[nodiscard]] absl::StatusOr<TrainSummary> Run();
+  // Predictions over the eval set (at most `max_batches` batches; 0 = all) and their metrics
+  // (every rank gets the same). With `scores` non-null, every rank also gets every prediction
+  // (click probability), in the order of the eval data: rank r's slice follows rank r-1's.
+  // Collective under several ranks.
+  [[nodiscard]] absl::StatusOr<EvalMetrics> Evaluate(int64_t max_batches,
+                                                     std::vector<float>* scores = nullptr);
 
   Model& model() { return *model_; }
   const World& world() const { return world_; }
@@ -69,6 +88,12 @@ class Trainer {
   absl::StatusOr<TrainSummary> RunLoop();
   // True when every rank has a batch this step (collective); false ends the epoch for all.
   absl::StatusOr<bool> AllHaveBatch(bool mine);
+  // Reports a step TrainStep found not finite (0-based `step`; this rank's `epoch`, batch index
+  // in it and the batch's origin): a metrics line {"step", "nonfinite", "action", "batch"}
+  // naming every culprit rank's batch, then FailedPrecondition with the same detail under
+  // train.nonfinite: stop, or a warning under skip. Collective (every rank calls it together).
+  absl::Status OnNonFiniteStep(const NonFiniteStep& nonfinite, double loss, int64_t step,
+                               int64_t epoch, int64_t batch_index, const std::string& origin);
 
   Config config_;
   std::unique_ptr<CudaContext> cuda_;  // device: cuda only; declared first, so it outlives model_

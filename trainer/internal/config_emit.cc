@@ -192,6 +192,7 @@ std::string ConfigToYaml(const Config& c) {
   Key(e, "log_every", c.train.log_every);
   Key(e, "checkpoint_every", c.train.checkpoint_every);
   Key(e, "resume", c.train.resume);
+  Key(e, "nonfinite", std::string(NonFinitePolicyName(c.train.nonfinite)));
   e << YAML::EndMap;
   e << YAML::Key << "output" << YAML::Value << YAML::BeginMap;
   Key(e, "dir", c.output.dir);
@@ -199,6 +200,7 @@ std::string ConfigToYaml(const Config& c) {
   Key(e, "export", c.output.export_path);
   Key(e, "progress", c.output.progress);
   Key(e, "checkpoint_dir", c.output.checkpoint_dir);
+  Key(e, "tensorboard", c.output.tensorboard);
   e << YAML::EndMap;
   e << YAML::Key << "sharding" << YAML::Value << YAML::BeginMap;
   Key(e, "group_size", c.sharding.group_size);
