@@ -1,16 +1,24 @@
 // tessera-train: trains the model a YAML config describes.
 //   tessera-train --config configs/quickstart.yaml [--set key=value ...] [--threads N]
-// Prints progress to stderr, writes metrics (JSON lines) and the exported model into
-// output.dir, and ends with a one-line summary. Exit status 0 on success, 1 on any error (one
-// message naming the file, line, key or value), 2 on bad usage.
+// Prints progress to stderr, writes metrics (JSON lines), TensorBoard events, the effective
+// config and the exported model into output.dir, and ends with a one-line summary.
+// With --eval-only it trains nothing and writes nothing there: it loads a saved model
+// (--model, default model.init_from, else output.dir/output.export) and prints its AUC, log
+// loss and NE on the config's eval data (data.eval; for synthetic data the eval samples),
+// optionally one score per sample (--scores FILE), on one rank or several.
+// Exit status 0 on success, 1 on any error (one message naming the file, line, key or value),
+// 2 on bad usage.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "core/logging.h"
 #include "core/parallel.h"
 #include "sharding/mpi_communicator.h"
@@ -25,6 +33,15 @@ ABSL_FLAG(int, threads, 0,
           "CPU threads (0: the config's `threads`; else all cores, or under mpirun each rank its "
           "share of the node's cores)");
 ABSL_FLAG(bool, quiet, false, "no progress line");
+ABSL_FLAG(bool, eval_only, false,
+          "evaluate a saved model on the config's eval data instead of training (also "
+          "spelled --eval-only)");
+ABSL_FLAG(std::string, model, "",
+          "with --eval-only: the safetensors model (default: model.init_from, else "
+          "output.dir/output.export)");
+ABSL_FLAG(std::string, scores, "",
+          "with --eval-only: write one predicted click probability per eval sample to this "
+          "file, one per line, in the data's order");
 
 namespace {
 std::vector<std::string> overrides;
@@ -53,10 +70,15 @@ int Fail(const absl::Status& status, bool collective_started) {
 }  // namespace
 
 int Main(bool mpi);
+int EvalOnly(tessera::Config config, bool mpi);
 
 int main(int argc, char** argv) {
   tessera::MaybeReexecForBlasKernels(argv);
   overrides = tessera::ExtractOverrides(&argc, argv);
+  // Abseil flag names take no '-': accept the spelling with one too.
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--eval-only") == 0) argv[i] = const_cast<char*>("--eval_only");
+  }
   absl::SetProgramUsageMessage(
       "Trains a DLRM/DCNv2 model from a YAML config.\n"
       "  tessera-train --config configs/quickstart.yaml [--set key=value ...]");
@@ -88,6 +110,7 @@ int Main(bool mpi) {
   // Several ranks on one node share its cores (tools/launcher_env.h).
   if (config->threads == 0) config->threads = tessera::DefaultThreadsPerRank();
   if (absl::GetFlag(FLAGS_quiet)) config->output.progress = false;
+  if (absl::GetFlag(FLAGS_eval_only)) return EvalOnly(*std::move(config), mpi);
   tessera::TrainerOptions trainer_options;
   trainer_options.local_rank = tessera::LauncherLocalRank();  // device: cuda picks its GPU by it
   auto trainer = tessera::Trainer::Create(*config, trainer_options);
@@ -114,5 +137,57 @@ int Main(bool mpi) {
                 s.planted_auc, 100.0 * closed);
   }
   if (!s.export_path.empty()) std::printf("model exported to %s\n", s.export_path.c_str());
+  return 0;
+}
+
+// --eval-only: the saved model's metrics (and scores) on the config's eval data.
+int EvalOnly(tessera::Config config, bool mpi) {
+  std::string model = absl::GetFlag(FLAGS_model);
+  if (model.empty()) model = config.model.init_from;
+  if (model.empty() && !config.output.export_path.empty()) {
+    model = (std::filesystem::path(config.output.dir) / config.output.export_path).string();
+  }
+  std::error_code ec;
+  if (model.empty() || !std::filesystem::exists(model, ec)) {
+    return Fail(absl::NotFoundError(absl::StrCat(
+                    "--eval-only: no model file '", model,
+                    "' (give --model FILE.safetensors, or model.init_from in the config)")),
+                false);
+  }
+  const bool synthetic = config.data.format == tessera::DataFormat::kSynthetic;
+  if (synthetic ? config.data.synthetic.num_eval_samples == 0 : config.data.eval_path.empty()) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+                    config.source, ": --eval-only: no eval data (",
+                    synthetic ? "data.synthetic.eval_samples is 0" : "data.eval is empty",
+                    "; give it with --set ", synthetic ? "data.synthetic.eval_samples=N"
+                                                        : "data.eval=FILE", ")")),
+                false);
+  }
+  config.model.init_from = model;
+  tessera::TrainerOptions options;
+  options.local_rank = tessera::LauncherLocalRank();
+  options.eval_only = true;
+  auto trainer = tessera::Trainer::Create(config, options);
+  if (!trainer.ok()) return Fail(trainer.status(), mpi);
+  const std::string scores_path = absl::GetFlag(FLAGS_scores);
+  std::vector<float> scores;
+  auto m = (*trainer)->Evaluate(0, scores_path.empty() ? nullptr : &scores);
+  if (!m.ok()) return Fail(m.status(), mpi);
+  if (!(*trainer)->world().chief()) return 0;
+  if (!scores_path.empty()) {
+    std::FILE* f = std::fopen(scores_path.c_str(), "w");
+    bool ok = f != nullptr;
+    for (size_t i = 0; ok && i < scores.size(); ++i) ok = std::fprintf(f, "%.9g\n", scores[i]) > 0;
+    if (f != nullptr) ok = std::fclose(f) == 0 && ok;
+    if (!ok) {
+      return Fail(absl::InvalidArgumentError(
+                      absl::StrCat("--scores: cannot write '", scores_path, "'")),
+                  mpi);
+    }
+  }
+  std::printf("model %s on %lld eval samples (%d rank(s)): AUC %.9g  log loss %.9g  NE %.9g\n",
+              model.c_str(), static_cast<long long>(m->count), (*trainer)->world().size(), m->auc,
+              m->logloss, m->ne);
+  if (!scores_path.empty()) std::printf("scores written to %s\n", scores_path.c_str());
   return 0;
 }
