@@ -157,9 +157,9 @@ absl::Status SyntheticGenerator::Init() {
           absl::StrCat("pooling[", f, "] = ", o.pooling[f], ", expected >= 1"));
     }
   }
-  if (!(o.zipf_exponent > 0)) {
+  if (!(o.zipf_exponent >= 0)) {  // also refuses NaN
     return absl::InvalidArgumentError(
-        absl::StrCat("zipf_exponent = ", o.zipf_exponent, ", expected > 0"));
+        absl::StrCat("zipf_exponent = ", o.zipf_exponent, ", expected >= 0 (0 = uniform ids)"));
   }
   if (o.num_dense < 0) {
     return absl::InvalidArgumentError(absl::StrCat("num_dense = ", o.num_dense, ", expected >= 0"));

@@ -61,7 +61,7 @@ struct SyntheticDataOptions {
   std::vector<int64_t> rows_per_feature;
   // Ids per bag: one value for all features or one per feature, each >= 1. Default: {1}.
   std::vector<int64_t> pooling = {1};
-  // Zipf exponent of the id distribution (> 0). Default: 1.05.
+  // Zipf exponent of the id distribution (>= 0; 0 = uniform ids). Default: 1.05.
   double zipf_exponent = 1.05;
   // Dense features per sample (>= 0). Default: 13.
   int64_t num_dense = 13;

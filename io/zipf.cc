@@ -19,7 +19,7 @@ double Expm1OverX(double x) {
 
 ZipfSampler::ZipfSampler(int64_t n, double exponent) : n_(n), exponent_(exponent) {
   TESSERA_CHECK(n >= 1) << "ZipfSampler needs n >= 1, got " << n;
-  TESSERA_CHECK(exponent > 0) << "ZipfSampler needs exponent > 0, got " << exponent;
+  TESSERA_CHECK(exponent >= 0) << "ZipfSampler needs exponent >= 0, got " << exponent;
   h_integral_x1_ = HIntegral(1.5) - 1.0;
   h_integral_n_ = HIntegral(static_cast<double>(n) + 0.5);
   s_ = 2.0 - HIntegralInverse(HIntegral(2.5) - H(2.0));

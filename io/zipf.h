@@ -1,7 +1,8 @@
 // ZipfSampler: draws k in [0, n) with P(k) proportional to (k + 1)^-exponent, in O(1) time and
 // O(1) memory for any n up to 2^62, by rejection-inversion (W. Hörmann, G. Derflinger,
 // "Rejection-inversion to generate variates from monotone discrete distributions", ACM TOMACS
-// 6(3), 1996). About 1.1 uniforms per draw on average. Rank 0 is the most frequent.
+// 6(3), 1996). About 1.1 uniforms per draw on average. Rank 0 is the most frequent. Exponent 0
+// is the uniform distribution over [0, n) (h is constant and every proposal is accepted).
 // Thread-safety: Sample is const; share one sampler across threads with one rng each.
 #pragma once
 
@@ -12,7 +13,7 @@ namespace tessera {
 
 class ZipfSampler {
  public:
-  // REQUIRES: n >= 1, exponent > 0.
+  // REQUIRES: n >= 1, exponent >= 0.
   ZipfSampler(int64_t n, double exponent);
 
   // One draw; `rng` provides NextUniformDouble() in [0, 1) (e.g. CounterRng).

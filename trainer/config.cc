@@ -10,6 +10,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/status.h"
 #include "trainer/internal/config_reader.h"
@@ -108,6 +109,24 @@ absl::Status ResolveExisting(const ConfigReader& r, const YAML::Node& map, const
     return r.Error(Child(map, key), map, internal::JoinKey(path, key),
                    absl::StrCat("file not found: ", p.string()));
   *value = p.string();
+  return absl::OkStatus();
+}
+
+// The same for a comma-separated list of files (data.train, data.eval: several files read as
+// one stream, trainer/data_sources.cc); each must exist. Stored joined by commas again.
+absl::Status ResolveExistingList(const ConfigReader& r, const YAML::Node& map,
+                                 const std::string& path, const char* key,
+                                 const std::string& base_dir, std::string* value) {
+  if (value->empty()) return absl::OkStatus();
+  std::vector<std::string> parts = absl::StrSplit(*value, ',');
+  for (std::string& part : parts) {
+    part = std::string(absl::StripAsciiWhitespace(part));
+    if (part.empty())
+      return r.Error(Child(map, key), map, internal::JoinKey(path, key),
+                     "empty file name in the comma-separated list");
+    TESSERA_RETURN_IF_ERROR(ResolveExisting(r, map, path, key, base_dir, &part));
+  }
+  *value = absl::StrJoin(parts, ",");
   return absl::OkStatus();
 }
 
@@ -357,8 +376,8 @@ absl::Status ParseData(const ConfigReader& r, const YAML::Node& root, const std:
   if (d->train_path.empty())
     return r.Error(YAML::Node(), data, "data.train",
                    "required: the training data file for data.format other than synthetic");
-  TESSERA_RETURN_IF_ERROR(ResolveExisting(r, data, p, "train", dir, &d->train_path));
-  TESSERA_RETURN_IF_ERROR(ResolveExisting(r, data, p, "eval", dir, &d->eval_path));
+  TESSERA_RETURN_IF_ERROR(ResolveExistingList(r, data, p, "train", dir, &d->train_path));
+  TESSERA_RETURN_IF_ERROR(ResolveExistingList(r, data, p, "eval", dir, &d->eval_path));
   if (d->format == DataFormat::kCriteoTsv || d->format == DataFormat::kCriteoCsv) {
     // Criteo rows carry 13 integer and 26 categorical features.
     if (m.num_dense != 13)

@@ -33,9 +33,10 @@ struct SyntheticDataConfig {
 
 struct DataConfig {
   DataFormat format = DataFormat::kSynthetic;  // data.format: synthetic|criteo_tsv|criteo_csv|binary
-  std::string train_path;                // data.train (files; relative to the config's folder)
-  std::string eval_path;                 // data.eval
-  int64_t batch_size = 2048;             // data.batch_size
+  std::string train_path;                // data.train: file(s), comma-separated, read in order
+                                         // as one stream (relative to the config's folder)
+  std::string eval_path;                 // data.eval (likewise)
+  int64_t batch_size = 2048;             // data.batch_size: per rank (T ranks train T x this)
   int64_t eval_batch_size = 0;           // data.eval_batch_size; 0 = batch_size
   bool shuffle = false;                  // data.shuffle: shuffle batches' order within a window
   BadRecordPolicy on_bad_record = BadRecordPolicy::kFail;  // data.on_bad_record: fail|skip

@@ -48,7 +48,7 @@ std::vector<double> ZipfPmf(int64_t n, double s) {
 }
 
 TEST(ZipfSamplerTest, FrequenciesMatchThePmf) {
-  for (double s : {0.5, 1.0, 1.05, 2.5}) {
+  for (double s : {0.0, 0.5, 1.0, 1.05, 2.5}) {  // 0: uniform
     SCOPED_TRACE(s);
     const int64_t n = 1000, draws = 1000000;
     ZipfSampler zipf(n, s);
@@ -313,8 +313,10 @@ TEST(SyntheticTest, OptionErrors) {
   d.pooling = {0};
   EXPECT_EQ(SyntheticGenerator::Create(d).status().code(), absl::StatusCode::kInvalidArgument);
   d.pooling = {1};
-  d.zipf_exponent = 0;
+  d.zipf_exponent = -0.5;
   EXPECT_EQ(SyntheticGenerator::Create(d).status().code(), absl::StatusCode::kInvalidArgument);
+  d.zipf_exponent = 0;  // uniform ids
+  EXPECT_TRUE(SyntheticGenerator::Create(d).ok());
   d.zipf_exponent = 1.05;
   auto gen = *SyntheticGenerator::Create(d);
   SyntheticStreamOptions s;
