@@ -2,52 +2,61 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
+#include <cstdint>
+#include <limits>
+#include <vector>
 
-#include "absl/strings/str_cat.h"
+#include "core/status.h"
 
 namespace tessera {
+namespace {
 
-absl::StatusOr<double> ExactAuc(const std::vector<double>& scores,
-                                const std::vector<float>& labels) {
-  const size_t n = scores.size();
-  if (labels.size() != n) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ExactAuc: ", n, " scores but ", labels.size(), " labels"));
+template <typename Score>
+double ExactAucImpl(absl::Span<const Score> scores, absl::Span<const float> labels) {
+  TESSERA_CHECK(scores.size() == labels.size())
+      << scores.size() << " scores vs " << labels.size() << " labels";
+  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+  struct Pair {
+    Score score;
+    bool positive;
+  };
+  std::vector<Pair> pairs(scores.size());
+  for (size_t i = 0; i < scores.size(); ++i) {
+    if (std::isnan(scores[i])) return kNaN;  // NaN has no place in the order
+    pairs[i] = {scores[i], labels[i] > 0.5f};
   }
-  int64_t positives = 0;
-  for (size_t i = 0; i < n; ++i) {
-    if (labels[i] != 0.0f && labels[i] != 1.0f) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("ExactAuc: label ", i, " is ", labels[i], ", expected 0 or 1"));
-    }
-    if (std::isnan(scores[i])) {
-      return absl::InvalidArgumentError(absl::StrCat("ExactAuc: score ", i, " is NaN"));
-    }
-    positives += labels[i] == 1.0f;
-  }
-  const int64_t negatives = static_cast<int64_t>(n) - positives;
-  if (positives == 0 || negatives == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("ExactAuc: undefined with ", positives,
-                                                   " positives and ", negatives, " negatives"));
-  }
-  std::vector<int64_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(),
-            [&](int64_t a, int64_t b) { return scores[a] < scores[b]; });
-  // Sum of the (1-based, tie-averaged) ranks of the positives.
-  double rank_sum = 0;
-  for (size_t i = 0; i < n;) {
+  std::sort(pairs.begin(), pairs.end(),
+            [](const Pair& a, const Pair& b) { return a.score < b.score; });
+  // Walk tie groups in ascending score. Each positive beats every negative in earlier groups and
+  // ties (half a win) with the negatives of its own group: the Mann-Whitney U with average ranks.
+  int64_t negatives_below = 0, positives = 0;
+  double wins2 = 0.0;  // twice U, an integer held in a double (exact below 2^53)
+  for (size_t i = 0; i < pairs.size();) {
     size_t j = i;
-    int64_t pos_in_group = 0;
-    while (j < n && scores[order[j]] == scores[order[i]])
-      pos_in_group += labels[order[j++]] == 1.0f;
-    const double mean_rank = 0.5 * (static_cast<double>(i + 1) + static_cast<double>(j));
-    rank_sum += mean_rank * static_cast<double>(pos_in_group);
+    int64_t p = 0, n = 0;
+    for (; j < pairs.size() && pairs[j].score == pairs[i].score; ++j) {
+      if (pairs[j].positive) {
+        ++p;
+      } else {
+        ++n;
+      }
+    }
+    wins2 += static_cast<double>(p) * static_cast<double>(2 * negatives_below + n);
+    negatives_below += n;
+    positives += p;
     i = j;
   }
-  const double p = static_cast<double>(positives), q = static_cast<double>(negatives);
-  return (rank_sum - p * (p + 1) / 2) / (p * q);
+  if (positives == 0 || negatives_below == 0) return kNaN;
+  return wins2 / (2.0 * static_cast<double>(positives) * static_cast<double>(negatives_below));
+}
+
+}  // namespace
+
+double ExactAuc(absl::Span<const float> scores, absl::Span<const float> labels) {
+  return ExactAucImpl(scores, labels);
+}
+double ExactAuc(absl::Span<const double> scores, absl::Span<const float> labels) {
+  return ExactAucImpl(scores, labels);
 }
 
 }  // namespace tessera

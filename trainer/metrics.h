@@ -1,6 +1,6 @@
 // Evaluation metrics for click-through-rate models, computed exactly and in double precision:
-//   AUC    the area under the ROC curve, exact: the Mann-Whitney U statistic over all
-//          (positive, negative) pairs, ties in score counting one half (average ranks).
+//   AUC    the area under the ROC curve, exact: io/auc.h's ExactAuc (the Mann-Whitney U
+//          statistic over all (positive, negative) pairs, ties counting one half).
 //   logloss  mean binary cross-entropy, probabilities clamped to [1e-7, 1 - 1e-7].
 //   NE     normalized entropy: logloss divided by the entropy of the empirical CTR
 //          (the logloss of always predicting the base rate), as in He et al. 2014 (Facebook ads).
@@ -47,11 +47,6 @@ LogLossSums ComputeLogLossSums(absl::Span<const float> probs, absl::Span<const f
 
 // Fills logloss, ne, count and positives of `out` from `sums` (auc untouched).
 void FinishLogLoss(const LogLossSums& sums, EvalMetrics* out);
-
-// Exact AUC of `scores` (probabilities or logits: only the order matters) against `labels`.
-// O(n log n); copies the pairs once (8 bytes per sample). NaN without both classes.
-// REQUIRES: scores.size() == labels.size(); no NaN scores.
-double ComputeAuc(absl::Span<const float> scores, absl::Span<const float> labels);
 
 // All metrics of a full evaluation set of probabilities `probs` in [0, 1] and `labels`.
 // REQUIRES: probs.size() == labels.size().

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "io/auc.h"
 
 namespace tessera {
 namespace {
@@ -38,7 +39,7 @@ TEST(AucTest, MatchesBruteForceWithManyTies) {
     }
     y[0] = 1.0f;
     y[1] = 0.0f;
-    EXPECT_NEAR(ComputeAuc(s, y), BruteForceAuc(s, y), 1e-12) << "trial " << trial;
+    EXPECT_NEAR(ExactAuc(s, y), BruteForceAuc(s, y), 1e-12) << "trial " << trial;
   }
 }
 
@@ -47,11 +48,11 @@ TEST(AucTest, ExtremesAndAllTied) {
   std::vector<float> perfect = {0.1f, 0.2f, 0.8f, 0.9f, 0.3f, 0.7f};
   std::vector<float> reversed = {0.9f, 0.8f, 0.2f, 0.1f, 0.7f, 0.3f};
   std::vector<float> tied(6, 0.5f);
-  EXPECT_DOUBLE_EQ(ComputeAuc(perfect, y), 1.0);
-  EXPECT_DOUBLE_EQ(ComputeAuc(reversed, y), 0.0);
-  EXPECT_DOUBLE_EQ(ComputeAuc(tied, y), 0.5);
+  EXPECT_DOUBLE_EQ(ExactAuc(perfect, y), 1.0);
+  EXPECT_DOUBLE_EQ(ExactAuc(reversed, y), 0.0);
+  EXPECT_DOUBLE_EQ(ExactAuc(tied, y), 0.5);
   // Hand count: positives at 0.4 (beats 0.1, ties 0.4: 1.5) and 0.9 (beats both: 2) -> 3.5 / 4.
-  EXPECT_DOUBLE_EQ(ComputeAuc(std::vector<float>{0.1f, 0.4f, 0.4f, 0.9f},
+  EXPECT_DOUBLE_EQ(ExactAuc(std::vector<float>{0.1f, 0.4f, 0.4f, 0.9f},
                               std::vector<float>{0, 0, 1, 1}),
                    3.5 / 4.0);
 }
@@ -65,15 +66,15 @@ TEST(AucTest, OnlyDependsOnOrder) {
     y[i] = (logits[i] + z(gen)) > 0 ? 1.0f : 0.0f;
     probs[i] = 1.0f / (1.0f + std::exp(-logits[i]));
   }
-  double auc = ComputeAuc(logits, y);
+  double auc = ExactAuc(logits, y);
   EXPECT_GT(auc, 0.6);
-  EXPECT_NEAR(ComputeAuc(probs, y), auc, 1e-3);  // float sigmoid may merge a few close values
+  EXPECT_NEAR(ExactAuc(probs, y), auc, 1e-3);  // float sigmoid may merge a few close values
 }
 
 TEST(AucTest, UndefinedWithOneClass) {
-  EXPECT_TRUE(std::isnan(ComputeAuc(std::vector<float>{0.1f, 0.2f}, std::vector<float>{1, 1})));
-  EXPECT_TRUE(std::isnan(ComputeAuc(std::vector<float>{0.1f, 0.2f}, std::vector<float>{0, 0})));
-  EXPECT_TRUE(std::isnan(ComputeAuc(std::vector<float>{}, std::vector<float>{})));
+  EXPECT_TRUE(std::isnan(ExactAuc(std::vector<float>{0.1f, 0.2f}, std::vector<float>{1, 1})));
+  EXPECT_TRUE(std::isnan(ExactAuc(std::vector<float>{0.1f, 0.2f}, std::vector<float>{0, 0})));
+  EXPECT_TRUE(std::isnan(ExactAuc(std::vector<float>{}, std::vector<float>{})));
 }
 
 TEST(LogLossTest, HandComputed) {
