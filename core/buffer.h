@@ -38,7 +38,8 @@ class Buffer {
 
   // Allocates zero-filled memory for `shape` on `device`. Returns ResourceExhausted when the
   // allocation fails and Unimplemented for kCuda in a build without the CUDA path.
-  static absl::StatusOr<Buffer> Allocate(Device device, DType dtype, std::vector<int64_t> shape);
+  [[nodiscard]] static absl::StatusOr<Buffer> Allocate(Device device, DType dtype,
+                                                      std::vector<int64_t> shape);
   // Like Allocate for kCpu, but a failure is a bug (small host allocations only).
   static Buffer Host(DType dtype, std::vector<int64_t> shape);
   // A non-owning view of `data`.

@@ -40,7 +40,8 @@ class CudaContext {
   // Selects `options.device` (cudaSetDevice) on the calling thread and creates the streams and
   // the cuBLAS handle. Returns InvalidArgument for an ordinal outside [0, CudaDeviceCount()),
   // Internal for a CUDA or cuBLAS failure, Unimplemented without the CUDA path.
-  static absl::StatusOr<std::unique_ptr<CudaContext>> Create(const CudaContextOptions& options);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<CudaContext>> Create(
+      const CudaContextOptions& options);
   ~CudaContext();
   CudaContext(const CudaContext&) = delete;
   CudaContext& operator=(const CudaContext&) = delete;
@@ -57,35 +58,38 @@ class CudaContext {
 // local_rank % CudaDeviceCount(): the usual one-GPU-per-rank mapping (the binary reads the local
 // rank from the launcher's environment, e.g. OMPI_COMM_WORLD_LOCAL_RANK or SLURM_LOCALID).
 // Returns FailedPrecondition when no device is visible, Unimplemented without the CUDA path.
-absl::StatusOr<int> CudaDeviceForLocalRank(int local_rank);
+[[nodiscard]] absl::StatusOr<int> CudaDeviceForLocalRank(int local_rank);
 
 // Waits for all work queued on ctx's compute stream; returns the first asynchronous error of
 // that work (kernel faults surface here). Internal naming the call on failure.
-absl::Status CudaSynchronize(const DeviceContext& ctx);
+[[nodiscard]] absl::Status CudaSynchronize(const DeviceContext& ctx);
 // Waits for the communication stream too.
-absl::Status CudaSynchronizeAll(const DeviceContext& ctx);
+[[nodiscard]] absl::Status CudaSynchronizeAll(const DeviceContext& ctx);
 
 // Copies on ctx's compute stream. ToDevice/DeviceToDevice return once queued (the source must
 // stay alive and unchanged until the stream reaches the copy: use pinned memory, core/pinned.h,
 // for overlap; pageable sources are staged by the driver). ToHost waits for the copy (and so for
 // all earlier work on the stream).
-absl::Status CudaCopyToDevice(const DeviceContext& ctx, void* dst, const void* src, size_t bytes);
-absl::Status CudaCopyToHost(const DeviceContext& ctx, void* dst, const void* src, size_t bytes);
-absl::Status CudaCopyDeviceToDevice(const DeviceContext& ctx, void* dst, const void* src,
-                                    size_t bytes);
+[[nodiscard]] absl::Status CudaCopyToDevice(const DeviceContext& ctx, void* dst, const void* src,
+                                            size_t bytes);
+[[nodiscard]] absl::Status CudaCopyToHost(const DeviceContext& ctx, void* dst, const void* src,
+                                          size_t bytes);
+[[nodiscard]] absl::Status CudaCopyDeviceToDevice(const DeviceContext& ctx, void* dst,
+                                                  const void* src, size_t bytes);
 // Fills `bytes` of device memory with byte `value` on the compute stream.
-absl::Status CudaMemsetAsync(const DeviceContext& ctx, void* dst, int value, size_t bytes);
+[[nodiscard]] absl::Status CudaMemsetAsync(const DeviceContext& ctx, void* dst, int value,
+                                           size_t bytes);
 
 // Cross-stream ordering without a host wait: work queued on the comm stream after
 // CudaCommWaitsForCompute starts only after everything queued on the compute stream so far (e.g.
 // an NCCL all-reduce of gradients a backward kernel is still writing), and vice versa.
-absl::Status CudaCommWaitsForCompute(const DeviceContext& ctx);
-absl::Status CudaComputeWaitsForComm(const DeviceContext& ctx);
+[[nodiscard]] absl::Status CudaCommWaitsForCompute(const DeviceContext& ctx);
+[[nodiscard]] absl::Status CudaComputeWaitsForComm(const DeviceContext& ctx);
 
 // Stream-ordered scratch memory (cudaMallocAsync / cudaFreeAsync on the compute stream, served
 // from the device's memory pool, so steady-state steps do not reach the driver). The memory may
 // be used by work queued on that stream after the call; CudaFreeAsync(nullptr) is a no-op.
-absl::StatusOr<void*> CudaMallocAsync(const DeviceContext& ctx, size_t bytes);
-absl::Status CudaFreeAsync(const DeviceContext& ctx, void* ptr);
+[[nodiscard]] absl::StatusOr<void*> CudaMallocAsync(const DeviceContext& ctx, size_t bytes);
+[[nodiscard]] absl::Status CudaFreeAsync(const DeviceContext& ctx, void* ptr);
 
 }  // namespace tessera

@@ -4,20 +4,31 @@
 #pragma once
 
 #include <cstddef>
+#include <string_view>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 
 namespace tessera {
+
+// The one error for work asked of a CUDA device in a build without the CUDA path:
+// Unimplemented("<op>: this build of Tessera has no CUDA path (configured with TESSERA_CUDA=OFF
+// or without the CUDA toolkit); use a CPU DeviceContext").
+inline absl::Status NoCudaPath(std::string_view op) {
+  return absl::UnimplementedError(
+      absl::StrCat(op, ": this build of Tessera has no CUDA path (configured with TESSERA_CUDA=OFF "
+                   "or without the CUDA toolkit); use a CPU DeviceContext"));
+}
 
 // True when this binary has the CUDA path compiled in.
 bool CudaCompiled();
 // Number of visible CUDA devices; 0 without the CUDA path, a driver or a device.
 int CudaDeviceCount();
 // Allocates `bytes` of zeroed device memory on the current device.
-absl::StatusOr<void*> CudaMallocZeroed(size_t bytes);
+[[nodiscard]] absl::StatusOr<void*> CudaMallocZeroed(size_t bytes);
 // Frees device memory from CudaMallocZeroed; nullptr is a no-op.
 void CudaFree(void* ptr);
 // Synchronous copies (default stream); kinds are inferred by the runtime (UVA).
-absl::Status CudaMemcpy(void* dst, const void* src, size_t bytes);
+[[nodiscard]] absl::Status CudaMemcpy(void* dst, const void* src, size_t bytes);
 
 }  // namespace tessera

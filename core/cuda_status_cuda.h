@@ -18,11 +18,11 @@ namespace tessera {
 
 // OK for cudaSuccess; otherwise Internal "<call>: <cudaGetErrorString>" (and the sticky error
 // state of the runtime is left as the runtime leaves it).
-absl::Status CudaStatus(cudaError_t err, const char* call);
+[[nodiscard]] absl::Status CudaStatus(cudaError_t err, const char* call);
 // OK for CUBLAS_STATUS_SUCCESS; otherwise Internal "<call>: <cublasGetStatusString>".
-absl::Status CublasStatus(cublasStatus_t st, const char* call);
+[[nodiscard]] absl::Status CublasStatus(cublasStatus_t st, const char* call);
 // The launch error of the last kernel (cudaGetLastError), Internal naming `kernel`.
-absl::Status CudaLaunchStatus(const char* kernel);
+[[nodiscard]] absl::Status CudaLaunchStatus(const char* kernel);
 
 inline cudaStream_t ComputeStream(const DeviceContext& ctx) {
   return static_cast<cudaStream_t>(ctx.compute_stream);

@@ -25,9 +25,9 @@ class PinnedBuffer {
 
   // `bytes` of pinned host memory (contents unspecified). Internal naming cudaMallocHost when
   // the driver refuses (e.g. no device), Unimplemented without the CUDA path.
-  static absl::StatusOr<PinnedBuffer> Allocate(size_t bytes);
+  [[nodiscard]] static absl::StatusOr<PinnedBuffer> Allocate(size_t bytes);
   // Grows to at least `bytes` (contents lost when it grows); never shrinks.
-  absl::Status Reserve(size_t bytes);
+  [[nodiscard]] absl::Status Reserve(size_t bytes);
 
   void* data() { return data_; }
   const void* data() const { return data_; }

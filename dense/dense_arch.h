@@ -54,7 +54,7 @@ class DenseArch {
   void Init(uint64_t seed);
   // dense [batch, num_dense], emb [batch, F * d] -> logits [batch] (owned by the arch, valid until
   // the next Forward). Errors: InvalidArgument (null pointers, batch < 1), ResourceExhausted,
-  // Unimplemented on kCuda until the CUDA twins land.
+  // Unimplemented on kCuda in a build without CUDA (NoCudaPath).
   absl::Status Forward(const float* dense, const float* emb, int64_t batch, const float** logits);
   // d_logits [batch] -> d_emb [batch, F * d] (overwritten); writes every parameter's grad
   // (overwritten, not accumulated). Uses the inputs of the last Forward (FailedPrecondition

@@ -31,8 +31,8 @@ struct Bf16Operands;
 
 // The Linear kernels on plain views (memory of ctx.device), for callers that own their buffers.
 // y[batch, out] = act(x[batch, in] w[out, in]^T + b[out]).
-// Returns InvalidArgument for null pointers or sizes outside [1, 2^31), Unimplemented for kCuda
-// until the CUDA twin (dense/linear_cuda.cu) lands.
+// Returns InvalidArgument for null pointers or sizes outside [1, 2^31); on kCuda the CUDA twin
+// (dense/linear_cuda.cu) runs, or Unimplemented (NoCudaPath) in a build without CUDA.
 absl::Status LinearForward(const DeviceContext& ctx, const float* x, const float* w,
                            const float* b, int64_t batch, int64_t in, int64_t out, Activation act,
                            float* y);
@@ -57,7 +57,7 @@ class Linear {
 
   // y[batch, out] = act(x[batch, in] W^T + b). Sets *y to the layer's output buffer, valid until
   // the next Forward. Errors: InvalidArgument (null x or y, batch < 1), ResourceExhausted when the
-  // output cannot grow, Unimplemented on kCuda for now.
+  // output cannot grow, Unimplemented on kCuda in a build without CUDA.
   absl::Status Forward(const float* x, int64_t batch, const float** y);
   // From dy[batch, out] (overwritten with dz), writes weight/bias grads and, when dx is non-null,
   // dx[batch, in]. Uses the x and y of the last Forward (FailedPrecondition without one).

@@ -15,6 +15,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "core/cuda_runtime.h"
 #include "core/parallel.h"
 #include "core/status.h"
 #include "embedding/internal/cpu_parallel.h"
@@ -42,8 +43,8 @@ constexpr int64_t kSumMinEntries = 1024;
 constexpr int64_t kUpdateMinRows = 128;
 
 [[maybe_unused]] absl::Status CudaNotBuilt(const char* op) {
-  // The CUDA twin (pooled_lookup_cuda.cu) slots in here behind `#if TESSERA_HAVE_CUDA`.
-  return absl::UnimplementedError(absl::StrCat(op, ": the CUDA twin is not built yet"));
+  // Builds without CUDA leave the twin (pooled_lookup_cuda.cu) out.
+  return NoCudaPath(op);
 }
 
 // Checks one CSR bag list: non-negative count, offsets present, starting >= 0, never decreasing.

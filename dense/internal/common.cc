@@ -20,10 +20,8 @@ absl::Status EnsureFloats(Device device, int64_t rows, int64_t cols, Buffer* buf
   return absl::OkStatus();
 }
 
-absl::Status NoCudaTwin(absl::string_view op, absl::string_view cuda_file) {
-  return absl::UnimplementedError(
-      absl::StrCat(op, ": the CUDA twin (", cuda_file,
-                   ") is not implemented yet; use a CPU DeviceContext (DeviceContext::Cpu())"));
+absl::Status NoCudaTwin(absl::string_view op, absl::string_view /*cuda_file*/) {
+  return NoCudaPath(op);
 }
 
 absl::Status CheckNotNull(absl::string_view op, absl::string_view what, const void* ptr) {

@@ -18,9 +18,9 @@ namespace tessera::dense_internal {
 // Returns the allocation's error (ResourceExhausted, or Unimplemented for CUDA in a CPU build).
 absl::Status EnsureFloats(Device device, int64_t rows, int64_t cols, Buffer* buffer);
 
-// Unimplemented("<op>: the CUDA twin (<cuda_file>) is not implemented yet; run on the CPU ...").
-// The dispatching entry points return it for DeviceContext::kCuda until the twin lands.
-absl::Status NoCudaTwin(absl::string_view op, absl::string_view cuda_file);
+// NoCudaPath(op) (core/cuda_runtime.h): what the dispatching entry points return for a kCuda
+// context in a build without the CUDA path (`cuda_file`, the twin, is left out of such builds).
+[[nodiscard]] absl::Status NoCudaTwin(absl::string_view op, absl::string_view cuda_file);
 
 // InvalidArgument naming `op` and `what` when ptr is null.
 absl::Status CheckNotNull(absl::string_view op, absl::string_view what, const void* ptr);
