@@ -4,17 +4,17 @@
 #pragma once
 
 #include <cstddef>
-#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace tessera {
 
 // The one error for work asked of a CUDA device in a build without the CUDA path:
 // Unimplemented("<op>: this build of Tessera has no CUDA path (configured with TESSERA_CUDA=OFF
 // or without the CUDA toolkit); use a CPU DeviceContext").
-inline absl::Status NoCudaPath(std::string_view op) {
+inline absl::Status NoCudaPath(absl::string_view op) {
   return absl::UnimplementedError(
       absl::StrCat(op, ": this build of Tessera has no CUDA path (configured with TESSERA_CUDA=OFF "
                    "or without the CUDA toolkit); use a CPU DeviceContext"));
