@@ -2,7 +2,12 @@
 // rank runs the same Trainer; each reads its own slice of the data, metrics cover all ranks'
 // predictions, and rank 0 alone writes the logs and the model): opens the data, builds the Model, trains
 // for train.steps (or train.epochs), evaluates every train.eval_every steps and at the end,
-// logs metrics as JSON lines and a progress line, and exports the model to safetensors.
+// logs metrics as JSON lines (and a TensorBoard event file, output.tensorboard) and a progress
+// line, and exports the model to safetensors. The run directory (output.dir) also gets the
+// effective config (kEffectiveConfigFile); a resumed run appends to the metrics log.
+// A step whose loss or gradients are not finite updates nothing and stops or is skipped as
+// train.nonfinite says (OnNonFiniteStep). TrainerOptions::eval_only builds the same model and
+// data for Evaluate alone (tessera-train --eval-only) and writes nothing.
 //
 // Failure behaviour: everything that can be checked is checked before the first step (config,
 // files, output dir); a failure mid-run writes a final {"status": "failed"} metrics line, and the
