@@ -17,39 +17,10 @@
 #include "core/keyed_jagged.h"
 #include "embedding/pooled_lookup.h"
 #include "embedding/row_store.h"
+#include "embedding/table_config.h"
 #include "embedding/tiered_row_store.h"
 
 namespace tessera {
-
-// Where a table's rows live (the config's `model.tables[i].storage`). EmbeddingCollection::Create
-// ignores it (always in memory); the trainer's store factory (trainer/stores.h) reads it and
-// hands the stores to CreateWithStores.
-enum class StorageTier {
-  kMemory,   // the whole table in host memory (CreateInMemoryRowStore)
-  kRocksDb,  // rows in RocksDB, hot rows cached (TieredRowStore, embedding/tiered_row_store.h)
-};
-
-struct TableStorage {
-  StorageTier tier = StorageTier::kMemory;  // Default: memory
-  // kRocksDb only: the working database directory (absolute once the config is read).
-  std::string path;
-  // kRocksDb only: cache size in rows, or in bytes when cache_rows is 0 (one is required).
-  int64_t cache_rows = 0;
-  int64_t cache_bytes = 0;
-  CachePolicy policy = CachePolicy::kLru;  // Default: LRU
-  int reader_threads = 8;                  // Default: 8 (MultiGets in flight for misses)
-  bool prefetch = true;                    // Default: true (read the next batch's misses ahead)
-};
-
-struct TableConfig {
-  std::string name;            // exported as embedding.<name>.weight
-  int64_t num_rows = 0;
-  int64_t dim = 0;
-  PoolingMode pooling = PoolingMode::kSum;
-  RowInit init;
-  std::vector<int> features;   // sparse features (KeyedJagged keys) this table serves
-  TableStorage storage;        // Default: in memory
-};
 
 struct EmbeddingCollectionOptions {
   std::vector<TableConfig> tables;

@@ -14,10 +14,9 @@
 #include "absl/types/span.h"
 #include "core/device.h"
 #include "embedding/row_optimizer.h"
+#include "embedding/table_config.h"  // PoolingMode
 
 namespace tessera {
-
-enum class PoolingMode { kSum, kMean };
 
 struct PooledLookupArgs {
   const float* weights = nullptr;       // [slots, dim]

@@ -45,17 +45,13 @@
 #include "absl/status/statusor.h"
 #include "embedding/row_init.h"
 #include "embedding/row_store.h"
+#include "embedding/table_config.h"  // CachePolicy
 
 namespace rocksdb {
 class Env;
 }  // namespace rocksdb
 
 namespace tessera {
-
-enum class CachePolicy {
-  kLru,  // evict the row least recently used (by step)
-  kLfu,  // evict the row used in the fewest steps since it was cached; ties: least recent
-};
 
 // Parses "lru" / "lfu" (the config's `policy`). InvalidArgument names the bad value.
 absl::StatusOr<CachePolicy> ParseCachePolicy(const std::string& name);

@@ -68,6 +68,17 @@ absl::Status ValidateTable(const TablePlan& t, const TableConfig& cfg, int n,
     return absl::InvalidArgumentError(absl::StrCat(where, msg));
   };
   const char* type = ShardingTypeName(t.type);
+  if (t.storage.set && t.storage.tier == StorageTier::kRocksDb) {
+    if (t.type == ShardingType::kDataParallel) {
+      return err(absl::StrCat("table '", t.table,
+                              "': storage rocksdb cannot be data_parallel (every rank would need "
+                              "its own database of the whole table)"));
+    }
+    if (t.storage.cache_rows <= 0) {
+      return err(absl::StrCat("table '", t.table, "': storage rocksdb needs cache_rows > 0 (got ",
+                              t.storage.cache_rows, ")"));
+    }
+  }
   if (t.type == ShardingType::kDataParallel) {
     if (!t.shards.empty()) {
       return err(absl::StrCat("table '", t.table, "' is data_parallel and takes no shards (got ",
@@ -262,9 +273,23 @@ absl::StatusOr<ShardingPlan> ParsePlanNode(const YAML::Node& root, const std::st
         if (!parsed.ok()) return YamlError(source, kv.second, std::string(parsed.status().message()));
         tp.type = *parsed;
         has_type = true;
+      } else if (key == "storage") {
+        TESSERA_ASSIGN_OR_RETURN(std::string tier, As<std::string>(source, kv.second, key));
+        if (tier == "memory") {
+          tp.storage.tier = StorageTier::kMemory;
+        } else if (tier == "rocksdb") {
+          tp.storage.tier = StorageTier::kRocksDb;
+        } else {
+          return YamlError(source, kv.second, absl::StrCat("'storage': bad value '", tier,
+                                                           "' (expected memory, rocksdb)"));
+        }
+        tp.storage.set = true;
+      } else if (key == "cache_rows") {
+        TESSERA_ASSIGN_OR_RETURN(tp.storage.cache_rows, As<int64_t>(source, kv.second, key));
       } else if (key != "shards") {
-        return YamlError(source, kv.first, absl::StrCat("unknown table key '", key,
-                                                        "' (expected name, type, shards)"));
+        return YamlError(source, kv.first,
+                         absl::StrCat("unknown table key '", key,
+                                      "' (expected name, type, storage, cache_rows, shards)"));
       }
     }
     if (tp.table.empty()) return YamlError(source, tn, "table without 'name'");
@@ -343,6 +368,13 @@ std::string ShardingPlanToYaml(const ShardingPlan& plan) {
   o << "tables:\n";
   for (const TablePlan& t : plan.tables) {
     o << "  - name: " << t.table << "\n    type: " << ShardingTypeName(t.type) << "\n";
+    if (t.storage.set) {
+      o << "    storage: " << (t.storage.tier == StorageTier::kRocksDb ? "rocksdb" : "memory")
+        << "\n";
+      if (t.storage.tier == StorageTier::kRocksDb) {
+        o << "    cache_rows: " << t.storage.cache_rows << "\n";
+      }
+    }
     if (t.shards.empty()) continue;
     o << "    shards:\n";
     for (const Shard& s : t.shards) {

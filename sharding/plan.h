@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "embedding/embedding_collection.h"
+#include "embedding/table_config.h"
 
 namespace tessera {
 
@@ -44,10 +44,21 @@ struct Shard {
   int64_t num_cols() const { return col_end - col_begin; }
 };
 
+// A plan may also choose where a table's rows live (tessera-plan does when memory is short);
+// without it the table's config `storage` holds. Plan files written before this field stay
+// valid.
+struct PlanStorage {
+  bool set = false;                         // the plan chooses the storage
+  StorageTier tier = StorageTier::kMemory;  // `storage: memory|rocksdb`
+  int64_t cache_rows = 0;                   // rocksdb: cache rows of the whole table (`cache_rows`;
+                                            // each shard gets its share, as for the config's)
+};
+
 struct TablePlan {
   std::string table;  // TableConfig::name
   ShardingType type = ShardingType::kTableWise;
   std::vector<Shard> shards;  // empty for data_parallel
+  PlanStorage storage;
   int line = 0;
 };
 
@@ -64,7 +75,8 @@ struct ShardingPlan {
 // plan"), for: a table that does not exist or is listed twice, a model table missing from the
 // plan, a rank outside [0, N), an empty or out-of-bounds row/column range, a shard shape that
 // does not fit the type, overlapping shards or rows/columns no shard covers. Each message names
-// the table, the shard (index in the file, and its line) and the value.
+// the table, the shard (index in the file, and its line) and the value; and for a plan storage
+// of rocksdb on a data_parallel table or without cache_rows > 0.
 absl::StatusOr<ShardingPlan> ValidateShardingPlan(ShardingPlan plan,
                                                   const std::vector<TableConfig>& tables,
                                                   int group_size, const std::string& source);

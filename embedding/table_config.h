@@ -1,0 +1,56 @@
+// TableConfig: one embedding table as the config describes it (name, shape, pooling, initial
+// values, the features it serves, where its rows live), and the small enums it uses. Plain data,
+// header-only, depending on core/ only, so the plan types (sharding/plan.h) and the planner
+// (planner/) can name tables without linking the embedding collection, its kernels or RocksDB.
+// Thread-safety: plain values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "embedding/row_init.h"
+
+namespace tessera {
+
+// How a bag's rows are combined (embedding/pooled_lookup.h runs it).
+enum class PoolingMode { kSum, kMean };
+
+// The RocksDB tier's cache replacement (embedding/tiered_row_store.h runs it; ParseCachePolicy
+// and CachePolicyName live there).
+enum class CachePolicy {
+  kLru,  // evict the row least recently used (by step)
+  kLfu,  // evict the row used in the fewest steps since it was cached; ties: least recent
+};
+
+// Where a table's rows live (the config's `model.tables[i].storage`). EmbeddingCollection::Create
+// ignores it (always in memory); the trainer's store factory (trainer/stores.h) reads it and
+// hands the stores to CreateWithStores.
+enum class StorageTier {
+  kMemory,   // the whole table in host memory (CreateInMemoryRowStore)
+  kRocksDb,  // rows in RocksDB, hot rows cached (TieredRowStore, embedding/tiered_row_store.h)
+};
+
+struct TableStorage {
+  StorageTier tier = StorageTier::kMemory;  // Default: memory
+  // kRocksDb only: the working database directory (absolute once the config is read).
+  std::string path;
+  // kRocksDb only: cache size in rows, or in bytes when cache_rows is 0 (one is required).
+  int64_t cache_rows = 0;
+  int64_t cache_bytes = 0;
+  CachePolicy policy = CachePolicy::kLru;  // Default: LRU
+  int reader_threads = 8;                  // Default: 8 (MultiGets in flight for misses)
+  bool prefetch = true;                    // Default: true (read the next batch's misses ahead)
+};
+
+struct TableConfig {
+  std::string name;            // exported as embedding.<name>.weight
+  int64_t num_rows = 0;
+  int64_t dim = 0;
+  PoolingMode pooling = PoolingMode::kSum;
+  RowInit init;
+  std::vector<int> features;   // sparse features (KeyedJagged keys) this table serves
+  TableStorage storage;        // Default: in memory
+};
+
+}  // namespace tessera
