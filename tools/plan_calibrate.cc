@@ -1,33 +1,29 @@
+// `tessera-plan calibrate`: the subcommand (its arguments, the profile file) and the order of the
+// measurements. The measurements themselves: plan_calibrate_device.cc (copy, gather /
+// scatter-update, GEMM), plan_calibrate_comm.cc (collectives), plan_calibrate_tier.cc (RocksDB).
 #include "tools/plan_calibrate.h"
 
 #include <unistd.h>
 
-#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <memory>
-#include <set>
-#include <tuple>
+#include <string>
+#include <type_traits>
+#include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/buffer.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "core/cuda_context.h"
 #include "core/cuda_runtime.h"
 #include "core/parallel.h"
-#include "core/rng.h"
 #include "core/status.h"
-#include "dense/dense_arch.h"
-#include "dense/mlp.h"
-#include "embedding/embedding_collection.h"
-#include "io/zipf.h"
+#include "sharding/mpi_communicator.h"
 #include "tools/plan_calibrate_internal.h"
-#include "trainer/config.h"
-#include "trainer/cuda_sparse_arch.h"
-#include "trainer/model.h"
-#include "trainer/sparse_arch.h"
 
 namespace tessera {
 namespace calibrate_internal {
@@ -40,21 +36,18 @@ void Progress(const CalibrateOptions& o, const std::string& line) {
 
 namespace {
 
-using calibrate_internal::MedianSeconds;
-using calibrate_internal::IntervalTimer;
 using calibrate_internal::Progress;
 
 std::string ReadFirstMatch(const std::string& path, const std::string& key) {
   std::ifstream in(path);
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind(key, 0) == 0) {
-      size_t colon = line.find(':');
-      if (colon == std::string::npos) continue;
-      std::string v = line.substr(colon + 1);
-      v.erase(0, v.find_first_not_of(" \t"));
-      return v;
-    }
+    if (line.rfind(key, 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string v = line.substr(colon + 1);
+    v.erase(0, v.find_first_not_of(" \t"));
+    return v;
   }
   return "";
 }
@@ -70,269 +63,47 @@ std::string TodayUtc() {
   return buf;
 }
 
-// One batch of `batch` bags of `pooling` ids over `rows` (a power of two) rows: Zipf ranks
-// scattered over the table by an odd multiplier (a bijection mod 2^k, so hot rows do not share
-// pages, as the synthetic generator's scramble does), or uniform ids.
-KeyedJagged MakeBatch(int64_t rows, int64_t batch, int64_t pooling, bool hot, double exponent,
-                      uint64_t stream) {
-  KeyedJagged kj;
-  kj.num_features = 1;
-  kj.batch_size = batch;
-  kj.offsets.resize(batch + 1);
-  for (int64_t b = 0; b <= batch; ++b) kj.offsets[b] = b * pooling;
-  kj.values.resize(batch * pooling);
-  CounterRng rng(hot ? 11 : 12, stream);
-  ZipfSampler zipf(rows, exponent);
-  const uint64_t mask = static_cast<uint64_t>(rows) - 1;
-  for (int64_t& v : kj.values) {
-    uint64_t r = hot ? static_cast<uint64_t>(zipf.Sample(rng))
-                     : static_cast<uint64_t>(rng.NextUniformDouble() * rows);
-    if (hot) r = (r * 0x9E3779B97F4A7C15ull) & mask;
-    v = static_cast<int64_t>(r & mask);
+std::string SelfPath() {
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("tessera-plan") : p.string();
+}
+
+constexpr char kUsage[] =
+    "usage: tessera-plan calibrate --out FILE [--config A.yaml,B.yaml] [--threads 1]\n"
+    "         [--world_sizes 2,4] [--dims 16,32,64,128,256] [--tier_dims 16,64,128]\n"
+    "         [--seconds_per_point 0.25] [--table_mib 256] [--clock cpu|wall]\n"
+    "         [--mpirun mpirun] [--scratch DIR] [--no_cuda] [--quiet]\n"
+    "Measures this machine (gather / scatter-update by row size, GEMM at the configs' layer\n"
+    "shapes, MPI collectives at each world size, RocksDB tier reads and writes, the GPU when\n"
+    "there is one) and writes the machine profile the planner reads (docs/PLANNER.md).\n"
+    "--help: this text. Empty --world_sizes or --tier_dims skips that part. Default configs: configs/bench/*.yaml.\n";
+
+int Usage(const std::string& why) {
+  std::fprintf(stderr, "tessera-plan calibrate: %s\n%s", why.c_str(), kUsage);
+  return 2;
+}
+
+template <typename T>
+bool ParseList(const std::string& v, std::vector<T>* out) {
+  out->clear();
+  if (v.empty()) return true;
+  for (absl::string_view s : absl::StrSplit(v, ',')) {
+    T x;
+    if (!absl::SimpleAtoi(s, &x) || x < 1) return false;
+    out->push_back(x);
   }
-  return kj;
+  return true;
 }
 
-absl::StatusOr<std::unique_ptr<SparseArch>> MakeTable(int64_t rows, int64_t dim,
-                                                      const DeviceContext& ctx) {
-  EmbeddingCollectionOptions eo;
-  TableConfig t;
-  t.name = "calibrate";
-  t.num_rows = rows;
-  t.dim = dim;
-  t.features = {0};
-  eo.tables = {t};
-  eo.num_features = 1;
-  eo.optimizer.type = RowOptimizerType::kRowWiseAdagrad;
-  eo.seed = 1;
-  if (ctx.is_cuda()) {
-    TESSERA_ASSIGN_OR_RETURN(auto cuda, CudaSparseArch::Create(eo, ctx));
-    return std::unique_ptr<SparseArch>(std::move(cuda));
+std::vector<std::string> DefaultConfigs() {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("configs/bench", ec)) {
+    if (e.path().extension() == ".yaml") out.push_back(e.path().string());
   }
-  TESSERA_ASSIGN_OR_RETURN(auto local, EmbeddingCollection::Create(eo, ctx));
-  return std::unique_ptr<SparseArch>(std::make_unique<LocalSparseArch>(std::move(local)));
-}
-
-absl::Status Sync(const DeviceContext& ctx) {
-  return ctx.is_cuda() ? CudaSynchronize(ctx) : absl::OkStatus();
-}
-
-// Gather (Forward) and scatter-update (BackwardUpdate) rates, in ids per second, for each dim:
-// alternating forward and backward steps over 4 distinct batches of each id kind.
-absl::Status MeasureRowRates(const CalibrateOptions& o, const DeviceContext& ctx,
-                             planner::DeviceProfile* d) {
-  for (int64_t dim : o.dims) {
-    int64_t rows = 1;
-    while (rows * 2 * dim * 4 <= o.table_bytes) rows *= 2;
-    TESSERA_ASSIGN_OR_RETURN(auto table, MakeTable(rows, dim, ctx));
-    const int64_t ids = o.batch_size * o.pooling;
-    TESSERA_ASSIGN_OR_RETURN(Buffer out, Buffer::Allocate(ctx.device, DType::kF32,
-                                                          {o.batch_size, dim}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer grad, Buffer::Allocate(ctx.device, DType::kF32,
-                                                           {o.batch_size, dim}));
-    std::vector<float> g(static_cast<size_t>(o.batch_size * dim));
-    CounterRng grng(3, static_cast<uint64_t>(dim));
-    for (float& x : g) x = static_cast<float>(grng.NextUniformDouble() - 0.5) * 1e-3f;
-    if (ctx.is_cuda()) {
-      TESSERA_RETURN_IF_ERROR(CudaMemcpy(grad.raw(), g.data(), g.size() * sizeof(float)));
-    } else {
-      std::copy(g.begin(), g.end(), grad.data<float>());
-    }
-    planner::RowRatePoint gather{dim * 4, 0, 0}, update{dim * 4, 0, 0};
-    for (bool hot : {true, false}) {
-      std::vector<KeyedJagged> batches;
-      for (uint64_t s = 0; s < 4; ++s) {
-        batches.push_back(MakeBatch(rows, o.batch_size, o.pooling, hot, o.zipf_exponent,
-                                    s + 100 * static_cast<uint64_t>(dim)));
-      }
-      int64_t step = 0;
-      std::vector<double> fwd, bwd;
-      Stopwatch total;
-      // Two untimed steps first (first-touch of the scratch buffers).
-      while (fwd.size() < 5 || total.ElapsedSeconds() < 2 * o.seconds_per_point) {
-        const KeyedJagged& kj = batches[step % batches.size()];
-        IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
-        TESSERA_RETURN_IF_ERROR(table->Forward(kj, out.data<float>()));
-        TESSERA_RETURN_IF_ERROR(Sync(ctx));
-        const double f = w.Seconds();
-        w.Reset();
-        TESSERA_RETURN_IF_ERROR(table->BackwardUpdate(grad.data<float>(), 1e-4f, step + 1));
-        TESSERA_RETURN_IF_ERROR(Sync(ctx));
-        const double b = w.Seconds();
-        if (++step > 2) {
-          fwd.push_back(f);
-          bwd.push_back(b);
-        }
-      }
-      std::sort(fwd.begin(), fwd.end());
-      std::sort(bwd.begin(), bwd.end());
-      const double gr = ids / fwd[fwd.size() / 2], ur = ids / bwd[bwd.size() / 2];
-      (hot ? gather.hot_rows_per_s : gather.cold_rows_per_s) = gr;
-      (hot ? update.hot_rows_per_s : update.cold_rows_per_s) = ur;
-      Progress(o, absl::StrFormat("%s dim %d %s ids (table %d rows, %.0f MiB): gather %.1f M ids/s, "
-                                  "scatter-update %.1f M ids/s",
-                                  d->kind, dim, hot ? "zipf" : "uniform", rows,
-                                  rows * dim * 4 / 1048576.0, gr / 1e6, ur / 1e6));
-    }
-    d->gather.push_back(gather);
-    d->scatter_update.push_back(update);
-  }
-  return absl::OkStatus();
-}
-
-// Per-call overhead: a one-bag, one-id forward + backward of a small table (the fixed cost the
-// trainer pays per table per phase), as seconds per call.
-absl::Status MeasureLaunchOverhead(const CalibrateOptions& o, const DeviceContext& ctx,
-                                   planner::DeviceProfile* d) {
-  TESSERA_ASSIGN_OR_RETURN(auto table, MakeTable(1024, 16, ctx));
-  KeyedJagged kj = MakeBatch(1024, 1, 1, false, 1.05, 7);
-  TESSERA_ASSIGN_OR_RETURN(Buffer out, Buffer::Allocate(ctx.device, DType::kF32, {1, 16}));
-  TESSERA_ASSIGN_OR_RETURN(Buffer grad, Buffer::Allocate(ctx.device, DType::kF32, {1, 16}));
-  int64_t step = 0;
-  TESSERA_ASSIGN_OR_RETURN(double s, MedianSeconds(o.seconds_per_point / 4, [&]() -> absl::StatusOr<double> {
-    IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
-    TESSERA_RETURN_IF_ERROR(table->Forward(kj, out.data<float>()));
-    TESSERA_RETURN_IF_ERROR(table->BackwardUpdate(grad.data<float>(), 0.0f, ++step));
-    TESSERA_RETURN_IF_ERROR(Sync(ctx));
-    return w.Seconds();
-  }));
-  d->launch_overhead_s = s / 2;
-  Progress(o, absl::StrFormat("%s per-call overhead %.2f us", d->kind, 1e6 * d->launch_overhead_s));
-  return absl::OkStatus();
-}
-
-// Streaming copy bandwidth (read + write bytes per second) over 2 x 256 MiB (CPU only; the
-// CUDA entry takes a device-to-device copy).
-absl::Status MeasureCopy(const CalibrateOptions& o, const DeviceContext& ctx,
-                         planner::DeviceProfile* d) {
-  const int64_t n = int64_t{64} << 20;  // floats
-  TESSERA_ASSIGN_OR_RETURN(Buffer a, Buffer::Allocate(ctx.device, DType::kF32, {n}));
-  TESSERA_ASSIGN_OR_RETURN(Buffer b, Buffer::Allocate(ctx.device, DType::kF32, {n}));
-  if (!ctx.is_cuda()) {
-    float* pa = a.data<float>();
-    ParallelFor(n, 1 << 16, [&](int64_t lo, int64_t hi, int) {
-      for (int64_t i = lo; i < hi; ++i) pa[i] = static_cast<float>(i & 1023);
-    });
-  }
-  TESSERA_ASSIGN_OR_RETURN(double s, MedianSeconds(o.seconds_per_point, [&]() -> absl::StatusOr<double> {
-    IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
-    if (ctx.is_cuda()) {
-      TESSERA_RETURN_IF_ERROR(CudaCopyDeviceToDevice(ctx, b.raw(), a.raw(), n * 4));
-      TESSERA_RETURN_IF_ERROR(CudaSynchronize(ctx));
-    } else {
-      const float* pa = a.data<float>();
-      float* pb = b.data<float>();
-      ParallelFor(n, 1 << 16, [&](int64_t lo, int64_t hi, int) {
-        std::copy(pa + lo, pa + hi, pb + lo);
-      });
-    }
-    return w.Seconds();
-  }));
-  d->copy_bytes_per_s = 2.0 * n * 4 / s;
-  Progress(o, absl::StrFormat("%s copy %.1f GB/s", d->kind, d->copy_bytes_per_s / 1e9));
-  return absl::OkStatus();
-}
-
-// (batch, in, out) of every Linear layer of the configs' dense arch.
-absl::StatusOr<std::set<std::tuple<int64_t, int64_t, int64_t>>> LayerShapes(
-    const CalibrateOptions& o) {
-  std::set<std::tuple<int64_t, int64_t, int64_t>> shapes;
-  for (const std::string& path : o.configs) {
-    TESSERA_ASSIGN_OR_RETURN(Config c, LoadConfig(path));
-    DenseArchOptions da = DenseOptionsFromConfig(c);
-    TESSERA_ASSIGN_OR_RETURN(auto arch, DenseArch::Create(da, DeviceContext::Cpu()));
-    const int64_t b = c.data.batch_size;
-    int64_t in = da.num_dense;
-    for (int64_t w : da.bottom_mlp) {
-      shapes.insert({b, in, w});
-      in = w;
-    }
-    in = arch->interaction_dim();
-    for (int64_t w : da.top_mlp) {
-      shapes.insert({b, in, w});
-      in = w;
-    }
-  }
-  if (shapes.empty()) shapes.insert({2048, 256, 512});
-  return shapes;
-}
-
-// Forward, input-gradient and weight-gradient GEMM rates of each layer shape through
-// LinearForward / LinearBackward (ReLU layers: the trainer's fused bias + activation passes).
-absl::Status MeasureGemm(const CalibrateOptions& o, const DeviceContext& ctx,
-                         planner::DeviceProfile* d) {
-  TESSERA_ASSIGN_OR_RETURN(auto shapes, LayerShapes(o));
-  std::vector<planner::GemmPoint> points;
-  for (const auto& [b, in, out] : shapes) {
-    TESSERA_ASSIGN_OR_RETURN(Buffer x, Buffer::Allocate(ctx.device, DType::kF32, {b, in}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer w, Buffer::Allocate(ctx.device, DType::kF32, {out, in}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer bias, Buffer::Allocate(ctx.device, DType::kF32, {out}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer y, Buffer::Allocate(ctx.device, DType::kF32, {b, out}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer dy, Buffer::Allocate(ctx.device, DType::kF32, {b, out}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer dw, Buffer::Allocate(ctx.device, DType::kF32, {out, in}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer db, Buffer::Allocate(ctx.device, DType::kF32, {out}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer dx, Buffer::Allocate(ctx.device, DType::kF32, {b, in}));
-    if (!ctx.is_cuda()) {
-      for (Buffer* buf : {&x, &w, &bias, &dy}) {
-        float* p = buf->data<float>();
-        for (int64_t i = 0; i < buf->numel(); ++i) p[i] = 0.01f * static_cast<float>((i % 13) - 6);
-      }
-    }
-    const Activation act = Activation::kRelu;
-    auto fwd = [&]() -> absl::StatusOr<double> {
-      IntervalTimer t(o.cpu_clock && !ctx.is_cuda());
-      TESSERA_RETURN_IF_ERROR(LinearForward(ctx, x.data<float>(), w.data<float>(),
-                                            bias.data<float>(), b, in, out, act, y.data<float>()));
-      TESSERA_RETURN_IF_ERROR(Sync(ctx));
-      return t.Seconds();
-    };
-    auto bwd = [&](bool with_dx) -> absl::StatusOr<double> {
-      IntervalTimer t(o.cpu_clock && !ctx.is_cuda());
-      TESSERA_RETURN_IF_ERROR(LinearBackward(ctx, x.data<float>(), w.data<float>(),
-                                             y.data<float>(), dy.data<float>(), b, in, out, act,
-                                             dw.data<float>(), db.data<float>(),
-                                             with_dx ? dx.data<float>() : nullptr));
-      TESSERA_RETURN_IF_ERROR(Sync(ctx));
-      return t.Seconds();
-    };
-    const double flops = 2.0 * b * in * out;
-    TESSERA_ASSIGN_OR_RETURN(double tf, MedianSeconds(o.seconds_per_point / 2, fwd));
-    TESSERA_ASSIGN_OR_RETURN(double tw, MedianSeconds(o.seconds_per_point / 2,
-                                                      [&] { return bwd(false); }));
-    TESSERA_ASSIGN_OR_RETURN(double twx, MedianSeconds(o.seconds_per_point / 2,
-                                                       [&] { return bwd(true); }));
-    // dx alone: the difference, floored at a tenth of the weight-gradient time (noise).
-    const double tx = std::max(twx - tw, 0.1 * tw);
-    points.push_back({b, out, in, flops / tf});   // forward: y[b, out] = x[b, in] W^T
-    points.push_back({b, in, out, flops / tx});   // input gradient: dx[b, in] = dz[b, out] W
-    points.push_back({out, in, b, flops / tw});   // weight gradient: dW[out, in] = dz^T x
-    Progress(o, absl::StrFormat("%s linear %dx%dx%d: fwd %.1f, dx %.1f, dW+db %.1f GFLOP/s",
-                                d->kind, b, in, out, flops / tf / 1e9, flops / tx / 1e9,
-                                flops / tw / 1e9));
-  }
-  std::sort(points.begin(), points.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.m, a.n, a.k) < std::tie(b.m, b.n, b.k);
-  });
-  d->gemm_peak_flops_per_s = 0;
-  for (const auto& p : points) d->gemm_peak_flops_per_s = std::max(d->gemm_peak_flops_per_s, p.flops_per_s);
-  d->gemm = std::move(points);
-  return absl::OkStatus();
-}
-
-absl::StatusOr<planner::DeviceProfile> MeasureDevice(const CalibrateOptions& o,
-                                                     const DeviceContext& ctx,
-                                                     const std::string& name,
-                                                     int64_t memory_bytes) {
-  planner::DeviceProfile d;
-  d.kind = ctx.is_cuda() ? "cuda" : "cpu";
-  d.name = name;
-  d.threads = ctx.is_cuda() ? 1 : o.threads;
-  d.memory_bytes = memory_bytes;
-  TESSERA_RETURN_IF_ERROR(MeasureCopy(o, ctx, &d));
-  TESSERA_RETURN_IF_ERROR(MeasureLaunchOverhead(o, ctx, &d));
-  TESSERA_RETURN_IF_ERROR(MeasureRowRates(o, ctx, &d));
-  TESSERA_RETURN_IF_ERROR(MeasureGemm(o, ctx, &d));
-  return d;
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace
@@ -342,32 +113,35 @@ absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
   std::error_code ec;
   std::filesystem::create_directories(o.scratch_dir, ec);
   if (ec) {
-    return absl::InternalError(
-        absl::StrCat("calibrate: cannot create scratch directory ", o.scratch_dir, ": ", ec.message()));
+    return absl::InternalError(absl::StrCat("calibrate: cannot create scratch directory ",
+                                            o.scratch_dir, ": ", ec.message()));
   }
   SetNumThreads(std::max(1, o.threads));
   planner::MachineProfile p;
   const std::string cpu = ReadFirstMatch("/proc/cpuinfo", "model name");
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  const std::string cpu_name = absl::StrFormat("%s (%d cores)", cpu.empty() ? "unknown CPU" : cpu, cores);
+  const std::string cpu_name =
+      absl::StrFormat("%s (%d cores)", cpu.empty() ? "unknown CPU" : cpu, cores);
+  const int gpus = CudaCompiled() ? CudaDeviceCount() : 0;
   p.machine = absl::StrFormat("%s, %.1f GiB RAM, %s", cpu_name, HostMemoryBytes() / 1073741824.0,
-                              CudaDeviceCount() > 0 ? absl::StrCat(CudaDeviceCount(), " CUDA device(s)")
-                                                    : "no GPU");
+                              gpus > 0 ? absl::StrCat(gpus, " CUDA device(s)") : "no GPU");
   p.date = TodayUtc();
-  p.source = absl::StrCat("measured by `", command, "` (", o.threads,
-                          " thread(s) per rank, medians of repetitions)");
+  p.source = absl::StrCat("measured by `", command, "` (", o.threads, " thread(s) per rank, ",
+                          o.cpu_clock ? "CPU-clock" : "wall-clock",
+                          " medians; disk reads and collectives wall-clock)");
   Stopwatch total;
-  TESSERA_ASSIGN_OR_RETURN(planner::DeviceProfile host,
-                           MeasureDevice(o, DeviceContext::Cpu(), cpu_name, HostMemoryBytes()));
+  TESSERA_ASSIGN_OR_RETURN(
+      planner::DeviceProfile host,
+      calibrate_internal::MeasureDevice(o, DeviceContext::Cpu(), cpu_name, HostMemoryBytes()));
   p.devices.push_back(std::move(host));
-  if (o.cuda && CudaCompiled() && CudaDeviceCount() > 0) {
+  if (o.cuda && gpus > 0) {
     CudaContextOptions co;
     co.device = 0;
     TESSERA_ASSIGN_OR_RETURN(auto cuda, CudaContext::Create(co));
-    const DeviceContext ctx = cuda->context();
-    TESSERA_ASSIGN_OR_RETURN(planner::DeviceProfile dev,
-                             MeasureDevice(o, ctx, absl::StrCat("CUDA device ", co.device),
-                                           /*memory_bytes=*/0));
+    TESSERA_ASSIGN_OR_RETURN(
+        planner::DeviceProfile dev,
+        calibrate_internal::MeasureDevice(o, cuda->context(), absl::StrCat("CUDA device ", co.device),
+                                          /*memory_bytes=*/0));
     p.devices.push_back(std::move(dev));
   } else {
     Progress(o, "cuda: skipped (no CUDA path in this build or no device visible)");
@@ -377,6 +151,97 @@ absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
   std::filesystem::remove_all(o.scratch_dir, ec);
   Progress(o, absl::StrFormat("done in %.1f s", total.ElapsedSeconds()));
   return p;
+}
+
+int RunPlanCalibrate(int argc, char** argv) {
+  CalibrateOptions o;
+  std::string out, worker_out;
+  bool have_configs = false;
+  std::vector<std::string> words = {"tessera-plan calibrate"};
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i], v;
+    const size_t eq = a.find('=');
+    if (a == "--help" || a == "-h") {
+      std::printf("%s", kUsage);
+      return 0;
+    }
+    const bool boolean = a == "--no_cuda" || a == "--quiet";
+    if (a.rfind("--", 0) != 0) return Usage("unexpected argument '" + a + "'");
+    if (!boolean) {
+      if (eq != std::string::npos) {
+        v = a.substr(eq + 1);
+        a = a.substr(0, eq);
+      } else if (i + 1 < argc) {
+        v = argv[++i];
+      } else {
+        return Usage(a + " needs a value");
+      }
+    }
+    if (a != "--collectives_worker") words.push_back(boolean ? a : a + " " + v);
+    bool ok = true;
+    if (a == "--out") {
+      out = v;
+    } else if (a == "--config") {
+      o.configs = absl::StrSplit(v, ',', absl::SkipEmpty());
+      have_configs = true;
+    } else if (a == "--threads") {
+      ok = absl::SimpleAtoi(v, &o.threads) && o.threads >= 1;
+    } else if (a == "--world_sizes") {
+      ok = ParseList(v, &o.world_sizes);
+    } else if (a == "--dims") {
+      ok = ParseList(v, &o.dims) && !o.dims.empty();
+    } else if (a == "--tier_dims") {
+      ok = ParseList(v, &o.tier_dims);
+    } else if (a == "--seconds_per_point") {
+      ok = absl::SimpleAtod(v, &o.seconds_per_point) && o.seconds_per_point > 0;
+    } else if (a == "--table_mib") {
+      int64_t mib = 0;
+      ok = absl::SimpleAtoi(v, &mib) && mib >= 1;
+      o.table_bytes = mib << 20;
+    } else if (a == "--clock") {
+      ok = v == "cpu" || v == "wall";
+      o.cpu_clock = v == "cpu";
+    } else if (a == "--mpirun") {
+      o.mpirun = v;
+    } else if (a == "--scratch") {
+      o.scratch_dir = v;
+    } else if (a == "--no_cuda") {
+      o.cuda = false;
+    } else if (a == "--quiet") {
+      o.verbose = false;
+    } else if (a == "--collectives_worker") {
+      worker_out = v;
+    } else {
+      return Usage("unknown flag " + a);
+    }
+    if (!ok) return Usage(absl::StrCat("bad value '", v, "' for ", a));
+  }
+  if (!worker_out.empty()) {
+    // A rank of the collectives job Calibrate started (under mpirun).
+    if (!MpiInitialize(&argc, &argv).ok()) return 1;
+    absl::Status st = RunCollectivesWorker(worker_out, o.seconds_per_point);
+    if (!st.ok()) std::fprintf(stderr, "tessera-plan calibrate: %s\n", std::string(st.message()).c_str());
+    (void)MpiFinalize();
+    return st.ok() ? 0 : 1;
+  }
+  if (out.empty()) return Usage("--out is required");
+  if (!have_configs) o.configs = DefaultConfigs();
+  o.worker_argv = {SelfPath(), "calibrate", "--collectives_worker"};
+  if (o.seconds_per_point != CalibrateOptions().seconds_per_point) {
+    o.worker_argv.insert(o.worker_argv.begin() + 2,
+                         absl::StrCat("--seconds_per_point=", o.seconds_per_point));
+  }
+  absl::StatusOr<planner::MachineProfile> p = Calibrate(o, absl::StrJoin(words, " "));
+  if (p.ok()) {
+    absl::Status st = planner::SaveMachineProfile(*p, out);
+    if (!st.ok()) p = st;
+  }
+  if (!p.ok()) {
+    std::fprintf(stderr, "tessera-plan calibrate: %s\n", std::string(p.status().message()).c_str());
+    return 1;
+  }
+  std::printf("tessera-plan calibrate: wrote %s (%s)\n", out.c_str(), p->machine.c_str());
+  return 0;
 }
 
 }  // namespace tessera

@@ -35,6 +35,12 @@
 
 namespace tessera {
 
+// The subcommand: tools/plan_main.cc dispatches `tessera-plan calibrate ...` here before it
+// parses its own flags (argv[0] is "calibrate", the rest its arguments; `--help` for them).
+// Returns the process exit status: 0 done (the profile written with SaveMachineProfile), 1 an
+// error (one message on stderr, no file written), 2 bad usage.
+int RunPlanCalibrate(int argc, char** argv);
+
 struct CalibrateOptions {
   // CPU threads every CPU rate is measured with. Default: 1 (one rank per core).
   int threads = 1;

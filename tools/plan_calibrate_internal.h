@@ -1,5 +1,6 @@
 // The steps of `tessera-plan calibrate` (tools/plan_calibrate.h), one file each:
-//   plan_calibrate.cc        orchestration, machine description, gather / scatter-update, GEMM
+//   plan_calibrate.cc        the subcommand (arguments, file), orchestration, machine description
+//   plan_calibrate_device.cc copy, per-call overhead, gather / scatter-update, GEMM
 //   plan_calibrate_comm.cc   collectives (mpirun workers)
 //   plan_calibrate_tier.cc   RocksDB tier
 // Private to tools/.
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/device.h"
 #include "core/timer.h"
 #include "planner/profile.h"
 #include "tools/plan_calibrate.h"
@@ -53,7 +55,15 @@ inline absl::StatusOr<double> MedianSeconds(double min_seconds,
   return t[t.size() / 2];
 }
 
+// A progress line on stderr when o.verbose.
 void Progress(const CalibrateOptions& o, const std::string& line);
+
+// Copy bandwidth, per-call overhead, gather / scatter-update and GEMM rates of one device
+// (plan_calibrate_device.cc).
+absl::StatusOr<planner::DeviceProfile> MeasureDevice(const CalibrateOptions& o,
+                                                     const DeviceContext& ctx,
+                                                     const std::string& name,
+                                                     int64_t memory_bytes);
 
 // Collective points for every world size in o.world_sizes (sorted by op, transport, size).
 absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(
