@@ -21,6 +21,7 @@
 #include "core/rng.h"
 #include "core/status.h"
 #include "dense/dense_arch.h"
+#include "dense/interaction.h"
 #include "dense/mlp.h"
 #include "embedding/embedding_collection.h"
 #include "io/zipf.h"
@@ -200,15 +201,18 @@ absl::Status MeasureCopy(const CalibrateOptions& o, const DeviceContext& ctx,
   return absl::OkStatus();
 }
 
-// (batch, in, out) of every Linear layer of the configs' dense arch.
-absl::StatusOr<std::set<std::tuple<int64_t, int64_t, int64_t>>> LayerShapes(
-    const CalibrateOptions& o) {
-  std::set<std::tuple<int64_t, int64_t, int64_t>> shapes;
+using Shape = std::tuple<int64_t, int64_t, int64_t>;
+
+// (batch, in, out) of every Linear layer of the configs' dense arch, and (batch, F, d) of their
+// dot interactions in `dots`.
+absl::StatusOr<std::set<Shape>> LayerShapes(const CalibrateOptions& o, std::set<Shape>* dots) {
+  std::set<Shape> shapes;
   for (const std::string& path : o.configs) {
     TESSERA_ASSIGN_OR_RETURN(Config c, LoadConfig(path));
     DenseArchOptions da = DenseOptionsFromConfig(c);
     TESSERA_ASSIGN_OR_RETURN(auto arch, DenseArch::Create(da, DeviceContext::Cpu()));
     const int64_t b = c.data.batch_size;
+    if (da.interaction == InteractionType::kDot) dots->insert({b, da.num_embeddings, da.embedding_dim});
     int64_t in = da.num_dense;
     for (int64_t w : da.bottom_mlp) {
       shapes.insert({b, in, w});
@@ -228,8 +232,11 @@ absl::StatusOr<std::set<std::tuple<int64_t, int64_t, int64_t>>> LayerShapes(
 // LinearForward / LinearBackward (ReLU layers: the trainer's fused bias + activation passes).
 absl::Status MeasureGemm(const CalibrateOptions& o, const DeviceContext& ctx,
                          planner::DeviceProfile* d) {
-  TESSERA_ASSIGN_OR_RETURN(auto shapes, LayerShapes(o));
-  std::vector<planner::GemmPoint> points;
+  std::set<Shape> dots;
+  TESSERA_ASSIGN_OR_RETURN(auto shapes, LayerShapes(o, &dots));
+  // Forward points first, then the input- and weight-gradient points: GemmFlopsPerSec takes the
+  // first point nearest in m n k, and the three shapes of one layer have the same product.
+  std::vector<planner::GemmPoint> fwd_points, dx_points, dw_points;
   for (const auto& [b, in, out] : shapes) {
     TESSERA_ASSIGN_OR_RETURN(Buffer x, Buffer::Allocate(ctx.device, DType::kF32, {b, in}));
     TESSERA_ASSIGN_OR_RETURN(Buffer w, Buffer::Allocate(ctx.device, DType::kF32, {out, in}));
@@ -270,16 +277,41 @@ absl::Status MeasureGemm(const CalibrateOptions& o, const DeviceContext& ctx,
                                                        [&] { return bwd(true); }));
     // dx alone: the difference, floored at a tenth of the weight-gradient time (noise).
     const double tx = std::max(twx - tw, 0.1 * tw);
-    points.push_back({b, out, in, flops / tf});   // forward: y[b, out] = x[b, in] W^T
-    points.push_back({b, in, out, flops / tx});   // input gradient: dx[b, in] = dz[b, out] W
-    points.push_back({out, in, b, flops / tw});   // weight gradient: dW[out, in] = dz^T x
+    fwd_points.push_back({b, out, in, flops / tf});  // forward: y[b, out] = x[b, in] W^T
+    dx_points.push_back({b, in, out, flops / tx});   // input gradient: dx[b, in] = dz[b, out] W
+    dw_points.push_back({out, in, b, flops / tw});   // weight gradient: dW[out, in] = dz^T x
     Progress(o, absl::StrFormat("%s linear %dx%dx%d: fwd %.1f, dx %.1f, dW+db %.1f GFLOP/s",
                                 d->kind, b, in, out, flops / tf / 1e9, flops / tx / 1e9,
                                 flops / tw / 1e9));
   }
-  std::sort(points.begin(), points.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.m, a.n, a.k) < std::tie(b.m, b.n, b.k);
-  });
+  // The dot interaction: per sample a (F + 1) x (F + 1) x d product (the estimator prices it as
+  // 2 b (F + 1)^2 d flops at the rate of shape (F + 1, F + 1, d)); rate from the forward.
+  for (const auto& [b, f, dim] : dots) {
+    const int64_t v = f + 1, out_dim = DotInteractionOutputDim(f, dim);
+    TESSERA_ASSIGN_OR_RETURN(Buffer bottom, Buffer::Allocate(ctx.device, DType::kF32, {b, dim}));
+    TESSERA_ASSIGN_OR_RETURN(Buffer emb, Buffer::Allocate(ctx.device, DType::kF32, {b, f * dim}));
+    TESSERA_ASSIGN_OR_RETURN(Buffer y, Buffer::Allocate(ctx.device, DType::kF32, {b, out_dim}));
+    if (!ctx.is_cuda()) {
+      for (Buffer* buf : {&bottom, &emb}) {
+        float* p = buf->data<float>();
+        for (int64_t i = 0; i < buf->numel(); ++i) p[i] = 0.01f * static_cast<float>((i % 7) - 3);
+      }
+    }
+    TESSERA_ASSIGN_OR_RETURN(double t, MedianSeconds(o.seconds_per_point / 2, [&]() -> absl::StatusOr<double> {
+      IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
+      TESSERA_RETURN_IF_ERROR(DotInteractionForward(ctx, bottom.data<float>(), emb.data<float>(),
+                                                    b, f, dim, y.data<float>()));
+      TESSERA_RETURN_IF_ERROR(Sync(ctx));
+      return w.Seconds();
+    }));
+    const double flops = 2.0 * b * v * v * dim;
+    fwd_points.push_back({v, v, dim, flops / t});
+    Progress(o, absl::StrFormat("%s dot interaction batch %d, %d x %d x %d: %.1f GFLOP/s (%.3f ms)",
+                                d->kind, b, v, v, dim, flops / t / 1e9, 1e3 * t));
+  }
+  std::vector<planner::GemmPoint> points = std::move(fwd_points);
+  points.insert(points.end(), dx_points.begin(), dx_points.end());
+  points.insert(points.end(), dw_points.begin(), dw_points.end());
   d->gemm_peak_flops_per_s = 0;
   for (const auto& p : points) d->gemm_peak_flops_per_s = std::max(d->gemm_peak_flops_per_s, p.flops_per_s);
   d->gemm = std::move(points);
