@@ -6,21 +6,22 @@
 # of the medians: predicted vs measured step time and peak memory, and the errors.
 #
 #   bench/planner_accuracy.sh [build/bin] [out.jsonl]
-#   REPS=3 STEPS=20 WARMUP=5 PROFILE=planner/profiles/cpu_2core_measured.yaml CASES="small-1 ..."
+#   REPS=3 STEPS=12 WARMUP=4 PROFILE=planner/profiles/cpu_2core_measured.yaml CASES="small-1 ..."
 #
 # Measured step: by default the CPU milliseconds per step (all threads of a rank, the largest
 # rank), which on a quiet machine is the wall time of one thread per core; on this shared
 # machine the wall time includes whatever the scheduler gave the other engineers' builds, so it
 # is printed beside it (median of the steps) with the load average, but not what the errors
 # are computed from. MEASURE=wall uses the wall median instead (a quiet machine).
-# Peak memory: the largest VmHWM over the ranks.
+# Peak memory: the largest VmHWM over the ranks. 64 distinct batches are cycled (as
+# `tessera-plan calibrate` cycles 64 batches of ids): a few batches cycled keep their rows cached.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-build/bin}
 OUT=${2:-runs/planner_accuracy.jsonl}
 REPS=${REPS:-3}
-STEPS=${STEPS:-20}
-WARMUP=${WARMUP:-5}
+STEPS=${STEPS:-12}
+WARMUP=${WARMUP:-4}
 MEASURE=${MEASURE:-cpu}
 PROFILE=${PROFILE:-planner/profiles/cpu_2core_measured.yaml}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -33,18 +34,28 @@ ALL_CASES=(
   "small-1|1|configs/bench/small.yaml|"
   "kaggle-1|1|configs/bench/kaggle.yaml|"
   "skewed-1|1|configs/bench/skewed.yaml|"
-  "small_tiered-1|1|configs/bench/small_tiered.yaml|--batches 8 --warmup 8"
+  "small_tiered-1|1|configs/bench/small_tiered.yaml|--warmup 64"
   "small-2-table_wise|2|configs/bench/small.yaml|--set sharding.plan=$PWD/$P/small_table_wise_2.yaml"
   "small-2-row_wise|2|configs/bench/small.yaml|--set sharding.plan=$PWD/$P/small_row_wise_2.yaml"
   "small-2-column_wise|2|configs/bench/small.yaml|--set sharding.plan=$PWD/$P/small_column_wise_2.yaml"
   "small-2-grid|2|configs/bench/small.yaml|--set sharding.plan=$PWD/$P/small_grid_2.yaml"
   "small-2-dp_mix|2|configs/bench/small.yaml|--set sharding.plan=$PWD/$P/small_dp_mix_2.yaml"
-  "small_tiered-2-mix|2|configs/bench/small_tiered.yaml|--batches 8 --warmup 8 --set sharding.plan=$PWD/$P/small_tiered_mix_2.yaml"
+  "small_tiered-2-mix|2|configs/bench/small_tiered.yaml|--warmup 64 --set sharding.plan=$PWD/$P/small_tiered_mix_2.yaml"
   "kaggle-2-default|2|configs/bench/kaggle.yaml|"
   "skewed-2-default|2|configs/bench/skewed.yaml|"
-  "skewed-2-auto|2|configs/bench/skewed.yaml|--set sharding.plan=auto"
-  "small-2-auto|2|configs/bench/small.yaml|--set sharding.plan=auto"
+  "skewed-2-planner|2|configs/bench/skewed.yaml|PLANNER"
+  "small-2-planner|2|configs/bench/small.yaml|PLANNER"
+  "kaggle-2-planner|2|configs/bench/kaggle.yaml|PLANNER"
 )
+# PLANNER: the planner's own plan for the config on 2 ranks from PROFILE (tessera-plan; the
+# bench's data.batch_size is per rank, the planner's global).
+plan_for() {
+  local config=$1 np=$2 out=$3
+  local b
+  b=$(sed -n 's/^  batch_size: *\([0-9]*\).*/\1/p' "$config")
+  "$BIN/tessera-plan" --config "$config" --world_size "$np" --profile "$PROFILE" \
+    --set "data.batch_size=$((b * np))" --out "$out" > "${out%.yaml}.txt"
+}
 CASES=${CASES:-}
 for rep in $(seq 1 "$REPS"); do
   for c in "${ALL_CASES[@]}"; do
@@ -53,15 +64,21 @@ for rep in $(seq 1 "$REPS"); do
     warm=(--warmup "$WARMUP")
     [[ "$extra" == *--warmup* ]] && warm=()
     cmd=("$BIN/tessera-bench" --config "$config" --threads 1 --steps "$STEPS" "${warm[@]}"
+         --batches 64 --phase_clock cpu
          --profile "$PROFILE" --name "$name" --json "$OUT")
+    if [[ "$extra" == PLANNER ]]; then
+      plan="$(dirname "$OUT")/plan_${name}.yaml"
+      [[ -f "$plan" && "$rep" != 1 ]] || plan_for "$config" "$np" "$plan"
+      extra="--set sharding.plan=$PWD/$plan"
+    fi
     # shellcheck disable=SC2206
     extra_args=($extra)
     load=$(cut -d' ' -f1 /proc/loadavg)
     echo "== rep $rep $name (load $load)" >&2
     if [[ "$np" == 1 ]]; then
-      "${cmd[@]}" "${extra_args[@]}" > /dev/null
+      "${cmd[@]}" "${extra_args[@]}" > /dev/null || echo "FAILED $name" >&2
     else
-      mpirun -np "$np" --oversubscribe "${cmd[@]}" "${extra_args[@]}" > /dev/null
+      mpirun -np "$np" --oversubscribe "${cmd[@]}" "${extra_args[@]}" > /dev/null || echo "FAILED $name" >&2
     fi
   done
 done

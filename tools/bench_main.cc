@@ -46,6 +46,9 @@ ABSL_FLAG(bool, cuda_sync_phases, true,
           "device's (costs the overlap between phases)");
 ABSL_FLAG(double, tier_cache_fraction, 0,
           "cache of each RocksDB table = this fraction of the rows the batches touch");
+ABSL_FLAG(std::string, phase_clock, "wall",
+          "clock of the per-phase times: wall, or cpu (this process's CPU seconds, all threads: "
+          "steady while other jobs share the cores)");
 ABSL_FLAG(std::string, profile, "planner/profiles/cpu_2core_measured.yaml",
           "machine profile (tessera-plan calibrate) for the predicted-beside-measured table; "
           "'' = no prediction");
@@ -118,6 +121,12 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
   const double cpu_before = ProcessCpuSeconds();
   PhaseTimes phases;
   BenchMeasurement measured;  // per-step times and the sharded phases (tools/bench_predict.h)
+  if (absl::GetFlag(FLAGS_phase_clock) == "cpu") {
+    phases.set_clock(PhaseTimes::Clock::kProcessCpu);
+    measured.sharded.set_clock(PhaseTimes::Clock::kProcessCpu);
+  } else if (absl::GetFlag(FLAGS_phase_clock) != "wall") {
+    return Fail(absl::InvalidArgumentError("--phase_clock: expected wall or cpu"));
+  }
   AttachShardedPhaseTimes(**model, &measured.sharded);
   Stopwatch watch;
   double samples = 0;

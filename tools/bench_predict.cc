@@ -5,6 +5,12 @@
 #include <fstream>
 #include <string>
 
+#include "absl/strings/str_format.h"
+#include "core/parallel.h"
+#include "core/status.h"
+#include "planner/planner.h"
+#include "sharding/plan.h"
+#include "trainer/auto_plan.h"
 #include "trainer/sharded_sparse_arch.h"
 
 namespace tessera {
@@ -82,6 +88,46 @@ const std::vector<PhaseMap>& PhaseMaps() {
   return kMaps;
 }
 
+// The planner's prediction for the run: per phase (PhaseMaps order), the step, peak memory.
+struct Predicted {
+  std::vector<double> phase_ms;
+  double step_ms = 0;
+  int64_t peak_bytes = 0;  // largest rank's host + device bytes
+};
+
+absl::StatusOr<Predicted> Predict(const Config& config, const World& world, Model& model,
+                                  const std::string& profile_path) {
+  TESSERA_ASSIGN_OR_RETURN(planner::MachineProfile profile,
+                           LoadProfileByNameOrPath(profile_path));
+  planner::Topology topo;
+  topo.world_size = world.size();
+  topo.ranks_per_node = LauncherRanksPerNode(world.size());
+  topo.memory = MachineMemoryPerRank(topo.ranks_per_node, config.output.dir);
+  planner::PlanInputs inputs = PlanInputsFromConfig(config, topo);
+  // tessera-bench's data.batch_size is per rank (the trainer's is global).
+  inputs.step.batch_per_rank = config.data.batch_size;
+  inputs.step.threads = NumThreads();
+  std::vector<TableConfig> tables;
+  for (int t = 0; t < model.sparse().num_tables(); ++t) tables.push_back(model.sparse().table(t));
+  ShardingPlan plan;
+  if (auto* s = dynamic_cast<ShardedSparseArch*>(&model.sparse())) {
+    plan = s->collection().plan();
+    inputs.group_size = s->collection().group_size();
+  } else {
+    plan = DefaultShardingPlan(tables, 1);
+    inputs.group_size = 1;
+  }
+  TESSERA_ASSIGN_OR_RETURN(planner::StepEstimate e, planner::EstimatePlan(inputs, profile, plan));
+  Predicted p;
+  for (int i = 0; i < planner::kNumPhases; ++i) p.phase_ms.push_back(1e3 * e.step.s[i]);
+  p.step_ms = 1e3 * e.step.total();
+  for (const auto& mem : e.memory) {
+    p.peak_bytes = std::max<int64_t>(
+        p.peak_bytes, static_cast<int64_t>(mem[planner::kHost] + mem[planner::kDevice]));
+  }
+  return p;
+}
+
 // Measured ms per step of each estimator phase.
 std::vector<double> MeasuredPhaseMs(const BenchMeasurement& m, bool sharded) {
   std::vector<double> ms;
@@ -104,21 +150,39 @@ void PrintPredictedBesideMeasured(const Config& config, const World& world, Mode
   const bool sharded = world.distributed();
   const std::vector<double> meas = MeasuredPhaseMs(m, sharded);
   const double step_ms = 1e3 * MedianStepSeconds(m);
-  std::printf("  measured by the planner's phases (ms/step), step median %.3f ms (mean %.3f), "
-              "CPU %.3f ms/step (max over ranks), peak RSS %.1f MiB (max over ranks)\n",
-              step_ms, 1e3 * m.mean_step_seconds, m.cpu_ms_per_step_max,
-              m.peak_rss_bytes / 1048576.0);
-  for (size_t i = 0; i < meas.size(); ++i) {
-    std::printf("  %-22s %10.3f\n", PhaseMaps()[i].name, meas[i]);
-    json->Add(std::string("meas_ms_") + PhaseMaps()[i].name, meas[i]);
-  }
   json->Add("meas_step_ms_median", step_ms)
       .Add("meas_cpu_ms_per_step_max", m.cpu_ms_per_step_max)
       .Add("meas_peak_rss_bytes", m.peak_rss_bytes);
-  (void)config;
-  (void)model;
-  (void)profile_path;
-  std::printf("  predicted: skipped (the planner's estimator is not in this build yet)\n");
+  for (size_t i = 0; i < meas.size(); ++i) {
+    json->Add(std::string("meas_ms_") + PhaseMaps()[i].name, meas[i]);
+  }
+  absl::StatusOr<Predicted> pred = profile_path.empty()
+                                       ? absl::NotFoundError("no --profile")
+                                       : Predict(config, world, model, profile_path);
+  std::printf("  predicted beside measured (ms/step; the planner's phases, tools/bench_predict.h)%s\n",
+              pred.ok() ? "" : ": no prediction");
+  if (!pred.ok()) {
+    std::printf("    (%s)\n", std::string(pred.status().message()).c_str());
+  }
+  std::printf("  %-22s %10s %10s %8s\n", "phase", "predicted", "measured", "ratio");
+  for (size_t i = 0; i < meas.size(); ++i) {
+    const double p = pred.ok() ? pred->phase_ms[i] : 0;
+    std::printf("  %-22s %10.3f %10.3f %8s\n", PhaseMaps()[i].name, p, meas[i],
+                pred.ok() && meas[i] > 0 ? absl::StrFormat("%.2f", p / meas[i]).c_str() : "-");
+    if (pred.ok()) json->Add(std::string("pred_ms_") + PhaseMaps()[i].name, p);
+  }
+  auto line = [&](const char* what, double p, double v, const char* unit) {
+    std::printf("  %-22s %10.3f %10.3f %8s %s\n", what, p, v,
+                pred.ok() && v > 0 ? absl::StrFormat("%.2f", p / v).c_str() : "-", unit);
+  };
+  const double p_step = pred.ok() ? pred->step_ms : 0;
+  const double p_mem = pred.ok() ? pred->peak_bytes / 1048576.0 : 0;
+  line("step (median wall)", p_step, step_ms, "ms");
+  line("step (CPU, max rank)", p_step, m.cpu_ms_per_step_max, "ms");
+  line("peak memory", p_mem, m.peak_rss_bytes / 1048576.0, "MiB (VmHWM, max rank)");
+  if (pred.ok()) {
+    json->Add("pred_step_ms", p_step).Add("pred_peak_bytes", pred->peak_bytes);
+  }
 }
 
 }  // namespace tessera

@@ -18,10 +18,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "core/cuda_context.h"
 #include "core/cuda_runtime.h"
 #include "core/parallel.h"
 #include "core/status.h"
+#include "dense/mlp.h"
 #include "sharding/mpi_communicator.h"
 #include "tools/plan_calibrate_internal.h"
 
@@ -72,7 +74,8 @@ std::string SelfPath() {
 constexpr char kUsage[] =
     "usage: tessera-plan calibrate --out FILE [--config A.yaml,B.yaml] [--threads 1]\n"
     "         [--world_sizes 2,4] [--dims 16,32,64,128,256] [--tier_dims 16,64,128]\n"
-    "         [--seconds_per_point 0.25] [--table_mib 256] [--clock cpu|wall]\n"
+    "         [--seconds_per_point 0.25] [--table_mib 256] [--batch 2048] [--pooling 1]\n"
+    "         [--clock cpu|wall]\n"
     "         [--mpirun mpirun] [--scratch DIR] [--no_cuda] [--quiet]\n"
     "Measures this machine (gather / scatter-update by row size, GEMM at the configs' layer\n"
     "shapes, MPI collectives at each world size, RocksDB tier reads and writes, the GPU when\n"
@@ -106,6 +109,50 @@ std::vector<std::string> DefaultConfigs() {
   return out;
 }
 
+// The profile's YAML (planner::MachineProfileToYaml) under a comment header naming the command
+// and the date, written atomically (temp file + rename). The file loads with LoadMachineProfile.
+absl::Status WriteProfile(const planner::MachineProfile& p, const std::string& command,
+                          const std::string& path) {
+  std::string text = absl::StrCat(
+      "# Tessera machine profile, measured on ", p.machine, "\n# by `", command, "` on ", p.date,
+      " (UTC).\n# Rates: ids per second for gather / scatter_update (duplicates included), flops "
+      "per second\n# for gemm, wire bytes per second for collectives (all_to_all: bytes sent to "
+      "the other\n# ranks; all_reduce: the buffer; all_gather: the gathered buffer), seconds per "
+      "row for the\n# tier. docs/PLANNER.md \"Profile file\" documents every key.\n",
+      planner::MachineProfileToYaml(p));
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << text;
+    if (!f) return absl::InternalError(absl::StrCat("calibrate: cannot write ", tmp));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    return absl::InternalError(absl::StrCat("calibrate: cannot rename ", tmp, " to ", path, ": ",
+                                            ec.message()));
+  }
+  // Read back through the planner's loader: what we ship must load.
+  return planner::LoadMachineProfile(path).status();
+}
+
+// Resident bytes of this process now (VmRSS), 0 when /proc is unreadable.
+int64_t ResidentBytes() {
+  const std::string v = ReadFirstMatch("/proc/self/status", "VmRSS");
+  int64_t kb = 0;
+  return absl::SimpleAtoi(absl::StripSuffix(v, " kB"), &kb) ? kb * 1024 : 0;
+}
+
+// VmRSS after one 2048 x 512 x 256 LinearForward.
+absl::StatusOr<int64_t> BaseResidentBytes() {
+  const int64_t b = 2048, in = 512, out = 256;
+  std::vector<float> x(b * in, 0.01f), w(out * in, 0.01f), bias(out, 0.0f), y(b * out);
+  TESSERA_RETURN_IF_ERROR(LinearForward(DeviceContext::Cpu(), x.data(), w.data(), bias.data(), b,
+                                        in, out, Activation::kRelu, y.data()));
+  const int64_t scratch = static_cast<int64_t>(x.size() + w.size() + bias.size() + y.size()) * 4;
+  return std::max<int64_t>(ResidentBytes() - scratch, 0);
+}
+
 }  // namespace
 
 absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
@@ -130,9 +177,14 @@ absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
                           o.cpu_clock ? "CPU-clock" : "wall-clock",
                           " medians; disk reads and collectives wall-clock)");
   Stopwatch total;
+  // Base memory of a training process (libraries, runtime, BLAS buffers) before any model: this
+  // process links what the trainer links; one small GEMM first makes OpenBLAS allocate its
+  // buffers, as the first training step does.
+  TESSERA_ASSIGN_OR_RETURN(const int64_t base_bytes, BaseResidentBytes());
   TESSERA_ASSIGN_OR_RETURN(
       planner::DeviceProfile host,
       calibrate_internal::MeasureDevice(o, DeviceContext::Cpu(), cpu_name, HostMemoryBytes()));
+  host.base_memory_bytes = base_bytes;
   p.devices.push_back(std::move(host));
   if (o.cuda && gpus > 0) {
     CudaContextOptions co;
@@ -192,6 +244,10 @@ int RunPlanCalibrate(int argc, char** argv) {
       ok = ParseList(v, &o.dims) && !o.dims.empty();
     } else if (a == "--tier_dims") {
       ok = ParseList(v, &o.tier_dims);
+    } else if (a == "--batch") {
+      ok = absl::SimpleAtoi(v, &o.batch_size) && o.batch_size >= 1;
+    } else if (a == "--pooling") {
+      ok = absl::SimpleAtoi(v, &o.pooling) && o.pooling >= 1;
     } else if (a == "--seconds_per_point") {
       ok = absl::SimpleAtod(v, &o.seconds_per_point) && o.seconds_per_point > 0;
     } else if (a == "--table_mib") {
@@ -231,9 +287,10 @@ int RunPlanCalibrate(int argc, char** argv) {
     o.worker_argv.insert(o.worker_argv.begin() + 2,
                          absl::StrCat("--seconds_per_point=", o.seconds_per_point));
   }
-  absl::StatusOr<planner::MachineProfile> p = Calibrate(o, absl::StrJoin(words, " "));
+  const std::string command = absl::StrJoin(words, " ");
+  absl::StatusOr<planner::MachineProfile> p = Calibrate(o, command);
   if (p.ok()) {
-    absl::Status st = planner::SaveMachineProfile(*p, out);
+    absl::Status st = WriteProfile(*p, command, out);
     if (!st.ok()) p = st;
   }
   if (!p.ok()) {

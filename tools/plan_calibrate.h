@@ -49,10 +49,21 @@ struct CalibrateOptions {
   // Bytes of the table each row rate is measured on; far above the LLC (32 MiB here).
   // Default: 256 MiB.
   int64_t table_bytes = int64_t{256} << 20;
-  // Samples per measured batch and ids per bag (one feature): 16384 ids per call, the order of
-  // one bench step's ids per table. Default: 2048 x 8.
+  // Samples per measured batch and ids per bag (one feature). The rates are per id but include
+  // the per-bag and per-call work, so they are measured at the shape of one table's call in the
+  // bench configs (batch 2048, one id per bag): at pooling 8 the same code runs ~2x more ids per
+  // second (tessera-bench small.yaml: 1.1 ms for 8 x 2048 ids at dim 64, where pooling-8 calls
+  // give 48 M ids/s). Default: 2048 x 1.
   int64_t batch_size = 2048;
-  int64_t pooling = 8;
+  int64_t pooling = 1;
+  // Bytes of scratch written (untimed) before every timed gather / scatter-update call, so
+  // that, as in training (where the dense layers run in between), the previous calls' rows are
+  // no longer cached. 0: none. Default: 48 MiB (above the 32 MiB LLC here).
+  int64_t evict_bytes = int64_t{48} << 20;
+  // Distinct batches of ids cycled through (fresh ids, as training sees them: a few batches
+  // cycled would keep their rows in the caches). Run tessera-bench with as many --batches to
+  // compare with it. Default: 64.
+  int distinct_batches = 64;
   // Zipf exponent of the hot ids. Default: 1.05 (the synthetic data's).
   double zipf_exponent = 1.05;
   // Tessera configs (YAML) whose MLP layer shapes are measured at their batch sizes.

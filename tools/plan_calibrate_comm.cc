@@ -5,7 +5,7 @@
 //   all_reduce   the buffer's bytes (floats x 4)
 //   all_gather   the gathered buffer's bytes (world size x each rank's block)
 // latency_s is the time of the call with an 8-byte block; bytes_per_s the slope between that and
-// a 4 MiB buffer.
+// a 4 MiB buffer (each the fastest of its repetitions, see TimeCollective).
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,14 +27,14 @@ namespace {
 
 using calibrate_internal::MedianSeconds;
 
-// Mean over ranks of the 20th percentile of one call's wall seconds (a barrier before each call).
+// Mean over ranks of the fastest of at least 10 calls' wall seconds (a barrier before each call).
 absl::StatusOr<double> TimeCollective(Communicator& comm, double min_seconds,
                                       const std::function<absl::Status()>& call) {
   // Every rank must run the same number of repetitions: rank 0 decides by broadcasting.
   std::vector<double> t;
   Stopwatch total;
   for (int rep = 0;; ++rep) {
-    int64_t go = rep < 3 || (total.ElapsedSeconds() < min_seconds && rep < 2000) ? 1 : 0;
+    int64_t go = rep < 10 || (total.ElapsedSeconds() < min_seconds && rep < 2000) ? 1 : 0;
     TESSERA_RETURN_IF_ERROR(comm.Broadcast(&go, sizeof(go), 0));
     if (!go) break;
     TESSERA_RETURN_IF_ERROR(comm.Barrier());
@@ -42,10 +42,11 @@ absl::StatusOr<double> TimeCollective(Communicator& comm, double min_seconds,
     TESSERA_RETURN_IF_ERROR(call());
     if (rep > 0) t.push_back(w.ElapsedSeconds());  // the first call sets up buffers
   }
-  // The 20th percentile: the calls the scheduler did not interrupt (4 ranks oversubscribe 2
-  // cores, and other jobs share them), not the fastest outlier.
+  // The fastest call: the one every rank ran through without the scheduler handing its core to
+  // another job (4 ranks oversubscribe 2 cores, and other engineers' builds share them); a
+  // collective waits for its slowest rank, so any interruption of any rank shows up in full.
   std::sort(t.begin(), t.end());
-  double med = t[t.size() / 5];
+  double med = t.front();
   TESSERA_RETURN_IF_ERROR(comm.AllReduce(&med, 1, ReduceOp::kAvg));
   return med;
 }
@@ -78,7 +79,7 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
         bytes[i] = static_cast<double>(block) * w;
         call = [&] { return comm->AllGatherV(send.data(), block, recv.data(), counts, displs); };
       }
-      TESSERA_ASSIGN_OR_RETURN(t[i], TimeCollective(*comm, seconds_per_point / 2, call));
+      TESSERA_ASSIGN_OR_RETURN(t[i], TimeCollective(*comm, seconds_per_point, call));
     }
     const double latency = t[0];
     const double slope = std::max(t[1] - t[0], 1e-9);
