@@ -40,14 +40,14 @@ absl::Status ReduceOverRanks(const World& world, int64_t peak_rss_bytes, double 
         !st.ok()) {
       return st;
     }
-    if (absl::Status st =
-            world.comm->AllGatherCounts(cpu_us[world.rank()], absl::MakeSpan(cpu_us));
+    if (absl::Status st = world.comm->AllGatherCounts(cpu_us[world.rank()], absl::MakeSpan(cpu_us));
         !st.ok()) {
       return st;
     }
   }
   m->peak_rss_bytes = *std::max_element(rss.begin(), rss.end());
-  m->cpu_ms_per_step_max = 1e-3 * static_cast<double>(*std::max_element(cpu_us.begin(), cpu_us.end()));
+  m->cpu_ms_per_step_max =
+      1e-3 * static_cast<double>(*std::max_element(cpu_us.begin(), cpu_us.end()));
   return absl::OkStatus();
 }
 
@@ -97,8 +97,7 @@ struct Predicted {
 
 absl::StatusOr<Predicted> Predict(const Config& config, const World& world, Model& model,
                                   const std::string& profile_path) {
-  TESSERA_ASSIGN_OR_RETURN(planner::MachineProfile profile,
-                           LoadProfileByNameOrPath(profile_path));
+  TESSERA_ASSIGN_OR_RETURN(planner::MachineProfile profile, LoadProfileByNameOrPath(profile_path));
   planner::Topology topo;
   topo.world_size = world.size();
   topo.ranks_per_node = LauncherRanksPerNode(world.size());
@@ -159,8 +158,9 @@ void PrintPredictedBesideMeasured(const Config& config, const World& world, Mode
   absl::StatusOr<Predicted> pred = profile_path.empty()
                                        ? absl::NotFoundError("no --profile")
                                        : Predict(config, world, model, profile_path);
-  std::printf("  predicted beside measured (ms/step; the planner's phases, tools/bench_predict.h)%s\n",
-              pred.ok() ? "" : ": no prediction");
+  std::printf(
+      "  predicted beside measured (ms/step; the planner's phases, tools/bench_predict.h)%s\n",
+      pred.ok() ? "" : ": no prediction");
   if (!pred.ok()) {
     std::printf("    (%s)\n", std::string(pred.status().message()).c_str());
   }

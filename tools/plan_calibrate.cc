@@ -80,7 +80,8 @@ constexpr char kUsage[] =
     "Measures this machine (gather / scatter-update by row size, GEMM at the configs' layer\n"
     "shapes, MPI collectives at each world size, RocksDB tier reads and writes, the GPU when\n"
     "there is one) and writes the machine profile the planner reads (docs/PLANNER.md).\n"
-    "--help: this text. Empty --world_sizes or --tier_dims skips that part. Default configs: configs/bench/*.yaml.\n";
+    "--help: this text. Empty --world_sizes or --tier_dims skips that part. Default configs: "
+    "configs/bench/*.yaml.\n";
 
 int Usage(const std::string& why) {
   std::fprintf(stderr, "tessera-plan calibrate: %s\n%s", why.c_str(), kUsage);
@@ -129,8 +130,8 @@ absl::Status WriteProfile(const planner::MachineProfile& p, const std::string& c
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   if (ec) {
-    return absl::InternalError(absl::StrCat("calibrate: cannot rename ", tmp, " to ", path, ": ",
-                                            ec.message()));
+    return absl::InternalError(
+        absl::StrCat("calibrate: cannot rename ", tmp, " to ", path, ": ", ec.message()));
   }
   // Read back through the planner's loader: what we ship must load.
   return planner::LoadMachineProfile(path).status();
@@ -190,10 +191,10 @@ absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
     CudaContextOptions co;
     co.device = 0;
     TESSERA_ASSIGN_OR_RETURN(auto cuda, CudaContext::Create(co));
-    TESSERA_ASSIGN_OR_RETURN(
-        planner::DeviceProfile dev,
-        calibrate_internal::MeasureDevice(o, cuda->context(), absl::StrCat("CUDA device ", co.device),
-                                          /*memory_bytes=*/0));
+    TESSERA_ASSIGN_OR_RETURN(planner::DeviceProfile dev,
+                             calibrate_internal::MeasureDevice(
+                                 o, cuda->context(), absl::StrCat("CUDA device ", co.device),
+                                 /*memory_bytes=*/0));
     p.devices.push_back(std::move(dev));
   } else {
     Progress(o, "cuda: skipped (no CUDA path in this build or no device visible)");
@@ -276,7 +277,8 @@ int RunPlanCalibrate(int argc, char** argv) {
     // A rank of the collectives job Calibrate started (under mpirun).
     if (!MpiInitialize(&argc, &argv).ok()) return 1;
     absl::Status st = RunCollectivesWorker(worker_out, o.seconds_per_point);
-    if (!st.ok()) std::fprintf(stderr, "tessera-plan calibrate: %s\n", std::string(st.message()).c_str());
+    if (!st.ok())
+      std::fprintf(stderr, "tessera-plan calibrate: %s\n", std::string(st.message()).c_str());
     (void)MpiFinalize();
     return st.ok() ? 0 : 1;
   }

@@ -10,10 +10,10 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <tuple>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -71,10 +71,14 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
       std::function<absl::Status()> call;
       if (std::string(op) == "all_to_all") {
         bytes[i] = static_cast<double>(block) * (w - 1);
-        call = [&] { return comm->AllToAllV(send.data(), counts, displs, recv.data(), counts, displs); };
+        call = [&] {
+          return comm->AllToAllV(send.data(), counts, displs, recv.data(), counts, displs);
+        };
       } else if (std::string(op) == "all_reduce") {
         bytes[i] = static_cast<double>(fl.size()) * 4;
-        call = [&] { return comm->AllReduce(fl.data(), static_cast<int64_t>(fl.size()), ReduceOp::kSum); };
+        call = [&] {
+          return comm->AllReduce(fl.data(), static_cast<int64_t>(fl.size()), ReduceOp::kSum);
+        };
       } else {
         bytes[i] = static_cast<double>(block) * w;
         call = [&] { return comm->AllGatherV(send.data(), block, recv.data(), counts, displs); };
@@ -135,8 +139,8 @@ absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(
       p.latency_s = latency;
       p.bytes_per_s = bw;
       points.push_back(p);
-      Progress(o, absl::StrFormat("collectives: %s world %d: latency %.1f us, %.2f GB/s", op,
-                                  size, latency * 1e6, bw / 1e9));
+      Progress(o, absl::StrFormat("collectives: %s world %d: latency %.1f us, %.2f GB/s", op, size,
+                                  latency * 1e6, bw / 1e9));
     }
   }
   std::sort(points.begin(), points.end(), [](const auto& a, const auto& b) {

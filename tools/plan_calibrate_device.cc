@@ -34,8 +34,8 @@
 namespace tessera {
 namespace {
 
-using calibrate_internal::MedianSeconds;
 using calibrate_internal::IntervalTimer;
+using calibrate_internal::MedianSeconds;
 using calibrate_internal::Progress;
 
 // One batch of `batch` bags of `pooling` ids over `rows` (a power of two) rows: Zipf ranks
@@ -105,10 +105,10 @@ absl::Status MeasureRowRates(const CalibrateOptions& o, const DeviceContext& ctx
     while (rows * 2 * dim * 4 <= o.table_bytes) rows *= 2;
     TESSERA_ASSIGN_OR_RETURN(auto table, MakeTable(rows, dim, ctx));
     const int64_t ids = o.batch_size * o.pooling;
-    TESSERA_ASSIGN_OR_RETURN(Buffer out, Buffer::Allocate(ctx.device, DType::kF32,
-                                                          {o.batch_size, dim}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer grad, Buffer::Allocate(ctx.device, DType::kF32,
-                                                           {o.batch_size, dim}));
+    TESSERA_ASSIGN_OR_RETURN(Buffer out,
+                             Buffer::Allocate(ctx.device, DType::kF32, {o.batch_size, dim}));
+    TESSERA_ASSIGN_OR_RETURN(Buffer grad,
+                             Buffer::Allocate(ctx.device, DType::kF32, {o.batch_size, dim}));
     std::vector<float> g(static_cast<size_t>(o.batch_size * dim));
     CounterRng grng(3, static_cast<uint64_t>(dim));
     for (float& x : g) x = static_cast<float>(grng.NextUniformDouble() - 0.5) * 1e-3f;
@@ -151,10 +151,11 @@ absl::Status MeasureRowRates(const CalibrateOptions& o, const DeviceContext& ctx
       const double gr = ids / fwd[fwd.size() / 2], ur = ids / bwd[bwd.size() / 2];
       (hot ? gather.hot_rows_per_s : gather.cold_rows_per_s) = gr;
       (hot ? update.hot_rows_per_s : update.cold_rows_per_s) = ur;
-      Progress(o, absl::StrFormat("%s dim %d %s ids (table %d rows, %.0f MiB): gather %.1f M ids/s, "
-                                  "scatter-update %.1f M ids/s",
-                                  d->kind, dim, hot ? "zipf" : "uniform", rows,
-                                  rows * dim * 4 / 1048576.0, gr / 1e6, ur / 1e6));
+      Progress(o,
+               absl::StrFormat("%s dim %d %s ids (table %d rows, %.0f MiB): gather %.1f M ids/s, "
+                               "scatter-update %.1f M ids/s",
+                               d->kind, dim, hot ? "zipf" : "uniform", rows,
+                               rows * dim * 4 / 1048576.0, gr / 1e6, ur / 1e6));
     }
     d->gather.push_back(gather);
     d->scatter_update.push_back(update);
@@ -171,13 +172,14 @@ absl::Status MeasureLaunchOverhead(const CalibrateOptions& o, const DeviceContex
   TESSERA_ASSIGN_OR_RETURN(Buffer out, Buffer::Allocate(ctx.device, DType::kF32, {1, 16}));
   TESSERA_ASSIGN_OR_RETURN(Buffer grad, Buffer::Allocate(ctx.device, DType::kF32, {1, 16}));
   int64_t step = 0;
-  TESSERA_ASSIGN_OR_RETURN(double s, MedianSeconds(o.seconds_per_point / 4, [&]() -> absl::StatusOr<double> {
-    IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
-    TESSERA_RETURN_IF_ERROR(table->Forward(kj, out.data<float>()));
-    TESSERA_RETURN_IF_ERROR(table->BackwardUpdate(grad.data<float>(), 0.0f, ++step));
-    TESSERA_RETURN_IF_ERROR(Sync(ctx));
-    return w.Seconds();
-  }));
+  TESSERA_ASSIGN_OR_RETURN(
+      double s, MedianSeconds(o.seconds_per_point / 4, [&]() -> absl::StatusOr<double> {
+        IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
+        TESSERA_RETURN_IF_ERROR(table->Forward(kj, out.data<float>()));
+        TESSERA_RETURN_IF_ERROR(table->BackwardUpdate(grad.data<float>(), 0.0f, ++step));
+        TESSERA_RETURN_IF_ERROR(Sync(ctx));
+        return w.Seconds();
+      }));
   d->launch_overhead_s = s / 2;
   Progress(o, absl::StrFormat("%s per-call overhead %.2f us", d->kind, 1e6 * d->launch_overhead_s));
   return absl::OkStatus();
@@ -196,20 +198,20 @@ absl::Status MeasureCopy(const CalibrateOptions& o, const DeviceContext& ctx,
       for (int64_t i = lo; i < hi; ++i) pa[i] = static_cast<float>(i & 1023);
     });
   }
-  TESSERA_ASSIGN_OR_RETURN(double s, MedianSeconds(o.seconds_per_point, [&]() -> absl::StatusOr<double> {
-    IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
-    if (ctx.is_cuda()) {
-      TESSERA_RETURN_IF_ERROR(CudaCopyDeviceToDevice(ctx, b.raw(), a.raw(), n * 4));
-      TESSERA_RETURN_IF_ERROR(CudaSynchronize(ctx));
-    } else {
-      const float* pa = a.data<float>();
-      float* pb = b.data<float>();
-      ParallelFor(n, 1 << 16, [&](int64_t lo, int64_t hi, int) {
-        std::copy(pa + lo, pa + hi, pb + lo);
-      });
-    }
-    return w.Seconds();
-  }));
+  TESSERA_ASSIGN_OR_RETURN(
+      double s, MedianSeconds(o.seconds_per_point, [&]() -> absl::StatusOr<double> {
+        IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
+        if (ctx.is_cuda()) {
+          TESSERA_RETURN_IF_ERROR(CudaCopyDeviceToDevice(ctx, b.raw(), a.raw(), n * 4));
+          TESSERA_RETURN_IF_ERROR(CudaSynchronize(ctx));
+        } else {
+          const float* pa = a.data<float>();
+          float* pb = b.data<float>();
+          ParallelFor(n, 1 << 16,
+                      [&](int64_t lo, int64_t hi, int) { std::copy(pa + lo, pa + hi, pb + lo); });
+        }
+        return w.Seconds();
+      }));
   d->copy_bytes_per_s = 2.0 * n * 4 / s;
   Progress(o, absl::StrFormat("%s copy %.1f GB/s", d->kind, d->copy_bytes_per_s / 1e9));
   return absl::OkStatus();
@@ -226,7 +228,8 @@ absl::StatusOr<std::set<Shape>> LayerShapes(const CalibrateOptions& o, std::set<
     DenseArchOptions da = DenseOptionsFromConfig(c);
     TESSERA_ASSIGN_OR_RETURN(auto arch, DenseArch::Create(da, DeviceContext::Cpu()));
     const int64_t b = c.data.batch_size;
-    if (da.interaction == InteractionType::kDot) dots->insert({b, da.num_embeddings, da.embedding_dim});
+    if (da.interaction == InteractionType::kDot)
+      dots->insert({b, da.num_embeddings, da.embedding_dim});
     int64_t in = da.num_dense;
     for (int64_t w : da.bottom_mlp) {
       shapes.insert({b, in, w});
@@ -276,27 +279,26 @@ absl::Status MeasureGemm(const CalibrateOptions& o, const DeviceContext& ctx,
     };
     auto bwd = [&](bool with_dx) -> absl::StatusOr<double> {
       IntervalTimer t(o.cpu_clock && !ctx.is_cuda());
-      TESSERA_RETURN_IF_ERROR(LinearBackward(ctx, x.data<float>(), w.data<float>(),
-                                             y.data<float>(), dy.data<float>(), b, in, out, act,
-                                             dw.data<float>(), db.data<float>(),
-                                             with_dx ? dx.data<float>() : nullptr));
+      TESSERA_RETURN_IF_ERROR(LinearBackward(
+          ctx, x.data<float>(), w.data<float>(), y.data<float>(), dy.data<float>(), b, in, out, act,
+          dw.data<float>(), db.data<float>(), with_dx ? dx.data<float>() : nullptr));
       TESSERA_RETURN_IF_ERROR(Sync(ctx));
       return t.Seconds();
     };
     const double flops = 2.0 * b * in * out;
     TESSERA_ASSIGN_OR_RETURN(double tf, MedianSeconds(o.seconds_per_point / 2, fwd));
-    TESSERA_ASSIGN_OR_RETURN(double tw, MedianSeconds(o.seconds_per_point / 2,
-                                                      [&] { return bwd(false); }));
-    TESSERA_ASSIGN_OR_RETURN(double twx, MedianSeconds(o.seconds_per_point / 2,
-                                                       [&] { return bwd(true); }));
+    TESSERA_ASSIGN_OR_RETURN(double tw,
+                             MedianSeconds(o.seconds_per_point / 2, [&] { return bwd(false); }));
+    TESSERA_ASSIGN_OR_RETURN(double twx,
+                             MedianSeconds(o.seconds_per_point / 2, [&] { return bwd(true); }));
     // dx alone: the difference, floored at a tenth of the weight-gradient time (noise).
     const double tx = std::max(twx - tw, 0.1 * tw);
     fwd_points.push_back({b, out, in, flops / tf});  // forward: y[b, out] = x[b, in] W^T
     dx_points.push_back({b, in, out, flops / tx});   // input gradient: dx[b, in] = dz[b, out] W
     dw_points.push_back({out, in, b, flops / tw});   // weight gradient: dW[out, in] = dz^T x
-    Progress(o, absl::StrFormat("%s linear %dx%dx%d: fwd %.1f, dx %.1f, dW+db %.1f GFLOP/s",
-                                d->kind, b, in, out, flops / tf / 1e9, flops / tx / 1e9,
-                                flops / tw / 1e9));
+    Progress(
+        o, absl::StrFormat("%s linear %dx%dx%d: fwd %.1f, dx %.1f, dW+db %.1f GFLOP/s", d->kind, b,
+                           in, out, flops / tf / 1e9, flops / tx / 1e9, flops / tw / 1e9));
   }
   // The dot interaction: per sample a (F + 1) x (F + 1) x d product (the estimator prices it as
   // 2 b (F + 1)^2 d flops at the rate of shape (F + 1, F + 1, d)); rate from the forward.
@@ -311,13 +313,14 @@ absl::Status MeasureGemm(const CalibrateOptions& o, const DeviceContext& ctx,
         for (int64_t i = 0; i < buf->numel(); ++i) p[i] = 0.01f * static_cast<float>((i % 7) - 3);
       }
     }
-    TESSERA_ASSIGN_OR_RETURN(double t, MedianSeconds(o.seconds_per_point / 2, [&]() -> absl::StatusOr<double> {
-      IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
-      TESSERA_RETURN_IF_ERROR(DotInteractionForward(ctx, bottom.data<float>(), emb.data<float>(),
-                                                    b, f, dim, y.data<float>()));
-      TESSERA_RETURN_IF_ERROR(Sync(ctx));
-      return w.Seconds();
-    }));
+    TESSERA_ASSIGN_OR_RETURN(
+        double t, MedianSeconds(o.seconds_per_point / 2, [&]() -> absl::StatusOr<double> {
+          IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
+          TESSERA_RETURN_IF_ERROR(DotInteractionForward(
+              ctx, bottom.data<float>(), emb.data<float>(), b, f, dim, y.data<float>()));
+          TESSERA_RETURN_IF_ERROR(Sync(ctx));
+          return w.Seconds();
+        }));
     const double flops = 2.0 * b * v * v * dim;
     fwd_points.push_back({v, v, dim, flops / t});
     Progress(o, absl::StrFormat("%s dot interaction batch %d, %d x %d x %d: %.1f GFLOP/s (%.3f ms)",
@@ -327,7 +330,8 @@ absl::Status MeasureGemm(const CalibrateOptions& o, const DeviceContext& ctx,
   points.insert(points.end(), dx_points.begin(), dx_points.end());
   points.insert(points.end(), dw_points.begin(), dw_points.end());
   d->gemm_peak_flops_per_s = 0;
-  for (const auto& p : points) d->gemm_peak_flops_per_s = std::max(d->gemm_peak_flops_per_s, p.flops_per_s);
+  for (const auto& p : points)
+    d->gemm_peak_flops_per_s = std::max(d->gemm_peak_flops_per_s, p.flops_per_s);
   d->gemm = std::move(points);
   return absl::OkStatus();
 }

@@ -62,12 +62,10 @@ void Progress(const CalibrateOptions& o, const std::string& line);
 // (plan_calibrate_device.cc).
 absl::StatusOr<planner::DeviceProfile> MeasureDevice(const CalibrateOptions& o,
                                                      const DeviceContext& ctx,
-                                                     const std::string& name,
-                                                     int64_t memory_bytes);
+                                                     const std::string& name, int64_t memory_bytes);
 
 // Collective points for every world size in o.world_sizes (sorted by op, transport, size).
-absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(
-    const CalibrateOptions& o);
+absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(const CalibrateOptions& o);
 // Tier points for every dim in o.tier_dims (sorted by value bytes).
 absl::StatusOr<std::vector<planner::TierPoint>> MeasureTier(const CalibrateOptions& o);
 

@@ -108,14 +108,16 @@ absl::StatusOr<std::vector<planner::TierPoint>> MeasureTier(const CalibrateOptio
         TESSERA_RETURN_IF_ERROR(store->WriteRows(r, n, w.data(), st.data()));
       }
       TESSERA_RETURN_IF_ERROR(store->Flush());
-      TESSERA_ASSIGN_OR_RETURN(StepCosts cached, RunSteps(*store, rows, o.seconds_per_point, 1, o.cpu_clock));
+      TESSERA_ASSIGN_OR_RETURN(StepCosts cached,
+                               RunSteps(*store, rows, o.seconds_per_point, 1, o.cpu_clock));
       p.read_cached_s = cached.read_s;
       p.write_s = cached.write_s;
     }
     {
       TESSERA_ASSIGN_OR_RETURN(
           auto store, TieredRowStore::Open(StoreOptions(path, rows, dim, /*direct=*/true)));
-      TESSERA_ASSIGN_OR_RETURN(StepCosts disk, RunSteps(*store, rows, o.seconds_per_point, 2, /*cpu_clock=*/false));
+      TESSERA_ASSIGN_OR_RETURN(StepCosts disk,
+                               RunSteps(*store, rows, o.seconds_per_point, 2, /*cpu_clock=*/false));
       p.read_disk_s = disk.read_s;
       if (p.write_s <= 0) p.write_s = disk.write_s;
     }
