@@ -59,6 +59,7 @@ plan_for() {
 CASES=${CASES:-}
 for rep in $(seq 1 "$REPS"); do
   for c in "${ALL_CASES[@]}"; do
+    rm -rf runs/bench_tiered  # a sharded run's shard directories block a one-process store
     IFS='|' read -r name np config extra <<< "$c"
     if [[ -n "$CASES" && " $CASES " != *" $name "* ]]; then continue; fi
     warm=(--warmup "$WARMUP")

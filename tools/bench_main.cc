@@ -179,6 +179,9 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
     if (!world->comm->AllReduce(&samples, 1, ReduceOp::kSum).ok()) return 1;
   }
   const double sps = samples / seconds;
+  measured.steps = steps;
+  measured.mean_step_seconds = seconds / steps;
+  measured.model = phases;
   if (absl::Status st = ReduceOverRanks(*world, PeakRssBytes(), cpu_ms_per_step, &measured);
       !st.ok()) {
     return Fail(st);
@@ -228,9 +231,6 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
   std::printf("  cpu ms/step %.3f (all threads)\n", cpu_ms_per_step);
   j.Add("cpu_ms_per_step", cpu_ms_per_step);
   PrintTierSection(tier_before, tier_after, steps, tier_rows, &j);
-  measured.steps = steps;
-  measured.mean_step_seconds = seconds / steps;
-  measured.model = phases;
   PrintPredictedBesideMeasured(c, *world, **model, absl::GetFlag(FLAGS_profile), measured, &j);
   std::printf("%s\n", j.str().c_str());
   if (!absl::GetFlag(FLAGS_json).empty()) {

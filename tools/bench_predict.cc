@@ -31,8 +31,27 @@ bool AttachShardedPhaseTimes(Model& model, PhaseTimes* times) {
   return true;
 }
 
+namespace {
+std::vector<double> MeasuredPhaseMs(const BenchMeasurement& m, bool sharded);
+}  // namespace
+
 absl::Status ReduceOverRanks(const World& world, int64_t peak_rss_bytes, double cpu_ms_per_step,
                              BenchMeasurement* m) {
+  // Every rank's phase times, gathered as bytes (the communicator reduces only sums).
+  const std::vector<double> mine = MeasuredPhaseMs(*m, world.distributed());
+  const int64_t block = static_cast<int64_t>(mine.size() * sizeof(double));
+  std::vector<double> all(mine.size() * world.size());
+  if (world.distributed()) {
+    std::vector<int64_t> bytes(world.size(), block), displs(world.size());
+    for (int r = 0; r < world.size(); ++r) displs[r] = r * block;
+    TESSERA_RETURN_IF_ERROR(world.comm->AllGatherV(mine.data(), block, all.data(), bytes, displs));
+  } else {
+    all = mine;
+  }
+  m->phase_ms_max.assign(mine.size(), 0);
+  for (size_t i = 0; i < all.size(); ++i) {
+    m->phase_ms_max[i % mine.size()] = std::max(m->phase_ms_max[i % mine.size()], all[i]);
+  }
   std::vector<int64_t> rss(world.size(), peak_rss_bytes);
   std::vector<int64_t> cpu_us(world.size(), static_cast<int64_t>(cpu_ms_per_step * 1e3));
   if (world.distributed()) {
@@ -147,7 +166,8 @@ void PrintPredictedBesideMeasured(const Config& config, const World& world, Mode
                                   const std::string& profile_path, const BenchMeasurement& m,
                                   JsonLine* json) {
   const bool sharded = world.distributed();
-  const std::vector<double> meas = MeasuredPhaseMs(m, sharded);
+  const std::vector<double> meas =
+      m.phase_ms_max.empty() ? MeasuredPhaseMs(m, sharded) : m.phase_ms_max;
   const double step_ms = 1e3 * MedianStepSeconds(m);
   json->Add("meas_step_ms_median", step_ms)
       .Add("meas_cpu_ms_per_step_max", m.cpu_ms_per_step_max)
@@ -164,7 +184,8 @@ void PrintPredictedBesideMeasured(const Config& config, const World& world, Mode
   if (!pred.ok()) {
     std::printf("    (%s)\n", std::string(pred.status().message()).c_str());
   }
-  std::printf("  %-22s %10s %10s %8s\n", "phase", "predicted", "measured", "ratio");
+  std::printf("  %-22s %10s %10s %8s   (measured: the slowest rank's, on the phase clock)\n",
+              "phase", "predicted", "measured", "ratio");
   for (size_t i = 0; i < meas.size(); ++i) {
     const double p = pred.ok() ? pred->phase_ms[i] : 0;
     std::printf("  %-22s %10.3f %10.3f %8s\n", PhaseMaps()[i].name, p, meas[i],

@@ -17,6 +17,7 @@
 //   replica sync     sharded replica_sync
 //   tier misses      the bench's "prefetch" (handing the next ids to the tier); synchronous miss
 //                    reads are inside lookup
+// Each phase is the slowest rank's (the estimator's step takes every phase at its slowest rank).
 // The step is the median of the timed steps' wall times (robust to the other engineers' builds
 // on this shared machine; the mean is printed too), taken on rank 0 after each step, and peak
 // memory the largest VmHWM (peak resident set) over the ranks.
@@ -51,10 +52,12 @@ struct BenchMeasurement {
   PhaseTimes sharded;                // the sharded collection's, summed (empty for one rank)
   int64_t peak_rss_bytes = 0;        // max over ranks
   double cpu_ms_per_step_max = 0;    // CPU ms per step of all threads, max over ranks
+  std::vector<double> phase_ms_max;  // per estimator phase: ms per step of the slowest rank
 };
 
-// Fills m's peak_rss_bytes and cpu_ms_per_step_max with the largest of every rank's
-// `peak_rss_bytes` and `cpu_ms_per_step`. Collective over the world.
+// Fills m's peak_rss_bytes, cpu_ms_per_step_max and phase_ms_max with the largest of every
+// rank's `peak_rss_bytes`, `cpu_ms_per_step` and phase times (m->steps, m->model and m->sharded
+// set on every rank first). Collective over the world.
 [[nodiscard]] absl::Status ReduceOverRanks(const World& world, int64_t peak_rss_bytes,
                                            double cpu_ms_per_step, BenchMeasurement* m);
 
