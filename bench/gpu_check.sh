@@ -1,34 +1,65 @@
 #!/usr/bin/env bash
-# gpu_check.sh: everything that needs a GPU, in one go, within 8 minutes (docs/CUDA.md).
-#   1. configure and build for sm_90 into build-gpu (ninja, -j16): the CUDA tests, tessera-train,
-#      tessera-bench and the GPU benchmarks
-#   2. every CUDA test (ctest -L cuda) and the NCCL communicator tests if present
-#   3. quickstart.yaml trained on the GPU (--set device=cuda) and on the CPU (in the background,
-#      meanwhile): eval AUC within 0.005 and loss curves within 0.01 (bench/gpu_check_report.py)
-#   4. benchmarks: pooled lookup vs a device-to-device copy; Linear vs a large cuBLAS SGEMM;
-#      tessera-bench kaggle on the GPU vs a PyTorch eager DLRM of the same shape
-#   5. a short table, last
-# Every stage runs under `timeout`; a failed stage prints FAILED with its log's tail and the
-# script goes on. Results go to $OUT when set (else runs/gpu_check): logs, JSON, summary.json.
-# Environment: BUILD_DIR (build-gpu), JOBS (16), ARCHS (90), BATCH (e2e batch, 16384),
-# DEADLINE_S (total seconds, 470).
+# gpu_check.sh: everything that needs a GPU, run ON the bundle of bench/gpu_bundle.sh (no build
+# on the device), in one device call of 10 minutes with time to spare (docs/CUDA.md).
+#   bash bench/gpu_check.sh          # carry build-bundle/gpu-bundle.tar.gz (unpacked here first)
+# Stages, each under `timeout`, each run whatever the others did:
+#   env          GPU (nvidia-smi), where the CUDA libraries come from (bench/gpu_env.sh), ldd
+#   cuda tests   every tests/cuda binary; a failing one again under compute-sanitizer memcheck
+#                (only its failed tests)
+#   nccl tests   sharding_communicator_test; distributed_communicator_test on 4 ranks (mpirun)
+#   quickstart   configs/quickstart.yaml on the GPU and, meanwhile, on the CPU: eval AUC within
+#                0.005 and logged train losses within 0.01 (bench/gpu_check_report.py)
+#   benchmarks   pooled lookup vs a device-to-device copy; Linear vs cuBLAS SGEMM; tessera-bench
+#                kaggle on the GPU with phase syncs OFF (the headline) and, separately, ON (the
+#                phase breakdown); bench/pytorch_dlrm.py --device cuda (PyTorch eager, same
+#                shape, batch and step count)
+# Results: $OUT (else runs/gpu_check) receives exactly two files, gpu_check_summary.md (the
+# table, the stages, the tails of failed logs) and gpu_check_results.tar.gz (every log and JSON;
+# files over 2 MiB, e.g. model exports, left out). The work folder is WORK (a temp dir).
+# Environment: BUNDLE (build-bundle/gpu-bundle; BUNDLE.tar.gz is unpacked when the folder is
+# missing), BATCH (e2e batch, 16384), DEADLINE_S (total,
+# 480), QUICK_SET (extra --set overrides for both quickstart runs, e.g. for a rehearsal),
+# CPU_THREADS (quickstart CPU run, 12).
 set -u
 cd "$(dirname "$0")/.."
-ROOT=$PWD
-OUT_DIR=${OUT:-$ROOT/runs/gpu_check}
-BUILD=${BUILD_DIR:-build-gpu}
-JOBS=${JOBS:-16}
-ARCHS=${ARCHS:-90}
-BATCH=${BATCH:-16384}
-DEADLINE_S=${DEADLINE_S:-470}
-mkdir -p "$OUT_DIR"
-: > "$OUT_DIR/stages.tsv"
-T0=$(date +%s)
+# `gpu_check.sh --env-report BUNDLE WORK`: the env stage's body (a separate process, so that
+# `timeout` can bound it): the GPU, the bundle's manifest, unresolved libraries.
+if [ "${1:-}" = "--env-report" ]; then
+  B=$2 WORK=$3
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>&1 ||
+    echo "no nvidia-smi"
+  cat "$WORK/env_libs.log"
+  head -n 4 "$B/MANIFEST.txt"
+  echo "glibc here: $(ldd --version 2>&1 | head -n 1)"
+  echo "compute-sanitizer: $(command -v compute-sanitizer ||
+    ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || echo none)"
+  bad=0
+  for f in "$B"/bin/* "$B"/tests/*; do
+    if ldd "$f" 2>&1 | grep -q "not found"; then
+      echo "UNRESOLVED in $f:"
+      ldd "$f" | grep "not found"
+      bad=1
+    fi
+  done
+  exit $bad
+fi
 
+ROOT=$PWD
+BUNDLE=${BUNDLE:-build-bundle/gpu-bundle}
+OUT_DIR=${OUT:-$ROOT/runs/gpu_check}
+WORK=${WORK:-$(mktemp -d /tmp/gpu_check.XXXXXX)}
+BATCH=${BATCH:-16384}
+DEADLINE_S=${DEADLINE_S:-480}
+QUICK_SET=${QUICK_SET:-}
+CPU_THREADS=${CPU_THREADS:-12}
+mkdir -p "$OUT_DIR" "$WORK"
+: > "$WORK/stages.tsv"
+T0=$(date +%s)
 left() { echo $(( DEADLINE_S - ($(date +%s) - T0) )); }
 
-# stage NAME LIMIT_S CMD...: runs CMD with its output in $OUT_DIR/NAME.log, bounded by LIMIT_S
-# and by the time left (keeping `reserve` seconds for the stages after it).
+# stage NAME LIMIT_S CMD...: CMD with its output in $WORK/NAME.log, bounded by LIMIT_S and by
+# the time left less RESERVE (seconds kept for the stages after it). Records NAME, ok/FAILED/
+# SKIPPED and seconds in stages.tsv; returns CMD's status.
 stage() {
   local name=$1 limit=$2 reserve=${RESERVE:-0}
   shift 2
@@ -36,86 +67,97 @@ stage() {
   (( avail < limit )) && limit=$avail
   if (( limit < 5 )); then
     echo "== $name: SKIPPED (out of time)"
-    printf '%s\tSKIPPED\n' "$name" >> "$OUT_DIR/stages.tsv"
+    printf '%s\tSKIPPED\tout of time\n' "$name" >> "$WORK/stages.tsv"
     return 1
   fi
   echo "== $name (limit ${limit}s)"
-  local t=$(date +%s)
-  timeout --kill-after=5 "$limit" "$@" > "$OUT_DIR/$name.log" 2>&1
-  local rc=$? secs=$(( $(date +%s) - t ))
+  local t rc secs
+  t=$(date +%s)
+  timeout --kill-after=5 "$limit" "$@" > "$WORK/$name.log" 2>&1
+  rc=$?
+  secs=$(( $(date +%s) - t ))
   if (( rc == 0 )); then
     echo "   ok (${secs}s)"
-    printf '%s\tok %ss\n' "$name" "$secs" >> "$OUT_DIR/stages.tsv"
+    printf '%s\tok\t%ss\n' "$name" "$secs" >> "$WORK/stages.tsv"
   else
     local why="rc $rc"
     (( rc == 124 || rc == 137 )) && why="timed out after ${limit}s"
-    echo "   FAILED ($why); last lines of $OUT_DIR/$name.log:"
-    tail -n 15 "$OUT_DIR/$name.log" | sed 's/^/   | /'
-    printf '%s\tFAILED (%s)\n' "$name" "$why" >> "$OUT_DIR/stages.tsv"
+    echo "   FAILED ($why, ${secs}s); last lines:"
+    tail -n 8 "$WORK/$name.log" | sed 's/^/   | /'
+    printf '%s\tFAILED\t%s, %ss\n' "$name" "$why" "$secs" >> "$WORK/stages.tsv"
   fi
   return $rc
 }
 
-if command -v nvidia-smi > /dev/null; then
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT_DIR/gpu.txt" 2>&1
-else
-  echo "no nvidia-smi on this machine" > "$OUT_DIR/gpu.txt"
-fi
-echo "GPU: $(tail -n 1 "$OUT_DIR/gpu.txt")"
+finish() {
+  python3 bench/gpu_check_report.py summary "$WORK" "$OUT_DIR/gpu_check_summary.md" ||
+    { echo "# gpu_check: the report failed"; cat "$WORK/stages.tsv"; } > "$OUT_DIR/gpu_check_summary.md"
+  (cd "$WORK" && find . -type f -size -2M -print0 | tar -czf "$OUT_DIR/gpu_check_results.tar.gz" --null -T -)
+  echo "total $(( $(date +%s) - T0 ))s; $OUT_DIR: gpu_check_summary.md, gpu_check_results.tar.gz"
+}
 
-# ---- 1. build -------------------------------------------------------------------------------
-TESTS=$(for f in tests/cuda/*_test.cc; do b=$(basename "$f" .cc); echo "cuda_$b"; done)
-# The NCCL communicator's tests (sharding engineer's): single-process and 4 ranks under mpirun.
-NCCL_TESTS=""
-[ -f tests/sharding/communicator_test.cc ] && NCCL_TESTS="sharding_communicator_test"
-[ -f tests/distributed/communicator_test.cc ] && NCCL_TESTS="$NCCL_TESTS distributed_communicator_test"
-BUILD_CMD="cmake -S . -B '$BUILD' -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA=ON \
-  -DTESSERA_CUDA_ARCHS='$ARCHS' && cmake --build '$BUILD' -j '$JOBS' --target tessera-train \
-  tessera-bench cuda_lookup_bench cuda_linear_bench $(echo $TESTS) $NCCL_TESTS"
-RESERVE=200 stage build 270 bash -c "$BUILD_CMD"
-
-# ---- 2. tests ---------------------------------------------------------------------------------
-RESERVE=170 stage cuda_tests 60 ctest --test-dir "$BUILD" -L cuda --output-on-failure
-if [ -n "$NCCL_TESTS" ]; then
-  RESERVE=160 stage nccl_tests 40 ctest --test-dir "$BUILD" -R "^(${NCCL_TESTS// /|})\$" \
-    --output-on-failure
+# ---- env ----------------------------------------------------------------------------------------
+if [ ! -x "$BUNDLE/bin/tessera-train" ] && [ -f "$BUNDLE.tar.gz" ]; then
+  echo "== unpacking $BUNDLE.tar.gz"
+  tar -C "$(dirname "$BUNDLE")" -xzf "$BUNDLE.tar.gz"
 fi
-
-# ---- 3. quickstart, GPU vs CPU ----------------------------------------------------------------
-TRAIN="$BUILD/bin/tessera-train"
-rm -rf "$OUT_DIR/quick_cpu" "$OUT_DIR/quick_gpu"
-CPU_LIMIT=$(( $(left) - 120 ))
-(( CPU_LIMIT > 150 )) && CPU_LIMIT=150
-if (( CPU_LIMIT > 10 )); then
-  timeout --kill-after=5 "$CPU_LIMIT" "$TRAIN" --config configs/quickstart.yaml --set device=cpu \
-    --set threads=12 --set output.dir="$OUT_DIR/quick_cpu" > "$OUT_DIR/quick_cpu.log" 2>&1 &
-  CPU_PID=$!
-else
-  CPU_PID=""
+if [ ! -x "$BUNDLE/bin/tessera-train" ]; then
+  echo "no bundle at $BUNDLE (make it with bench/gpu_bundle.sh and carry it)" | tee "$WORK/env.log"
+  printf 'env\tFAILED\tno bundle at %s\n' "$BUNDLE" >> "$WORK/stages.tsv"
+  finish
+  exit 1
 fi
-RESERVE=130 stage quick_gpu 60 "$TRAIN" --config configs/quickstart.yaml --set device=cuda \
-  --set output.dir="$OUT_DIR/quick_gpu"
-if [ -n "$CPU_PID" ]; then
-  wait "$CPU_PID"
-  rc=$?
-  if (( rc == 0 )); then echo "== quick_cpu: ok"; printf 'quick_cpu\tok\n' >> "$OUT_DIR/stages.tsv"
-  else echo "== quick_cpu FAILED (rc $rc)"; tail -n 15 "$OUT_DIR/quick_cpu.log" | sed 's/^/   | /'
-       printf 'quick_cpu\tFAILED (rc %s)\n' "$rc" >> "$OUT_DIR/stages.tsv"; fi
-fi
-RESERVE=120 stage quick_compare 10 python3 bench/gpu_check_report.py quickstart "$OUT_DIR"
-cat "$OUT_DIR/quick_compare.log" 2>/dev/null | tail -n 1
+# shellcheck source=bench/gpu_env.sh
+source bench/gpu_env.sh "$BUNDLE" > "$WORK/env_libs.log" 2>&1
+B=$TESSERA_BUNDLE_DIR
+stage env 20 bash bench/gpu_check.sh --env-report "$B" "$WORK"
+SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 
-# ---- 4. benchmarks ----------------------------------------------------------------------------
-RESERVE=85 stage cuda_lookup_bench 40 "$BUILD/bin/cuda_lookup_bench" --benchmark_min_time=0.2 \
-  --benchmark_out="$OUT_DIR/cuda_lookup_bench.json" --benchmark_out_format=json
-RESERVE=60 stage cuda_linear_bench 30 "$BUILD/bin/cuda_linear_bench" --benchmark_min_time=0.2 \
-  --benchmark_out="$OUT_DIR/cuda_linear_bench.json" --benchmark_out_format=json
-RESERVE=35 stage tessera_bench_gpu 35 "$BUILD/bin/tessera-bench" --config configs/bench/kaggle.yaml \
-  --set device=cuda --set data.batch_size="$BATCH" --steps 50 --warmup 10 \
-  --json "$OUT_DIR/tessera_bench_gpu.json"
+# ---- cuda tests ---------------------------------------------------------------------------------
+# One stage per binary; a failure runs the failed tests again under memcheck (slow: own limit).
+for t in "$B"/tests/cuda_*_test; do
+  name=$(basename "$t")
+  if ! RESERVE=330 stage "$name" 60 "$t" --gtest_color=no; then
+    failed=$(grep -o '^\[  FAILED  \] [A-Za-z0-9_/.]*' "$WORK/$name.log" | awk '{print $NF}' |
+             grep '\.' | sort -u | paste -sd: -)
+    if [ -n "$SANITIZER" ]; then
+      RESERVE=330 stage "${name}_memcheck" 90 "$SANITIZER" --tool memcheck --error-exitcode 99 \
+        "$t" --gtest_color=no ${failed:+--gtest_filter=$failed}
+    fi
+  fi
+done
+
+# ---- nccl tests ---------------------------------------------------------------------------------
+[ -x "$B/tests/sharding_communicator_test" ] &&
+  RESERVE=300 stage sharding_communicator_test 30 "$B/tests/sharding_communicator_test" --gtest_color=no
+[ -x "$B/tests/distributed_communicator_test" ] &&
+  RESERVE=280 stage distributed_communicator_test 45 mpirun --oversubscribe --allow-run-as-root \
+    -np 4 -x LD_LIBRARY_PATH -x OMP_NUM_THREADS=1 "$B/tests/distributed_communicator_test" --gtest_color=no
+
+# ---- quickstart, GPU vs CPU ---------------------------------------------------------------------
+QS=(--config configs/quickstart.yaml --set output.export= )
+for kv in $QUICK_SET; do QS+=(--set "$kv"); done
+rm -rf "$WORK/quick_cpu" "$WORK/quick_gpu"
+RESERVE=180 stage quick_cpu 150 "$B/bin/tessera-train" "${QS[@]}" --set device=cpu \
+  --set threads="$CPU_THREADS" --set output.dir="$WORK/quick_cpu" &
+CPU_PID=$!
+RESERVE=180 stage quick_gpu 90 "$B/bin/tessera-train" "${QS[@]}" --set device=cuda \
+  --set output.dir="$WORK/quick_gpu"
+wait "$CPU_PID"
+RESERVE=170 stage quick_compare 10 python3 bench/gpu_check_report.py quickstart "$WORK"
+
+# ---- benchmarks ---------------------------------------------------------------------------------
+RESERVE=140 stage cuda_lookup_bench 40 "$B/bin/cuda_lookup_bench" --benchmark_min_time=0.2 \
+  --benchmark_out="$WORK/cuda_lookup_bench.json" --benchmark_out_format=json
+RESERVE=115 stage cuda_linear_bench 30 "$B/bin/cuda_linear_bench" --benchmark_min_time=0.2 \
+  --benchmark_out="$WORK/cuda_linear_bench.json" --benchmark_out_format=json
+KAGGLE=(--config configs/bench/kaggle.yaml --set device=cuda --set data.batch_size="$BATCH"
+        --steps 50 --warmup 10)
+RESERVE=80 stage tessera_bench_gpu 35 "$B/bin/tessera-bench" "${KAGGLE[@]}" \
+  --cuda_sync_phases=false --json "$WORK/tessera_bench_gpu.json"
+RESERVE=50 stage tessera_bench_gpu_phases 30 "$B/bin/tessera-bench" "${KAGGLE[@]}" \
+  --cuda_sync_phases=true --name kaggle-phases --json "$WORK/tessera_bench_gpu_phases.json"
 RESERVE=5 stage pytorch_gpu 45 sh -c "python3 bench/pytorch_dlrm.py --device cuda --preset kaggle \
-  --batch $BATCH --steps 50 --warmup 10 > '$OUT_DIR/pytorch_gpu.json'"
+  --batch $BATCH --steps 50 --warmup 10 > '$WORK/pytorch_gpu.json'"
 
-# ---- 5. table ---------------------------------------------------------------------------------
-python3 bench/gpu_check_report.py table "$OUT_DIR"
-echo "total $(( $(date +%s) - T0 ))s; full results in $OUT_DIR"
+finish

@@ -4,6 +4,8 @@
   gpu_check_report.py quickstart OUT_DIR   compare quickstart GPU vs CPU metrics.jsonl; exit 1 on
                                            a failed check; writes OUT_DIR/quickstart_compare.json
   gpu_check_report.py table OUT_DIR        the summary table (stdout) and OUT_DIR/summary.json
+  gpu_check_report.py summary WORK MD      the one summary file of bench/gpu_check.sh: stages,
+                                           each test binary's counts, the table, failed logs' tails
 
 Acceptance (issue #5): eval AUC |GPU - CPU| <= 0.005; loss curve: every logged interval-mean
 train loss within 0.01 (absolute) of the CPU run's at the same step. The twins differ only by
@@ -89,7 +91,7 @@ def fmt(v, scale=1.0, digits=1, unit=""):
     return "n/a" if v is None else f"{v * scale:.{digits}f}{unit}"
 
 
-def table(out):
+def table_rows(out):
     stages = {}
     stages_path = os.path.join(out, "stages.tsv")
     if os.path.exists(stages_path):
@@ -107,18 +109,20 @@ def table(out):
     lin = {a: bench_value(ln, f"BM_LinearStep/{a}", "TFLOP/s")
            for a in ("65536/512/256", "65536/1024/1024", "16384/479/1024")}
     t = read_json(os.path.join(out, "tessera_bench_gpu.json"))
+    tp = read_json(os.path.join(out, "tessera_bench_gpu_phases.json"))
     p = read_json(os.path.join(out, "pytorch_gpu.json"))
     ts = t.get("samples_per_sec") if t else None
+    tps = tp.get("samples_per_sec") if tp else None
     ps = p.get("samples_per_sec") if p else None
-    rows = [("stage results", ", ".join(f"{k}: {v}" for k, v in stages.items()) or "n/a")]
+    rows = [("stages ok", f"{sum(v == 'ok' for v in stages.values())} of {len(stages)}")]
     if q:
         rows.append(("quickstart eval AUC gpu / cpu (|diff| <= 0.005)",
                      f"{q['auc_gpu']:.4f} / {q['auc_cpu']:.4f} ({'ok' if q['auc_ok'] else 'FAIL'})"))
-        rows.append(("quickstart max |train loss diff| (<= 0.01)",
+        rows.append(("quickstart max abs train loss diff (<= 0.01)",
                      f"{q['loss_max_abs_diff']:.5f} over {q['loss_points']} points "
                      f"({'ok' if q['loss_ok'] else 'FAIL'})"))
     else:
-        rows.append(("quickstart gpu vs cpu", "n/a (stage failed)"))
+        rows.append(("quickstart gpu vs cpu", "n/a (a run failed)"))
     rows.append(("device-to-device copy bandwidth", fmt(copy_bw, 1e-9, 0, " GB/s")))
     for a, v in look_bw.items():
         ratio = f" ({v / copy_bw:.0%} of copy)" if v and copy_bw else ""
@@ -128,8 +132,15 @@ def table(out):
         ratio = f" ({v / sgemm:.0%} of SGEMM)" if v and sgemm else ""
         rows.append((f"Linear fwd+bwd {a}", fmt(v, 1, 1, " TFLOP/s") + ratio))
     speed = f" ({ts / ps:.2f}x PyTorch eager)" if ts and ps else ""
-    rows.append(("tessera-bench kaggle on GPU", fmt(ts, 1, 0, " samples/s") + speed))
+    rows.append(("tessera-bench kaggle on GPU, phase syncs off (headline)",
+                 fmt(ts, 1, 0, " samples/s") + speed))
+    rows.append(("tessera-bench kaggle on GPU, phase syncs on", fmt(tps, 1, 0, " samples/s")))
     rows.append(("PyTorch eager DLRM kaggle on GPU", fmt(ps, 1, 0, " samples/s")))
+    return rows
+
+
+def table(out):
+    rows = table_rows(out)
     width = max(len(r[0]) for r in rows)
     print("\n==== gpu_check summary ====")
     for k, v in rows:
@@ -139,7 +150,79 @@ def table(out):
     return 0
 
 
+def gtest_counts(log):
+    """(passed, failed, skipped, failed names, skip reasons) from a GoogleTest log."""
+    passed = failed = skipped = 0
+    names, reasons = [], set()
+    try:
+        lines = open(log, errors="replace").read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if line.startswith("[  PASSED  ]") and "test" in line:
+            passed += int(line.split()[3])
+        elif line.startswith("[  SKIPPED ]") and "test" in line and line.split()[3].isdigit():
+            skipped += int(line.split()[3])
+        elif line.startswith("[  FAILED  ]") and "," not in line and "listed below" not in line:
+            parts = line.split()
+            if len(parts) >= 4 and "." in parts[3]:
+                names.append(parts[3])
+        if "no CUDA device: " in line:
+            reasons.add(line[line.index("no CUDA device: "):][:120])
+    names = sorted(set(names))
+    failed = len(names)
+    return passed, failed, skipped, names, sorted(reasons)
+
+
+def summary(work, md_path):
+    stages = []
+    path = os.path.join(work, "stages.tsv")
+    if os.path.exists(path):
+        for line in open(path):
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) >= 2:
+                stages.append((parts[0], parts[1], parts[2] if len(parts) > 2 else ""))
+    out = ["# gpu_check summary", ""]
+    env = os.path.join(work, "env.log")
+    if os.path.exists(env):
+        out += ["## Machine", "", "```"] + open(env, errors="replace").read().splitlines()[:20] + \
+               ["```", ""]
+    out += ["## Stages", "", "| stage | result | detail |", "| --- | --- | --- |"]
+    out += [f"| {n} | {r} | {d} |" for n, r, d in stages]
+    out += ["", "## Tests", "", "| binary | passed | failed | skipped | failed tests / skip reason |",
+            "| --- | --- | --- | --- | --- |"]
+    for n, r, d in stages:
+        if not (n.startswith("cuda_") and n.endswith("_test") or n.endswith("communicator_test")
+                or n.endswith("_memcheck")):
+            continue
+        c = gtest_counts(os.path.join(work, n + ".log"))
+        if c is None:
+            continue
+        p, f, sk, names, reasons = c
+        what = ", ".join(names) if names else "; ".join(reasons)
+        out.append(f"| {n} | {p} | {f} | {sk} | {what} |")
+    out += ["", "## Results", "", "| what | value |", "| --- | --- |"]
+    for k, v in table_rows(work):
+        out.append(f"| {k} | {v} |")
+    bad = [n for n, r, _ in stages if r != "ok"]
+    if bad:
+        out += ["", "## Failed stages: last lines of their logs", ""]
+        for n in bad:
+            log = os.path.join(work, n + ".log")
+            try:
+                tail = open(log, errors="replace").read().splitlines()[-25:]
+            except OSError:
+                tail = ["(no log)"]
+            out += [f"### {n}", "", "```"] + [t[:300] for t in tail] + ["```", ""]
+    with open(md_path, "w") as f:
+        f.write("\n".join(out) + "\n")
+    print("\n".join(out[:60]))
+    return 0
+
+
 if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "summary":
+        sys.exit(summary(sys.argv[2], sys.argv[3]))
     if len(sys.argv) != 3 or sys.argv[1] not in ("quickstart", "table"):
         print(__doc__)
         sys.exit(2)

@@ -1,7 +1,7 @@
 # Helpers shared by the folders' CMakeLists.
 
 # tessera_library(NAME SOURCES a.cc ... CUDA_SOURCES x.cu ... DEPS lib ... CUDA_DEPS lib ...)
-# One static library per folder; CUDA sources are compiled only when the CUDA path is on.
+# One static library per folder (shared with TESSERA_BUNDLE, cmake/bundle.cmake); CUDA sources are compiled only when the CUDA path is on.
 function(tessera_library name)
   cmake_parse_arguments(ARG "" "" "SOURCES;CUDA_SOURCES;DEPS;CUDA_DEPS" ${ARGN})
   set(srcs ${ARG_SOURCES})
@@ -16,7 +16,7 @@ function(tessera_library name)
     target_link_libraries(${name} INTERFACE ${ARG_DEPS})
     return()
   endif()
-  add_library(${name} STATIC ${srcs})
+  add_library(${name} ${TESSERA_LIBRARY_TYPE} ${srcs})
   target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR})
   target_link_libraries(${name} PUBLIC ${ARG_DEPS})
   if(TESSERA_HAVE_CUDA)

@@ -23,7 +23,9 @@ struct BlockResult {
   long long first_bad_label;  // -1 when none
 };
 
-__global__ void BceKernel(const float* __restrict__ logits, const float* __restrict__ labels,
+// Launched with kBlock (1024) threads: the bound makes the compiler keep registers within
+// 65536 / 1024 = 64 per thread, without which the launch may fail with "too many resources".
+__global__ void __launch_bounds__(kBlock) BceKernel(const float* __restrict__ logits, const float* __restrict__ labels,
                           int64_t batch, double inv_batch, float* __restrict__ d_logits,
                           BlockResult* __restrict__ results) {
   __shared__ double sums[kBlock];

@@ -134,19 +134,35 @@ class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
     for (int f = 0; f < options_.num_features; ++f) {
       feature_ids_[f] = batch.feature_end(f) - batch.feature_begin(f);
     }
-    for (int f = 0; f < options_.num_features && B > 0; ++f) {
-      const TableConfig& table = options_.tables[table_of_feature_[f]];
-      PooledLookupArgs a;
-      a.weights = weights_[table_of_feature_[f]].data<float>();
-      a.dim = table.dim;
-      a.offsets = d_offsets_.data<int64_t>() + static_cast<int64_t>(f) * B;
+    // One launch per distinct table dim (up to kMaxFusedFeatures features each), not one per
+    // feature: the Criteo models' 26 features of one dim take one launch.
+    std::vector<bool> done(options_.num_features, false);
+    for (int f0 = 0; f0 < options_.num_features && B > 0; ++f0) {
+      if (done[f0]) continue;
+      const int64_t dim = options_.tables[table_of_feature_[f0]].dim;
+      FusedLookupArgs a;
+      a.offsets = d_offsets_.data<int64_t>();
       a.indices = d_ids_.data<int64_t>();
       a.per_id_weights = weighted ? d_weights_.data<float>() : nullptr;
       a.num_bags = B;
-      a.pooling = table.pooling;
-      a.out = out + feature_column_[f];
+      a.dim = dim;
+      a.out = out;
       a.out_stride = output_dim_;
-      TESSERA_RETURN_IF_ERROR(PooledLookupForwardCuda(ctx_, a));
+      for (int f = f0; f < options_.num_features; ++f) {
+        const int t = table_of_feature_[f];
+        if (done[f] || options_.tables[t].dim != dim) continue;
+        done[f] = true;
+        const int k = a.num_features++;
+        a.feature[k] = f;
+        a.weights[k] = weights_[t].data<float>();
+        a.out_column[k] = feature_column_[f];
+        a.pooling[k] = options_.tables[t].pooling;
+        if (a.num_features == kMaxFusedFeatures) {
+          TESSERA_RETURN_IF_ERROR(PooledLookupForwardFusedCuda(ctx_, a));
+          a.num_features = 0;
+        }
+      }
+      TESSERA_RETURN_IF_ERROR(PooledLookupForwardFusedCuda(ctx_, a));
     }
     pending_ = true;
     return absl::OkStatus();
@@ -163,34 +179,19 @@ class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
     pending_ = false;
     if (batch_size_ == 0) return absl::OkStatus();
     const int64_t B = batch_size_;
-    for (int t = 0; t < num_tables(); ++t) {
-      const TableConfig& table = options_.tables[t];
-      sources_.clear();
-      counts_.clear();
-      for (int f : table.features) {
-        BagGradients g;
-        g.offsets = d_offsets_.data<int64_t>() + static_cast<int64_t>(f) * B;
-        g.indices = d_ids_.data<int64_t>();
-        g.per_id_weights = weighted_ ? d_weights_.data<float>() : nullptr;
-        g.num_bags = B;
-        g.grad = d_out + feature_column_[f];
-        g.grad_stride = output_dim_;
-        sources_.push_back(g);
-        counts_.push_back(feature_ids_[f]);
+    // Tables of one dim go through one sort and one update launch (FusedBackwardUpdateTablesCuda,
+    // up to kMaxFusedFeatures tables), instead of ~13 launches each; a group whose sort key
+    // would not fit 64 bits falls back to one pass per table.
+    std::vector<bool> done(num_tables(), false);
+    for (int t0 = 0; t0 < num_tables(); ++t0) {
+      if (done[t0]) continue;
+      const int64_t dim = options_.tables[t0].dim;
+      std::vector<int> group;
+      for (int t = t0; t < num_tables() && group.size() < kMaxFusedFeatures; ++t) {
+        if (!done[t] && options_.tables[t].dim == dim) group.push_back(t);
       }
-      RowUpdateArgs args;
-      args.weights = weights_[t].data<float>();
-      args.state = state_[t].empty() ? nullptr : state_[t].data<float>();
-      args.dim = table.dim;
-      args.optimizer = options_.optimizer;
-      args.lr = lr;
-      args.step = step;
-      const int slot_bits = std::max(1, BitWidth(static_cast<uint64_t>(table.num_rows - 1)));
-      absl::Status st =
-          FusedBackwardUpdateCuda(ctx_, sources_, counts_, table.pooling, slot_bits, args, &ws_);
-      if (!st.ok()) {
-        return absl::Status(st.code(), absl::StrCat(TableLabel(table, t), ": ", st.message()));
-      }
+      for (int t : group) done[t] = true;
+      TESSERA_RETURN_IF_ERROR(BackwardGroup(group, d_out, lr, step, B));
     }
     return absl::OkStatus();
   }
@@ -229,6 +230,88 @@ class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
   }
 
  private:
+  // The sources (features) of table t and their host id counts, appended.
+  void AppendSources(int t, const float* d_out, int64_t B) {
+    for (int f : options_.tables[t].features) {
+      BagGradients g;
+      g.offsets = d_offsets_.data<int64_t>() + static_cast<int64_t>(f) * B;
+      g.indices = d_ids_.data<int64_t>();
+      g.per_id_weights = weighted_ ? d_weights_.data<float>() : nullptr;
+      g.num_bags = B;
+      g.grad = d_out + feature_column_[f];
+      g.grad_stride = output_dim_;
+      sources_.push_back(g);
+      counts_.push_back(feature_ids_[f]);
+    }
+  }
+
+  RowUpdateArgs UpdateArgs(int t, float lr, int64_t step) {
+    RowUpdateArgs args;
+    args.weights = weights_[t].data<float>();
+    args.state = state_[t].empty() ? nullptr : state_[t].data<float>();
+    args.dim = options_.tables[t].dim;
+    args.optimizer = options_.optimizer;
+    args.lr = lr;
+    args.step = step;
+    return args;
+  }
+
+  int SlotBits(int t) const {
+    return std::max(1, BitWidth(static_cast<uint64_t>(options_.tables[t].num_rows - 1)));
+  }
+
+  // The fused backward of the tables in `group` (all of one dim).
+  absl::Status BackwardGroup(const std::vector<int>& group, const float* d_out, float lr,
+                             int64_t step, int64_t B) {
+    sources_.clear();
+    counts_.clear();
+    info_.clear();
+    int slot_bits = 1;
+    int64_t n = 0;
+    for (size_t k = 0; k < group.size(); ++k) {
+      const int t = group[k];
+      const size_t first = sources_.size();
+      AppendSources(t, d_out, B);
+      for (size_t s = first; s < sources_.size(); ++s) {
+        info_.push_back({static_cast<int>(k), options_.tables[t].pooling});
+        n += counts_[s];
+      }
+      slot_bits = std::max(slot_bits, SlotBits(t));
+    }
+    const int num = static_cast<int>(group.size());
+    if (num > 1 && MultiTableKeysFit(n, num, slot_bits)) {
+      TableGroupUpdate u;
+      u.args = UpdateArgs(group[0], lr, step);
+      u.num_tables = num;
+      u.slot_bits = slot_bits;
+      for (int k = 0; k < num; ++k) {
+        u.weights[k] = weights_[group[k]].data<float>();
+        u.state[k] = state_[group[k]].empty() ? nullptr : state_[group[k]].data<float>();
+      }
+      absl::Status st = FusedBackwardUpdateTablesCuda(ctx_, sources_, counts_, info_, u, &ws_);
+      if (!st.ok()) {
+        return absl::Status(st.code(), absl::StrCat("tables ", TableLabel(options_.tables[group[0]],
+                                                                          group[0]),
+                                                    " and ", num - 1, " more of dim ",
+                                                    u.args.dim, ": ", st.message()));
+      }
+      return absl::OkStatus();
+    }
+    for (int t : group) {  // one table, or keys too wide for one sort
+      sources_.clear();
+      counts_.clear();
+      AppendSources(t, d_out, B);
+      absl::Status st =
+          FusedBackwardUpdateCuda(ctx_, sources_, counts_, options_.tables[t].pooling,
+                                  SlotBits(t), UpdateArgs(t, lr, step), &ws_);
+      if (!st.ok()) {
+        return absl::Status(st.code(),
+                            absl::StrCat(TableLabel(options_.tables[t], t), ": ", st.message()));
+      }
+    }
+    return absl::OkStatus();
+  }
+
   int64_t StateDim(int t) const {
     return RowStateDim(options_.optimizer.type, options_.tables[t].dim);
   }
@@ -271,6 +354,7 @@ class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
   std::vector<int64_t> feature_ids_;
   std::vector<BagGradients> sources_;
   std::vector<int64_t> counts_;
+  std::vector<TableSourceInfo> info_;
   CudaEmbeddingWorkspace ws_;
 };
 

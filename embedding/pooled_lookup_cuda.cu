@@ -1,136 +1,39 @@
-// CUDA twin of pooled_lookup.h and the id preprocessing of the input dist (contracts in
-// embedding/pooled_lookup_cuda.h).
+// CUDA twin of pooled_lookup.h's backward and the id preprocessing of the input dist
+// (contracts in embedding/pooled_lookup_cuda.h; the forward is in pooled_forward_cuda.cu).
 //
-// Forward: a group of T lanes per bag (T a power of two, T * 4 >= dim, at most 32): lane l owns
-// columns [4l, 4l + 4) (+ 4T, ...) and walks the bag's ids in order, loading its float4 of each
-// row (a warp reads 512 contiguous bytes of a dim-128 row at once). Sums stay in registers; the
-// bag's order of terms equals the CPU twin's.
 // Backward: one thread per id writes a key (slot << position_bits | position), its bag's
 // gradient row and its scale; a stable CUB radix sort over the slot bits groups equal slots with
 // positions in order; run starts are flagged, scanned (CUB) and scattered into unique slots and
 // run boundaries; a group of T lanes per unique slot sums its run in order (same order as the CPU
-// twin); one thread per unique slot applies ApplyRowUpdate. The number of unique slots stays on
-// the device: kernels read it, so the backward queues without waiting for the host.
+// twin); one warp per unique slot applies ApplyRowUpdate, lanes over the columns. The number of
+// unique slots stays on the device: kernels read it, so the backward queues without waiting for
+// the host. Several tables of one dim share one pass (FusedBackwardUpdateTablesCuda): the table
+// index sits above the slot bits of the key, and the update kernel decodes it.
 // Dedup and bucketisation reuse the key-sort machinery with ids or owner ranks as keys.
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
+#include <algorithm>
 #include <limits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/cuda_context.h"
 #include "core/cuda_status_cuda.h"
+#include "embedding/internal/lookup_cuda_common.h"
+#include "embedding/internal/row_update_lanes.h"
 #include "embedding/pooled_lookup_cuda.h"
 
 namespace tessera {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int64_t kNoBad = std::numeric_limits<int64_t>::max();
-using Key = unsigned long long;
-
-int BitWidth(uint64_t x) {
-  int b = 0;
-  while (x != 0) ++b, x >>= 1;
-  return b;
-}
-
-// log2 of the lanes per bag/row: the power of two covering dim / vec, at most 32.
-int LanesLog2(int64_t dim, int vec) {
-  const int64_t need = (dim + vec - 1) / vec;
-  int l = 0;
-  while (l < 5 && (int64_t{1} << l) < need) ++l;
-  return l;
-}
-
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-// FailedPrecondition unless ctx came from a CudaContext (a hand-made kCuda DeviceContext has no
-// stream and would launch on the legacy default stream, unordered with everything else).
-absl::Status CheckContext(const DeviceContext& ctx, const char* op) {
-  if (ctx.is_cuda() && ctx.compute_stream != nullptr) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      op,
-      " (embedding/pooled_lookup_cuda.cu): the CUDA DeviceContext has no compute stream; "
-      "create it with CudaContext::Create (core/cuda_context.h)"));
-}
-
-__device__ __forceinline__ int64_t WarpMax(int64_t v) {
-  for (int o = 16; o > 0; o /= 2)
-    v = max(v, static_cast<int64_t>(__shfl_down_sync(0xffffffffu, v, o)));
-  return v;
-}
-__device__ __forceinline__ int64_t WarpMin(int64_t v) {
-  for (int o = 16; o > 0; o /= 2)
-    v = min(v, static_cast<int64_t>(__shfl_down_sync(0xffffffffu, v, o)));
-  return v;
-}
-
-// Folds a thread's max slot and first bad position into counters[1] and counters[2]. Every
-// thread of the block must call it (warp shuffles).
-__device__ __forceinline__ void ReportSlots(int64_t max_slot, int64_t bad, int64_t* counters) {
-  max_slot = WarpMax(max_slot);
-  bad = WarpMin(bad);
-  if ((threadIdx.x & 31) == 0) {
-    atomicMax(reinterpret_cast<long long*>(counters + 1), static_cast<long long>(max_slot));
-    atomicMin(reinterpret_cast<long long*>(counters + 2), static_cast<long long>(bad));
-  }
-}
-
-// ---- Forward ---------------------------------------------------------------------------------
-
-template <bool kVec4>
-__global__ void PoolKernel(PooledLookupArgs a, int lanes_log2) {
-  const int lanes = 1 << lanes_log2;
-  const int lane = threadIdx.x & (lanes - 1);
-  const int64_t groups = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> lanes_log2;
-  const int64_t dim = a.dim;
-  for (int64_t bag = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> lanes_log2;
-       bag < a.num_bags; bag += groups) {
-    const int64_t jb = a.offsets[bag], je = a.offsets[bag + 1];
-    const float scale =
-        (a.pooling == PoolingMode::kMean && je > jb) ? 1.0f / static_cast<float>(je - jb) : 1.0f;
-    float* out = a.out + bag * a.out_stride;
-    if constexpr (kVec4) {
-      for (int64_t c = 4 * lane; c < dim; c += 4 * lanes) {
-        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 4
-        for (int64_t j = jb; j < je; ++j) {
-          const float4 r =
-              __ldg(reinterpret_cast<const float4*>(a.weights + a.indices[j] * dim + c));
-          const float s = a.per_id_weights != nullptr ? a.per_id_weights[j] : 1.0f;
-          acc.x += s * r.x;
-          acc.y += s * r.y;
-          acc.z += s * r.z;
-          acc.w += s * r.w;
-        }
-        *reinterpret_cast<float4*>(out + c) =
-            make_float4(acc.x * scale, acc.y * scale, acc.z * scale, acc.w * scale);
-      }
-    } else {
-      for (int64_t c = lane; c < dim; c += lanes) {
-        float acc = 0.0f;
-#pragma unroll 4
-        for (int64_t j = jb; j < je; ++j) {
-          const float s = a.per_id_weights != nullptr ? a.per_id_weights[j] : 1.0f;
-          acc += s * __ldg(a.weights + a.indices[j] * dim + c);
-        }
-        out[c] = acc * scale;
-      }
-    }
-  }
-}
-
-__global__ void CheckIndicesKernel(const int64_t* __restrict__ indices, int64_t begin, int64_t end,
-                                   int64_t num_slots, int64_t* counters) {
-  int64_t bad = kNoBad;
-  for (int64_t j = begin + blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < end;
-       j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t s = indices[j];
-    if ((s < 0 || s >= num_slots) && j < bad) bad = j;
-  }
-  ReportSlots(0, bad, counters);
-}
+using embedding_internal::lookup_cuda::Aligned16;
+using embedding_internal::lookup_cuda::BitWidth;
+using embedding_internal::lookup_cuda::CheckContext;
+using embedding_internal::lookup_cuda::Key;
+using embedding_internal::lookup_cuda::kNoBad;
+using embedding_internal::lookup_cuda::kThreads;
+using embedding_internal::lookup_cuda::LanesLog2;
+using embedding_internal::lookup_cuda::ReportSlots;
 
 // ---- Backward --------------------------------------------------------------------------------
 
@@ -141,12 +44,14 @@ struct KeySource {
   int64_t num_bags;
   const float* grad;
   int64_t grad_stride;
-  int64_t count;  // ids of this source
-  int64_t base;   // position of its first id
+  int64_t count;      // ids of this source
+  int64_t base;       // position of its first id
+  int64_t slot_base;  // added to its slots: table t of a multi-table pass starts at t << bits
 };
 
-__global__ void BuildKeysKernel(KeySource src, bool mean, int pos_bits, bool check, Key* keys,
-                                const float** grad_rows, float* scales, int64_t* counters) {
+__global__ void __launch_bounds__(kThreads)
+    BuildKeysKernel(KeySource src, bool mean, int pos_bits, bool check, Key* keys,
+                    const float** grad_rows, float* scales, int64_t* counters) {
   int64_t max_slot = 0, bad = kNoBad;
   const int64_t o0 = src.offsets[0];
   for (int64_t q = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; q < src.count;
@@ -170,9 +75,9 @@ __global__ void BuildKeysKernel(KeySource src, bool mean, int pos_bits, bool che
         bad = min(bad, p);
         slot = 0;
       }
-      max_slot = max(max_slot, slot);
+      max_slot = max(max_slot, slot + src.slot_base);
     }
-    keys[p] = (static_cast<Key>(slot) << pos_bits) | static_cast<Key>(p);
+    keys[p] = (static_cast<Key>(slot + src.slot_base) << pos_bits) | static_cast<Key>(p);
     grad_rows[p] = src.grad + bag * src.grad_stride;
     const float inv = (mean && len > 0) ? 1.0f / static_cast<float>(len) : 1.0f;
     scales[p] = (src.per_id_weights != nullptr ? src.per_id_weights[j] : 1.0f) * inv;
@@ -301,17 +206,73 @@ __global__ void SumRunsKernel(SumArgs a, int mode) {
   }
 }
 
-// One thread per unique slot: the shared update rule of embedding/row_optimizer.h.
-__global__ void UpdateRowsKernel(const int64_t* __restrict__ slots,
-                                 const int64_t* __restrict__ num_unique, int64_t max_rows,
-                                 const float* __restrict__ row_grads, RowUpdateArgs a) {
+// The tables a pass updates: unique "slot" c is row c & (2^shift - 1) of table c >> shift
+// (one table: shift 63, so c is the row). At most kMaxFusedFeatures tables.
+struct RowTables {
+  int shift = 63;
+  int num = 1;
+  float* weights[kMaxFusedFeatures] = {};
+  float* state[kMaxFusedFeatures] = {};
+};
+
+// One warp per unique slot, lanes over the columns: each load and store of the row (weights,
+// gradient, Adam's moments) is coalesced, 32 consecutive floats per warp instruction (one
+// thread per row read 32 rows at 256-512 byte strides per instruction at dim 64-128). The
+// rule is ApplyRowUpdate of embedding/row_optimizer.h, split over lanes as
+// embedding/internal/row_update_lanes.h states (same terms, same order; row-wise AdaGrad's sum
+// of squares in RowSumOfSquares' 16-partial order). Lane 0 alone reads and writes the AdaGrad
+// accumulator and broadcasts it, so no lane can read it after another wrote it.
+__global__ void __launch_bounds__(kThreads)
+    UpdateRowsKernel(const int64_t* __restrict__ slots, const int64_t* __restrict__ num_unique,
+                     int64_t max_rows, const float* __restrict__ row_grads, RowUpdateArgs a,
+                     const __grid_constant__ RowTables tables) {
+  namespace ei = embedding_internal;
+  constexpr unsigned kAll = 0xffffffffu;
+  const int lane = threadIdx.x & 31;
   const int64_t unique = num_unique != nullptr ? min(*num_unique, max_rows) : max_rows;
   const int64_t sd = RowStateDim(a.optimizer.type, a.dim);
-  for (int64_t u = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; u < unique;
-       u += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t slot = slots[u];
-    ApplyRowUpdate(a.optimizer, a.lr, a.step, a.dim, row_grads + u * a.dim,
-                   a.weights + slot * a.dim, sd > 0 ? a.state + slot * sd : nullptr);
+  const int64_t dim = a.dim;
+  const int64_t warps = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
+  // u is the same for the 32 lanes of a warp (blockDim.x is a multiple of 32): the loop, the
+  // switch and the shuffles are warp-uniform.
+  for (int64_t u = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5; u < unique;
+       u += warps) {
+    const int64_t c = slots[u];
+    const int t = static_cast<int>(static_cast<uint64_t>(c) >> tables.shift);
+    const int64_t slot = static_cast<int64_t>(static_cast<uint64_t>(c) &
+                                              ((uint64_t{1} << tables.shift) - 1));
+    const float* g = row_grads + u * dim;
+    float* w = tables.weights[t] + slot * dim;
+    float* st = sd > 0 ? tables.state[t] + slot * sd : nullptr;
+    switch (a.optimizer.type) {
+      case RowOptimizerType::kSgd:
+        for (int64_t k = lane; k < dim; k += 32) ei::SgdColumn(a.lr, g, w, k);
+        break;
+      case RowOptimizerType::kRowWiseAdagrad: {
+        float p = lane < ei::kSumLanes ? ei::RowSumOfSquaresPartial(g, dim, lane) : 0.0f;
+        // CombineSumLanes' tree: lane l < width adds lane l + width's partial.
+        for (int width = ei::kSumLanes / 2; width > 0; width /= 2) {
+          p += __shfl_down_sync(kAll, p, width);
+        }
+        ei::AdagradScale as{0.0f, 0.0f};
+        if (lane == 0) as = ei::RowWiseAdagradScale(a.optimizer, a.lr, st[0], p, dim);
+        const float scale = __shfl_sync(kAll, as.scale, 0);
+        if (lane == 0) st[0] = as.v;
+        for (int64_t k = lane; k < dim; k += 32) ei::AdagradColumn(scale, g, w, k);
+        break;
+      }
+      case RowOptimizerType::kAdam: {
+        const float bc1 = 1.0f - powf(a.optimizer.beta1, static_cast<float>(a.step));
+        const float bc2 = 1.0f - powf(a.optimizer.beta2, static_cast<float>(a.step));
+        for (int64_t k = lane; k < dim; k += 32) {
+          ei::AdamColumn(a.optimizer, a.lr, bc1, bc2, dim, g, w, st, k);
+        }
+        break;
+      }
+      default:  // a rule without a lane split: one lane runs it whole
+        if (lane == 0) ApplyRowUpdate(a.optimizer, a.lr, a.step, dim, g, w, st);
+        break;
+    }
   }
 }
 
@@ -407,9 +368,21 @@ struct CudaWorkspaceAccess {
                       "cub::DeviceScan::InclusiveSum");
   }
 
+  // The CUB temp-storage sizes are host-side queries: asked only when n outgrows the count they
+  // were last asked for, and then for half as much again, so a step whose id count did not grow
+  // asks nothing (before: two queries per table per step). CUB's sizes grow with the item count
+  // (tile state per tile of items); were one smaller for fewer items, CUB would report the short
+  // buffer as an error, not overrun it.
   static absl::Status Reserve(const DeviceContext& ctx, CudaEmbeddingWorkspace* ws, int64_t n,
                               int64_t dim) {
-    return ws->Reserve(n, dim, SortTempBytes(n), ScanTempBytes(n));
+    if (n > ws->temp_sized_for_) {
+      const int64_t m = std::min<int64_t>(std::max<int64_t>(n, ws->temp_sized_for_ * 3 / 2),
+                                          (int64_t{1} << 31) - 1);
+      ws->sort_bytes_ = SortTempBytes(m);
+      ws->scan_bytes_ = ScanTempBytes(m);
+      ws->temp_sized_for_ = m;
+    }
+    return ws->Reserve(n, dim, ws->sort_bytes_, ws->scan_bytes_);
   }
 
   static size_t SortTempBytes(int64_t n) {
@@ -437,9 +410,12 @@ struct CudaWorkspaceAccess {
     return CudaCopyToHost(ctx, out, ws->counters_, 3 * sizeof(int64_t));
   }
 
+  // poolings and slot_bases: per source (empty: `pooling` and 0 for all).
   static absl::Status Aggregate(const DeviceContext& ctx, absl::Span<const BagGradients> sources,
                                 absl::Span<const int64_t> num_ids, int64_t dim, PoolingMode pooling,
-                                int slot_bits, CudaEmbeddingWorkspace* ws);
+                                int slot_bits, CudaEmbeddingWorkspace* ws,
+                                absl::Span<const PoolingMode> poolings = {},
+                                absl::Span<const int64_t> slot_bases = {});
   static absl::Status Dedup(const DeviceContext& ctx, const int64_t* ids, int64_t n, int id_bits,
                             CudaEmbeddingWorkspace* ws, int64_t* unique, int64_t* inverse,
                             int64_t* num_unique);
@@ -520,14 +496,19 @@ absl::Status CudaWorkspaceAccess::Aggregate(const DeviceContext& ctx,
                                             absl::Span<const BagGradients> sources,
                                             absl::Span<const int64_t> num_ids, int64_t dim,
                                             PoolingMode pooling, int slot_bits,
-                                            CudaEmbeddingWorkspace* ws) {
+                                            CudaEmbeddingWorkspace* ws,
+                                            absl::Span<const PoolingMode> poolings,
+                                            absl::Span<const int64_t> slot_bases) {
   TESSERA_RETURN_IF_ERROR(CheckContext(ctx, "AggregateRowGradients"));
   constexpr const char* kOp = "AggregateRowGradientsCuda";
   if (dim <= 0) return absl::InvalidArgumentError(absl::StrCat(kOp, ": dim ", dim));
   if (ws == nullptr) return absl::InvalidArgumentError(absl::StrCat(kOp, ": null workspace"));
-  if (!num_ids.empty() && num_ids.size() != sources.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kOp, ": ", num_ids.size(), " id counts for ", sources.size(), " sources"));
+  if ((!num_ids.empty() && num_ids.size() != sources.size()) ||
+      (!poolings.empty() && poolings.size() != sources.size()) ||
+      (!slot_bases.empty() && slot_bases.size() != sources.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOp, ": ", num_ids.size(), " id counts, ", poolings.size(), " poolings, ",
+        slot_bases.size(), " slot bases for ", sources.size(), " sources"));
   }
   // Per-source id counts and first positions (read from the device when not given).
   std::vector<int64_t> counts(sources.size(), 0), bases(sources.size(), 0);
@@ -576,10 +557,12 @@ absl::Status CudaWorkspaceAccess::Aggregate(const DeviceContext& ctx,
   for (size_t s = 0; s < sources.size(); ++s) {
     if (counts[s] == 0) continue;
     const BagGradients& src = sources[s];
-    const KeySource ks{src.offsets, src.indices,     src.per_id_weights, src.num_bags,
-                       src.grad,    src.grad_stride, counts[s],          bases[s]};
+    const KeySource ks{src.offsets,   src.indices, src.per_id_weights,
+                       src.num_bags,  src.grad,    src.grad_stride,
+                       counts[s],     bases[s],    slot_bases.empty() ? 0 : slot_bases[s]};
+    const PoolingMode mode = poolings.empty() ? pooling : poolings[s];
     BuildKeysKernel<<<GridFor(counts[s], kThreads), kThreads, 0, ComputeStream(ctx)>>>(
-        ks, pooling == PoolingMode::kMean, pos_bits, check, ws->keys_, ws->grad_rows_, ws->scales_,
+        ks, mode == PoolingMode::kMean, pos_bits, check, ws->keys_, ws->grad_rows_, ws->scales_,
         ws->counters_);
     TESSERA_CUDA_LAUNCH_RETURN_IF_ERROR("BuildKeysKernel");
   }
@@ -719,59 +702,6 @@ absl::Status CudaWorkspaceAccess::Bucketize(const DeviceContext& ctx, const Buck
 
 // ---- Public entry points ---------------------------------------------------------------------
 
-absl::Status PooledLookupForwardCuda(const DeviceContext& ctx, const PooledLookupArgs& a) {
-  TESSERA_RETURN_IF_ERROR(CheckContext(ctx, "PooledLookupForward"));
-  constexpr const char* kOp = "PooledLookupForward";
-  if (a.dim <= 0) return absl::InvalidArgumentError(absl::StrCat(kOp, ": dim ", a.dim));
-  if (a.out_stride < a.dim) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kOp, ": out_stride ", a.out_stride, " < dim ", a.dim));
-  }
-  if (a.num_bags < 0)
-    return absl::InvalidArgumentError(absl::StrCat(kOp, ": num_bags ", a.num_bags));
-  if (a.num_bags == 0) return absl::OkStatus();
-  if (a.offsets == nullptr || a.indices == nullptr || a.weights == nullptr || a.out == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kOp, ": null offsets, indices, weights or out (device pointers)"));
-  }
-  if (a.num_slots >= 0) {
-    int64_t ends[2] = {0, 0};
-    TESSERA_RETURN_IF_ERROR(CudaCopyToHost(ctx, &ends[0], a.offsets, sizeof(int64_t)));
-    TESSERA_RETURN_IF_ERROR(CudaCopyToHost(ctx, &ends[1], a.offsets + a.num_bags, sizeof(int64_t)));
-    TESSERA_ASSIGN_OR_RETURN(void* c, CudaMallocAsync(ctx, 3 * sizeof(int64_t)));
-    int64_t* counters = static_cast<int64_t*>(c);
-    static const int64_t kInit[3] = {0, 0, kNoBad};
-    absl::Status st = CudaCopyToDevice(ctx, counters, kInit, sizeof(kInit));
-    int64_t host[3] = {0, 0, kNoBad};
-    if (st.ok() && ends[1] > ends[0]) {
-      CheckIndicesKernel<<<GridFor(ends[1] - ends[0], kThreads), kThreads, 0, ComputeStream(ctx)>>>(
-          a.indices, ends[0], ends[1], a.num_slots, counters);
-      st = CudaLaunchStatus("CheckIndicesKernel");
-      if (st.ok()) st = CudaCopyToHost(ctx, host, counters, sizeof(host));
-    }
-    TESSERA_RETURN_IF_ERROR(CudaFreeAsync(ctx, counters));
-    TESSERA_RETURN_IF_ERROR(st);
-    if (host[2] != kNoBad) {
-      int64_t v = 0;
-      TESSERA_RETURN_IF_ERROR(CudaCopyToHost(ctx, &v, a.indices + host[2], sizeof(v)));
-      return absl::InvalidArgumentError(
-          absl::StrCat(kOp, ": index ", v, " at ", host[2], " outside [0, ", a.num_slots, ")"));
-    }
-  }
-  const bool vec4 =
-      a.dim % 4 == 0 && a.out_stride % 4 == 0 && Aligned16(a.weights) && Aligned16(a.out);
-  const int lanes_log2 = LanesLog2(a.dim, vec4 ? 4 : 1);
-  const int64_t threads = a.num_bags << lanes_log2;
-  if (vec4) {
-    PoolKernel<true>
-        <<<GridFor(threads, kThreads), kThreads, 0, ComputeStream(ctx)>>>(a, lanes_log2);
-  } else {
-    PoolKernel<false>
-        <<<GridFor(threads, kThreads), kThreads, 0, ComputeStream(ctx)>>>(a, lanes_log2);
-  }
-  return CudaLaunchStatus("PoolKernel");
-}
-
 absl::Status AggregateRowGradientsCuda(const DeviceContext& ctx,
                                        absl::Span<const BagGradients> sources,
                                        absl::Span<const int64_t> num_ids, int64_t dim,
@@ -800,8 +730,12 @@ absl::Status ApplyRowUpdatesCuda(const DeviceContext& ctx, const int64_t* slots,
   if (slots == nullptr || row_grads == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(kOp, ": null slots or row_grads"));
   }
-  UpdateRowsKernel<<<GridFor(max_rows, kThreads), kThreads, 0, ComputeStream(ctx)>>>(
-      slots, num_unique, max_rows, row_grads, args);
+  RowTables one;
+  one.weights[0] = args.weights;
+  one.state[0] = args.state;
+  // One warp (32 threads) per row.
+  UpdateRowsKernel<<<GridFor(max_rows * 32, kThreads), kThreads, 0, ComputeStream(ctx)>>>(
+      slots, num_unique, max_rows, row_grads, args, one);
   return CudaLaunchStatus("UpdateRowsKernel");
 }
 
@@ -817,6 +751,55 @@ absl::Status FusedBackwardUpdateCuda(const DeviceContext& ctx,
   // The id count bounds the unique rows; the kernel reads the exact count on the device.
   return ApplyRowUpdatesCuda(ctx, ws->unique_slots(), ws->num_unique(), ws->last_num_ids(),
                              ws->row_grads(), args);
+}
+
+absl::Status FusedBackwardUpdateTablesCuda(const DeviceContext& ctx,
+                                           absl::Span<const BagGradients> sources,
+                                           absl::Span<const int64_t> num_ids,
+                                           absl::Span<const TableSourceInfo> info,
+                                           const TableGroupUpdate& group,
+                                           CudaEmbeddingWorkspace* ws) {
+  constexpr const char* kOp = "FusedBackwardUpdateTablesCuda";
+  const int table_bits = BitWidth(static_cast<uint64_t>(std::max(group.num_tables, 1) - 1));
+  int64_t n = 0;
+  for (int64_t c : num_ids) n += c;
+  if (group.num_tables < 1 || group.num_tables > kMaxFusedFeatures || group.slot_bits < 1 ||
+      num_ids.size() != sources.size() || info.size() != sources.size() ||
+      !MultiTableKeysFit(n, group.num_tables, group.slot_bits)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOp, ": ", group.num_tables, " tables of ", group.slot_bits, " slot bits, ", n, " ids, ",
+        sources.size(), " sources (", num_ids.size(), " counts, ", info.size(), " infos)"));
+  }
+  RowTables tables;
+  tables.shift = group.slot_bits;
+  tables.num = group.num_tables;
+  for (int t = 0; t < group.num_tables; ++t) {
+    RowUpdateArgs a = group.args;
+    a.weights = group.weights[t];
+    a.state = group.state[t];
+    // Validate each table's update first, so a bad argument changes nothing.
+    TESSERA_RETURN_IF_ERROR(ApplyRowUpdatesCuda(ctx, nullptr, nullptr, 0, nullptr, a));
+    tables.weights[t] = group.weights[t];
+    tables.state[t] = group.state[t];
+  }
+  std::vector<PoolingMode> poolings(sources.size());
+  std::vector<int64_t> slot_bases(sources.size());
+  for (size_t s = 0; s < sources.size(); ++s) {
+    if (info[s].table < 0 || info[s].table >= group.num_tables) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kOp, ": source ", s, " names table ", info[s].table));
+    }
+    poolings[s] = info[s].pooling;
+    slot_bases[s] = static_cast<int64_t>(info[s].table) << group.slot_bits;
+  }
+  TESSERA_RETURN_IF_ERROR(CudaWorkspaceAccess::Aggregate(
+      ctx, sources, num_ids, group.args.dim, PoolingMode::kSum, group.slot_bits + table_bits, ws,
+      poolings, slot_bases));
+  if (ws->last_num_ids() <= 0) return absl::OkStatus();
+  UpdateRowsKernel<<<GridFor(ws->last_num_ids() * 32, kThreads), kThreads, 0,
+                     ComputeStream(ctx)>>>(ws->unique_slots(), ws->num_unique(),
+                                           ws->last_num_ids(), ws->row_grads(), group.args, tables);
+  return CudaLaunchStatus("UpdateRowsKernel");
 }
 
 absl::Status DedupIdsCuda(const DeviceContext& ctx, const int64_t* ids, int64_t n, int id_bits,

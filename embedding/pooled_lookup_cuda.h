@@ -8,8 +8,9 @@
 // Determinism: the forward sums each bag in index order in one thread group; the backward sorts
 // ids with a stable radix sort and sums each unique row's gradients in (source, bag, position)
 // order in one thread group, then applies ApplyRowUpdate (embedding/row_optimizer.h) to each
-// row in one thread: no float atomics, the same bits on every run, and the same order of terms
-// as the CPU twin (results differ from it only by fused multiply-adds).
+// row in one warp, with the terms and order of one thread: no float atomics, the same bits on
+// every run, and the same order of terms as the CPU twin (results differ from it only by fused
+// multiply-adds, and for runs longer than 256 entries by their chunked sum order).
 #pragma once
 
 #include <cstddef>
@@ -30,6 +31,30 @@ namespace tessera {
 // checked for monotonicity (they are device data); with args.num_slots >= 0 the indices are
 // range-checked on the device first, which waits for the stream.
 absl::Status PooledLookupForwardCuda(const DeviceContext& ctx, const PooledLookupArgs& args);
+
+// The pooled forward of several features in one launch (CudaEmbeddingCollection::Forward:
+// one launch per distinct table dim instead of one per feature). Feature k of the launch owns
+// bags [feature[k] * num_bags, feature[k] * num_bags + num_bags) of the shared offsets (the
+// KeyedJagged layout, feature-major), reads table weights[k] (all of width dim), pools with
+// pooling[k] and writes bag b to out[b * out_stride + out_column[k] .. + dim). Per bag the
+// order of terms and the lane mapping are PooledLookupForwardCuda's. Indices are not checked
+// (the collection validated them on the host).
+constexpr int kMaxFusedFeatures = 48;
+struct FusedLookupArgs {
+  const int64_t* offsets = nullptr;       // [num KeyedJagged features * num_bags + 1]
+  const int64_t* indices = nullptr;
+  const float* per_id_weights = nullptr;  // optional, parallel to indices
+  int64_t num_bags = 0;                   // per feature (the batch size)
+  int64_t dim = 0;
+  float* out = nullptr;                   // [num_bags, out_stride]
+  int64_t out_stride = 0;
+  int num_features = 0;                   // of this launch, at most kMaxFusedFeatures
+  int feature[kMaxFusedFeatures] = {};    // KeyedJagged feature index
+  const float* weights[kMaxFusedFeatures] = {};
+  int64_t out_column[kMaxFusedFeatures] = {};
+  PoolingMode pooling[kMaxFusedFeatures] = {};
+};
+absl::Status PooledLookupForwardFusedCuda(const DeviceContext& ctx, const FusedLookupArgs& args);
 
 // Device scratch of the backward, dedup and bucketisation: grow-only buffers allocated
 // stream-ordered on ctx's compute stream and freed there on destruction. After
@@ -62,6 +87,9 @@ class CudaEmbeddingWorkspace {
   DeviceContext ctx_;
   int64_t last_num_ids_ = 0;
   size_t cap_ids_ = 0, cap_floats_ = 0, cap_sort_ = 0, cap_scan_ = 0;
+  // CUB temp-storage bytes for temp_sized_for_ ids (cached: host-side queries).
+  int64_t temp_sized_for_ = 0;
+  size_t sort_bytes_ = 0, scan_bytes_ = 0;
   unsigned long long* keys_ = nullptr;      // [n] sort ping
   unsigned long long* keys_alt_ = nullptr;  // [n] sort pong
   int* heads_ = nullptr;                    // [n] run-start flags, then their inclusive scan
@@ -90,7 +118,8 @@ absl::Status AggregateRowGradientsCuda(const DeviceContext& ctx,
                                        CudaEmbeddingWorkspace* ws);
 
 // ApplyRowUpdate on rows slots[u] for u < *num_unique (device scalar; at most max_rows, host),
-// with gradient row_grads[u]. One thread per row. Slots must be distinct.
+// with gradient row_grads[u]. One warp per row, lanes over the columns (coalesced; the split
+// is embedding/internal/row_update_lanes.h). Slots must be distinct.
 absl::Status ApplyRowUpdatesCuda(const DeviceContext& ctx, const int64_t* slots,
                                  const int64_t* num_unique, int64_t max_rows,
                                  const float* row_grads, const RowUpdateArgs& args);
@@ -101,6 +130,41 @@ absl::Status FusedBackwardUpdateCuda(const DeviceContext& ctx,
                                      absl::Span<const int64_t> num_ids, PoolingMode pooling,
                                      int slot_bits, const RowUpdateArgs& args,
                                      CudaEmbeddingWorkspace* ws);
+
+// FusedBackwardUpdateCuda for several tables of one dim in one pass (CudaEmbeddingCollection:
+// one sort and one update launch for the group instead of ~13 launches per table). Source s
+// belongs to table info[s].table of the group and pools with info[s].pooling; table t's slots
+// become t << slot_bits | slot in the sort key, so a row of table t is summed from table t's
+// sources alone, in the order FusedBackwardUpdateCuda would use. Every slot of every table must
+// lie in [0, 2^slot_bits) (not checked: the collection range-checked the ids) and
+// MultiTableKeysFit must hold. num_ids (host) gives each source's id count. group.args gives
+// dim, optimizer, lr and step; its weights/state are ignored for group.weights/state[t].
+struct TableSourceInfo {
+  int table = 0;
+  PoolingMode pooling = PoolingMode::kSum;
+};
+struct TableGroupUpdate {
+  RowUpdateArgs args;
+  int num_tables = 0;  // at most kMaxFusedFeatures
+  int slot_bits = 0;   // every table's rows < 2^slot_bits
+  float* weights[kMaxFusedFeatures] = {};
+  float* state[kMaxFusedFeatures] = {};
+};
+// Whether n ids of num_tables tables of slot_bits bits fit the 64-bit sort key.
+inline bool MultiTableKeysFit(int64_t n, int num_tables, int slot_bits) {
+  int pos_bits = 0, table_bits = 0;
+  for (uint64_t x = n > 1 ? static_cast<uint64_t>(n - 1) : 0; x != 0; x >>= 1) ++pos_bits;
+  for (uint64_t x = num_tables > 1 ? static_cast<uint64_t>(num_tables - 1) : 0; x != 0; x >>= 1)
+    ++table_bits;
+  return n < (int64_t{1} << 31) && slot_bits >= 1 && slot_bits + table_bits <= 62 &&
+         pos_bits + slot_bits + table_bits <= 64;
+}
+absl::Status FusedBackwardUpdateTablesCuda(const DeviceContext& ctx,
+                                           absl::Span<const BagGradients> sources,
+                                           absl::Span<const int64_t> num_ids,
+                                           absl::Span<const TableSourceInfo> info,
+                                           const TableGroupUpdate& group,
+                                           CudaEmbeddingWorkspace* ws);
 
 // AggregateRowGradients's CUDA half (device sources, host outputs; waits): what the dispatching
 // entry point of pooled_lookup.h runs for a CUDA DeviceContext.

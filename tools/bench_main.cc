@@ -41,9 +41,10 @@ ABSL_FLAG(std::string, json, "", "also write the JSON result to this file");
 ABSL_FLAG(std::string, tier_tables, "",
           "put tables in the RocksDB tier: 'all' or indices '0,3' (default: as the config says)");
 ABSL_FLAG(std::string, tier_policy, "", "cache policy of RocksDB tables: lru or lfu");
-ABSL_FLAG(bool, cuda_sync_phases, true,
+ABSL_FLAG(bool, cuda_sync_phases, false,
           "device: cuda: wait for the GPU at the end of each phase, so phase times are the "
-          "device's (costs the overlap between phases)");
+          "device's (costs the overlap between phases and 5 host waits per step; off for the "
+          "headline samples/s, on in a separate run for the phase breakdown)");
 ABSL_FLAG(double, tier_cache_fraction, 0,
           "cache of each RocksDB table = this fraction of the rows the batches touch");
 ABSL_FLAG(std::string, phase_clock, "wall",

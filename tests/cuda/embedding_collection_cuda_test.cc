@@ -1,6 +1,8 @@
 // CudaEmbeddingCollection against the CPU EmbeddingCollection on the same options and batches:
 // initial rows, pooled outputs, and weights and optimizer state after several fused updates
-// (two tables, one shared by two features, weighted ids, sum and mean pooling). Also the host-side
+// (three tables, one shared by two features, weighted ids, sum and mean pooling; tables a and c
+// share a dim, so their features take one forward launch and their backward one fused pass of
+// FusedBackwardUpdateTablesCuda, table b its own). Also the host-side
 // validation (an id out of range names table, feature and sample) and Read/WriteRows.
 // Tolerance: the twins take the same terms in the same order (FMA aside): rtol 1e-5, atol 1e-6
 // after three steps of row-wise AdaGrad / Adam.
@@ -38,8 +40,14 @@ EmbeddingCollectionOptions Options(RowOptimizerType type) {
   b.init.type = RowInitType::kNormal;
   b.init.scale = 0.1f;
   b.features = {1};
-  o.tables = {a, b};
-  o.num_features = 3;
+  TableConfig c;  // a's dim: fused with a (forward launch, backward pass)
+  c.name = "c";
+  c.num_rows = 300;
+  c.dim = 32;
+  c.pooling = PoolingMode::kMean;
+  c.features = {3};
+  o.tables = {a, b, c};
+  o.num_features = 4;
   o.optimizer.type = type;
   o.seed = 42;
   return o;
@@ -52,7 +60,12 @@ KeyedJagged MakeBatch(const EmbeddingCollectionOptions& o, int64_t batch, uint64
   kj.offsets = {0};
   CounterRng rng(seed, 1);
   for (int f = 0; f < o.num_features; ++f) {
-    const int64_t rows = f == 1 ? o.tables[1].num_rows : o.tables[0].num_rows;
+    int64_t rows = 0;
+    for (const TableConfig& t : o.tables) {
+      for (int tf : t.features) {
+        if (tf == f) rows = t.num_rows;
+      }
+    }
     for (int64_t s = 0; s < batch; ++s) {
       const int len = static_cast<int>(rng.NextBelow(7));
       for (int k = 0; k < len; ++k) {
