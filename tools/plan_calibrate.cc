@@ -74,6 +74,8 @@ std::string SelfPath() {
 constexpr char kUsage[] =
     "usage: tessera-plan calibrate --out FILE [--config A.yaml,B.yaml] [--threads 1]\n"
     "         [--world_sizes 2,4] [--dims 16,32,64,128,256] [--tier_dims 16,64,128]\n"
+    "         [--tier_rows 200000]"
+    "\n"
     "         [--seconds_per_point 0.25] [--table_mib 256] [--batch 2048] [--pooling 1]\n"
     "         [--clock cpu|wall]\n"
     "         [--mpirun mpirun] [--scratch DIR] [--no_cuda] [--quiet]\n"
@@ -245,6 +247,8 @@ int RunPlanCalibrate(int argc, char** argv) {
       ok = ParseList(v, &o.dims) && !o.dims.empty();
     } else if (a == "--tier_dims") {
       ok = ParseList(v, &o.tier_dims);
+    } else if (a == "--tier_rows") {
+      ok = absl::SimpleAtoi(v, &o.tier_rows) && o.tier_rows >= 4096;
     } else if (a == "--batch") {
       ok = absl::SimpleAtoi(v, &o.batch_size) && o.batch_size >= 1;
     } else if (a == "--pooling") {
