@@ -58,7 +58,9 @@ std::vector<TableOption> EnumerateTableOptions(const PlanTable& table,
   for (int q : col_pieces) add(ShardingType::kColumnWise, 1, q);
   for (int p : row_pieces) {
     for (int q : col_pieces) {
-      if (static_cast<int64_t>(p) * q <= n) add(ShardingType::kGrid, p, q);
+      if (static_cast<int64_t>(p) * q <= std::min(n, kMaxPartialPieces)) {
+        add(ShardingType::kGrid, p, q);
+      }
     }
   }
 

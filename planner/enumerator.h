@@ -9,7 +9,7 @@
 //   row_wise        P in {2, 4, 8, ... up to kMaxPartialPieces, and N}, C = 1
 //   table_row_wise  P = the group's ranks on one node (> 1), C = 1, shards kept on that node
 //   column_wise     P = 1, C in {2, 4, ...} while dim / C >= kMinColumnChunk and dim % C == 0
-//   grid            P x C with P, C >= 2 from the lists above, P x C <= N
+//   grid            P x C with P, C >= 2 from the lists above, P x C <= min(N, kMaxPartialPieces)
 // Tiered variants (the table's rows in RocksDB, a cache of kTierCacheShares of a shard's rows)
 // are offered for every type but data_parallel when the table's storage is not fixed by the
 // config and disk is available; a table whose config says rocksdb gets only tiered options with

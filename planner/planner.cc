@@ -1,11 +1,14 @@
 // The planner's driver (planner.h).
 #include "planner/planner.h"
 
+#include <atomic>
 #include <chrono>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/status.h"
+#include "planner/baselines.h"
 
 namespace tessera::planner {
 
@@ -16,10 +19,10 @@ std::vector<int> CandidateGroupSizes(const PlanInputs& in, const PlannerOptions&
   const int t = in.topology.world_size;
   if (in.group_size > 0) return {in.group_size};
   std::vector<int> out;
-  for (int n = 1; n <= t; n *= 2) {
+  for (int n = 1; n <= std::min(t, kMaxChosenGroupSize); n *= 2) {
     if (t % n == 0) out.push_back(n);
   }
-  if (out.back() != t) out.push_back(t);
+  if (t <= kMaxChosenGroupSize && out.back() != t) out.push_back(t);
   return out;
 }
 
@@ -41,7 +44,13 @@ std::string Reason(const PlanInputs& in, const GroupPlan& g, int t) {
       absl::StrAppend(&line, " on ", ranks.size(), " ranks");
     }
   }
-  absl::StrAppend(&line, ": predicted step ", Ms(d.step_s), " at its turn");
+  if (!d.started_from.empty()) {
+    absl::StrAppend(&line, ": as the ", d.started_from,
+                    " plan has it (the search started there; no single-table change lowers the "
+                    "step)");
+  } else {
+    absl::StrAppend(&line, ": predicted step ", Ms(d.step_s), " at its turn");
+  }
   if (!d.runner_up.empty()) {
     absl::StrAppend(&line, "; next best ", d.runner_up, " ", Ms(d.runner_up_step_s), " (+",
                     Ms(d.runner_up_step_s - d.step_s), ")");
@@ -85,30 +94,79 @@ absl::StatusOr<PlanResult> PlanSharding(const PlanInputs& in, const MachineProfi
   PlanResult result;
   absl::Status last_error;
   bool have = false;
-  for (int n : CandidateGroupSizes(in, options)) {
-    GroupTried tried;
-    tried.group_size = n;
-    TESSERA_ASSIGN_OR_RETURN(Estimator est, Estimator::Create(in, profile, n));
-    absl::StatusOr<GroupPlan> g = SearchGroup(est, options.search);
+  // Every candidate N is planned on its own thread (independent; combined in N order, so the
+  // result does not depend on the threads).
+  const std::vector<int> sizes = CandidateGroupSizes(in, options);
+  struct Outcome {
+    absl::Status status;
+    GroupPlan plan;
+    bool ok = false;
+  };
+  std::vector<Outcome> outcomes(sizes.size());
+  auto plan_one = [&](size_t i) {
+    const int n = sizes[i];
+    absl::StatusOr<Estimator> est = Estimator::Create(in, profile, n);
+    if (!est.ok()) {
+      outcomes[i].status = est.status();
+      return;
+    }
+    std::vector<SearchSeed> seeds;
+    auto add_seed = [&](const std::string& name, absl::StatusOr<ShardingPlan> p) {
+      if (!p.ok()) return;
+      absl::StatusOr<ShardingPlan> v = ValidateShardingPlan(*p, TableConfigs(in), n, name);
+      if (!v.ok()) return;
+      SearchSeed seed;
+      seed.name = name;
+      for (size_t t = 0; t < in.tables.size(); ++t) {
+        seed.placement.push_back(PlacementFromPlan(v->tables[t], in.tables[t]));
+      }
+      seeds.push_back(std::move(seed));
+    };
+    if (options.seed_with_baselines) {
+      add_seed("default", DefaultShardingPlan(TableConfigs(in), n));
+      add_seed("torchrec_style", TorchRecStylePlan(in, n));
+    }
+    absl::StatusOr<GroupPlan> g = SearchGroup(*est, options.search, seeds);
     if (!g.ok()) {
-      if (!absl::IsResourceExhausted(g.status())) return g.status();
-      tried.why_not = std::string(g.status().message());
-      last_error = g.status();
+      outcomes[i].status = g.status();
+      return;
+    }
+    outcomes[i].plan = std::move(g).value();
+    outcomes[i].ok = true;
+  };
+  const int threads = std::max(1, std::min<int>(static_cast<int>(sizes.size()),
+                                                static_cast<int>(std::thread::hardware_concurrency())));
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> pool;
+  for (int k = 0; k < threads; ++k) {
+    pool.emplace_back([&] {
+      for (size_t i = next++; i < sizes.size(); i = next++) plan_one(i);
+    });
+  }
+  for (std::thread& th : pool) th.join();
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    GroupTried tried;
+    tried.group_size = sizes[i];
+    Outcome& o = outcomes[i];
+    if (!o.ok) {
+      if (!absl::IsResourceExhausted(o.status)) return o.status;
+      tried.why_not = std::string(o.status.message());
+      last_error = o.status;
       result.tried.push_back(tried);
       continue;
     }
     std::string short_what;
-    if (!EstimateFits(in, g->estimate, &short_what)) {
+    if (!EstimateFits(in, o.plan.estimate, &short_what)) {
       tried.why_not = short_what;
       last_error = absl::ResourceExhaustedError(absl::StrCat(in.source, ": ", short_what));
       result.tried.push_back(tried);
       continue;
     }
     tried.feasible = true;
-    tried.step_s = g->estimate.step.total();
+    tried.step_s = o.plan.estimate.step.total();
     result.tried.push_back(tried);
     if (!have || tried.step_s < result.group.estimate.step.total()) {
-      result.group = std::move(g).value();
+      result.group = std::move(o.plan);
       have = true;
     }
   }

@@ -1,7 +1,7 @@
 // The planner: inputs + machine profile -> the sharding plan of least predicted step time.
 //
 // For each candidate group size N (the config's when it fixes one; else every power of two
-// dividing T, and T) it builds an Estimator and runs the search (search.h); the N of least
+// dividing T up to kMaxChosenGroupSize) it builds an Estimator and runs the search (search.h); the N of least
 // predicted step time wins (ties: the smaller N). The result is a validated ShardingPlan (the
 // file the trainer reads, with `storage` for tables the planner moved to the RocksDB tier), the
 // estimate behind it and one line per table saying why. Deterministic: the same inputs and
@@ -22,11 +22,18 @@
 
 namespace tessera::planner {
 
+// The largest group size the planner picks by itself (a config may fix any): beyond it the
+// all-to-alls' per-peer latency outgrows what a larger group saves in replica sync.
+inline constexpr int kMaxChosenGroupSize = 256;
+
 struct PlannerOptions {
   // Group sizes to try; empty = the inputs' fixed group size, else every power of two dividing
-  // T, and T itself.
+  // T up to kMaxChosenGroupSize, and T itself when T <= kMaxChosenGroupSize.
   std::vector<int> group_sizes;
   SearchOptions search;
+  // Also start the search from DefaultShardingPlan and the TorchRec-style plan at each N
+  // (search.h, seeds). Default: true.
+  bool seed_with_baselines = true;
 };
 
 struct GroupTried {

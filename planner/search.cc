@@ -34,6 +34,16 @@ class MaxTree {
   std::vector<double> t_;
 };
 
+// Weight of the mean-load step in the greedy's criterion (4: measured on the planning table's
+// sets, docs/PLANNER.md; 1 and 16 give plans within 2% of it).
+constexpr double kMeanWeight = 4;
+// Tables below this share of a rank's fair share of the embedding work are not cut.
+constexpr double kSmallTableShare = 0.125;
+// Weight of the root-mean-square step in the local search's tie-break.
+constexpr double kRmsWeight = 1e-3;
+// Up to this group size a one-shard option is tried on every rank.
+constexpr int kTryEveryRank = 16;
+
 double Score(const MetricVec& d) {
   return d[kLookupS] + d[kUpdateS] + d[kTierS] + d[kTierWriteS] + d[kSyncS] +
          std::max(d[kInSend], d[kInRecv]) + 2 * std::max(d[kOutSend], d[kOutRecv]);
@@ -68,7 +78,10 @@ class SearchState {
       by_mem_.erase({d_[r][mem_metric_], r});
       for (int k = 0; k < kNumMetrics; ++k) {
         if (d[k] == 0) continue;
+        const double old = d_[r][k];
         d_[r][k] += sign * d[k];
+        sum_[k] += d_[r][k] - old;
+        sumsq_[k] += d_[r][k] * d_[r][k] - old * old;
         trees_[k].Set(r, d_[r][k]);
       }
       score_[r] = Score(d_[r]);
@@ -82,7 +95,17 @@ class SearchState {
     for (int k = 0; k < kNumMetrics; ++k) mx[k] = u_[k] + trees_[k].Max();
     return mx;
   }
+  // The predicted step: every phase at its slowest rank.
   double Objective() const { return est_.StepFromMaxima(Maxima(), world_bytes_).total(); }
+  // What the greedy decides by: the step at the slowest ranks plus the step at the mean load.
+  // The max alone is blind to what an option costs the other ranks (a table cut over every rank
+  // raises the maximum no more than one on a single rank, yet takes N times the transfer), so a
+  // myopic choice by it fills every rank early; the mean term charges that.
+  double Guide() const {
+    MetricVec mean;
+    for (int k = 0; k < kNumMetrics; ++k) mean[k] = u_[k] + sum_[k] / n_;
+    return Objective() + kMeanWeight * est_.StepFromMaxima(mean, world_bytes_).total();
+  }
   // Worst relative memory overflow over the kinds, and its text; 0 when everything fits.
   double Shortfall(std::string* what) const {
     MetricVec mx = Maxima();
@@ -101,6 +124,17 @@ class SearchState {
       }
     }
     return worst;
+  }
+
+  // The local search's criterion: the step time, ties broken by the step at the root-mean-square
+  // load (lower spread opens moves that lower a maximum several ranks share).
+  double Balanced() const {
+    MetricVec rms;
+    for (int k = 0; k < kNumMetrics; ++k) {
+      const double mean_d = sum_[k] / n_, mean_sq = std::max(0.0, sumsq_[k] / n_);
+      rms[k] = std::sqrt(std::max(0.0, u_[k] * u_[k] + 2 * u_[k] * mean_d + mean_sq));
+    }
+    return Objective() + kRmsWeight * est_.StepFromMaxima(rms, world_bytes_).total();
   }
 
   std::vector<int> LeastLoaded(int count, bool by_memory) const {
@@ -147,6 +181,8 @@ class SearchState {
   int n_;
   MetricVec u_{};
   std::vector<MetricVec> d_;
+  MetricVec sum_{};    // sum of d_ over the ranks
+  MetricVec sumsq_{};  // sum of d_^2 over the ranks
   std::vector<MaxTree> trees_;
   std::vector<double> score_;
   std::set<std::pair<double, int>> by_score_, by_mem_;
@@ -158,6 +194,7 @@ class SearchState {
 struct Choice {
   bool feasible = false;
   double objective = 1e300;
+  double guide = 1e300;
   double shortfall = 1e300;
   std::string shortfall_text;
   TablePlacement placement;
@@ -165,9 +202,10 @@ struct Choice {
 };
 
 // Best placement of table t given the state (the table not applied).
+// `by_guide`: decide by SearchState::Guide (the greedy), else by the step time itself.
 TableDecision Choose(const Estimator& est, SearchState& state, int t,
-                     const std::vector<TableOption>& options, Contribution* chosen,
-                     bool* feasible) {
+                     const std::vector<TableOption>& options, bool by_guide,
+                     Contribution* chosen, bool* feasible) {
   const int n = est.group_size();
   Choice best, second, least_short;
   for (const TableOption& o : options) {
@@ -184,6 +222,8 @@ TableDecision Choose(const Estimator& est, SearchState& state, int t,
       std::vector<int> all(n);
       std::iota(all.begin(), all.end(), 0);
       rank_sets.push_back(all);
+    } else if (s == 1 && n <= kTryEveryRank) {
+      for (int r = 0; r < n; ++r) rank_sets.push_back({r});
     } else {
       rank_sets.push_back(state.LeastLoaded(s, false));
       std::vector<int> by_mem = state.LeastLoaded(s, true);
@@ -197,24 +237,23 @@ TableDecision Choose(const Estimator& est, SearchState& state, int t,
       c.shortfall = state.Shortfall(&c.shortfall_text);
       c.feasible = c.shortfall == 0;
       c.objective = state.Objective();
+      c.guide = by_guide ? state.Guide() : state.Balanced();
       state.Apply(c.contribution, -1);
       if (!c.feasible) {
         if (c.shortfall < least_short.shortfall) least_short = std::move(c);
         continue;
       }
-      if (c.objective < best.objective) {
+      if (c.guide < best.guide) {
         if (best.feasible && OptionName(best.placement.option) != OptionName(o)) {
           second = std::move(best);
         }
         best = std::move(c);
-      } else if (c.objective < second.objective && OptionName(best.placement.option) != OptionName(o)) {
+      } else if (c.guide < second.guide && OptionName(best.placement.option) != OptionName(o)) {
         second = std::move(c);
       }
     }
   }
   TableDecision dec;
-  int infeasible = 0;
-  (void)infeasible;
   if (!best.feasible) {
     *feasible = false;
     dec.placement = least_short.placement;
@@ -224,6 +263,7 @@ TableDecision Choose(const Estimator& est, SearchState& state, int t,
   *feasible = true;
   dec.placement = best.placement;
   dec.step_s = best.objective;
+  dec.guide = best.guide;
   if (second.feasible) {
     dec.runner_up = OptionName(second.placement.option);
     dec.runner_up_step_s = second.objective;
@@ -255,7 +295,8 @@ std::string FormatBytes(double bytes) {
   return u == 0 ? absl::StrFormat("%.0f B", v) : absl::StrFormat("%.2f %s", v, units[u]);
 }
 
-absl::StatusOr<GroupPlan> SearchGroup(const Estimator& est, const SearchOptions& options) {
+absl::StatusOr<GroupPlan> SearchGroup(const Estimator& est, const SearchOptions& options,
+                                      const std::vector<SearchSeed>& seeds) {
   const PlanInputs& in = est.inputs();
   const int num_tables = static_cast<int>(in.tables.size());
   EnumerateContext ctx;
@@ -279,15 +320,59 @@ absl::StatusOr<GroupPlan> SearchGroup(const Estimator& est, const SearchOptions&
   std::vector<int> order(num_tables);
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return cost[a] > cost[b]; });
+  // A table whose one-rank cost is below kSmallTableShare of a rank's fair share is not cut
+  // (cutting it cannot lower the slowest rank by more than its own small cost): its options
+  // are the uncut ones (data_parallel, table_wise, tiered table_wise) and table_row_wise (cut
+  // over one node, whose links are much faster). Bounds the work at 1,000 tables.
+  double total = 0;
+  for (double c : cost) total += c;
+  const double fair = total / est.group_size();
+  for (int t = 0; t < num_tables; ++t) {
+    if (cost[t] >= kSmallTableShare * fair || !in.tables[t].fixed_type.empty()) continue;
+    std::vector<TableOption> uncut;
+    for (const TableOption& o : opts[t]) {
+      if (o.shards() == 1 || o.type == ShardingType::kTableRowWise) uncut.push_back(o);
+    }
+    if (!uncut.empty()) opts[t] = std::move(uncut);
+  }
 
+  // Re-insertion rounds: every table taken out and placed again, kept when `better`.
+  auto improve = [&](SearchState& state, std::vector<Contribution>& applied,
+                     std::vector<TableDecision>& decisions, bool by_guide, int passes) {
+    for (int pass = 0; pass < passes; ++pass) {
+      bool changed = false;
+      for (int t : order) {
+        const double before = by_guide ? state.Guide() : state.Balanced();
+        const double before_step = state.Objective();
+        state.Apply(applied[t], -1);
+        bool ok = false;
+        Contribution c;
+        TableDecision dec = Choose(est, state, t, opts[t], by_guide, &c, &ok);
+        if (ok && dec.guide < before - 1e-12 * std::max(1.0, before) &&
+            (by_guide || dec.step_s <= before_step)) {
+          state.Apply(c, +1);
+          applied[t] = std::move(c);
+          decisions[t] = std::move(dec);
+          changed = true;
+        } else {
+          state.Apply(applied[t], +1);
+          if (ok && decisions[t].runner_up.empty()) {
+            decisions[t].runner_up = OptionName(dec.placement.option);
+            decisions[t].runner_up_step_s = dec.step_s;
+          }
+        }
+      }
+      if (!changed) break;
+    }
+  };
+
+  // 1. Greedy by the guide, re-inserted by it, then by the step time itself.
   SearchState state(est);
-  GroupPlan plan;
-  plan.group_size = est.group_size();
-  plan.tables.resize(num_tables);
+  std::vector<TableDecision> decisions(num_tables);
   std::vector<Contribution> applied(num_tables);
   for (int t : order) {
     bool ok = false;
-    TableDecision dec = Choose(est, state, t, opts[t], &applied[t], &ok);
+    TableDecision dec = Choose(est, state, t, opts[t], /*by_guide=*/true, &applied[t], &ok);
     if (!ok) {
       return absl::ResourceExhaustedError(absl::StrCat(
           in.source, ": table '", in.tables[t].config.name, "' (", in.tables[t].config.num_rows,
@@ -296,29 +381,40 @@ absl::StatusOr<GroupPlan> SearchGroup(const Estimator& est, const SearchOptions&
           OptionName(dec.placement.option), ": ", dec.first_shortfall));
     }
     state.Apply(applied[t], +1);
-    plan.tables[t] = std::move(dec);
+    decisions[t] = std::move(dec);
   }
-  for (int pass = 0; pass < options.passes; ++pass) {
-    bool changed = false;
-    for (int t : order) {
-      const double before = state.Objective();
-      state.Apply(applied[t], -1);
-      bool ok = false;
-      Contribution c;
-      TableDecision dec = Choose(est, state, t, opts[t], &c, &ok);
-      if (ok && dec.step_s < before - 1e-12 * std::max(1.0, before)) {
-        state.Apply(c, +1);
-        applied[t] = std::move(c);
-        plan.tables[t] = std::move(dec);
-        changed = true;
-      } else {
-        state.Apply(applied[t], +1);
-      }
+  improve(state, applied, decisions, /*by_guide=*/true, options.passes);
+  improve(state, applied, decisions, /*by_guide=*/false, options.passes);
+  double best = state.Objective();
+
+  // 2. Each seed that fits, improved by the step time; the best start wins.
+  for (const SearchSeed& seed : seeds) {
+    if (static_cast<int>(seed.placement.size()) != num_tables) continue;
+    SearchState s2(est);
+    std::vector<Contribution> a2(num_tables);
+    std::vector<TableDecision> d2(num_tables);
+    for (int t = 0; t < num_tables; ++t) {
+      a2[t] = est.Contribute(t, seed.placement[t]);
+      s2.Apply(a2[t], +1);
+      d2[t].placement = seed.placement[t];
+      d2[t].started_from = seed.name;
     }
-    if (!changed) break;
+    if (s2.Shortfall(nullptr) > 0) continue;
+    improve(s2, a2, d2, /*by_guide=*/false, 1);
+    const double got = s2.Objective();
+    if (got < best - 1e-12 * std::max(1.0, best)) {
+      best = got;
+      decisions = std::move(d2);
+    }
   }
+  GroupPlan plan;
+  plan.group_size = est.group_size();
   std::vector<TablePlacement> placement;
-  for (const TableDecision& d : plan.tables) placement.push_back(d.placement);
+  for (TableDecision& d : decisions) {
+    placement.push_back(d.placement);
+    if (d.step_s == 0) d.step_s = best;
+  }
+  plan.tables = std::move(decisions);
   plan.estimate = est.Evaluate(placement);
   return plan;
 }
