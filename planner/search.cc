@@ -323,12 +323,16 @@ absl::StatusOr<GroupPlan> SearchGroup(const Estimator& est, const SearchOptions&
   // A table whose one-rank cost is below kSmallTableShare of a rank's fair share is not cut
   // (cutting it cannot lower the slowest rank by more than its own small cost): its options
   // are the uncut ones (data_parallel, table_wise, tiered table_wise) and table_row_wise (cut
-  // over one node, whose links are much faster). Bounds the work at 1,000 tables.
+  // over one node, whose links are much faster). Bounds the work at 1,000 tables; small groups
+  // (N <= kTryEveryRank) try everything.
   double total = 0;
   for (double c : cost) total += c;
   const double fair = total / est.group_size();
   for (int t = 0; t < num_tables; ++t) {
-    if (cost[t] >= kSmallTableShare * fair || !in.tables[t].fixed_type.empty()) continue;
+    if (est.group_size() <= kTryEveryRank || cost[t] >= kSmallTableShare * fair ||
+        !in.tables[t].fixed_type.empty()) {
+      continue;
+    }
     std::vector<TableOption> uncut;
     for (const TableOption& o : opts[t]) {
       if (o.shards() == 1 || o.type == ShardingType::kTableRowWise) uncut.push_back(o);
@@ -386,6 +390,36 @@ absl::StatusOr<GroupPlan> SearchGroup(const Estimator& est, const SearchOptions&
   improve(state, applied, decisions, /*by_guide=*/true, options.passes);
   improve(state, applied, decisions, /*by_guide=*/false, options.passes);
   double best = state.Objective();
+
+  // 1b. The same greedy over the uncut options only (largest first onto the least loaded
+  // rank, as LPT scheduling), then improved with every option: a start the first greedy's
+  // early cuts can miss (single-table moves cannot undo two tables cut across the same ranks).
+  {
+    std::vector<std::vector<TableOption>> uncut(num_tables);
+    bool all = true;
+    for (int t = 0; t < num_tables; ++t) {
+      for (const TableOption& o : opts[t]) {
+        if (o.shards() == 1) uncut[t].push_back(o);
+      }
+      all &= !uncut[t].empty();
+    }
+    SearchState s2(est);
+    std::vector<TableDecision> d2(num_tables);
+    std::vector<Contribution> a2(num_tables);
+    bool ok = all;
+    for (int t : order) {
+      if (!ok) break;
+      d2[t] = Choose(est, s2, t, uncut[t], /*by_guide=*/true, &a2[t], &ok);
+      if (ok) s2.Apply(a2[t], +1);
+    }
+    if (ok) {
+      improve(s2, a2, d2, /*by_guide=*/false, options.passes);
+      if (s2.Objective() < best - 1e-12 * std::max(1.0, best)) {
+        best = s2.Objective();
+        decisions = std::move(d2);
+      }
+    }
+  }
 
   // 2. Each seed that fits, improved by the step time; the best start wins.
   for (const SearchSeed& seed : seeds) {
