@@ -15,9 +15,9 @@ namespace {
 struct Candidate {
   ShardingType type;
   int row_pieces = 1, col_pieces = 1;
-  double perf = 0;           // summed cost of all shards
-  double shard_perf = 0;     // cost of one shard
-  double shard_bytes = 0;    // storage of one shard
+  double perf = 0;         // summed cost of all shards
+  double shard_perf = 0;   // cost of one shard
+  double shard_bytes = 0;  // storage of one shard
 };
 
 }  // namespace
@@ -97,9 +97,9 @@ absl::StatusOr<ShardingPlan> TorchRecStylePlan(const PlanInputs& in, int group_s
       if (best == nullptr || cd.perf < best->perf) best = &cd;
     }
     if (best == nullptr) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          in.source, ": TorchRec-style plan: no shard of table '", c.name, "' fits ",
-          capacity / (1 << 30), " GiB (85% of a rank's memory)"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat(in.source, ": TorchRec-style plan: no shard of table '", c.name, "' fits ",
+                       capacity / (1 << 30), " GiB (85% of a rank's memory)"));
     }
     TablePlan tp;
     tp.table = c.name;

@@ -31,10 +31,10 @@ inline constexpr double kTierCacheShares[] = {0.01, 0.05, 0.2};
 
 struct TableOption {
   ShardingType type = ShardingType::kTableWise;
-  int row_pieces = 1;      // P
-  int col_pieces = 1;      // C
-  bool tiered = false;     // rows in the RocksDB tier
-  double cache_share = 0;  // tiered: cached rows / shard rows
+  int row_pieces = 1;            // P
+  int col_pieces = 1;            // C
+  bool tiered = false;           // rows in the RocksDB tier
+  double cache_share = 0;        // tiered: cached rows / shard rows
   int64_t cache_rows_fixed = 0;  // tiered with a config-given cache: rows per shard (or 0)
   int shards() const { return row_pieces * col_pieces; }
 };
@@ -42,16 +42,15 @@ struct TableOption {
 std::string OptionName(const TableOption& o);
 
 struct EnumerateContext {
-  int group_size = 1;       // N
-  int world_size = 1;       // T
-  int node_ranks = 1;       // ranks of one sharding group on one node (table_row_wise P)
+  int group_size = 1;  // N
+  int world_size = 1;  // T
+  int node_ranks = 1;  // ranks of one sharding group on one node (table_row_wise P)
   bool disk_available = false;
-  bool tier_allowed = true; // the ranks compute on the CPU (the tier is host-side)
+  bool tier_allowed = true;  // the ranks compute on the CPU (the tier is host-side)
 };
 
 // The options of `table` in the order the search tries them (deterministic).
-std::vector<TableOption> EnumerateTableOptions(const PlanTable& table,
-                                               const EnumerateContext& ctx);
+std::vector<TableOption> EnumerateTableOptions(const PlanTable& table, const EnumerateContext& ctx);
 
 // Row range of piece i of P over `rows` rows, column range of piece j of C over `dim`.
 void PieceRange(int64_t extent, int pieces, int i, int64_t* begin, int64_t* end);

@@ -11,11 +11,11 @@ namespace tessera::planner {
 
 namespace {
 
-constexpr double kTierSlotOverheadBytes = 48;             // TieredRowStore bookkeeping per slot
-constexpr double kTierBlockCacheBytes = 64.0 * (1 << 20); // RowDbOptions block cache
-constexpr double kTierMemtableBytes = 256.0 * (1 << 20);  // 2 x 128 MiB write buffers
-constexpr double kTierDiskOverheadBytes = 24;             // key + SST overhead per row
-constexpr double kLlcBytes = 32.0 * (1 << 20);            // tables below this gather hot
+constexpr double kTierSlotOverheadBytes = 48;              // TieredRowStore bookkeeping per slot
+constexpr double kTierBlockCacheBytes = 64.0 * (1 << 20);  // RowDbOptions block cache
+constexpr double kTierMemtableBytes = 256.0 * (1 << 20);   // 2 x 128 MiB write buffers
+constexpr double kTierDiskOverheadBytes = 24;              // key + SST overhead per row
+constexpr double kLlcBytes = 32.0 * (1 << 20);             // tables below this gather hot
 
 double StateFloats(const StepSettings& s, int64_t cols) {
   return s.row_state_fixed + static_cast<double>(s.row_state_per_col) * cols;
@@ -35,9 +35,8 @@ void LinearCost(const DeviceProfile& d, int64_t b, int64_t in, int64_t out, doub
 
 const char* PhaseName(Phase p) {
   static const char* kNames[kNumPhases] = {
-      "input_dist",      "lookup",           "output_dist",  "dense_forward",
-      "dense_backward",  "backward_dist",    "embedding_update", "dense_allreduce",
-      "replica_sync",    "tier_misses"};
+      "input_dist",    "lookup",           "output_dist",     "dense_forward", "dense_backward",
+      "backward_dist", "embedding_update", "dense_allreduce", "replica_sync",  "tier_misses"};
   return kNames[p];
 }
 
@@ -94,15 +93,15 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
   e.t_ = in.topology.world_size;
   e.n_ = group_size;
   if (e.n_ < 1 || e.t_ % e.n_ != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(in.source, ": group size ", group_size,
-                                                   " does not divide world size ", e.t_));
+    return absl::InvalidArgumentError(
+        absl::StrCat(in.source, ": group size ", group_size, " does not divide world size ", e.t_));
   }
   e.m_ = e.t_ / e.n_;
   e.dev_ = profile.device(in.step.device);
   if (e.dev_ == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        in.source, ": the profile (", profile.machine, ") has no '", in.step.device,
-        "' device, which the ranks compute on"));
+    return absl::InvalidArgumentError(absl::StrCat(in.source, ": the profile (", profile.machine,
+                                                   ") has no '", in.step.device,
+                                                   "' device, which the ranks compute on"));
   }
   e.table_kind_ = in.step.device == "cuda" ? kDevice : kHost;
   const std::string& tr = in.topology.transport;
@@ -124,8 +123,8 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
     }
     absl::StatusOr<CollectiveCost> c = CollectiveAtScope(profile, op, tr, size, same);
     if (!c.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(in.source, ": profile '", profile.machine,
-                                                     "': ", c.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(in.source, ": profile '", profile.machine, "': ", c.status().message()));
     }
     *out = *c;
     return absl::OkStatus();
@@ -252,8 +251,8 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
     MetricVec& u = out.uniform;
     u[kLookupS] = s.ids_local / GatherRowsPerSec(*dev_, c.dim * 4, s.hot);
     // Every rank updates the rows the world touched.
-    u[kUpdateS] = (s.ids_local + s.distinct_global) /
-                  ScatterUpdateRowsPerSec(*dev_, c.dim * 4, s.hot);
+    u[kUpdateS] =
+        (s.ids_local + s.distinct_global) / ScatterUpdateRowsPerSec(*dev_, c.dim * 4, s.hot);
     const double weights = c.num_rows * row_bytes;
     const double state = c.num_rows * StateFloats(st, c.dim) * 4;
     const double grad = c.num_rows * (c.dim + 1) * 4.0;
@@ -309,7 +308,8 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
       const double value_bytes = (cols + state_floats) * 4;
       const double touched_group = frac * s.distinct_group;
       if (column_split_adagrad && ag_group_.bytes_per_s > 0) {
-        d[kSyncS] += ag_group_.latency_s + touched_group * 4 * (col_pieces - 1) / ag_group_.bytes_per_s;
+        d[kSyncS] +=
+            ag_group_.latency_s + touched_group * 4 * (col_pieces - 1) / ag_group_.bytes_per_s;
       }
       if (m_ > 1) {
         const double mm = m_;
@@ -327,7 +327,8 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
             ar = 2 * (mm - 1) / mm * frac * s.distinct_sync * value_bytes;
           }
           d[kSyncS] += (ag / ag_replica_.bytes_per_s + ar / ar_replica_.bytes_per_s +
-                        2 * ag_replica_.latency_s) / k;
+                        2 * ag_replica_.latency_s) /
+                       k;
         }
       }
       MemoryBreakdown mem;
@@ -339,19 +340,19 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
       if (o.tiered) {
         int64_t cache_rows;
         if (o.cache_rows_fixed > 0) {
-          cache_rows = static_cast<int64_t>(std::ceil(static_cast<double>(o.cache_rows_fixed) *
-                                                      rows * cols / (static_cast<double>(c.num_rows) * c.dim)));
+          cache_rows =
+              static_cast<int64_t>(std::ceil(static_cast<double>(o.cache_rows_fixed) * rows * cols /
+                                             (static_cast<double>(c.num_rows) * c.dim)));
         } else {
           cache_rows = static_cast<int64_t>(std::ceil(o.cache_share * rows));
         }
-        cache_rows = std::min<int64_t>(rows_i, std::max<int64_t>(
-                                                   cache_rows, static_cast<int64_t>(touched_group) + 1));
+        cache_rows = std::min<int64_t>(
+            rows_i, std::max<int64_t>(cache_rows, static_cast<int64_t>(touched_group) + 1));
         // Misses: the step's distinct rows of the shard outside the cached hottest ones.
-        const double table_hot = std::min<double>(
-            c.num_rows, static_cast<double>(cache_rows) * c.num_rows / rows_i);
-        const double misses =
-            frac * ExpectedDistinct(n * b * IdsPerSample(tab), c.num_rows, s.exponent,
-                                    static_cast<int64_t>(table_hot));
+        const double table_hot =
+            std::min<double>(c.num_rows, static_cast<double>(cache_rows) * c.num_rows / rows_i);
+        const double misses = frac * ExpectedDistinct(n * b * IdsPerSample(tab), c.num_rows,
+                                                      s.exponent, static_cast<int64_t>(table_hot));
         const double db_bytes = rows * (value_bytes + kTierDiskOverheadBytes);
         const TierPoint tp = TierAt(*profile_, static_cast<int64_t>(value_bytes));
         // The database is read from the page cache when it fits in half the host memory.

@@ -72,15 +72,15 @@ const char* MemKindName(MemKind k);
 // Per-rank accumulators the search balances. Times in seconds (bytes already divided by the
 // bandwidth of the link they travel), memory in bytes.
 enum Metric {
-  kInSend,     // input dist payload sent
-  kInRecv,     // input dist payload received
-  kOutSend,    // output dist sent (= backward dist received)
-  kOutRecv,    // output dist received (= backward dist sent)
+  kInSend,   // input dist payload sent
+  kInRecv,   // input dist payload received
+  kOutSend,  // output dist sent (= backward dist received)
+  kOutRecv,  // output dist received (= backward dist sent)
   kLookupS,
   kUpdateS,
-  kTierS,      // tier reads (prefetchable)
-  kTierWriteS, // tier write-back
-  kSyncS,      // replica sync + column-split AdaGrad all-gathers
+  kTierS,       // tier reads (prefetchable)
+  kTierWriteS,  // tier write-back
+  kSyncS,       // replica sync + column-split AdaGrad all-gathers
   kMemDevice,
   kMemHost,
   kMemDisk,
@@ -90,8 +90,8 @@ using MetricVec = std::array<double, kNumMetrics>;
 
 // Memory of one rank split by what it holds (for the explain table).
 struct MemoryBreakdown {
-  double weights = 0, optimizer_state = 0, caches = 0, comm_buffers = 0, activations = 0,
-         dense = 0, base = 0, disk = 0;
+  double weights = 0, optimizer_state = 0, caches = 0, comm_buffers = 0, activations = 0, dense = 0,
+         base = 0, disk = 0;
 };
 
 // What placing one table adds: `uniform` to every rank of the group, `per_rank` on top of it.
@@ -111,11 +111,11 @@ struct PhaseTimes {
 
 // The step at the slowest rank of each phase, with the per-rank detail.
 struct StepEstimate {
-  PhaseTimes step;                          // the critical path (what the search minimises)
-  std::vector<PhaseTimes> per_rank;         // each rank's own phase costs (explain)
+  PhaseTimes step;                   // the critical path (what the search minimises)
+  std::vector<PhaseTimes> per_rank;  // each rank's own phase costs (explain)
   std::vector<std::array<double, kNumMemKinds>> memory;  // bytes per rank by kind
   std::vector<MemoryBreakdown> memory_detail;
-  double imbalance = 1;                     // max / mean of per-rank embedding time
+  double imbalance = 1;  // max / mean of per-rank embedding time
 };
 
 // One table's placement: its option (type, storage) and its shards (owner = group rank).
@@ -164,12 +164,12 @@ class Estimator {
  private:
   Estimator() = default;
   struct TableStats {
-    double ids_local = 0;      // ids of one rank's batch (B x ids per sample)
-    double distinct_local = 0; // distinct rows of the whole table among them
-    double distinct_group = 0; // among the group's N B samples
-    double distinct_global = 0;// among the world's T B samples
-    double distinct_sync = 0;  // among k steps of the world (average, touched)
-    double hot = 1;            // hot/cold blend of the gather and update rates
+    double ids_local = 0;        // ids of one rank's batch (B x ids per sample)
+    double distinct_local = 0;   // distinct rows of the whole table among them
+    double distinct_group = 0;   // among the group's N B samples
+    double distinct_global = 0;  // among the world's T B samples
+    double distinct_sync = 0;    // among k steps of the world (average, touched)
+    double hot = 1;              // hot/cold blend of the gather and update rates
     double exponent = 1.05;
   };
   double A2aSeconds(double bytes, bool intra) const;

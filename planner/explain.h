@@ -19,11 +19,11 @@ namespace tessera::planner {
 struct Baseline {
   std::string name;
   bool ok = false;
-  std::string error;          // why it has no estimate (e.g. it does not fit)
+  std::string error;  // why it has no estimate (e.g. it does not fit)
   int group_size = 0;
   StepEstimate estimate;
   bool fits = true;
-  std::string fits_what;      // which rank and kind is short, when it does not fit
+  std::string fits_what;  // which rank and kind is short, when it does not fit
 };
 
 std::string ExplainText(const PlanInputs& in, const PlanResult& r,

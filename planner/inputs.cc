@@ -80,7 +80,8 @@ absl::Status ValidatePlanInputs(const PlanInputs& in) {
     return absl::InvalidArgumentError(absl::StrCat(in.source, ": ", msg));
   };
   const Topology& topo = in.topology;
-  if (topo.world_size < 1) return bad(absl::StrCat("world size ", topo.world_size, " must be >= 1"));
+  if (topo.world_size < 1)
+    return bad(absl::StrCat("world size ", topo.world_size, " must be >= 1"));
   if (topo.ranks_per_node < 1) {
     return bad(absl::StrCat("ranks per node ", topo.ranks_per_node, " must be >= 1"));
   }
@@ -96,8 +97,8 @@ absl::Status ValidatePlanInputs(const PlanInputs& in) {
                               " rows (must be > 0)"));
     }
     if (c.dim <= 0) {
-      return bad(absl::StrCat("model.tables: table '", c.name, "' has dim ", c.dim,
-                              " (must be > 0)"));
+      return bad(
+          absl::StrCat("model.tables: table '", c.name, "' has dim ", c.dim, " (must be > 0)"));
     }
     if (!(t.ids_per_bag > 0) || t.num_features < 1) {
       return bad(absl::StrCat("table '", c.name, "': pooling ", t.ids_per_bag, " and features ",

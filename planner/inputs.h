@@ -38,19 +38,19 @@ struct Topology {
 
 // Measured statistics of one table (from a data sample), replacing the Zipf formula.
 struct MeasuredIdStats {
-  int64_t sample_batch = 0;      // the batch size the counts below were taken at
-  double ids_per_sample = 0;     // bag entries per sample, all features of the table
-  double distinct_per_batch = 0; // distinct rows among one batch's ids (mean over batches)
+  int64_t sample_batch = 0;       // the batch size the counts below were taken at
+  double ids_per_sample = 0;      // bag entries per sample, all features of the table
+  double distinct_per_batch = 0;  // distinct rows among one batch's ids (mean over batches)
   // hot_rows[i] rows cover hot_coverage[i] of all accesses (ascending), e.g. the top 1%.
   std::vector<int64_t> hot_rows;
   std::vector<double> hot_coverage;
 };
 
 struct PlanTable {
-  TableConfig config;            // name, rows, dim, pooling, storage as configured
-  double ids_per_bag = 1;        // mean bag length per feature (pooling factor)
-  int num_features = 1;          // bags per sample (features the table serves)
-  double zipf_exponent = 1.05;   // id distribution when `measured` is empty
+  TableConfig config;                     // name, rows, dim, pooling, storage as configured
+  double ids_per_bag = 1;                 // mean bag length per feature (pooling factor)
+  int num_features = 1;                   // bags per sample (features the table serves)
+  double zipf_exponent = 1.05;            // id distribution when `measured` is empty
   std::vector<MeasuredIdStats> measured;  // at most one; overrides the Zipf formula
   // The config fixes the storage (storage.tier given): the planner keeps it; otherwise it may
   // move the table to the RocksDB tier (with a cache size it chooses) when memory is short.
@@ -76,25 +76,25 @@ struct DenseShape {
 enum class ReplicaSync { kExact, kAverage };
 
 struct StepSettings {
-  int64_t batch_per_rank = 2048;   // local batch B
-  int payload_bytes = 4;           // pooled all-to-all element: 4 (fp32) or 2 (fp16/bf16)
+  int64_t batch_per_rank = 2048;  // local batch B
+  int payload_bytes = 4;          // pooled all-to-all element: 4 (fp32) or 2 (fp16/bf16)
   ReplicaSync replica_sync = ReplicaSync::kExact;
-  int64_t sync_every = 1;          // k (average mode)
-  bool sync_all_rows = false;      // average mode: sync_rows all (else touched)
-  bool pipeline = true;            // next batch's input dist overlaps the step
+  int64_t sync_every = 1;                    // k (average mode)
+  bool sync_all_rows = false;                // average mode: sync_rows all (else touched)
+  bool pipeline = true;                      // next batch's input dist overlaps the step
   int64_t bucket_bytes = int64_t{25} << 20;  // dense all-reduce bucket
   // Row optimizer state per row of a shard with c columns: fixed + per_col x c floats
   // (row-wise AdaGrad 1 + 0, Adam 0 + 2, SGD 0 + 0).
   int row_state_fixed = 1;
   int row_state_per_col = 0;
-  int threads = 0;                 // compute threads per rank (0 = the profile's)
-  std::string device = "cpu";      // the profile device the ranks compute on
+  int threads = 0;             // compute threads per rank (0 = the profile's)
+  std::string device = "cpu";  // the profile device the ranks compute on
 };
 
 struct PlanInputs {
-  std::string source;              // names the config in messages
+  std::string source;  // names the config in messages
   Topology topology;
-  std::vector<PlanTable> tables;   // model order
+  std::vector<PlanTable> tables;  // model order
   DenseShape dense;
   StepSettings step;
   // Fixed group size N (sharding.group_size); 0 = the planner chooses among divisors of T.

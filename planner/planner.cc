@@ -31,8 +31,8 @@ std::string Ms(double s) { return absl::StrFormat("%.3f ms", 1e3 * s); }
 std::string Reason(const PlanInputs& in, const GroupPlan& g, int t) {
   const TableDecision& d = g.tables[t];
   const PlanTable& tab = in.tables[t];
-  std::string line = absl::StrCat(tab.config.name, " (", tab.config.num_rows, " x ",
-                                  tab.config.dim, ", ", absl::StrFormat("%.3g", IdsPerSample(tab)),
+  std::string line = absl::StrCat(tab.config.name, " (", tab.config.num_rows, " x ", tab.config.dim,
+                                  ", ", absl::StrFormat("%.3g", IdsPerSample(tab)),
                                   " ids/sample): ", OptionName(d.placement.option));
   if (!d.placement.shards.empty()) {
     std::vector<int> ranks;
@@ -134,8 +134,9 @@ absl::StatusOr<PlanResult> PlanSharding(const PlanInputs& in, const MachineProfi
     outcomes[i].plan = std::move(g).value();
     outcomes[i].ok = true;
   };
-  const int threads = std::max(1, std::min<int>(static_cast<int>(sizes.size()),
-                                                static_cast<int>(std::thread::hardware_concurrency())));
+  const int threads =
+      std::max(1, std::min<int>(static_cast<int>(sizes.size()),
+                                static_cast<int>(std::thread::hardware_concurrency())));
   std::atomic<size_t> next{0};
   std::vector<std::thread> pool;
   for (int k = 0; k < threads; ++k) {
@@ -181,8 +182,8 @@ absl::StatusOr<PlanResult> PlanSharding(const PlanInputs& in, const MachineProfi
     tp.type = d.placement.option.type;
     tp.shards = d.placement.shards;
     const bool config_rocksdb = in.tables[t].config.storage.tier == StorageTier::kRocksDb;
-    if (d.placement.option.tiered != config_rocksdb || (d.placement.option.tiered &&
-                                                        d.placement.option.cache_rows_fixed == 0)) {
+    if (d.placement.option.tiered != config_rocksdb ||
+        (d.placement.option.tiered && d.placement.option.cache_rows_fixed == 0)) {
       tp.storage.set = true;
       tp.storage.tier = d.placement.option.tiered ? StorageTier::kRocksDb : StorageTier::kMemory;
       if (d.placement.option.tiered) {
@@ -197,8 +198,8 @@ absl::StatusOr<PlanResult> PlanSharding(const PlanInputs& in, const MachineProfi
   absl::StatusOr<ShardingPlan> valid =
       ValidateShardingPlan(std::move(plan), TableConfigs(in), result.group.group_size, "planner");
   if (!valid.ok()) {
-    return absl::InternalError(absl::StrCat("the planner made an invalid plan: ",
-                                            valid.status().message()));
+    return absl::InternalError(
+        absl::StrCat("the planner made an invalid plan: ", valid.status().message()));
   }
   result.plan = std::move(valid).value();
   result.planning_s =

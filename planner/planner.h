@@ -1,10 +1,10 @@
 // The planner: inputs + machine profile -> the sharding plan of least predicted step time.
 //
 // For each candidate group size N (the config's when it fixes one; else every power of two
-// dividing T up to kMaxChosenGroupSize) it builds an Estimator and runs the search (search.h); the N of least
-// predicted step time wins (ties: the smaller N). The result is a validated ShardingPlan (the
-// file the trainer reads, with `storage` for tables the planner moved to the RocksDB tier), the
-// estimate behind it and one line per table saying why. Deterministic: the same inputs and
+// dividing T up to kMaxChosenGroupSize) it builds an Estimator and runs the search (search.h); the
+// N of least predicted step time wins (ties: the smaller N). The result is a validated ShardingPlan
+// (the file the trainer reads, with `storage` for tables the planner moved to the RocksDB tier),
+// the estimate behind it and one line per table saying why. Deterministic: the same inputs and
 // profile give the same plan bytes on every rank and every run (planning time is reported but
 // not part of the plan).
 // Thread-safety: PlanSharding may run on several threads at once.
@@ -39,16 +39,16 @@ struct PlannerOptions {
 struct GroupTried {
   int group_size = 0;
   bool feasible = false;
-  double step_s = 0;        // predicted, when feasible
-  std::string why_not;      // the search's error, when not
+  double step_s = 0;    // predicted, when feasible
+  std::string why_not;  // the search's error, when not
 };
 
 struct PlanResult {
-  ShardingPlan plan;             // validated for the chosen group size
-  GroupPlan group;               // per-table decisions and the estimate
+  ShardingPlan plan;                 // validated for the chosen group size
+  GroupPlan group;                   // per-table decisions and the estimate
   std::vector<std::string> reasons;  // one line per table (model order)
   std::vector<GroupTried> tried;
-  double planning_s = 0;         // wall time of PlanSharding (not deterministic)
+  double planning_s = 0;  // wall time of PlanSharding (not deterministic)
 };
 
 [[nodiscard]] absl::StatusOr<PlanResult> PlanSharding(const PlanInputs& inputs,

@@ -175,8 +175,10 @@ absl::StatusOr<MachineProfile> ParseRoot(const YAML::Node& root, const std::stri
   TESSERA_ASSIGN_OR_RETURN(p.version, r.Get<int>("version"));
   if (p.version != kProfileVersion) {
     return r.Error(root["version"], "version",
-                   absl::StrCat("profile version ", p.version, " is not supported (this build "
-                                "reads version ", kProfileVersion, "; rerun tessera-plan calibrate)"));
+                   absl::StrCat("profile version ", p.version,
+                                " is not supported (this build "
+                                "reads version ",
+                                kProfileVersion, "; rerun tessera-plan calibrate)"));
   }
   {
     TESSERA_ASSIGN_OR_RETURN(YAML::Node m, r.Node("machine"));
@@ -204,11 +206,13 @@ absl::StatusOr<MachineProfile> ParseRoot(const YAML::Node& root, const std::stri
     CollectivePoint pt;
     TESSERA_ASSIGN_OR_RETURN(std::string op, c.Get<std::string>("op"));
     absl::StatusOr<CollectiveOp> parsed = ParseCollectiveOp(op);
-    if (!parsed.ok()) return c.Error(cols[i]["op"], c.Key("op"), std::string(parsed.status().message()));
+    if (!parsed.ok())
+      return c.Error(cols[i]["op"], c.Key("op"), std::string(parsed.status().message()));
     pt.op = *parsed;
     TESSERA_ASSIGN_OR_RETURN(pt.transport, c.Get<std::string>("transport"));
     TESSERA_ASSIGN_OR_RETURN(pt.world_size, c.Get<int>("world_size"));
-    if (pt.world_size < 1) return c.Error(cols[i]["world_size"], c.Key("world_size"), "must be >= 1");
+    if (pt.world_size < 1)
+      return c.Error(cols[i]["world_size"], c.Key("world_size"), "must be >= 1");
     TESSERA_ASSIGN_OR_RETURN(pt.same_node, c.Get<bool>("same_node"));
     TESSERA_ASSIGN_OR_RETURN(pt.latency_s, c.GetNonNegative("latency_s"));
     TESSERA_ASSIGN_OR_RETURN(pt.bytes_per_s, c.GetPositive("bytes_per_s"));
@@ -404,10 +408,10 @@ std::string MachineProfileToYaml(const MachineProfile& p) {
   e << YAML::EndSeq;
   e << YAML::Key << "tier" << YAML::Value << YAML::BeginSeq;
   for (const TierPoint& t : p.tier) {
-    e << YAML::Flow << YAML::BeginMap << YAML::Key << "value_bytes" << YAML::Value
-      << t.value_bytes << YAML::Key << "read_cached_s" << YAML::Value << t.read_cached_s
-      << YAML::Key << "read_disk_s" << YAML::Value << t.read_disk_s << YAML::Key << "write_s"
-      << YAML::Value << t.write_s << YAML::EndMap;
+    e << YAML::Flow << YAML::BeginMap << YAML::Key << "value_bytes" << YAML::Value << t.value_bytes
+      << YAML::Key << "read_cached_s" << YAML::Value << t.read_cached_s << YAML::Key
+      << "read_disk_s" << YAML::Value << t.read_disk_s << YAML::Key << "write_s" << YAML::Value
+      << t.write_s << YAML::EndMap;
   }
   e << YAML::EndSeq;
   e << YAML::EndMap;
@@ -483,8 +487,10 @@ TierPoint TierAt(const MachineProfile& p, int64_t value_bytes) {
   out.value_bytes = value_bytes;
   if (p.tier.empty()) return out;
   auto x = [](const TierPoint& t) { return static_cast<double>(t.value_bytes); };
-  out.read_cached_s = Interp(p.tier, value_bytes, x, [](const TierPoint& t) { return t.read_cached_s; });
-  out.read_disk_s = Interp(p.tier, value_bytes, x, [](const TierPoint& t) { return t.read_disk_s; });
+  out.read_cached_s =
+      Interp(p.tier, value_bytes, x, [](const TierPoint& t) { return t.read_cached_s; });
+  out.read_disk_s =
+      Interp(p.tier, value_bytes, x, [](const TierPoint& t) { return t.read_disk_s; });
   out.write_s = Interp(p.tier, value_bytes, x, [](const TierPoint& t) { return t.write_s; });
   return out;
 }

@@ -27,15 +27,15 @@ inline constexpr int kProfileVersion = 1;
 
 // One measured point of a rate that depends on the row size.
 struct RowRatePoint {
-  int64_t row_bytes = 0;        // bytes of one row's payload (dim x dtype size)
-  double hot_rows_per_s = 0;    // ids drawn Zipf(1.05) over a table larger than the LLC
-  double cold_rows_per_s = 0;   // uniform ids over a table far larger than the LLC
+  int64_t row_bytes = 0;       // bytes of one row's payload (dim x dtype size)
+  double hot_rows_per_s = 0;   // ids drawn Zipf(1.05) over a table larger than the LLC
+  double cold_rows_per_s = 0;  // uniform ids over a table far larger than the LLC
 };
 
 // One measured GEMM shape (C[m x n] = A[m x k] B[k x n], fp32 unless dtype says otherwise).
 struct GemmPoint {
   int64_t m = 0, n = 0, k = 0;
-  double flops_per_s = 0;       // 2 m n k / seconds
+  double flops_per_s = 0;  // 2 m n k / seconds
 };
 
 struct DeviceProfile {
@@ -75,9 +75,9 @@ struct CollectivePoint {
 // RocksDB tier cost per row (embedding + optimizer state value), by value size.
 struct TierPoint {
   int64_t value_bytes = 0;
-  double read_cached_s = 0;   // a row read from RocksDB's memtable / the OS page cache
-  double read_disk_s = 0;     // a row read from the disk (O_DIRECT, batched MultiGet)
-  double write_s = 0;         // a row written back (WriteBatch, per row)
+  double read_cached_s = 0;  // a row read from RocksDB's memtable / the OS page cache
+  double read_disk_s = 0;    // a row read from the disk (O_DIRECT, batched MultiGet)
+  double write_s = 0;        // a row written back (WriteBatch, per row)
 };
 
 struct MachineProfile {

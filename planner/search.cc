@@ -204,8 +204,8 @@ struct Choice {
 // Best placement of table t given the state (the table not applied).
 // `by_guide`: decide by SearchState::Guide (the greedy), else by the step time itself.
 TableDecision Choose(const Estimator& est, SearchState& state, int t,
-                     const std::vector<TableOption>& options, bool by_guide,
-                     Contribution* chosen, bool* feasible) {
+                     const std::vector<TableOption>& options, bool by_guide, Contribution* chosen,
+                     bool* feasible) {
   const int n = est.group_size();
   Choice best, second, least_short;
   for (const TableOption& o : options) {
@@ -277,10 +277,14 @@ TableDecision Choose(const Estimator& est, SearchState& state, int t,
 
 double MemoryLimit(const PlanInputs& in, MemKind kind) {
   switch (kind) {
-    case kDevice: return static_cast<double>(in.topology.memory.device);
-    case kHost: return static_cast<double>(in.topology.memory.host);
-    case kDisk: return static_cast<double>(in.topology.memory.disk);
-    default: return 0;
+    case kDevice:
+      return static_cast<double>(in.topology.memory.device);
+    case kHost:
+      return static_cast<double>(in.topology.memory.host);
+    case kDisk:
+      return static_cast<double>(in.topology.memory.disk);
+    default:
+      return 0;
   }
 }
 

@@ -34,13 +34,13 @@ struct SearchOptions {
 
 struct TableDecision {
   TablePlacement placement;
-  double step_s = 0;             // predicted step with this choice (at its turn in the search)
-  double guide = 0;              // the greedy's criterion for it (see search.cc Guide)
-  std::string runner_up;         // the next-best option, "" if none was feasible
+  double step_s = 0;      // predicted step with this choice (at its turn in the search)
+  double guide = 0;       // the greedy's criterion for it (see search.cc Guide)
+  std::string runner_up;  // the next-best option, "" if none was feasible
   double runner_up_step_s = 0;
-  int infeasible_options = 0;    // options that did not fit
-  std::string first_shortfall;   // e.g. "host short by 3.2 GiB" for the largest infeasible
-  std::string started_from;      // a seed's name when the placement came from it unchanged
+  int infeasible_options = 0;   // options that did not fit
+  std::string first_shortfall;  // e.g. "host short by 3.2 GiB" for the largest infeasible
+  std::string started_from;     // a seed's name when the placement came from it unchanged
 };
 
 // A complete placement to start re-insertion from (a baseline's plan, priced and improved by

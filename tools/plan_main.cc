@@ -38,7 +38,8 @@ ABSL_FLAG(std::string, profile, "",
           "machine profile: a shipped name (cpu_default, h200_cluster) or a file; default "
           "cpu_default for device cpu, h200_cluster for device cuda");
 ABSL_FLAG(int, group_size, -1, "fix the group size N (default: the config's; 0 = choose)");
-ABSL_FLAG(std::string, transport, "", "collectives of the profile: mpi or nccl (default: mpi "
+ABSL_FLAG(std::string, transport, "",
+          "collectives of the profile: mpi or nccl (default: mpi "
           "for cpu, nccl for cuda)");
 ABSL_FLAG(std::string, data_sample, "", "data file (the config's data.format) to measure ids from");
 ABSL_FLAG(std::string, out, "", "write the plan file here");
@@ -82,11 +83,13 @@ absl::Status ParseMemory(const std::string& text, planner::MemoryLimits* m) {
       return absl::InvalidArgumentError(
           absl::StrCat("--memory: '", part, "' is not kind=size (kinds: host, device, disk)"));
     }
-    int64_t* dst = kv[0] == "host" ? &m->host : kv[0] == "device" ? &m->device
-                 : kv[0] == "disk" ? &m->disk : nullptr;
+    int64_t* dst = kv[0] == "host"     ? &m->host
+                   : kv[0] == "device" ? &m->device
+                   : kv[0] == "disk"   ? &m->disk
+                                       : nullptr;
     if (dst == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--memory: unknown kind '", kv[0], "' (expected host, device, disk)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--memory: unknown kind '", kv[0], "' (expected host, device, disk)"));
     }
     absl::StatusOr<int64_t> v = ParseSize(kv[0], kv[1]);
     if (!v.ok()) return v.status();
@@ -157,12 +160,12 @@ int Run(int argc, char** argv) {
   absl::StatusOr<Config> config = LoadConfig(config_path, overrides);
   if (!config.ok()) return Fail(config.status());
   const int world = absl::GetFlag(FLAGS_world_size);
-  if (world < 1) return Fail(absl::InvalidArgumentError(absl::StrCat("--world_size ", world, " must be >= 1")));
+  if (world < 1)
+    return Fail(absl::InvalidArgumentError(absl::StrCat("--world_size ", world, " must be >= 1")));
   planner::Topology topo;
   topo.world_size = world;
-  topo.ranks_per_node = absl::GetFlag(FLAGS_ranks_per_node) > 0
-                            ? absl::GetFlag(FLAGS_ranks_per_node)
-                            : world;
+  topo.ranks_per_node =
+      absl::GetFlag(FLAGS_ranks_per_node) > 0 ? absl::GetFlag(FLAGS_ranks_per_node) : world;
   const bool cuda = config->device == "cuda";
   std::string profile_name = absl::GetFlag(FLAGS_profile);
   if (profile_name.empty()) profile_name = cuda ? "h200_cluster" : "cpu_default";
@@ -198,23 +201,21 @@ int Run(int argc, char** argv) {
 
   std::vector<planner::Baseline> baselines;
   const int base_n = in.group_size > 0 ? in.group_size : world;
-  baselines.push_back(MakeBaseline(
-      "default", in, *profile,
-      [&]() -> absl::StatusOr<ShardingPlan> {
-        ShardingPlan p = DefaultShardingPlan(planner::TableConfigs(in), base_n);
-        p.group_size = base_n;
-        return p;
-      }()));
-  baselines.push_back(MakeBaseline("torchrec_style", in, *profile,
-                                   planner::TorchRecStylePlan(in, base_n)));
+  baselines.push_back(MakeBaseline("default", in, *profile, [&]() -> absl::StatusOr<ShardingPlan> {
+    ShardingPlan p = DefaultShardingPlan(planner::TableConfigs(in), base_n);
+    p.group_size = base_n;
+    return p;
+  }()));
+  baselines.push_back(
+      MakeBaseline("torchrec_style", in, *profile, planner::TorchRecStylePlan(in, base_n)));
 
   const std::string out = absl::GetFlag(FLAGS_out);
   const std::string svg = absl::GetFlag(FLAGS_svg);
   if (!out.empty()) {
-    const std::string header = absl::StrCat(
-        "# Written by tessera-plan for ", config_path, " on ", world, " ranks (profile ",
-        profile_name, "): predicted step ", absl::StrFormat("%.3f", 1e3 * result->group.estimate.step.total()),
-        " ms\n");
+    const std::string header =
+        absl::StrCat("# Written by tessera-plan for ", config_path, " on ", world,
+                     " ranks (profile ", profile_name, "): predicted step ",
+                     absl::StrFormat("%.3f", 1e3 * result->group.estimate.step.total()), " ms\n");
     if (absl::Status st = WriteFile(out, header + ShardingPlanToYaml(result->plan)); !st.ok()) {
       return Fail(st);
     }

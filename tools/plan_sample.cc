@@ -12,16 +12,19 @@
 
 namespace tessera {
 
-absl::StatusOr<std::vector<planner::MeasuredIdStats>> MeasureDataSample(
-    const Config& config, const std::string& path, int64_t batch_size, int max_batches) {
+absl::StatusOr<std::vector<planner::MeasuredIdStats>> MeasureDataSample(const Config& config,
+                                                                        const std::string& path,
+                                                                        int64_t batch_size,
+                                                                        int max_batches) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {
     return absl::NotFoundError(absl::StrCat("--data_sample: cannot read '", path, "'"));
   }
   if (config.data.format == DataFormat::kSynthetic) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--data_sample '", path, "': the config's data.format is synthetic; a sample needs "
-        "criteo_tsv, criteo_csv or binary (the format the file is in)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--data_sample '", path,
+                     "': the config's data.format is synthetic; a sample needs "
+                     "criteo_tsv, criteo_csv or binary (the format the file is in)"));
   }
   Config c = config;
   c.data.train_path = path;

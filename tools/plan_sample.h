@@ -15,7 +15,9 @@ namespace tessera {
 // One entry per model table. Reads at most `max_batches` batches. InvalidArgument naming the
 // file (and the reader's file:line) for a file in another format or a bad record; NotFound when
 // it cannot be opened; InvalidArgument when the file holds no complete batch.
-absl::StatusOr<std::vector<planner::MeasuredIdStats>> MeasureDataSample(
-    const Config& config, const std::string& path, int64_t batch_size, int max_batches = 64);
+absl::StatusOr<std::vector<planner::MeasuredIdStats>> MeasureDataSample(const Config& config,
+                                                                        const std::string& path,
+                                                                        int64_t batch_size,
+                                                                        int max_batches = 64);
 
 }  // namespace tessera

@@ -30,8 +30,7 @@ planner::PlanInputs PlanInputsFromConfig(const Config& config, const planner::To
     for (int f : t.features) {
       int64_t l = 1;
       if (synthetic && !pooling.empty()) {
-        l = pooling.size() == 1 ? pooling[0]
-                                : pooling[std::min<size_t>(f, pooling.size() - 1)];
+        l = pooling.size() == 1 ? pooling[0] : pooling[std::min<size_t>(f, pooling.size() - 1)];
       }
       ids += static_cast<double>(l);
     }
@@ -44,15 +43,21 @@ planner::PlanInputs PlanInputsFromConfig(const Config& config, const planner::To
   in.dense.num_dense = m.num_dense;
   in.dense.bottom_mlp = m.bottom_mlp;
   in.dense.top_mlp = m.top_mlp;
-  in.dense.interaction =
-      m.interaction == InteractionType::kDcn ? planner::Interaction::kDcn : planner::Interaction::kDot;
+  in.dense.interaction = m.interaction == InteractionType::kDcn ? planner::Interaction::kDcn
+                                                                : planner::Interaction::kDot;
   in.dense.dcn_num_layers = m.dcn_num_layers;
   in.dense.dcn_low_rank = m.dcn_low_rank;
   in.dense.embedding_dim = m.embedding_dim;
   switch (config.optimizer.dense.type) {
-    case DenseOptimizerType::kSgd: in.dense.optimizer_state_floats = 0; break;
-    case DenseOptimizerType::kAdagrad: in.dense.optimizer_state_floats = 1; break;
-    case DenseOptimizerType::kAdam: in.dense.optimizer_state_floats = 2; break;
+    case DenseOptimizerType::kSgd:
+      in.dense.optimizer_state_floats = 0;
+      break;
+    case DenseOptimizerType::kAdagrad:
+      in.dense.optimizer_state_floats = 1;
+      break;
+    case DenseOptimizerType::kAdam:
+      in.dense.optimizer_state_floats = 2;
+      break;
   }
   planner::StepSettings& s = in.step;
   const int t = std::max(1, topology.world_size);
@@ -65,9 +70,18 @@ planner::PlanInputs PlanInputsFromConfig(const Config& config, const planner::To
   s.pipeline = config.sharding.pipeline;
   s.bucket_bytes = config.sharding.bucket_bytes;
   switch (config.optimizer.embedding.type) {
-    case RowOptimizerType::kSgd: s.row_state_fixed = 0; s.row_state_per_col = 0; break;
-    case RowOptimizerType::kRowWiseAdagrad: s.row_state_fixed = 1; s.row_state_per_col = 0; break;
-    case RowOptimizerType::kAdam: s.row_state_fixed = 0; s.row_state_per_col = 2; break;
+    case RowOptimizerType::kSgd:
+      s.row_state_fixed = 0;
+      s.row_state_per_col = 0;
+      break;
+    case RowOptimizerType::kRowWiseAdagrad:
+      s.row_state_fixed = 1;
+      s.row_state_per_col = 0;
+      break;
+    case RowOptimizerType::kAdam:
+      s.row_state_fixed = 0;
+      s.row_state_per_col = 2;
+      break;
   }
   s.threads = config.threads;
   s.device = config.device;
@@ -87,7 +101,8 @@ planner::MemoryLimits MachineMemoryPerRank(int ranks_per_node, const std::string
       break;
     }
   }
-  std::filesystem::path p = disk_dir.empty() ? std::filesystem::path(".") : std::filesystem::path(disk_dir);
+  std::filesystem::path p =
+      disk_dir.empty() ? std::filesystem::path(".") : std::filesystem::path(disk_dir);
   std::error_code ec;
   p = std::filesystem::absolute(p, ec);
   while (!p.empty() && !std::filesystem::exists(p, ec)) p = p.parent_path();
@@ -99,7 +114,8 @@ planner::MemoryLimits MachineMemoryPerRank(int ranks_per_node, const std::string
 }
 
 int LauncherRanksPerNode(int world_size) {
-  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
+  for (const char* var :
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
     if (const char* v = std::getenv(var)) {
       int n = std::atoi(v);
       if (n > 0) return n;
@@ -124,8 +140,7 @@ absl::StatusOr<planner::MachineProfile> LoadProfileByNameOrPath(const std::strin
 }
 
 absl::StatusOr<ShardingPlan> AutoPlan(const Config& config, int world_size) {
-  TESSERA_ASSIGN_OR_RETURN(planner::MachineProfile profile,
-                           LoadProfileByNameOrPath("cpu_default"));
+  TESSERA_ASSIGN_OR_RETURN(planner::MachineProfile profile, LoadProfileByNameOrPath("cpu_default"));
   planner::Topology topo;
   topo.world_size = world_size;
   topo.ranks_per_node = LauncherRanksPerNode(world_size);
@@ -160,8 +175,8 @@ void ApplyPlanStorage(const ShardingPlan& plan, std::vector<TableConfig>* tables
 namespace tessera {
 
 absl::StatusOr<ShardingPlan> AutoPlanOnWorld(const Config& config, Communicator& world) {
-  // Rank 0 plans; [status code, text length, group size] then the text (the plan file or the error) go to
-  // every rank, so all agree even if their machines differ.
+  // Rank 0 plans; [status code, text length, group size] then the text (the plan file or the error)
+  // go to every rank, so all agree even if their machines differ.
   std::string text;
   int64_t header[3] = {0, 0, 0};
   if (world.rank() == 0) {
@@ -179,9 +194,8 @@ absl::StatusOr<ShardingPlan> AutoPlanOnWorld(const Config& config, Communicator&
   text.resize(static_cast<size_t>(header[1]));
   if (header[1] > 0) TESSERA_RETURN_IF_ERROR(world.Broadcast(text.data(), header[1], 0));
   if (header[0] != 0) return absl::Status(static_cast<absl::StatusCode>(header[0]), text);
-  absl::StatusOr<ShardingPlan> plan = ParseShardingPlan(text, "sharding.plan: auto",
-                                                        config.model.tables,
-                                                        static_cast<int>(header[2]));
+  absl::StatusOr<ShardingPlan> plan = ParseShardingPlan(
+      text, "sharding.plan: auto", config.model.tables, static_cast<int>(header[2]));
   if (!plan.ok()) return plan.status();
   return plan;
 }

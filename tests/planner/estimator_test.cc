@@ -54,8 +54,8 @@ TEST(EstimatorTest, TableWiseByHand) {
   in.step.row_state_fixed = 0;  // SGD
   absl::StatusOr<Estimator> est = Estimator::Create(in, prof, 2);
   ASSERT_TRUE(est.ok()) << est.status();
-  StepEstimate e = est->Evaluate({TableWise(0, in.tables[0].config),
-                                  TableWise(1, in.tables[1].config)});
+  StepEstimate e =
+      est->Evaluate({TableWise(0, in.tables[0].config), TableWise(1, in.tables[1].config)});
   const double u = ExpectedDistinct(100, 1000, 1.05);
   // Input dist: each rank sends the other's table its 8 u unique ids, 100 positions and 100
   // lengths (4 bytes each), at 1e6 B/s.
@@ -86,8 +86,8 @@ TEST(EstimatorTest, RowWiseAndImbalanceByHand) {
   rw.type = ShardingType::kRowWise;
   rw.row_pieces = 2;
   // Table 0 row-wise over both ranks, table 1 (tiny) on rank 0.
-  StepEstimate e = est->Evaluate({MakePlacement(rw, {0, 1}, in.tables[0].config),
-                                  TableWise(0, in.tables[1].config)});
+  StepEstimate e = est->Evaluate(
+      {MakePlacement(rw, {0, 1}, in.tables[0].config), TableWise(0, in.tables[1].config)});
   // Each half of table 0 gets half the ids of both ranks (100), table 1 all 200 ids on rank 0.
   EXPECT_NEAR(e.per_rank[0].s[kLookup], (100 + 200) / 1e6, 1e-12);
   EXPECT_NEAR(e.per_rank[1].s[kLookup], 100 / 1e6, 1e-12);
@@ -106,8 +106,8 @@ TEST(EstimatorTest, LatencyPerCollective) {
   PlanInputs in = SmallInputs({1000, 1000}, 16, 2, 100);
   absl::StatusOr<Estimator> est = Estimator::Create(in, prof, 2);
   ASSERT_TRUE(est.ok());
-  StepEstimate e = est->Evaluate({TableWise(0, in.tables[0].config),
-                                  TableWise(1, in.tables[1].config)});
+  StepEstimate e =
+      est->Evaluate({TableWise(0, in.tables[0].config), TableWise(1, in.tables[1].config)});
   EXPECT_NEAR(e.step.s[kOutputDist], 1e-3 + 6400 / 1e6, 1e-12);
   // Input dist: the header all-to-all and the payload all-to-all.
   const double in_bytes = 8 * ExpectedDistinct(100, 1000, 1.05) + 800;
@@ -120,8 +120,8 @@ TEST(EstimatorTest, PipelinedInputDistHidesBehindOtherCollectives) {
   in.step.pipeline = true;
   absl::StatusOr<Estimator> est = Estimator::Create(in, prof, 2);
   ASSERT_TRUE(est.ok());
-  StepEstimate e = est->Evaluate({TableWise(0, in.tables[0].config),
-                                  TableWise(1, in.tables[1].config)});
+  StepEstimate e =
+      est->Evaluate({TableWise(0, in.tables[0].config), TableWise(1, in.tables[1].config)});
   // The id payload (~3.5 KB) travels during the output and backward dists (12.8 KB).
   EXPECT_EQ(e.step.s[kInputDist], 0);
 }

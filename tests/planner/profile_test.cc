@@ -84,7 +84,8 @@ TEST(ProfileTest, BadFilesNameFileAndKey) {
       {Replace(good, "version: 1", "version: 2"), "version"},
       {Replace(good, "version: 1", "version: 2"), "not supported"},
       {DropLine(good, "copy_bytes_per_s"), "devices[0].copy_bytes_per_s: missing"},
-      {Replace(good, "threads: 1", "threads: 1\n    colour: red"), "devices[0].colour: unknown key"},
+      {Replace(good, "threads: 1", "threads: 1\n    colour: red"),
+       "devices[0].colour: unknown key"},
       {Replace(good, "row_bytes: 512", "row_bytes: 32"), "gather[1].row_bytes"},
       {SetValue(good, "hot_rows_per_s", "-5"), "must be a positive"},
       {Replace(good, "kind: cpu", "kind: tpu"), "must be cpu or cuda"},
@@ -105,9 +106,9 @@ TEST(ProfileTest, Interpolation) {
   DeviceProfile d;
   d.gather = {{64, 100, 50}, {512, 20, 10}};
   EXPECT_DOUBLE_EQ(GatherRowsPerSec(d, 64, 1), 100);
-  EXPECT_DOUBLE_EQ(GatherRowsPerSec(d, 32, 1), 100);    // clamped
-  EXPECT_DOUBLE_EQ(GatherRowsPerSec(d, 1024, 0), 10);   // clamped, cold
-  EXPECT_DOUBLE_EQ(GatherRowsPerSec(d, 288, 1), 60);    // halfway
+  EXPECT_DOUBLE_EQ(GatherRowsPerSec(d, 32, 1), 100);   // clamped
+  EXPECT_DOUBLE_EQ(GatherRowsPerSec(d, 1024, 0), 10);  // clamped, cold
+  EXPECT_DOUBLE_EQ(GatherRowsPerSec(d, 288, 1), 60);   // halfway
   // Blend by time per row: half the rows at 100/s, half at 50/s -> 1 / (0.005 + 0.01).
   EXPECT_NEAR(GatherRowsPerSec(d, 64, 0.5), 1 / (0.5 / 100 + 0.5 / 50), 1e-9);
   d.gemm = {{10, 10, 10, 1e9}, {1000, 1000, 1000, 5e9}};

@@ -73,8 +73,9 @@ struct Case {
   int64_t host;
 };
 
-// The greedy + local search is a heuristic: on these cases it is within 20% of the optimum (measured: 3 of 5 optimal, the worst 15% above)
-// (single-table moves cannot always undo two early choices together).
+// The greedy + local search is a heuristic: on these cases it is within 20% of the optimum
+// (measured: 3 of 5 optimal, the worst 15% above) (single-table moves cannot always undo two early
+// choices together).
 TEST(SearchTest, CloseToBruteForce) {
   MachineProfile prof = FlatProfile(2e-6);
   std::vector<Case> cases = {
@@ -145,8 +146,8 @@ TEST(SearchTest, TierWhenMemoryIsShort) {
   EXPECT_GT(r->plan.tables[0].storage.cache_rows, 0);
   EXPECT_FALSE(r->plan.tables[1].storage.set);  // the small table stays in memory
   // The plan file round-trips, storage included.
-  absl::StatusOr<ShardingPlan> back = ParseShardingPlan(ShardingPlanToYaml(r->plan), "rt",
-                                                        TableConfigs(in), r->plan.group_size);
+  absl::StatusOr<ShardingPlan> back =
+      ParseShardingPlan(ShardingPlanToYaml(r->plan), "rt", TableConfigs(in), r->plan.group_size);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(ShardingPlanToYaml(*back), ShardingPlanToYaml(r->plan));
 }

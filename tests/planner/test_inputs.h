@@ -31,8 +31,8 @@ inline MachineProfile FlatProfile(double latency_s = 0) {
   d.launch_overhead_s = 0;
   d.base_memory_bytes = 1 << 20;
   p.devices.push_back(d);
-  for (CollectiveOp op : {CollectiveOp::kAllToAll, CollectiveOp::kAllReduce,
-                          CollectiveOp::kAllGather}) {
+  for (CollectiveOp op :
+       {CollectiveOp::kAllToAll, CollectiveOp::kAllReduce, CollectiveOp::kAllGather}) {
     for (int ws : {2, 4, 8}) {
       CollectivePoint c;
       c.op = op;
