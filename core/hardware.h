@@ -1,7 +1,8 @@
 // Measured limits of the machines Tessera is developed and tested on, in one place, each with
-// its source and date. Benchmarks report their results against these bounds; the planner's cost
-// model reads them. Source: ../shared/MACHINE.md, measured 2026-11-29 on a development machine
-// (2 cores of an AMD EPYC with AVX2/AVX-512, 24 GiB, no GPU), medians of 3 runs.
+// its source and date. Benchmarks report their results against these bounds; the planner reads
+// the same numbers from its shipped profile, planner/profiles/cpu_default.yaml. Source:
+// ../shared/MACHINE.md, measured 2026-11-29 on a development machine (2 cores of an AMD EPYC
+// with AVX2/AVX-512, 24 GiB, no GPU), medians of 3 runs.
 #pragma once
 
 namespace tessera::hardware {

@@ -1,6 +1,14 @@
 #include "core/timer.h"
 
+#include <time.h>
+
 namespace tessera {
+
+double PhaseTimes::Now(Clock clock) {
+  timespec ts;
+  clock_gettime(clock == Clock::kProcessCpu ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
+}
 
 void PhaseTimes::Add(const std::string& phase, double seconds) {
   for (auto& [name, total] : phases_) {

@@ -1,5 +1,8 @@
 // Wall-clock timing: Stopwatch for one interval, PhaseTimes to accumulate named phases of a
 // training step (data, lookup, forward, backward, ...). Not thread-safe; one per loop.
+// A PhaseTimes may instead accumulate this process's CPU seconds (all threads) per phase
+// (set_clock): on a machine shared with other jobs, the wall time of a phase includes whatever
+// the scheduler gave them, its CPU time does not (tessera-bench --phase_clock cpu).
 #pragma once
 
 #include <chrono>
@@ -26,6 +29,14 @@ class Stopwatch {
 // Accumulated seconds per phase name, in the order phases were first added.
 class PhaseTimes {
  public:
+  // The clock ScopedPhase reads for this accumulator. Default: kWall.
+  enum class Clock { kWall, kProcessCpu };
+  void set_clock(Clock clock) { clock_ = clock; }
+  Clock clock() const { return clock_; }
+  // Seconds of `clock` now (an arbitrary origin; differences are durations). kProcessCpu:
+  // user + system seconds of all this process's threads.
+  static double Now(Clock clock);
+
   void Add(const std::string& phase, double seconds);
   double Get(const std::string& phase) const;
   double Total() const;
@@ -35,20 +46,24 @@ class PhaseTimes {
 
  private:
   std::vector<std::pair<std::string, double>> phases_;
+  Clock clock_ = Clock::kWall;
 };
 
-// Adds the time from construction to destruction to `times` under `phase`.
+// Adds the time from construction to destruction (on the clock of `times`) to `times` under
+// `phase`.
 class ScopedPhase {
  public:
-  ScopedPhase(PhaseTimes* times, std::string phase) : times_(times), phase_(std::move(phase)) {}
+  ScopedPhase(PhaseTimes* times, std::string phase) : times_(times), phase_(std::move(phase)) {
+    if (times_ != nullptr) start_ = PhaseTimes::Now(times_->clock());
+  }
   ~ScopedPhase() {
-    if (times_ != nullptr) times_->Add(phase_, watch_.ElapsedSeconds());
+    if (times_ != nullptr) times_->Add(phase_, PhaseTimes::Now(times_->clock()) - start_);
   }
 
  private:
   PhaseTimes* times_;
   std::string phase_;
-  Stopwatch watch_;
+  double start_ = 0;
 };
 
 }  // namespace tessera

@@ -27,15 +27,15 @@ inline constexpr int kProfileVersion = 1;
 
 // One measured point of a rate that depends on the row size.
 struct RowRatePoint {
-  int64_t row_bytes = 0;        // bytes of one row's payload (dim x dtype size)
-  double hot_rows_per_s = 0;    // ids drawn Zipf(1.05) over a table larger than the LLC
-  double cold_rows_per_s = 0;   // uniform ids over a table far larger than the LLC
+  int64_t row_bytes = 0;       // bytes of one row's payload (dim x dtype size)
+  double hot_rows_per_s = 0;   // ids drawn Zipf(1.05) over a table larger than the LLC
+  double cold_rows_per_s = 0;  // uniform ids over a table far larger than the LLC
 };
 
 // One measured GEMM shape (C[m x n] = A[m x k] B[k x n], fp32 unless dtype says otherwise).
 struct GemmPoint {
   int64_t m = 0, n = 0, k = 0;
-  double flops_per_s = 0;       // 2 m n k / seconds
+  double flops_per_s = 0;  // 2 m n k / seconds
 };
 
 struct DeviceProfile {
@@ -45,12 +45,16 @@ struct DeviceProfile {
   int64_t memory_bytes = 0;     // capacity seen at calibration (host RAM or HBM)
   double copy_bytes_per_s = 0;  // streaming copy bandwidth (elementwise passes, activations)
   // Pooled lookup (gather + sum) rates, and the fused backward (sort/segment + optimizer
-  // update of each touched row, read-modify-write of row and state), by row size.
+  // update of each touched row, read-modify-write of row and state), by row size. Both count
+  // ids of the batch (one per bag entry, duplicates included): seconds = ids / rows_per_s.
   std::vector<RowRatePoint> gather;          // sorted by row_bytes
   std::vector<RowRatePoint> scatter_update;  // sorted by row_bytes
   std::vector<GemmPoint> gemm;               // forward shapes of the models calibrated for
   double gemm_peak_flops_per_s = 0;          // best GEMM rate seen (fallback for other shapes)
   double launch_overhead_s = 0;              // per kernel launch / per parallel region
+  // Resident bytes of a training process before the model exists (runtime, libraries, thread
+  // stacks, allocator slack): the base of the estimator's peak-memory prediction.
+  int64_t base_memory_bytes = 0;
 };
 
 enum class CollectiveOp { kAllToAll, kAllReduce, kAllGather };
@@ -71,9 +75,9 @@ struct CollectivePoint {
 // RocksDB tier cost per row (embedding + optimizer state value), by value size.
 struct TierPoint {
   int64_t value_bytes = 0;
-  double read_cached_s = 0;   // a row read from RocksDB's memtable / the OS page cache
-  double read_disk_s = 0;     // a row read from the disk (O_DIRECT, batched MultiGet)
-  double write_s = 0;         // a row written back (WriteBatch, per row)
+  double read_cached_s = 0;  // a row read from RocksDB's memtable / the OS page cache
+  double read_disk_s = 0;    // a row read from the disk (O_DIRECT, batched MultiGet)
+  double write_s = 0;        // a row written back (WriteBatch, per row)
 };
 
 struct MachineProfile {
@@ -110,14 +114,20 @@ double ScatterUpdateRowsPerSec(const DeviceProfile& d, int64_t row_bytes, double
 // The rate of the measured shape nearest in log(m n k); gemm_peak when the table is empty.
 double GemmFlopsPerSec(const DeviceProfile& d, int64_t m, int64_t n, int64_t k);
 // The point for (op, transport) at world_size, interpolated between measured sizes and
-// extrapolated linearly in log2(world_size) beyond the largest one; nullptr when no point
-// of that op and transport exists.
+// extrapolated linearly in log2(world_size) beyond the largest one (latency grows, bandwidth is
+// held at the largest size's); NotFound naming the op and transport when no point of them
+// exists.
 struct CollectiveCost {
   double latency_s = 0;
   double bytes_per_s = 0;
 };
 absl::StatusOr<CollectiveCost> CollectiveAt(const MachineProfile& p, CollectiveOp op,
                                             const std::string& transport, int world_size);
+// The same over the points whose same_node equals `same_node` only (all points of the op and
+// transport when none has it): intra-node vs cross-node rates of one communicator size.
+absl::StatusOr<CollectiveCost> CollectiveAtScope(const MachineProfile& p, CollectiveOp op,
+                                                 const std::string& transport, int world_size,
+                                                 bool same_node);
 TierPoint TierAt(const MachineProfile& p, int64_t value_bytes);
 
 }  // namespace tessera::planner

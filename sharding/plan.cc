@@ -385,6 +385,24 @@ std::string ShardingPlanToYaml(const ShardingPlan& plan) {
   return o.str();
 }
 
+absl::StatusOr<int> ReadPlanGroupSize(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read plan file '", path, "'"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  YAML::Node root;
+  try {
+    root = YAML::Load(ss.str());
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ":", e.mark.line + 1, ": YAML syntax error: ", e.msg));
+  }
+  if (!root.IsMap() || !root["group_size"]) return 0;
+  TESSERA_ASSIGN_OR_RETURN(int n, As<int>(path, root["group_size"], "group_size"));
+  if (n < 0) return YamlError(path, root["group_size"], "'group_size' must be >= 0");
+  return n;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Default plan
 

@@ -92,6 +92,11 @@ absl::StatusOr<ShardingPlan> LoadShardingPlan(const std::string& path,
                                               const std::vector<TableConfig>& tables,
                                               int group_size);
 
+// The group_size a plan file states (0 when it states none), without validating the rest: the
+// trainer sizes its process grid from it when the config leaves sharding.group_size at 0.
+// NotFound when the file cannot be read, InvalidArgument for bad YAML or a bad group_size.
+absl::StatusOr<int> ReadPlanGroupSize(const std::string& path);
+
 // The plan used without a plan file: balances rows x dim over the N ranks. The fair share is
 // (sum of rows x dim) / N; a table above it is split row-wise into ceil(size / fair share)
 // pieces (at most N, one per rank); then tables and pieces, largest first, go to the rank with

@@ -8,6 +8,7 @@
 // rank 0 prints, besides its phase times, the bytes each rank sent per step by communicator:
 // the sharding group's all-to-alls (input/output dist), the replica group's embedding sync and
 // the world's dense all-reduce.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "core/parallel.h"
 #include "core/timer.h"
 #include "sharding/mpi_communicator.h"
+#include "tools/bench_predict.h"
 #include "tools/bench_tier.h"
 #include "tools/blas_env.h"
 #include "tools/flags_util.h"
@@ -50,6 +52,12 @@ ABSL_FLAG(bool, cuda_sync_phases, false,
           "headline samples/s, on in a separate run for the phase breakdown)");
 ABSL_FLAG(double, tier_cache_fraction, 0,
           "cache of each RocksDB table = this fraction of the rows the batches touch");
+ABSL_FLAG(std::string, phase_clock, "wall",
+          "clock of the per-phase times: wall, or cpu (this process's CPU seconds, all threads: "
+          "steady while other jobs share the cores)");
+ABSL_FLAG(std::string, profile, "planner/profiles/cpu_2core_measured.yaml",
+          "machine profile (tessera-plan calibrate) for the predicted-beside-measured table; "
+          "'' = no prediction");
 
 namespace tessera {
 namespace {
@@ -139,10 +147,19 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
   const std::vector<TierTableMetrics> tier_before = CollectTierMetrics(**model);
   const double cpu_before = ProcessCpuSeconds();
   PhaseTimes phases;
+  BenchMeasurement measured;  // per-step times and the sharded phases (tools/bench_predict.h)
+  if (absl::GetFlag(FLAGS_phase_clock) == "cpu") {
+    phases.set_clock(PhaseTimes::Clock::kProcessCpu);
+    measured.sharded.set_clock(PhaseTimes::Clock::kProcessCpu);
+  } else if (absl::GetFlag(FLAGS_phase_clock) != "wall") {
+    return Fail(absl::InvalidArgumentError("--phase_clock: expected wall or cpu"));
+  }
+  AttachShardedPhaseTimes(**model, &measured.sharded);
   Stopwatch watch;
   double samples = 0;
   double last_loss = 0;
   for (int i = 0; i < steps; ++i) {
+    Stopwatch step_watch;
     const Batch* next;
     {
       // Batches were generated up front, so the data phase is only the hand-over; the
@@ -160,6 +177,7 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
     if (!loss.ok()) return Fail(loss.status());
     samples += b.batch_size;
     last_loss = *loss;
+    measured.step_seconds.push_back(step_watch.ElapsedSeconds());
   }
   if (ctx.is_cuda()) {
     // The last step's optimizer kernels may still be queued: the total counts them.
@@ -188,6 +206,13 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
     if (!world->comm->AllReduce(&samples, 1, ReduceOp::kSum).ok()) return 1;
   }
   const double sps = samples / seconds;
+  measured.steps = steps;
+  measured.mean_step_seconds = seconds / steps;
+  measured.model = phases;
+  if (absl::Status st = ReduceOverRanks(*world, PeakRssBytes(), cpu_ms_per_step, &measured);
+      !st.ok()) {
+    return Fail(st);
+  }
   if (!chief) return 0;
 
   int64_t lookups_per_sample = 0;
@@ -238,6 +263,7 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
   std::printf("  cpu ms/step %.3f (all threads)\n", cpu_ms_per_step);
   j.Add("cpu_ms_per_step", cpu_ms_per_step);
   PrintTierSection(tier_before, tier_after, steps, tier_rows, &j);
+  PrintPredictedBesideMeasured(c, *world, **model, absl::GetFlag(FLAGS_profile), measured, &j);
   std::printf("%s\n", j.str().c_str());
   if (!absl::GetFlag(FLAGS_json).empty()) {
     std::FILE* f = std::fopen(absl::GetFlag(FLAGS_json).c_str(), "a");

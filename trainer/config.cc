@@ -521,6 +521,7 @@ absl::Status ParseRest(const ConfigReader& r, const YAML::Node& root, const std:
   TESSERA_RETURN_IF_ERROR(r.ReadEnum(sh, p, "comm_dtype", {"fp32", "fp16", "bf16"}, &dtype));
   c->sharding.comm_dtype = dtype == 1 ? "fp16" : dtype == 2 ? "bf16" : "fp32";
   TESSERA_RETURN_IF_ERROR(r.ReadBool(sh, p, "pipeline", &c->sharding.pipeline));
+  if (c->sharding.plan == "auto") return absl::OkStatus();  // planned at start-up (auto_plan.h)
   return ResolveExisting(r, sh, p, "plan", dir, &c->sharding.plan);
 }
 

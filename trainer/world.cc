@@ -4,6 +4,7 @@
 #include "core/status.h"
 #include "sharding/mpi_communicator.h"
 #include "sharding/plan.h"
+#include "trainer/auto_plan.h"
 #include "sharding/sharded_embedding.h"
 #include "trainer/sharded_sparse_arch.h"
 
@@ -16,6 +17,14 @@ absl::StatusOr<World> CreateWorld(const Config& config) {
   if (w.size() > 1) {
     ProcessGridOptions o;
     o.group_size = config.sharding.group_size;
+    if (config.sharding.plan == kAutoPlan) {
+      TESSERA_ASSIGN_OR_RETURN(ShardingPlan plan, AutoPlanOnWorld(config, *w.comm));
+      o.group_size = plan.group_size;
+      w.auto_plan = std::move(plan);
+    } else if (o.group_size == 0 && !config.sharding.plan.empty()) {
+      // A plan file from tessera-plan states the group size it chose.
+      TESSERA_ASSIGN_OR_RETURN(o.group_size, ReadPlanGroupSize(config.sharding.plan));
+    }
     TESSERA_ASSIGN_OR_RETURN(o.layout, ParseGridLayout(config.sharding.layout));
     absl::StatusOr<ProcessGrid> grid = ProcessGrid::Create(w.comm, o);
     if (!grid.ok()) {
@@ -41,15 +50,18 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModelForWorld(const Config& config,
   }
   ShardedEmbeddingOptions o;
   o.collection = EmbeddingOptionsFromConfig(config);
+  if (world.auto_plan.has_value()) {
+    o.plan = *world.auto_plan;
+  } else if (!config.sharding.plan.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(o.plan, LoadShardingPlan(config.sharding.plan, o.collection.tables,
+                                                      world.grid->group_size()));
+  }
+  ApplyPlanStorage(o.plan, &o.collection.tables);  // tables a plan moved to (or off) RocksDB
   // RocksDB-tier tables: each rank keeps its own shards' databases under the table's resolved
   // path (default tables/<name>), as <path>/rank<r>-shard<k> (sharding/sharded_embedding.h).
   for (int t = 0; t < static_cast<int>(o.collection.tables.size()); ++t) {
     TableStorage& st = o.collection.tables[t].storage;
     if (st.tier == StorageTier::kRocksDb) st.path = TableStoragePath(config, t);
-  }
-  if (!config.sharding.plan.empty()) {
-    TESSERA_ASSIGN_OR_RETURN(o.plan, LoadShardingPlan(config.sharding.plan, o.collection.tables,
-                                                      world.grid->group_size()));
   }
   TESSERA_ASSIGN_OR_RETURN(o.replica_sync, ParseReplicaSync(config.sharding.replica_sync));
   o.sync_every = config.sharding.sync_every;

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "core/device.h"
 #include "sharding/communicator.h"
+#include "sharding/plan.h"
 #include "sharding/process_grid.h"
 #include "trainer/config.h"
 #include "trainer/model.h"
@@ -21,6 +22,9 @@ namespace tessera {
 struct World {
   std::shared_ptr<Communicator> comm;  // the world (size 1 when single-process)
   std::optional<ProcessGrid> grid;     // set when comm->size() > 1
+  // sharding.plan: auto: the plan made at start-up (rank 0 plans, every rank gets its bytes);
+  // its group size made the grid.
+  std::optional<ShardingPlan> auto_plan;
 
   int rank() const { return comm->rank(); }
   int size() const { return comm->size(); }

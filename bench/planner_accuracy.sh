@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# The planner's accuracy on this machine: for T = 1 and T = 2 ranks (one rank per core, one
+# thread each), tessera-bench runs each case below and prints the planner's prediction for the
+# same config, world shape and plan beside what it measured (tools/bench_predict.h); this script
+# repeats every case REPS times, interleaved (case 1..n, then again), and prints a markdown table
+# of the medians: predicted vs measured step time and peak memory, and the errors.
+#
+#   bench/planner_accuracy.sh [build/bin] [out.jsonl]
+#   REPS=3 STEPS=12 WARMUP=4 PROFILE=planner/profiles/cpu_2core_measured.yaml CASES="small-1 ..."
+#
+# Measured step: by default the CPU milliseconds per step (all threads of a rank, the largest
+# rank), which on a quiet machine is the wall time of one thread per core; on this shared
+# machine the wall time includes whatever the scheduler gave the other engineers' builds, so it
+# is printed beside it (median of the steps) with the load average, but not what the errors
+# are computed from. MEASURE=wall uses the wall median instead (a quiet machine).
+# Peak memory: the largest VmHWM over the ranks. 64 distinct batches are cycled (as
+# `tessera-plan calibrate` cycles 64 batches of ids): a few batches cycled keep their rows cached.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${1:-build/bin}
+OUT=${2:-runs/planner_accuracy.jsonl}
+REPS=${REPS:-3}
+STEPS=${STEPS:-12}
+WARMUP=${WARMUP:-4}
+MEASURE=${MEASURE:-cpu}
+PROFILE=${PROFILE:-planner/profiles/cpu_2core_measured.yaml}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mkdir -p "$(dirname "$OUT")"
+: > "$OUT"
+
+P=configs/plans
+# name | ranks | config | extra flags
+ALL_CASES=(
+  "small-1|1|configs/bench/small.yaml|"
+  "kaggle-1|1|configs/bench/kaggle.yaml|"
+  "skewed-1|1|configs/bench/skewed.yaml|"
+  "small_tiered-1|1|configs/bench/small_tiered.yaml|--warmup 64"
+  "small-2-table_wise|2|configs/bench/small.yaml|--set sharding.plan=$PWD/$P/small_table_wise_2.yaml"
+  "small-2-row_wise|2|configs/bench/small.yaml|--set sharding.plan=$PWD/$P/small_row_wise_2.yaml"
+  "small-2-column_wise|2|configs/bench/small.yaml|--set sharding.plan=$PWD/$P/small_column_wise_2.yaml"
+  "small-2-grid|2|configs/bench/small.yaml|--set sharding.plan=$PWD/$P/small_grid_2.yaml"
+  "small-2-dp_mix|2|configs/bench/small.yaml|--set sharding.plan=$PWD/$P/small_dp_mix_2.yaml"
+  "small_tiered-2-mix|2|configs/bench/small_tiered.yaml|--warmup 64 --set sharding.plan=$PWD/$P/small_tiered_mix_2.yaml"
+  "kaggle-2-default|2|configs/bench/kaggle.yaml|"
+  "skewed-2-default|2|configs/bench/skewed.yaml|"
+  "skewed-2-planner|2|configs/bench/skewed.yaml|PLANNER"
+  "small-2-planner|2|configs/bench/small.yaml|PLANNER"
+  "kaggle-2-planner|2|configs/bench/kaggle.yaml|PLANNER"
+)
+# PLANNER: the planner's own plan for the config on 2 ranks from PROFILE (tessera-plan; the
+# bench's data.batch_size is per rank, the planner's global).
+plan_for() {
+  local config=$1 np=$2 out=$3
+  local b
+  b=$(sed -n 's/^  batch_size: *\([0-9]*\).*/\1/p' "$config")
+  "$BIN/tessera-plan" --config "$config" --world_size "$np" --profile "$PROFILE" \
+    --set "data.batch_size=$((b * np))" --out "$out" > "${out%.yaml}.txt"
+}
+CASES=${CASES:-}
+for rep in $(seq 1 "$REPS"); do
+  for c in "${ALL_CASES[@]}"; do
+    rm -rf runs/bench_tiered  # a sharded run's shard directories block a one-process store
+    IFS='|' read -r name np config extra <<< "$c"
+    if [[ -n "$CASES" && " $CASES " != *" $name "* ]]; then continue; fi
+    warm=(--warmup "$WARMUP")
+    [[ "$extra" == *--warmup* ]] && warm=()
+    cmd=("$BIN/tessera-bench" --config "$config" --threads 1 --steps "$STEPS" "${warm[@]}"
+         --batches 64 --phase_clock cpu
+         --profile "$PROFILE" --name "$name" --json "$OUT")
+    if [[ "$extra" == PLANNER ]]; then
+      plan="$(dirname "$OUT")/plan_${name}.yaml"
+      [[ -f "$plan" && "$rep" != 1 ]] || plan_for "$config" "$np" "$plan"
+      extra="--set sharding.plan=$PWD/$plan"
+    fi
+    # shellcheck disable=SC2206
+    extra_args=($extra)
+    load=$(cut -d' ' -f1 /proc/loadavg)
+    echo "== rep $rep $name (load $load)" >&2
+    if [[ "$np" == 1 ]]; then
+      "${cmd[@]}" "${extra_args[@]}" > /dev/null || echo "FAILED $name" >&2
+    else
+      mpirun -np "$np" --oversubscribe "${cmd[@]}" "${extra_args[@]}" > /dev/null || echo "FAILED $name" >&2
+    fi
+  done
+done
+
+python3 - "$OUT" "$MEASURE" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+measure = sys.argv[2]
+by = {}
+for r in rows:
+    by.setdefault(r["name"], []).append(r)
+med = statistics.median
+print(f"| case | T | predicted ms | measured ms ({measure}) | error | wall median ms | "
+      "predicted peak MiB | measured peak MiB | error |")
+print("|---|---|---|---|---|---|---|---|---|")
+errs, merrs = [], []
+for name, rs in by.items():
+    if "pred_step_ms" not in rs[0]:
+        print(f"| {name} | {rs[0]['ranks']} | (no prediction) | | | | | | |")
+        continue
+    pred = med(r["pred_step_ms"] for r in rs)
+    meas = med(r["meas_cpu_ms_per_step_max"] if measure == "cpu" else r["meas_step_ms_median"]
+               for r in rs)
+    wall = med(r["meas_step_ms_median"] for r in rs)
+    pm = med(r["pred_peak_bytes"] for r in rs) / 2**20
+    mm = med(r["meas_peak_rss_bytes"] for r in rs) / 2**20
+    e, me = pred / meas - 1, pm / mm - 1
+    errs.append(abs(e)); merrs.append(abs(me))
+    spread = (max(r["meas_cpu_ms_per_step_max"] for r in rs) -
+              min(r["meas_cpu_ms_per_step_max"] for r in rs)) / meas
+    print(f"| {name} | {rs[0]['ranks']} | {pred:.1f} | {meas:.1f} (±{50*spread:.0f}%) | "
+          f"{100*e:+.1f}% | {wall:.1f} | {pm:.0f} | {mm:.0f} | {100*me:+.1f}% |")
+if errs:
+    print(f"\nstep time: median |error| {100*med(errs):.1f}%, max {100*max(errs):.1f}%; "
+          f"peak memory: median |error| {100*med(merrs):.1f}%, max {100*max(merrs):.1f}% "
+          f"({len(errs)} cases, {len(rows)} runs)")
+EOF

@@ -1,0 +1,502 @@
+// The cost model (estimator.h).
+#include "planner/estimator.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+
+namespace tessera::planner {
+
+namespace {
+
+constexpr double kTierSlotOverheadBytes = 48;              // TieredRowStore bookkeeping per slot
+constexpr double kTierBlockCacheBytes = 64.0 * (1 << 20);  // RowDbOptions block cache
+constexpr double kTierMemtableBytes = 256.0 * (1 << 20);   // 2 x 128 MiB write buffers
+constexpr double kTierDiskOverheadBytes = 24;              // key + SST overhead per row
+constexpr double kLlcBytes = 32.0 * (1 << 20);             // tables below this gather hot
+
+double StateFloats(const StepSettings& s, int64_t cols) {
+  return s.row_state_fixed + static_cast<double>(s.row_state_per_col) * cols;
+}
+
+// One Linear layer in -> out for `b` samples: forward and backward seconds.
+void LinearCost(const DeviceProfile& d, int64_t b, int64_t in, int64_t out, double* fwd,
+                double* bwd) {
+  const double flops = 2.0 * b * in * out;
+  const double rate = GemmFlopsPerSec(d, b, out, in);
+  const double elem = 3.0 * b * out * 4 / d.copy_bytes_per_s;  // bias + ReLU + its grad
+  *fwd += flops / rate + elem + d.launch_overhead_s;
+  *bwd += 2 * flops / rate + elem + 2 * d.launch_overhead_s;
+}
+
+}  // namespace
+
+const char* PhaseName(Phase p) {
+  static const char* kNames[kNumPhases] = {
+      "input_dist",    "lookup",           "output_dist",     "dense_forward", "dense_backward",
+      "backward_dist", "embedding_update", "dense_allreduce", "replica_sync",  "tier_misses"};
+  return kNames[p];
+}
+
+const char* MemKindName(MemKind k) {
+  static const char* kNames[kNumMemKinds] = {"device", "host", "disk"};
+  return kNames[k];
+}
+
+double PhaseTimes::total() const {
+  double t = 0;
+  for (double v : s) t += v;
+  return t;
+}
+
+TablePlacement MakePlacement(const TableOption& option, const std::vector<int>& ranks,
+                             const TableConfig& table) {
+  TablePlacement p;
+  p.option = option;
+  if (option.type == ShardingType::kDataParallel) return p;
+  for (int i = 0; i < option.row_pieces; ++i) {
+    for (int j = 0; j < option.col_pieces; ++j) {
+      Shard s;
+      PieceRange(table.num_rows, option.row_pieces, i, &s.row_begin, &s.row_end);
+      PieceRange(table.dim, option.col_pieces, j, &s.col_begin, &s.col_end);
+      s.rank = ranks[i * option.col_pieces + j];
+      p.shards.push_back(s);
+    }
+  }
+  return p;
+}
+
+TablePlacement PlacementFromPlan(const TablePlan& plan, const PlanTable& table) {
+  TablePlacement p;
+  p.option.type = plan.type;
+  p.shards = plan.shards;
+  const TableStorage& st = table.config.storage;
+  if (plan.storage.set) {
+    p.option.tiered = plan.storage.tier == StorageTier::kRocksDb;
+    p.option.cache_rows_fixed = p.option.tiered ? plan.storage.cache_rows : 0;
+  } else if (st.tier == StorageTier::kRocksDb) {
+    p.option.tiered = true;
+    p.option.cache_rows_fixed =
+        st.cache_rows > 0 ? st.cache_rows
+                          : std::max<int64_t>(1, st.cache_bytes / (table.config.dim * 4 + 48));
+  }
+  return p;
+}
+
+absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineProfile& profile,
+                                            int group_size) {
+  Estimator e;
+  e.in_ = &in;
+  e.profile_ = &profile;
+  e.t_ = in.topology.world_size;
+  e.n_ = group_size;
+  if (e.n_ < 1 || e.t_ % e.n_ != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(in.source, ": group size ", group_size, " does not divide world size ", e.t_));
+  }
+  e.m_ = e.t_ / e.n_;
+  e.dev_ = profile.device(in.step.device);
+  if (e.dev_ == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(in.source, ": the profile (", profile.machine,
+                                                   ") has no '", in.step.device,
+                                                   "' device, which the ranks compute on"));
+  }
+  e.table_kind_ = in.step.device == "cuda" ? kDevice : kHost;
+  const std::string& tr = in.topology.transport;
+  e.nccl_ = tr == "nccl";
+  // Layout replicas_adjacent: group rank s of group g is world rank s M + g, so the group's
+  // ranks sit M apart and a replica group's M ranks are contiguous.
+  const int r = std::max(1, in.topology.ranks_per_node);
+  e.node_of_.resize(e.n_);
+  for (int s = 0; s < e.n_; ++s) e.node_of_[s] = (s * e.m_) / r;
+  e.node_ranks_ = 0;
+  for (int s = 0; s < e.n_; ++s) e.node_ranks_ += e.node_of_[s] == e.node_of_[0];
+  const bool group_same_node = e.node_ranks_ == e.n_;
+  const bool replica_same_node = e.m_ <= r;
+  const bool world_same_node = e.t_ <= r;
+  auto get = [&](CollectiveOp op, int size, bool same, CollectiveCost* out) -> absl::Status {
+    if (size <= 1) {
+      *out = CollectiveCost{};
+      return absl::OkStatus();
+    }
+    absl::StatusOr<CollectiveCost> c = CollectiveAtScope(profile, op, tr, size, same);
+    if (!c.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(in.source, ": profile '", profile.machine, "': ", c.status().message()));
+    }
+    *out = *c;
+    return absl::OkStatus();
+  };
+  TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllToAll, e.n_, group_same_node, &e.a2a_group_));
+  TESSERA_RETURN_IF_ERROR(
+      get(CollectiveOp::kAllToAll, std::max(2, e.node_ranks_), true, &e.a2a_intra_));
+  if (e.n_ <= 1) e.a2a_intra_ = CollectiveCost{};
+  TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllReduce, e.t_, world_same_node, &e.ar_world_));
+  TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllGather, e.m_, replica_same_node, &e.ag_replica_));
+  TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllReduce, e.m_, replica_same_node, &e.ar_replica_));
+  TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllGather, e.n_, group_same_node, &e.ag_group_));
+
+  const StepSettings& st = in.step;
+  const int64_t b = st.batch_per_rank;
+  IdModel ids;
+  e.stats_.resize(in.tables.size());
+  for (size_t i = 0; i < in.tables.size(); ++i) {
+    const PlanTable& t = in.tables[i];
+    TableStats& s = e.stats_[i];
+    const int64_t rows = t.config.num_rows;
+    s.ids_local = b * IdsPerSample(t);
+    s.distinct_local = ids.Distinct(t, b, rows);
+    s.distinct_group = ids.Distinct(t, static_cast<double>(b) * e.n_, rows);
+    s.distinct_global = ids.Distinct(t, static_cast<double>(b) * e.t_, rows);
+    s.distinct_sync = st.replica_sync == ReplicaSync::kAverage
+                          ? ids.Distinct(t, static_cast<double>(b) * e.t_ * st.sync_every, rows)
+                          : s.distinct_global;
+    // Hot/cold blend: the profile's hot rates are Zipf(1.05) over a table larger than the LLC.
+    const double bytes = static_cast<double>(rows) * t.config.dim * 4;
+    s.exponent = t.measured.empty() ? t.zipf_exponent : 1.05;
+    s.hot = bytes <= kLlcBytes ? 1.0 : std::clamp(s.exponent / 1.05, 0.0, 1.0);
+    if (!t.measured.empty()) {
+      // Measured: the share of accesses that hit the LLC-sized hottest rows, relative to what
+      // Zipf(1.05) gives.
+      int64_t llc_rows = static_cast<int64_t>(kLlcBytes / (t.config.dim * 4));
+      double cov = ids.Coverage(t, llc_rows, rows);
+      double ref = ZipfCoverage(llc_rows, rows, 1.05);
+      s.hot = bytes <= kLlcBytes ? 1.0 : std::clamp(cov / std::max(1e-9, ref), 0.0, 1.0);
+    }
+  }
+
+  // Dense model, per rank (B samples).
+  const DenseShape& ds = in.dense;
+  const int64_t f = [&] {
+    int64_t n = 0;
+    for (const PlanTable& t : in.tables) n += t.num_features;
+    return n;
+  }();
+  e.emb_out_dim_ = 0;
+  for (const PlanTable& t : in.tables) e.emb_out_dim_ += t.num_features * t.config.dim;
+  double fwd = 0, bwd = 0, act = 0;
+  int64_t params = 0;
+  int64_t prev = ds.num_dense;
+  for (int64_t w : ds.bottom_mlp) {
+    LinearCost(*e.dev_, b, prev, w, &fwd, &bwd);
+    params += prev * w + w;
+    act += 2.0 * b * w * 4;
+    prev = w;
+  }
+  const int64_t bottom_out = ds.bottom_mlp.empty() ? ds.num_dense : ds.bottom_mlp.back();
+  int64_t inter_dim;
+  if (ds.interaction == Interaction::kDot) {
+    const int64_t v = f + 1;
+    inter_dim = ds.embedding_dim + v * (v - 1) / 2;
+    const double flops = 2.0 * b * v * v * ds.embedding_dim;
+    const double rate = GemmFlopsPerSec(*e.dev_, v, v, ds.embedding_dim);
+    fwd += flops / rate + b * inter_dim * 4.0 / e.dev_->copy_bytes_per_s;
+    bwd += 2 * flops / rate + 2.0 * b * inter_dim * 4 / e.dev_->copy_bytes_per_s;
+  } else {
+    const int64_t dim = bottom_out + e.emb_out_dim_;
+    inter_dim = dim;
+    for (int l = 0; l < ds.dcn_num_layers; ++l) {
+      if (ds.dcn_low_rank > 0) {
+        LinearCost(*e.dev_, b, dim, ds.dcn_low_rank, &fwd, &bwd);
+        LinearCost(*e.dev_, b, ds.dcn_low_rank, dim, &fwd, &bwd);
+        params += 2 * dim * ds.dcn_low_rank + dim;
+      } else {
+        LinearCost(*e.dev_, b, dim, dim, &fwd, &bwd);
+        params += dim * dim + dim;
+      }
+      act += 3.0 * b * dim * 4;
+    }
+  }
+  act += 2.0 * b * inter_dim * 4 + 2.0 * b * e.emb_out_dim_ * 4;
+  prev = inter_dim;
+  for (int64_t w : ds.top_mlp) {
+    LinearCost(*e.dev_, b, prev, w, &fwd, &bwd);
+    params += prev * w + w;
+    act += 2.0 * b * w * 4;
+    prev = w;
+  }
+  // Dense optimizer: read-modify-write of weights, gradients and state.
+  bwd += params * 4.0 * (3 + 2 * ds.optimizer_state_floats) / e.dev_->copy_bytes_per_s;
+  e.dense_fwd_s_ = fwd;
+  e.dense_bwd_s_ = bwd;
+  e.dense_params_ = params;
+  e.activation_bytes_ = act;
+  return e;
+}
+
+double Estimator::A2aSeconds(double bytes, bool intra) const {
+  const CollectiveCost& c = intra ? a2a_intra_ : a2a_group_;
+  if (bytes <= 0 || c.bytes_per_s <= 0) return 0;
+  return bytes / c.bytes_per_s;
+}
+
+Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
+  const PlanTable& tab = in_->tables[t];
+  const TableStats& s = stats_[t];
+  const TableConfig& c = tab.config;
+  const StepSettings& st = in_->step;
+  const TableOption& o = p.option;
+  double memo_in_s = 0, memo_out_s = 0;
+  const double b = static_cast<double>(st.batch_per_rank);
+  const double bags = b * tab.num_features;
+  const double e = st.payload_bytes;
+  const int n = n_;
+  const int kind = table_kind_;
+  Contribution out;
+
+  if (o.type == ShardingType::kDataParallel) {
+    const double row_bytes = c.dim * 4.0;
+    MetricVec& u = out.uniform;
+    u[kLookupS] = s.ids_local / GatherRowsPerSec(*dev_, c.dim * 4, s.hot);
+    // Every rank updates the rows the world touched.
+    u[kUpdateS] =
+        (s.ids_local + s.distinct_global) / ScatterUpdateRowsPerSec(*dev_, c.dim * 4, s.hot);
+    const double weights = c.num_rows * row_bytes;
+    const double state = c.num_rows * StateFloats(st, c.dim) * 4;
+    const double grad = c.num_rows * (c.dim + 1) * 4.0;
+    u[kMemDevice + kind] = weights + state + 2 * grad;
+    out.uniform_memory.weights = weights;
+    out.uniform_memory.optimizer_state = state;
+    out.uniform_memory.comm_buffers = 2 * grad;
+    if (t_ > 1) out.world_allreduce_bytes = grad;
+    return out;
+  }
+
+  const bool intra = o.type == ShardingType::kTableRowWise;
+  int col_pieces = 1;
+  for (const Shard& sh : p.shards) {
+    if (sh.col_begin == 0 && sh.col_end < c.dim) {
+      col_pieces = std::max<int64_t>(col_pieces, (c.dim + sh.num_cols() - 1) / sh.num_cols());
+    }
+  }
+  const bool column_split_adagrad = col_pieces > 1 && st.row_state_fixed > 0;
+  MetricVec& u = out.uniform;
+  // Shards of one shape cost the same: computed once per (rows, cols).
+  int64_t memo_rows = -1, memo_cols = -1;
+  MetricVec memo_d{};
+  MemoryBreakdown memo_mem;
+  double memo_send = 0;
+  for (const Shard& sh : p.shards) {
+    const int64_t rows_i = sh.num_rows(), cols = sh.num_cols();
+    if (rows_i != memo_rows || cols != memo_cols) {
+      memo_rows = rows_i;
+      memo_cols = cols;
+      MetricVec d{};
+      const double frac = static_cast<double>(rows_i) / c.num_rows;
+      // Input dist, per sender: the ids of the shard's row range (unique ids, positions) and the
+      // lengths of every bag; column shards of one row range each get the same ids.
+      const double in_bytes = 8 * frac * s.distinct_local + 4 * frac * s.ids_local + 4 * bags;
+      const double out_bytes = bags * cols * e;
+      if (n > 1) {
+        // Every other rank sends ids to the owner and receives its partial sums (charged to
+        // every rank in `uniform`, taken back from the owner here).
+        const double in_s = A2aSeconds(in_bytes, intra);
+        const double out_s = A2aSeconds(out_bytes, intra);
+        d[kInSend] -= in_s;
+        d[kOutRecv] -= out_s;
+        d[kInRecv] += (n - 1) * in_s;
+        d[kOutSend] += (n - 1) * out_s;
+      }
+      const double owner_ids = n * frac * s.ids_local;
+      const int64_t row_bytes = cols * 4;
+      d[kLookupS] = owner_ids / GatherRowsPerSec(*dev_, row_bytes, s.hot);
+      d[kUpdateS] = owner_ids / ScatterUpdateRowsPerSec(*dev_, row_bytes, s.hot);
+      const double rows = static_cast<double>(rows_i);
+      const double state_floats = StateFloats(st, cols);
+      const double value_bytes = (cols + state_floats) * 4;
+      const double touched_group = frac * s.distinct_group;
+      if (column_split_adagrad && ag_group_.bytes_per_s > 0) {
+        d[kSyncS] +=
+            ag_group_.latency_s + touched_group * 4 * (col_pieces - 1) / ag_group_.bytes_per_s;
+      }
+      if (m_ > 1) {
+        const double mm = m_;
+        if (st.replica_sync == ReplicaSync::kExact) {
+          const double ag = 8 * touched_group * (mm - 1);
+          const double ar = 2 * (mm - 1) / mm * frac * s.distinct_global * cols * 4;
+          d[kSyncS] += ag / ag_replica_.bytes_per_s + ar / ar_replica_.bytes_per_s;
+        } else {
+          const double k = static_cast<double>(st.sync_every);
+          double ar, ag = 0;
+          if (st.sync_all_rows) {
+            ar = 2 * (mm - 1) / mm * rows * value_bytes;
+          } else {
+            ag = 8 * frac * s.distinct_sync * (mm - 1);
+            ar = 2 * (mm - 1) / mm * frac * s.distinct_sync * value_bytes;
+          }
+          d[kSyncS] += (ag / ag_replica_.bytes_per_s + ar / ar_replica_.bytes_per_s +
+                        2 * ag_replica_.latency_s) /
+                       k;
+        }
+      }
+      MemoryBreakdown mem;
+      // The owner's buffers: ids received (twice when pipelined: the next batch is packed),
+      // partial sums sent and gradients received, gradient aggregation of the touched rows.
+      const double pipe = st.pipeline ? 2 : 1;
+      mem.comm_buffers =
+          pipe * n * in_bytes + 2 * n * out_bytes + touched_group * cols * 4 + owner_ids * 8;
+      if (o.tiered) {
+        int64_t cache_rows;
+        if (o.cache_rows_fixed > 0) {
+          cache_rows =
+              static_cast<int64_t>(std::ceil(static_cast<double>(o.cache_rows_fixed) * rows * cols /
+                                             (static_cast<double>(c.num_rows) * c.dim)));
+        } else {
+          cache_rows = static_cast<int64_t>(std::ceil(o.cache_share * rows));
+        }
+        cache_rows = std::min<int64_t>(
+            rows_i, std::max<int64_t>(cache_rows, static_cast<int64_t>(touched_group) + 1));
+        // Misses: the step's distinct rows of the shard outside the cached hottest ones.
+        const double table_hot =
+            std::min<double>(c.num_rows, static_cast<double>(cache_rows) * c.num_rows / rows_i);
+        const double misses = frac * ExpectedDistinct(n * b * IdsPerSample(tab), c.num_rows,
+                                                      s.exponent, static_cast<int64_t>(table_hot));
+        const double db_bytes = rows * (value_bytes + kTierDiskOverheadBytes);
+        const TierPoint tp = TierAt(*profile_, static_cast<int64_t>(value_bytes));
+        // The database is read from the page cache when it fits in half the host memory.
+        const bool page_cache = db_bytes < 0.5 * in_->topology.memory.host;
+        d[kTierS] = misses * (page_cache ? tp.read_cached_s : tp.read_disk_s);
+        d[kTierWriteS] = misses * tp.write_s;
+        mem.caches = cache_rows * (value_bytes + kTierSlotOverheadBytes) + kTierBlockCacheBytes +
+                     std::min(kTierMemtableBytes, rows * value_bytes);
+        mem.disk = db_bytes;
+        d[kMemHost] += mem.caches;
+        d[kMemDisk] += mem.disk;
+      } else {
+        mem.weights = rows * cols * 4;
+        mem.optimizer_state = rows * state_floats * 4;
+        d[kMemDevice + kind] += mem.weights + mem.optimizer_state;
+      }
+      d[kMemDevice + kind] += mem.comm_buffers;
+      memo_d = d;
+      memo_mem = mem;
+      // Sender side: the ids packed for the owner (twice when pipelined) and the partial sums
+      // received plus their gradients sent back.
+      memo_send = n > 1 ? pipe * in_bytes + 2 * out_bytes : 0;
+      memo_in_s = n > 1 ? A2aSeconds(in_bytes, intra) : 0;
+      memo_out_s = n > 1 ? A2aSeconds(out_bytes, intra) : 0;
+    }
+    u[kInSend] += memo_in_s;
+    u[kOutRecv] += memo_out_s;
+    u[kMemDevice + kind] += memo_send;
+    out.uniform_memory.comm_buffers += memo_send;
+    out.per_rank.push_back({sh.rank, memo_d});
+    out.memory.push_back({sh.rank, memo_mem});
+  }
+  return out;
+}
+
+MetricVec Estimator::FixedPerRank() const {
+  MetricVec v{};
+  MemoryBreakdown m = FixedMemory();
+  v[kMemDevice + static_cast<int>(table_kind_)] += m.activations + m.dense;
+  v[kMemHost] += m.base;
+  return v;
+}
+
+MemoryBreakdown Estimator::FixedMemory() const {
+  MemoryBreakdown m;
+  m.activations = activation_bytes_;
+  // Weights, gradients, optimizer state, the all-reduce bucket buffer.
+  m.dense = dense_params_ * 4.0 * (3 + in_->dense.optimizer_state_floats);
+  m.base = static_cast<double>(dev_->base_memory_bytes);
+  return m;
+}
+
+PhaseTimes Estimator::StepFromMaxima(const MetricVec& mx, double world_allreduce_bytes) const {
+  PhaseTimes p;
+  const double a2a_lat = n_ > 1 ? a2a_group_.latency_s : 0;
+  const double out_s = n_ > 1 ? a2a_lat + std::max(mx[kOutSend], mx[kOutRecv]) : 0;
+  p.s[kOutputDist] = out_s;
+  p.s[kBackwardDist] = out_s;
+  p.s[kLookup] = mx[kLookupS];
+  p.s[kDenseForward] = dense_fwd_s_;
+  p.s[kDenseBackward] = dense_bwd_s_;
+  p.s[kEmbeddingUpdate] = mx[kUpdateS] + mx[kTierWriteS];
+  p.s[kReplicaSync] = mx[kSyncS] + (m_ > 1 ? ag_replica_.latency_s + ar_replica_.latency_s : 0);
+  // Dense all-reduce (world), bucketed: buckets travel during the backward dist and the update
+  // (MPI progresses inside MPI calls) or the whole backward (NCCL); the last bucket is exposed.
+  double ar = 0;
+  if (t_ > 1) {
+    const double bytes = 4.0 * dense_params_;
+    const double f = 2.0 * (t_ - 1) / t_;
+    const double buckets =
+        std::max(1.0, std::ceil(bytes / std::max<int64_t>(1, in_->step.bucket_bytes)));
+    const double full = buckets * ar_world_.latency_s + f * bytes / ar_world_.bytes_per_s;
+    const double window = nccl_ ? dense_bwd_s_ + out_s + p.s[kEmbeddingUpdate] : out_s;
+    const double last = full / buckets;
+    ar = std::max(last, full - window);
+    ar += ar_world_.latency_s;  // the loss / count all-reduce
+    if (world_allreduce_bytes > 0) {
+      ar += ar_world_.latency_s + f * world_allreduce_bytes / ar_world_.bytes_per_s;
+    }
+  }
+  p.s[kDenseAllReduce] = ar;
+  // Input dist: header all-to-all always; the payload hidden behind the previous step's
+  // other collectives (MPI) or its compute (NCCL) when pipelined.
+  if (n_ > 1) {
+    const double payload = a2a_lat + std::max(mx[kInSend], mx[kInRecv]);
+    double exposed = payload;
+    if (in_->step.pipeline) {
+      const double window = nccl_ ? p.total() : 2 * out_s + ar + p.s[kReplicaSync];
+      exposed = std::max(0.0, payload - window);
+    }
+    p.s[kInputDist] = a2a_lat + exposed;
+  }
+  // Tier reads are prefetched during the previous step (its compute and communication).
+  const double rest = p.total();
+  p.s[kTierMisses] = std::max(mx[kTierS] > 0 ? 0.1 * mx[kTierS] : 0.0, mx[kTierS] - rest);
+  return p;
+}
+
+StepEstimate Estimator::Evaluate(const std::vector<TablePlacement>& placement) const {
+  StepEstimate est;
+  std::vector<MetricVec> rank(n_, FixedPerRank());
+  std::vector<MemoryBreakdown> mem(n_, FixedMemory());
+  double world_bytes = 0;
+  auto add_mem = [](MemoryBreakdown& a, const MemoryBreakdown& b) {
+    a.weights += b.weights;
+    a.optimizer_state += b.optimizer_state;
+    a.caches += b.caches;
+    a.comm_buffers += b.comm_buffers;
+    a.activations += b.activations;
+    a.dense += b.dense;
+    a.disk += b.disk;
+  };
+  for (size_t t = 0; t < placement.size(); ++t) {
+    Contribution c = Contribute(static_cast<int>(t), placement[t]);
+    for (int r = 0; r < n_; ++r) {
+      for (int k = 0; k < kNumMetrics; ++k) rank[r][k] += c.uniform[k];
+      add_mem(mem[r], c.uniform_memory);
+    }
+    for (const auto& [r, d] : c.per_rank) {
+      for (int k = 0; k < kNumMetrics; ++k) rank[r][k] += d[k];
+    }
+    for (const auto& [r, m] : c.memory) add_mem(mem[r], m);
+    world_bytes += c.world_allreduce_bytes;
+  }
+  MetricVec mx{};
+  for (int k = 0; k < kNumMetrics; ++k) mx[k] = -1e300;
+  for (int r = 0; r < n_; ++r) {
+    for (int k = 0; k < kNumMetrics; ++k) mx[k] = std::max(mx[k], rank[r][k]);
+  }
+  est.step = StepFromMaxima(mx, world_bytes);
+  double sum = 0, top = 0;
+  for (int r = 0; r < n_; ++r) {
+    PhaseTimes pt = StepFromMaxima(rank[r], world_bytes);
+    est.per_rank.push_back(pt);
+    est.memory.push_back({rank[r][kMemDevice], rank[r][kMemHost], rank[r][kMemDisk]});
+    const double emb = rank[r][kLookupS] + rank[r][kUpdateS] + rank[r][kTierS] +
+                       std::max(rank[r][kInSend], rank[r][kInRecv]) +
+                       2 * std::max(rank[r][kOutSend], rank[r][kOutRecv]);
+    sum += emb;
+    top = std::max(top, emb);
+  }
+  est.memory_detail = std::move(mem);
+  est.imbalance = sum > 0 ? top / (sum / n_) : 1;
+  return est;
+}
+
+}  // namespace tessera::planner

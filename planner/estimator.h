@@ -1,0 +1,193 @@
+// Estimator: predicted step time per rank and per phase, and memory per rank in bytes, of a
+// placement (the tables' options and shard owners), from the machine profile alone.
+//
+// The step as the trainer runs it (docs/SHARDING.md "One step"), per rank of a sharding group of
+// N ranks, M = T / N replica groups, local batch B, payload e bytes (comm dtype):
+//   input dist     header all-to-all (latency) + id payload all-to-all: per sender and shard
+//                  8 x distinct ids + 4 x ids (positions) + 4 x bags (lengths); with
+//                  sharding.pipeline it travels during the previous step's other collectives
+//                  (MPI progresses only inside MPI calls) or its whole step (NCCL)
+//   lookup         N B ids-per-sample x share of rows gathered on the owner (profile gather rate
+//                  at the shard's row bytes, hot/cold blended by the id skew)
+//   output dist    each shard sends B bags x cols x e to every other rank (row and grid shards
+//                  return partial sums of every bag); the all-to-all ends with its slowest rank
+//   dense fwd/bwd  GEMMs of the bottom MLP, the interaction (dot: batched (F+1)^2 d; DCNv2:
+//                  cross layers) and the top MLP at the profile's GEMM rate for each shape, plus
+//                  elementwise passes at the copy rate; backward 2x forward flops
+//   backward dist  the output dist's bytes in reverse
+//   update         the fused sort + optimizer update of the owner's ids (scatter_update rate);
+//                  column-split row-wise AdaGrad adds a group all-gather of per-row sums
+//   dense all-red  2 (T-1)/T x 4 P bytes over the world, bucketed: overlapped with the backward
+//                  dist and update (MPI) or the whole backward (NCCL), the last bucket exposed;
+//                  data-parallel tables add their gradient table (rows x (dim + 1) x 4)
+//   replica sync   exact: all-gather of the shard's touched ids 8 u (M-1) and all-reduce of the
+//                  union's gradients 2 (M-1)/M U d 4; average: weights and state of the rows
+//                  touched in k steps (or all rows), / k
+//   tier misses    rows of the step outside the cache (the cache holding the hottest rows),
+//                  read from the page cache or the disk (profile tier table), written back once
+// Every collective also pays its latency (profile alpha at that communicator size). The step
+// time is the sum of the phases, each taken at its slowest rank (the collectives synchronise
+// the group), not the sum of a rank's own costs.
+//
+// Memory per rank (bytes): weights and optimizer state of owned shards (device memory when the
+// ranks compute on cuda, host otherwise), tier caches (slots + 48 bytes bookkeeping, 64 MiB block
+// cache and up to 256 MiB memtables per tiered shard) and the database on disk, all-to-all
+// buffers (send + receive, doubled when pipelined), gradient aggregation workspace, dense
+// parameters + gradients + optimizer state + the all-reduce buffer, activations of B samples,
+// and the profile's base process memory.
+// Thread-safety: const methods may be called from any thread.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "planner/enumerator.h"
+#include "planner/inputs.h"
+#include "planner/profile.h"
+
+namespace tessera::planner {
+
+enum Phase {
+  kInputDist,
+  kLookup,
+  kOutputDist,
+  kDenseForward,
+  kDenseBackward,
+  kBackwardDist,
+  kEmbeddingUpdate,
+  kDenseAllReduce,
+  kReplicaSync,
+  kTierMisses,
+  kNumPhases
+};
+const char* PhaseName(Phase p);
+
+enum MemKind { kDevice, kHost, kDisk, kNumMemKinds };
+const char* MemKindName(MemKind k);
+
+// Per-rank accumulators the search balances. Times in seconds (bytes already divided by the
+// bandwidth of the link they travel), memory in bytes.
+enum Metric {
+  kInSend,   // input dist payload sent
+  kInRecv,   // input dist payload received
+  kOutSend,  // output dist sent (= backward dist received)
+  kOutRecv,  // output dist received (= backward dist sent)
+  kLookupS,
+  kUpdateS,
+  kTierS,       // tier reads (prefetchable)
+  kTierWriteS,  // tier write-back
+  kSyncS,       // replica sync + column-split AdaGrad all-gathers
+  kMemDevice,
+  kMemHost,
+  kMemDisk,
+  kNumMetrics
+};
+using MetricVec = std::array<double, kNumMetrics>;
+
+// Memory of one rank split by what it holds (for the explain table).
+struct MemoryBreakdown {
+  double weights = 0, optimizer_state = 0, caches = 0, comm_buffers = 0, activations = 0, dense = 0,
+         base = 0, disk = 0;
+};
+
+// What placing one table adds: `uniform` to every rank of the group, `per_rank` on top of it.
+struct Contribution {
+  MetricVec uniform{};
+  std::vector<std::pair<int, MetricVec>> per_rank;
+  double world_allreduce_bytes = 0;  // data-parallel gradient tables (world all-reduce)
+  // Memory detail of the shards (for explain; not needed by the search).
+  std::vector<std::pair<int, MemoryBreakdown>> memory;
+  MemoryBreakdown uniform_memory;
+};
+
+struct PhaseTimes {
+  std::array<double, kNumPhases> s{};
+  double total() const;
+};
+
+// The step at the slowest rank of each phase, with the per-rank detail.
+struct StepEstimate {
+  PhaseTimes step;                   // the critical path (what the search minimises)
+  std::vector<PhaseTimes> per_rank;  // each rank's own phase costs (explain)
+  std::vector<std::array<double, kNumMemKinds>> memory;  // bytes per rank by kind
+  std::vector<MemoryBreakdown> memory_detail;
+  double imbalance = 1;  // max / mean of per-rank embedding time
+};
+
+// One table's placement: its option (type, storage) and its shards (owner = group rank).
+struct TablePlacement {
+  TableOption option;
+  std::vector<Shard> shards;
+};
+// The shards of `option` over `table` with piece (i, j) (row piece i, column piece j, sizes by
+// PieceRange) owned by ranks[i x C + j]; empty for data_parallel.
+TablePlacement MakePlacement(const TableOption& option, const std::vector<int>& ranks,
+                             const TableConfig& table);
+// The placement a plan file (or DefaultShardingPlan) gives table `t`: its type and shards, the
+// storage as configured.
+TablePlacement PlacementFromPlan(const TablePlan& plan, const PlanTable& table);
+
+// `inputs` and `profile` must outlive the Estimator.
+class Estimator {
+ public:
+  // InvalidArgument when the profile lacks the device the inputs compute on or a collective the
+  // topology needs (naming both).
+  static absl::StatusOr<Estimator> Create(const PlanInputs& inputs, const MachineProfile& profile,
+                                          int group_size);
+
+  int group_size() const { return n_; }
+  int replicas() const { return m_; }
+  const PlanInputs& inputs() const { return *in_; }
+  MemKind table_kind() const { return table_kind_; }
+  int node_ranks() const { return node_ranks_; }
+  // Group ranks that share a node with group rank `r` (itself included).
+  int node_of(int r) const { return node_of_[r]; }
+
+  // What table t adds under `p`.
+  Contribution Contribute(int t, const TablePlacement& p) const;
+  // Costs every rank pays whatever the placement (dense model, base memory, activations).
+  MetricVec FixedPerRank() const;
+  MemoryBreakdown FixedMemory() const;
+  // The step time from the slowest rank's value of every metric and the data-parallel bytes.
+  PhaseTimes StepFromMaxima(const MetricVec& max, double world_allreduce_bytes) const;
+  // Full evaluation of a complete placement (one entry per table).
+  StepEstimate Evaluate(const std::vector<TablePlacement>& placement) const;
+
+  double dense_forward_s() const { return dense_fwd_s_; }
+  double dense_backward_s() const { return dense_bwd_s_; }
+  int64_t dense_params() const { return dense_params_; }
+
+ private:
+  Estimator() = default;
+  struct TableStats {
+    double ids_local = 0;        // ids of one rank's batch (B x ids per sample)
+    double distinct_local = 0;   // distinct rows of the whole table among them
+    double distinct_group = 0;   // among the group's N B samples
+    double distinct_global = 0;  // among the world's T B samples
+    double distinct_sync = 0;    // among k steps of the world (average, touched)
+    double hot = 1;              // hot/cold blend of the gather and update rates
+    double exponent = 1.05;
+  };
+  double A2aSeconds(double bytes, bool intra) const;
+
+  const PlanInputs* in_ = nullptr;
+  const MachineProfile* profile_ = nullptr;
+  const DeviceProfile* dev_ = nullptr;
+  int n_ = 1, m_ = 1, t_ = 1;
+  int node_ranks_ = 1;
+  std::vector<int> node_of_;
+  MemKind table_kind_ = kHost;
+  bool nccl_ = false;
+  CollectiveCost a2a_group_, a2a_intra_, ar_world_, ag_replica_, ar_replica_, ag_group_;
+  std::vector<TableStats> stats_;
+  double dense_fwd_s_ = 0, dense_bwd_s_ = 0;
+  int64_t dense_params_ = 0;
+  double activation_bytes_ = 0;
+  int64_t emb_out_dim_ = 0;
+};
+
+}  // namespace tessera::planner

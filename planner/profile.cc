@@ -1,0 +1,498 @@
+// MachineProfile: the YAML reader/writer (strict: every key required, none unknown) and the
+// interpolation helpers.
+#include "planner/profile.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status.h"
+#include "yaml-cpp/yaml.h"
+
+namespace tessera::planner {
+
+namespace {
+
+struct OpName {
+  CollectiveOp op;
+  const char* name;
+};
+constexpr OpName kOpNames[] = {{CollectiveOp::kAllToAll, "all_to_all"},
+                               {CollectiveOp::kAllReduce, "all_reduce"},
+                               {CollectiveOp::kAllGather, "all_gather"}};
+
+// Reads the keys of one YAML map strictly: Get* fail on a missing key or a bad value, Done fails
+// on a key no Get asked for. Messages: "<source>:<line>: <path>.<key>: ...".
+class MapReader {
+ public:
+  MapReader(const YAML::Node& node, std::string source, std::string path)
+      : node_(node), source_(std::move(source)), path_(std::move(path)) {}
+
+  absl::Status CheckMap() const {
+    if (!node_.IsMap()) return Error(node_, path_, "must be a map");
+    return absl::OkStatus();
+  }
+
+  template <typename T>
+  absl::StatusOr<T> Get(const std::string& key) {
+    TESSERA_ASSIGN_OR_RETURN(YAML::Node n, Node(key));
+    try {
+      return n.as<T>();
+    } catch (const YAML::Exception&) {
+      return Error(n, Key(key),
+                   absl::StrCat("bad value '", n.IsScalar() ? n.Scalar() : "<non-scalar>", "'"));
+    }
+  }
+
+  absl::StatusOr<double> GetPositive(const std::string& key) {
+    TESSERA_ASSIGN_OR_RETURN(double v, Get<double>(key));
+    if (!(v > 0) || !std::isfinite(v)) {
+      return Error(node_[key], Key(key), absl::StrCat("must be a positive number (got ", v, ")"));
+    }
+    return v;
+  }
+
+  absl::StatusOr<double> GetNonNegative(const std::string& key) {
+    TESSERA_ASSIGN_OR_RETURN(double v, Get<double>(key));
+    if (!(v >= 0) || !std::isfinite(v)) {
+      return Error(node_[key], Key(key), absl::StrCat("must be >= 0 (got ", v, ")"));
+    }
+    return v;
+  }
+
+  absl::StatusOr<YAML::Node> Node(const std::string& key) {
+    seen_.insert(key);
+    YAML::Node n = node_[key];
+    if (!n) return Error(node_, Key(key), "missing");
+    return n;
+  }
+
+  absl::StatusOr<YAML::Node> List(const std::string& key) {
+    TESSERA_ASSIGN_OR_RETURN(YAML::Node n, Node(key));
+    if (!n.IsSequence() || n.size() == 0) return Error(n, Key(key), "must be a non-empty list");
+    return n;
+  }
+
+  absl::Status Done() const {
+    for (const auto& kv : node_) {
+      std::string key = kv.first.as<std::string>();
+      if (!seen_.count(key)) {
+        std::vector<std::string> keys(seen_.begin(), seen_.end());
+        return Error(kv.first, Key(key),
+                     absl::StrCat("unknown key (expected ", absl::StrJoin(keys, ", "), ")"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  std::string Key(const std::string& key) const {
+    return path_.empty() ? key : absl::StrCat(path_, ".", key);
+  }
+  absl::Status Error(const YAML::Node& n, const std::string& key, const std::string& msg) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source_, ":", n.Mark().line + 1, ": ", key, ": ", msg));
+  }
+  const std::string& source() const { return source_; }
+
+ private:
+  YAML::Node node_;
+  std::string source_;
+  std::string path_;
+  std::set<std::string> seen_;
+};
+
+absl::StatusOr<std::vector<RowRatePoint>> ReadRowRates(MapReader& r, const std::string& key) {
+  TESSERA_ASSIGN_OR_RETURN(YAML::Node list, r.List(key));
+  std::vector<RowRatePoint> out;
+  for (size_t i = 0; i < list.size(); ++i) {
+    MapReader p(list[i], r.source(), absl::StrCat(r.Key(key), "[", i, "]"));
+    TESSERA_RETURN_IF_ERROR(p.CheckMap());
+    RowRatePoint pt;
+    TESSERA_ASSIGN_OR_RETURN(pt.row_bytes, p.Get<int64_t>("row_bytes"));
+    TESSERA_ASSIGN_OR_RETURN(pt.hot_rows_per_s, p.GetPositive("hot_rows_per_s"));
+    TESSERA_ASSIGN_OR_RETURN(pt.cold_rows_per_s, p.GetPositive("cold_rows_per_s"));
+    TESSERA_RETURN_IF_ERROR(p.Done());
+    if (pt.row_bytes <= 0 || (!out.empty() && pt.row_bytes <= out.back().row_bytes)) {
+      return p.Error(list[i], p.Key("row_bytes"),
+                     absl::StrCat("must be positive and increasing (got ", pt.row_bytes, ")"));
+    }
+    out.push_back(pt);
+  }
+  return out;
+}
+
+absl::StatusOr<DeviceProfile> ReadDevice(const YAML::Node& n, const std::string& source,
+                                         const std::string& path) {
+  MapReader r(n, source, path);
+  TESSERA_RETURN_IF_ERROR(r.CheckMap());
+  DeviceProfile d;
+  TESSERA_ASSIGN_OR_RETURN(d.kind, r.Get<std::string>("kind"));
+  if (d.kind != "cpu" && d.kind != "cuda") {
+    return r.Error(n["kind"], r.Key("kind"),
+                   absl::StrCat("must be cpu or cuda (got '", d.kind, "')"));
+  }
+  TESSERA_ASSIGN_OR_RETURN(d.name, r.Get<std::string>("name"));
+  TESSERA_ASSIGN_OR_RETURN(d.threads, r.Get<int>("threads"));
+  if (d.threads < 1) return r.Error(n["threads"], r.Key("threads"), "must be >= 1");
+  TESSERA_ASSIGN_OR_RETURN(d.memory_bytes, r.Get<int64_t>("memory_bytes"));
+  if (d.memory_bytes <= 0) return r.Error(n["memory_bytes"], r.Key("memory_bytes"), "must be > 0");
+  TESSERA_ASSIGN_OR_RETURN(d.copy_bytes_per_s, r.GetPositive("copy_bytes_per_s"));
+  TESSERA_ASSIGN_OR_RETURN(d.gather, ReadRowRates(r, "gather"));
+  TESSERA_ASSIGN_OR_RETURN(d.scatter_update, ReadRowRates(r, "scatter_update"));
+  TESSERA_ASSIGN_OR_RETURN(YAML::Node gemm, r.List("gemm"));
+  for (size_t i = 0; i < gemm.size(); ++i) {
+    MapReader p(gemm[i], source, absl::StrCat(r.Key("gemm"), "[", i, "]"));
+    TESSERA_RETURN_IF_ERROR(p.CheckMap());
+    GemmPoint g;
+    TESSERA_ASSIGN_OR_RETURN(g.m, p.Get<int64_t>("m"));
+    TESSERA_ASSIGN_OR_RETURN(g.n, p.Get<int64_t>("n"));
+    TESSERA_ASSIGN_OR_RETURN(g.k, p.Get<int64_t>("k"));
+    TESSERA_ASSIGN_OR_RETURN(g.flops_per_s, p.GetPositive("flops_per_s"));
+    TESSERA_RETURN_IF_ERROR(p.Done());
+    if (g.m <= 0 || g.n <= 0 || g.k <= 0) {
+      return p.Error(gemm[i], p.Key("m"), "m, n and k must be positive");
+    }
+    d.gemm.push_back(g);
+  }
+  TESSERA_ASSIGN_OR_RETURN(d.gemm_peak_flops_per_s, r.GetPositive("gemm_peak_flops_per_s"));
+  TESSERA_ASSIGN_OR_RETURN(d.launch_overhead_s, r.GetNonNegative("launch_overhead_s"));
+  TESSERA_ASSIGN_OR_RETURN(double base, r.GetNonNegative("base_memory_bytes"));
+  d.base_memory_bytes = static_cast<int64_t>(base);
+  TESSERA_RETURN_IF_ERROR(r.Done());
+  return d;
+}
+
+absl::StatusOr<MachineProfile> ParseRoot(const YAML::Node& root, const std::string& source) {
+  MapReader r(root, source, "");
+  if (!root.IsMap()) return r.Error(root, "profile", "must be a map with version, machine, ...");
+  MachineProfile p;
+  TESSERA_ASSIGN_OR_RETURN(p.version, r.Get<int>("version"));
+  if (p.version != kProfileVersion) {
+    return r.Error(root["version"], "version",
+                   absl::StrCat("profile version ", p.version,
+                                " is not supported (this build "
+                                "reads version ",
+                                kProfileVersion, "; rerun tessera-plan calibrate)"));
+  }
+  {
+    TESSERA_ASSIGN_OR_RETURN(YAML::Node m, r.Node("machine"));
+    MapReader mr(m, source, "machine");
+    TESSERA_RETURN_IF_ERROR(mr.CheckMap());
+    TESSERA_ASSIGN_OR_RETURN(p.machine, mr.Get<std::string>("description"));
+    TESSERA_ASSIGN_OR_RETURN(p.date, mr.Get<std::string>("date"));
+    TESSERA_ASSIGN_OR_RETURN(p.source, mr.Get<std::string>("source"));
+    TESSERA_RETURN_IF_ERROR(mr.Done());
+  }
+  TESSERA_ASSIGN_OR_RETURN(YAML::Node devs, r.List("devices"));
+  for (size_t i = 0; i < devs.size(); ++i) {
+    TESSERA_ASSIGN_OR_RETURN(DeviceProfile d,
+                             ReadDevice(devs[i], source, absl::StrCat("devices[", i, "]")));
+    if (p.device(d.kind) != nullptr) {
+      return r.Error(devs[i], absl::StrCat("devices[", i, "].kind"),
+                     absl::StrCat("device kind '", d.kind, "' listed twice"));
+    }
+    p.devices.push_back(std::move(d));
+  }
+  TESSERA_ASSIGN_OR_RETURN(YAML::Node cols, r.List("collectives"));
+  for (size_t i = 0; i < cols.size(); ++i) {
+    MapReader c(cols[i], source, absl::StrCat("collectives[", i, "]"));
+    TESSERA_RETURN_IF_ERROR(c.CheckMap());
+    CollectivePoint pt;
+    TESSERA_ASSIGN_OR_RETURN(std::string op, c.Get<std::string>("op"));
+    absl::StatusOr<CollectiveOp> parsed = ParseCollectiveOp(op);
+    if (!parsed.ok())
+      return c.Error(cols[i]["op"], c.Key("op"), std::string(parsed.status().message()));
+    pt.op = *parsed;
+    TESSERA_ASSIGN_OR_RETURN(pt.transport, c.Get<std::string>("transport"));
+    TESSERA_ASSIGN_OR_RETURN(pt.world_size, c.Get<int>("world_size"));
+    if (pt.world_size < 1)
+      return c.Error(cols[i]["world_size"], c.Key("world_size"), "must be >= 1");
+    TESSERA_ASSIGN_OR_RETURN(pt.same_node, c.Get<bool>("same_node"));
+    TESSERA_ASSIGN_OR_RETURN(pt.latency_s, c.GetNonNegative("latency_s"));
+    TESSERA_ASSIGN_OR_RETURN(pt.bytes_per_s, c.GetPositive("bytes_per_s"));
+    TESSERA_RETURN_IF_ERROR(c.Done());
+    if (!p.collectives.empty()) {
+      const CollectivePoint& b = p.collectives.back();
+      auto key = [](const CollectivePoint& x) {
+        return std::make_tuple(static_cast<int>(x.op), x.transport, x.world_size, !x.same_node);
+      };
+      if (!(key(b) < key(pt))) {
+        return c.Error(cols[i], c.Key("world_size"),
+                       "collectives must be sorted by (op, transport, world_size, same_node "
+                       "first) without repeats");
+      }
+    }
+    p.collectives.push_back(pt);
+  }
+  TESSERA_ASSIGN_OR_RETURN(YAML::Node tier, r.List("tier"));
+  for (size_t i = 0; i < tier.size(); ++i) {
+    MapReader t(tier[i], source, absl::StrCat("tier[", i, "]"));
+    TESSERA_RETURN_IF_ERROR(t.CheckMap());
+    TierPoint pt;
+    TESSERA_ASSIGN_OR_RETURN(pt.value_bytes, t.Get<int64_t>("value_bytes"));
+    TESSERA_ASSIGN_OR_RETURN(pt.read_cached_s, t.GetPositive("read_cached_s"));
+    TESSERA_ASSIGN_OR_RETURN(pt.read_disk_s, t.GetPositive("read_disk_s"));
+    TESSERA_ASSIGN_OR_RETURN(pt.write_s, t.GetPositive("write_s"));
+    TESSERA_RETURN_IF_ERROR(t.Done());
+    if (pt.value_bytes <= 0 || (!p.tier.empty() && pt.value_bytes <= p.tier.back().value_bytes)) {
+      return t.Error(tier[i], t.Key("value_bytes"), "must be positive and increasing");
+    }
+    p.tier.push_back(pt);
+  }
+  TESSERA_RETURN_IF_ERROR(r.Done());
+  return p;
+}
+
+// Piecewise-linear interpolation of y(x) over sorted points, clamped at the ends.
+template <typename P, typename X, typename Y>
+double Interp(const std::vector<P>& pts, double x, X xf, Y yf) {
+  if (pts.empty()) return 0;
+  if (x <= xf(pts.front())) return yf(pts.front());
+  if (x >= xf(pts.back())) return yf(pts.back());
+  for (size_t i = 1; i < pts.size(); ++i) {
+    double x1 = xf(pts[i]);
+    if (x <= x1) {
+      double x0 = xf(pts[i - 1]);
+      double w = (x - x0) / (x1 - x0);
+      return yf(pts[i - 1]) * (1 - w) + yf(pts[i]) * w;
+    }
+  }
+  return yf(pts.back());
+}
+
+// Blends hot and cold rates by time per row.
+double BlendRate(const std::vector<RowRatePoint>& pts, int64_t row_bytes, double hot) {
+  hot = std::clamp(hot, 0.0, 1.0);
+  auto x = [](const RowRatePoint& p) { return static_cast<double>(p.row_bytes); };
+  double h = Interp(pts, row_bytes, x, [](const RowRatePoint& p) { return p.hot_rows_per_s; });
+  double c = Interp(pts, row_bytes, x, [](const RowRatePoint& p) { return p.cold_rows_per_s; });
+  if (h <= 0 || c <= 0) return 0;
+  return 1.0 / (hot / h + (1 - hot) / c);
+}
+
+absl::StatusOr<CollectiveCost> CollectiveFrom(const std::vector<const CollectivePoint*>& pts,
+                                              int world_size) {
+  CollectiveCost out;
+  if (world_size <= 1) return out;  // no peers: free
+  // Points of one size and both scopes: keep the cross-node one (the slower) per size.
+  std::vector<const CollectivePoint*> by_size;
+  for (const CollectivePoint* p : pts) {
+    if (!by_size.empty() && by_size.back()->world_size == p->world_size) {
+      if (!p->same_node) by_size.back() = p;
+      continue;
+    }
+    by_size.push_back(p);
+  }
+  auto lx = [](const CollectivePoint* p) { return std::log2(static_cast<double>(p->world_size)); };
+  double x = std::log2(static_cast<double>(world_size));
+  const CollectivePoint* last = by_size.back();
+  if (world_size > last->world_size && by_size.size() >= 2) {
+    // Latency extrapolated linearly in log2(size) from the last two points; bandwidth held.
+    const CollectivePoint* prev = by_size[by_size.size() - 2];
+    double slope = (last->latency_s - prev->latency_s) / (lx(last) - lx(prev));
+    out.latency_s = last->latency_s + std::max(0.0, slope) * (x - lx(last));
+    out.bytes_per_s = last->bytes_per_s;
+    return out;
+  }
+  out.latency_s = Interp(by_size, x, lx, [](const CollectivePoint* p) { return p->latency_s; });
+  // Interpolate time per byte, not bytes per second.
+  out.bytes_per_s =
+      1.0 / Interp(by_size, x, lx, [](const CollectivePoint* p) { return 1.0 / p->bytes_per_s; });
+  return out;
+}
+
+}  // namespace
+
+const char* CollectiveOpName(CollectiveOp op) {
+  for (const OpName& o : kOpNames) {
+    if (o.op == op) return o.name;
+  }
+  return "?";
+}
+
+absl::StatusOr<CollectiveOp> ParseCollectiveOp(const std::string& name) {
+  for (const OpName& o : kOpNames) {
+    if (name == o.name) return o.op;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown collective '", name, "' (expected all_to_all, all_reduce, all_gather)"));
+}
+
+const DeviceProfile* MachineProfile::device(const std::string& kind) const {
+  for (const DeviceProfile& d : devices) {
+    if (d.kind == kind) return &d;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<MachineProfile> ParseMachineProfile(const std::string& text,
+                                                   const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ":", e.mark.line + 1, ": not valid YAML: ", e.msg));
+  }
+  try {
+    return ParseRoot(root, source);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ":", e.mark.line + 1, ": ", e.msg));
+  }
+}
+
+absl::StatusOr<MachineProfile> LoadMachineProfile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read profile '", path, "'"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseMachineProfile(ss.str(), path);
+}
+
+std::string MachineProfileToYaml(const MachineProfile& p) {
+  YAML::Emitter e;
+  e.SetDoublePrecision(6);
+  e << YAML::BeginMap;
+  e << YAML::Key << "version" << YAML::Value << p.version;
+  e << YAML::Key << "machine" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "description" << YAML::Value << p.machine;
+  e << YAML::Key << "date" << YAML::Value << p.date;
+  e << YAML::Key << "source" << YAML::Value << p.source;
+  e << YAML::EndMap;
+  auto rates = [&](const char* key, const std::vector<RowRatePoint>& pts) {
+    e << YAML::Key << key << YAML::Value << YAML::BeginSeq;
+    for (const RowRatePoint& r : pts) {
+      e << YAML::Flow << YAML::BeginMap << YAML::Key << "row_bytes" << YAML::Value << r.row_bytes
+        << YAML::Key << "hot_rows_per_s" << YAML::Value << r.hot_rows_per_s << YAML::Key
+        << "cold_rows_per_s" << YAML::Value << r.cold_rows_per_s << YAML::EndMap;
+    }
+    e << YAML::EndSeq;
+  };
+  e << YAML::Key << "devices" << YAML::Value << YAML::BeginSeq;
+  for (const DeviceProfile& d : p.devices) {
+    e << YAML::BeginMap;
+    e << YAML::Key << "kind" << YAML::Value << d.kind;
+    e << YAML::Key << "name" << YAML::Value << d.name;
+    e << YAML::Key << "threads" << YAML::Value << d.threads;
+    e << YAML::Key << "memory_bytes" << YAML::Value << d.memory_bytes;
+    e << YAML::Key << "copy_bytes_per_s" << YAML::Value << d.copy_bytes_per_s;
+    rates("gather", d.gather);
+    rates("scatter_update", d.scatter_update);
+    e << YAML::Key << "gemm" << YAML::Value << YAML::BeginSeq;
+    for (const GemmPoint& g : d.gemm) {
+      e << YAML::Flow << YAML::BeginMap << YAML::Key << "m" << YAML::Value << g.m << YAML::Key
+        << "n" << YAML::Value << g.n << YAML::Key << "k" << YAML::Value << g.k << YAML::Key
+        << "flops_per_s" << YAML::Value << g.flops_per_s << YAML::EndMap;
+    }
+    e << YAML::EndSeq;
+    e << YAML::Key << "gemm_peak_flops_per_s" << YAML::Value << d.gemm_peak_flops_per_s;
+    e << YAML::Key << "launch_overhead_s" << YAML::Value << d.launch_overhead_s;
+    e << YAML::Key << "base_memory_bytes" << YAML::Value << d.base_memory_bytes;
+    e << YAML::EndMap;
+  }
+  e << YAML::EndSeq;
+  e << YAML::Key << "collectives" << YAML::Value << YAML::BeginSeq;
+  for (const CollectivePoint& c : p.collectives) {
+    e << YAML::Flow << YAML::BeginMap << YAML::Key << "op" << YAML::Value << CollectiveOpName(c.op)
+      << YAML::Key << "transport" << YAML::Value << c.transport << YAML::Key << "world_size"
+      << YAML::Value << c.world_size << YAML::Key << "same_node" << YAML::Value << c.same_node
+      << YAML::Key << "latency_s" << YAML::Value << c.latency_s << YAML::Key << "bytes_per_s"
+      << YAML::Value << c.bytes_per_s << YAML::EndMap;
+  }
+  e << YAML::EndSeq;
+  e << YAML::Key << "tier" << YAML::Value << YAML::BeginSeq;
+  for (const TierPoint& t : p.tier) {
+    e << YAML::Flow << YAML::BeginMap << YAML::Key << "value_bytes" << YAML::Value << t.value_bytes
+      << YAML::Key << "read_cached_s" << YAML::Value << t.read_cached_s << YAML::Key
+      << "read_disk_s" << YAML::Value << t.read_disk_s << YAML::Key << "write_s" << YAML::Value
+      << t.write_s << YAML::EndMap;
+  }
+  e << YAML::EndSeq;
+  e << YAML::EndMap;
+  return absl::StrCat("# Tessera machine profile (docs/PLANNER.md \"Profile file\")\n", e.c_str(),
+                      "\n");
+}
+
+absl::Status SaveMachineProfile(const MachineProfile& profile, const std::string& path) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << MachineProfileToYaml(profile);
+    out.flush();
+    if (!out) return absl::InternalError(absl::StrCat("cannot write profile '", tmp, "'"));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return absl::InternalError(absl::StrCat("cannot rename '", tmp, "' to '", path, "'"));
+  }
+  return absl::OkStatus();
+}
+
+double GatherRowsPerSec(const DeviceProfile& d, int64_t row_bytes, double hot_fraction) {
+  return BlendRate(d.gather, row_bytes, hot_fraction);
+}
+
+double ScatterUpdateRowsPerSec(const DeviceProfile& d, int64_t row_bytes, double hot_fraction) {
+  return BlendRate(d.scatter_update, row_bytes, hot_fraction);
+}
+
+double GemmFlopsPerSec(const DeviceProfile& d, int64_t m, int64_t n, int64_t k) {
+  if (d.gemm.empty()) return d.gemm_peak_flops_per_s;
+  double want = std::log(static_cast<double>(std::max<int64_t>(1, m)) * std::max<int64_t>(1, n) *
+                         std::max<int64_t>(1, k));
+  const GemmPoint* best = &d.gemm.front();
+  double best_dist = 1e300;
+  for (const GemmPoint& g : d.gemm) {
+    double dist = std::abs(std::log(static_cast<double>(g.m) * g.n * g.k) - want);
+    if (dist < best_dist) {
+      best_dist = dist;
+      best = &g;
+    }
+  }
+  return best->flops_per_s;
+}
+
+absl::StatusOr<CollectiveCost> CollectiveAt(const MachineProfile& p, CollectiveOp op,
+                                            const std::string& transport, int world_size) {
+  std::vector<const CollectivePoint*> pts;
+  for (const CollectivePoint& c : p.collectives) {
+    if (c.op == op && c.transport == transport) pts.push_back(&c);
+  }
+  if (pts.empty()) {
+    return absl::NotFoundError(absl::StrCat("the profile has no ", CollectiveOpName(op),
+                                            " point for transport '", transport, "'"));
+  }
+  return CollectiveFrom(pts, world_size);
+}
+
+absl::StatusOr<CollectiveCost> CollectiveAtScope(const MachineProfile& p, CollectiveOp op,
+                                                 const std::string& transport, int world_size,
+                                                 bool same_node) {
+  std::vector<const CollectivePoint*> pts;
+  for (const CollectivePoint& c : p.collectives) {
+    if (c.op == op && c.transport == transport && c.same_node == same_node) pts.push_back(&c);
+  }
+  if (pts.empty()) return CollectiveAt(p, op, transport, world_size);
+  return CollectiveFrom(pts, world_size);
+}
+
+TierPoint TierAt(const MachineProfile& p, int64_t value_bytes) {
+  TierPoint out;
+  out.value_bytes = value_bytes;
+  if (p.tier.empty()) return out;
+  auto x = [](const TierPoint& t) { return static_cast<double>(t.value_bytes); };
+  out.read_cached_s =
+      Interp(p.tier, value_bytes, x, [](const TierPoint& t) { return t.read_cached_s; });
+  out.read_disk_s =
+      Interp(p.tier, value_bytes, x, [](const TierPoint& t) { return t.read_disk_s; });
+  out.write_s = Interp(p.tier, value_bytes, x, [](const TierPoint& t) { return t.write_s; });
+  return out;
+}
+
+}  // namespace tessera::planner

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# `tessera-plan calibrate` end to end, small: bad usage exits 2 naming the flag and writes
+# nothing; a short calibration (one dim, a 4 MiB table, collectives at 2 ranks under mpirun, one
+# tier size) writes a profile that LoadMachineProfile accepts (calibrate reads it back) and that
+# tessera-plan plans with.
+#   tests/planner/calibrate_check.sh build/bin/tessera-plan <source dir>
+set -u
+plan=$1
+src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fail=0
+check_usage() {  # name, expected substring, args...
+  local name=$1 expect=$2
+  shift 2
+  "$plan" calibrate "$@" >"$tmp/stdout" 2>"$tmp/stderr"
+  local rc=$?
+  if [[ $rc -ne 2 ]]; then echo "FAIL $name: exit $rc (want 2)"; cat "$tmp/stderr"; fail=1; fi
+  if ! grep -q -- "$expect" "$tmp/stderr"; then
+    echo "FAIL $name: message lacks '$expect':"; cat "$tmp/stderr"; fail=1
+  fi
+  if [[ -e "$tmp/bad.yaml" ]]; then echo "FAIL $name: wrote a file"; fail=1; fi
+}
+check_usage no-out "--out is required"
+check_usage bad-dims "bad value '0' for --dims" --out "$tmp/bad.yaml" --dims 0
+check_usage bad-clock "bad value 'sun' for --clock" --out "$tmp/bad.yaml" --clock sun
+check_usage unknown "unknown flag --frobnicate" --out "$tmp/bad.yaml" --frobnicate 1
+
+"$plan" calibrate --out "$tmp/p.yaml" --config "$src/configs/bench/small.yaml" --dims 16 \
+  --table_mib 4 --world_sizes 2 --tier_dims 16 --tier_rows 8192 --seconds_per_point 0.02 \
+  --scratch "$tmp/scratch" --quiet >"$tmp/stdout" 2>"$tmp/stderr"
+rc=$?
+if [[ $rc -ne 0 ]]; then echo "FAIL calibrate: exit $rc"; cat "$tmp/stderr"; fail=1; fi
+for key in "version: 1" "kind: cpu" "op: all_to_all" "world_size: 2" "value_bytes: 68" \
+           "base_memory_bytes"; do
+  grep -q "$key" "$tmp/p.yaml" || { echo "FAIL profile lacks '$key'"; fail=1; }
+done
+"$plan" --config "$src/configs/bench/small.yaml" --world_size 2 --profile "$tmp/p.yaml" \
+  --out "$tmp/plan.yaml" >"$tmp/stdout" 2>"$tmp/stderr" \
+  || { echo "FAIL planning with the calibrated profile"; cat "$tmp/stderr"; fail=1; }
+[[ $fail -eq 0 ]] && echo "calibrate_check: all passed"
+exit $fail

@@ -1,0 +1,55 @@
+// The estimator's weights + optimizer state against what real in-memory stores allocate: the
+// resident memory an EmbeddingCollection adds when it creates its tables (every row initialised,
+// so every page touched).
+#include <unistd.h>
+
+#include <fstream>
+
+#include "core/device.h"
+#include "embedding/embedding_collection.h"
+#include "gtest/gtest.h"
+#include "planner/estimator.h"
+#include "test_inputs.h"
+
+namespace tessera::planner {
+namespace {
+
+double ResidentBytes() {
+  std::ifstream in("/proc/self/statm");
+  long size = 0, resident = 0;
+  in >> size >> resident;
+  return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE));
+}
+
+TEST(MemoryTest, WeightsAndStateMatchAllocatedBytes) {
+  if (!std::ifstream("/proc/self/statm")) GTEST_SKIP() << "no /proc/self/statm";
+  const std::vector<int64_t> rows = {400000, 250000, 100000, 5000};
+  const int64_t dim = 32;
+  PlanInputs in = SmallInputs(rows, dim, 1);
+  in.step.row_state_fixed = 1;  // row-wise AdaGrad
+  EmbeddingCollectionOptions o;
+  for (const PlanTable& t : in.tables) o.tables.push_back(t.config);
+  o.num_features = static_cast<int>(rows.size());
+  o.optimizer.type = RowOptimizerType::kRowWiseAdagrad;
+
+  const double before = ResidentBytes();
+  absl::StatusOr<std::unique_ptr<EmbeddingCollection>> c =
+      EmbeddingCollection::Create(o, DeviceContext::Cpu());
+  ASSERT_TRUE(c.ok()) << c.status();
+  const double allocated = ResidentBytes() - before;
+
+  MachineProfile prof = FlatProfile();
+  absl::StatusOr<Estimator> est = Estimator::Create(in, prof, 1);
+  ASSERT_TRUE(est.ok());
+  std::vector<TablePlacement> p;
+  TableOption tw;
+  for (const PlanTable& t : in.tables) p.push_back(MakePlacement(tw, {0}, t.config));
+  StepEstimate e = est->Evaluate(p);
+  const double predicted = e.memory_detail[0].weights + e.memory_detail[0].optimizer_state;
+  EXPECT_GT(allocated, 0);
+  EXPECT_NEAR(predicted / allocated, 1.0, 0.05)
+      << "predicted " << predicted << " allocated " << allocated;
+}
+
+}  // namespace
+}  // namespace tessera::planner

@@ -1,0 +1,116 @@
+// `tessera-plan calibrate`: measures on this machine what the planner's cost model reads
+// (planner/profile.h) through the code the trainer runs, and returns it as a MachineProfile.
+//
+//   gather / scatter_update  EmbeddingCollection::Forward / BackwardUpdate (the trainer's pooled
+//                            lookup and fused backward: sort/segment + row optimizer) on one
+//                            in-memory table of `table_bytes` (larger than the LLC) per dim, ids
+//                            Zipf(1.05) (hot) and uniform (cold); rate = ids per second
+//   gemm                     dense/ LinearForward / LinearBackward at every MLP layer of the
+//                            configs in `configs`, at their batch sizes: the forward shape
+//                            (m = batch, n = out, k = in), the input-gradient shape (m = batch,
+//                            n = in, k = out) and the weight-gradient shape (m = out, n = in,
+//                            k = batch), each a rate in flops per second including the fused
+//                            bias / activation passes
+//   collectives              the MPI Communicator's AllToAllV, AllReduce and AllGatherV at each
+//                            world size in `world_sizes`: Calibrate starts
+//                            `mpirun -np W --oversubscribe <worker_argv>` and the ranks run
+//                            RunCollectivesWorker (alpha-beta fit: a small and a large message)
+//   tier                     TieredRowStore (the RocksDB tier's own path): misses resolved from
+//                            RocksDB with the database in the OS page cache and with O_DIRECT
+//                            reads, and the write-back of dirty evicted rows, per row
+//   cuda                     skipped (no device entry) when the build or the machine has no GPU
+//
+// Threads: every CPU rate is measured with `threads` threads (the planner's one-rank-per-core
+// topology measures with 1). Default wall time ~1-2 minutes on 2 cores.
+// Not thread-safe (sets the process's thread count; call from main).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "planner/profile.h"
+
+namespace tessera {
+
+// The subcommand: tools/plan_main.cc dispatches `tessera-plan calibrate ...` here before it
+// parses its own flags (argv[0] is "calibrate", the rest its arguments; `--help` for them).
+// Returns the process exit status: 0 done (the profile written with SaveMachineProfile), 1 an
+// error (one message on stderr, no file written), 2 bad usage.
+int RunPlanCalibrate(int argc, char** argv);
+
+struct CalibrateOptions {
+  // CPU threads every CPU rate is measured with. Default: 1 (one rank per core).
+  int threads = 1;
+  // Row sizes (fp32 dims) of the gather / scatter-update points. Default: 16 .. 256.
+  std::vector<int64_t> dims = {16, 32, 64, 128, 256};
+  // Bytes of the table each row rate is measured on; far above the LLC (32 MiB here).
+  // Default: 256 MiB.
+  int64_t table_bytes = int64_t{256} << 20;
+  // Samples per measured batch and ids per bag (one feature). The rates are per id but include
+  // the per-bag and per-call work, so they are measured at the shape of one table's call in the
+  // bench configs (batch 2048, one id per bag): at pooling 8 the same code runs ~2x more ids per
+  // second (tessera-bench small.yaml: 1.1 ms for 8 x 2048 ids at dim 64, where pooling-8 calls
+  // give 48 M ids/s). Default: 2048 x 1.
+  int64_t batch_size = 2048;
+  int64_t pooling = 1;
+  // Bytes of scratch written (untimed) before every timed gather / scatter-update call, so
+  // that, as in training (where the dense layers run in between), the previous calls' rows are
+  // no longer cached. 0: none. Default: 48 MiB (above the 32 MiB LLC here).
+  int64_t evict_bytes = int64_t{48} << 20;
+  // Distinct batches of ids cycled through (fresh ids, as training sees them: a few batches
+  // cycled would keep their rows in the caches). Run tessera-bench with as many --batches to
+  // compare with it. Default: 64.
+  int distinct_batches = 64;
+  // Zipf exponent of the hot ids. Default: 1.05 (the synthetic data's).
+  double zipf_exponent = 1.05;
+  // Tessera configs (YAML) whose MLP layer shapes are measured at their batch sizes.
+  // Default: none (then `gemm` holds a 2048 x 512 x 256 point only).
+  std::vector<std::string> configs;
+  // Minimum seconds of repetitions per measured point (the median of the repetitions' rates is
+  // recorded). Default: 0.25.
+  double seconds_per_point = 0.25;
+  // World sizes of the collective points (each run under mpirun --oversubscribe). Empty: no
+  // collective points. Default: 2 and 4.
+  std::vector<int> world_sizes = {2, 4};
+  // The launcher and the command line that starts this binary as a collectives worker (the
+  // binary then calls RunCollectivesWorker with the file given after it). Empty worker_argv:
+  // collectives skipped. Default: "mpirun", {}.
+  std::string mpirun = "mpirun";
+  std::vector<std::string> worker_argv;
+  // RocksDB tier points: value sizes are dim x 4 + 4 (row-wise AdaGrad state) for these dims.
+  // Empty: no tier points. Default: 16, 64, 128.
+  std::vector<int64_t> tier_dims = {16, 64, 128};
+  // Rows in the calibration database per tier dim. Default: 200000.
+  int64_t tier_rows = 200000;
+  // Scratch directory (created; the RocksDB databases and worker outputs go there, removed at
+  // the end). Default: "/tmp/tessera-calibrate".
+  std::string scratch_dir = "/tmp/tessera-calibrate";
+  // Measure the CUDA device when the build has the CUDA path and a GPU is visible.
+  // Default: true.
+  bool cuda = true;
+  // Time compute points (gather, scatter-update, copy, GEMM, RocksDB reads from the page cache
+  // and writes) in this process's CPU seconds rather than wall seconds: on a machine shared with
+  // other jobs the wall time of a point includes the time the scheduler gave them, its CPU time
+  // does not. Disk reads and collectives are always wall time (they wait, and their best
+  // repetitions are taken). Meaningful with threads = 1. Default: true.
+  bool cpu_clock = true;
+  // Progress lines on stderr. Default: true.
+  bool verbose = true;
+};
+
+// Runs every measurement and returns the profile (machine, date and source filled in;
+// `command` is recorded as the source). Errors: Internal naming the step that failed
+// (a worker's exit status, a RocksDB error).
+[[nodiscard]] absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& options,
+                                                                const std::string& command);
+
+// The collectives measurement, run by every rank of an MPI job that Calibrate started: MPI must
+// be active (the caller ran MpiInitialize). Rank 0 writes one line per point to `out_path`:
+// "<op> <world_size> <latency_s> <bytes_per_s>". Collective over the MPI world.
+[[nodiscard]] absl::Status RunCollectivesWorker(const std::string& out_path,
+                                                double seconds_per_point);
+
+}  // namespace tessera

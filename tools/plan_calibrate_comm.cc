@@ -1,0 +1,154 @@
+// Collectives: alpha-beta points of the MPI Communicator (sharding/), measured by ranks that
+// Calibrate starts under mpirun. Byte conventions (what each point's bytes_per_s divides):
+//   all_to_all   bytes this rank sends to the other ranks (equal blocks per peer; the
+//                Communicator's byte counter, as tessera-bench prints it)
+//   all_reduce   the buffer's bytes (floats x 4)
+//   all_gather   the gathered buffer's bytes (world size x each rank's block)
+// latency_s is the time of the call with an 8-byte block; bytes_per_s the slope between that and
+// a 4 MiB buffer (each the fastest of its repetitions, see TimeCollective).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/status.h"
+#include "sharding/mpi_communicator.h"
+#include "tools/plan_calibrate_internal.h"
+
+namespace tessera {
+namespace {
+
+using calibrate_internal::MedianSeconds;
+
+// Mean over ranks of the fastest of at least 10 calls' wall seconds (a barrier before each call).
+absl::StatusOr<double> TimeCollective(Communicator& comm, double min_seconds,
+                                      const std::function<absl::Status()>& call) {
+  // Every rank must run the same number of repetitions: rank 0 decides by broadcasting.
+  std::vector<double> t;
+  Stopwatch total;
+  for (int rep = 0;; ++rep) {
+    int64_t go = rep < 10 || (total.ElapsedSeconds() < min_seconds && rep < 2000) ? 1 : 0;
+    TESSERA_RETURN_IF_ERROR(comm.Broadcast(&go, sizeof(go), 0));
+    if (!go) break;
+    TESSERA_RETURN_IF_ERROR(comm.Barrier());
+    Stopwatch w;
+    TESSERA_RETURN_IF_ERROR(call());
+    if (rep > 0) t.push_back(w.ElapsedSeconds());  // the first call sets up buffers
+  }
+  // The fastest call: the one every rank ran through without the scheduler handing its core to
+  // another job (4 ranks oversubscribe 2 cores, and other engineers' builds share them); a
+  // collective waits for its slowest rank, so any interruption of any rank shows up in full.
+  std::sort(t.begin(), t.end());
+  double med = t.front();
+  TESSERA_RETURN_IF_ERROR(comm.AllReduce(&med, 1, ReduceOp::kAvg));
+  return med;
+}
+
+}  // namespace
+
+absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_per_point) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, CreateMpiWorldCommunicator());
+  const int w = comm->size();
+  const int64_t kSmall = 8, kLarge = int64_t{4} << 20;
+  std::ostringstream out;
+  // All-to-all: `block` bytes to every rank (own block included, as the trainer's calls do).
+  for (const char* op : {"all_to_all", "all_reduce", "all_gather"}) {
+    double t[2], bytes[2];
+    for (int i = 0; i < 2; ++i) {
+      const int64_t total = i == 0 ? kSmall * w : kLarge;
+      const int64_t block = std::max<int64_t>(total / w / 8 * 8, 8);
+      std::vector<char> send(block * w, 1), recv(block * w);
+      std::vector<float> fl(std::max<int64_t>(total / 4, 2), 1.0f);
+      std::vector<int64_t> counts(w, block), displs(w);
+      for (int r = 0; r < w; ++r) displs[r] = r * block;
+      std::function<absl::Status()> call;
+      if (std::string(op) == "all_to_all") {
+        bytes[i] = static_cast<double>(block) * (w - 1);
+        call = [&] {
+          return comm->AllToAllV(send.data(), counts, displs, recv.data(), counts, displs);
+        };
+      } else if (std::string(op) == "all_reduce") {
+        bytes[i] = static_cast<double>(fl.size()) * 4;
+        call = [&] {
+          return comm->AllReduce(fl.data(), static_cast<int64_t>(fl.size()), ReduceOp::kSum);
+        };
+      } else {
+        bytes[i] = static_cast<double>(block) * w;
+        call = [&] { return comm->AllGatherV(send.data(), block, recv.data(), counts, displs); };
+      }
+      TESSERA_ASSIGN_OR_RETURN(t[i], TimeCollective(*comm, seconds_per_point, call));
+    }
+    const double latency = t[0];
+    const double slope = std::max(t[1] - t[0], 1e-9);
+    out << op << " " << w << " " << latency << " " << (bytes[1] - bytes[0]) / slope << "\n";
+  }
+  if (comm->rank() == 0) {
+    std::ofstream f(out_path);
+    f << out.str();
+    if (!f) return absl::InternalError(absl::StrCat("calibrate worker: cannot write ", out_path));
+  }
+  return comm->Barrier();
+}
+
+namespace calibrate_internal {
+
+absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(
+    const CalibrateOptions& o) {
+  std::vector<planner::CollectivePoint> points;
+  if (o.worker_argv.empty() || o.world_sizes.empty()) {
+    Progress(o, "collectives: skipped (no worker command)");
+    return points;
+  }
+  if (geteuid() == 0) {
+    // Open MPI refuses root without these; the caller's environment may already say so.
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  }
+  for (int w : o.world_sizes) {
+    const std::string out = absl::StrCat(o.scratch_dir, "/collectives-", w, ".txt");
+    std::remove(out.c_str());
+    std::vector<std::string> args = {o.mpirun, "-np", std::to_string(w), "--oversubscribe"};
+    for (const std::string& a : o.worker_argv) args.push_back("'" + a + "'");
+    args.push_back("'" + out + "'");
+    const std::string cmd = absl::StrJoin(args, " ") + " 1>&2";
+    Progress(o, absl::StrCat("collectives: ", cmd));
+    const int rc = std::system(cmd.c_str());
+    std::ifstream in(out);
+    if (rc != 0 || !in) {
+      return absl::InternalError(absl::StrCat("calibrate: collectives worker at world size ", w,
+                                              " failed (exit status ", rc, "): ", cmd));
+    }
+    std::string op;
+    int size;
+    double latency, bw;
+    while (in >> op >> size >> latency >> bw) {
+      planner::CollectivePoint p;
+      p.op = op == "all_to_all"   ? planner::CollectiveOp::kAllToAll
+             : op == "all_reduce" ? planner::CollectiveOp::kAllReduce
+                                  : planner::CollectiveOp::kAllGather;
+      p.transport = "mpi";
+      p.world_size = size;
+      p.same_node = true;
+      p.latency_s = latency;
+      p.bytes_per_s = bw;
+      points.push_back(p);
+      Progress(o, absl::StrFormat("collectives: %s world %d: latency %.1f us, %.2f GB/s", op, size,
+                                  latency * 1e6, bw / 1e9));
+    }
+  }
+  std::sort(points.begin(), points.end(), [](const auto& a, const auto& b) {
+    return std::make_tuple(static_cast<int>(a.op), a.transport, a.world_size) <
+           std::make_tuple(static_cast<int>(b.op), b.transport, b.world_size);
+  });
+  return points;
+}
+
+}  // namespace calibrate_internal
+}  // namespace tessera

@@ -1,0 +1,360 @@
+// Device measurements of `tessera-plan calibrate` (tools/plan_calibrate.h): copy bandwidth,
+// per-call overhead, gather / scatter-update rates by row size, GEMM rates by layer shape.
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/buffer.h"
+#include "core/cuda_context.h"
+#include "core/cuda_runtime.h"
+#include "core/parallel.h"
+#include "core/rng.h"
+#include "core/status.h"
+#include "dense/dense_arch.h"
+#include "dense/interaction.h"
+#include "dense/mlp.h"
+#include "embedding/embedding_collection.h"
+#include "io/zipf.h"
+#include "tools/plan_calibrate_internal.h"
+#include "trainer/config.h"
+#include "trainer/cuda_sparse_arch.h"
+#include "trainer/model.h"
+#include "trainer/sparse_arch.h"
+
+namespace tessera {
+namespace {
+
+using calibrate_internal::IntervalTimer;
+using calibrate_internal::MedianSeconds;
+using calibrate_internal::Progress;
+
+// One batch of `batch` bags of `pooling` ids over `rows` (a power of two) rows: Zipf ranks
+// scattered over the table by an odd multiplier (a bijection mod 2^k, so hot rows do not share
+// pages, as the synthetic generator's scramble does), or uniform ids.
+KeyedJagged MakeBatch(int64_t rows, int64_t batch, int64_t pooling, bool hot, double exponent,
+                      uint64_t stream) {
+  KeyedJagged kj;
+  kj.num_features = 1;
+  kj.batch_size = batch;
+  kj.offsets.resize(batch + 1);
+  for (int64_t b = 0; b <= batch; ++b) kj.offsets[b] = b * pooling;
+  kj.values.resize(batch * pooling);
+  CounterRng rng(hot ? 11 : 12, stream);
+  ZipfSampler zipf(rows, exponent);
+  const uint64_t mask = static_cast<uint64_t>(rows) - 1;
+  for (int64_t& v : kj.values) {
+    uint64_t r = hot ? static_cast<uint64_t>(zipf.Sample(rng))
+                     : static_cast<uint64_t>(rng.NextUniformDouble() * rows);
+    if (hot) r = (r * 0x9E3779B97F4A7C15ull) & mask;
+    v = static_cast<int64_t>(r & mask);
+  }
+  return kj;
+}
+
+absl::StatusOr<std::unique_ptr<SparseArch>> MakeTable(int64_t rows, int64_t dim,
+                                                      const DeviceContext& ctx) {
+  EmbeddingCollectionOptions eo;
+  TableConfig t;
+  t.name = "calibrate";
+  t.num_rows = rows;
+  t.dim = dim;
+  t.features = {0};
+  eo.tables = {t};
+  eo.num_features = 1;
+  eo.optimizer.type = RowOptimizerType::kRowWiseAdagrad;
+  eo.seed = 1;
+  if (ctx.is_cuda()) {
+    TESSERA_ASSIGN_OR_RETURN(auto cuda, CudaSparseArch::Create(eo, ctx));
+    return std::unique_ptr<SparseArch>(std::move(cuda));
+  }
+  TESSERA_ASSIGN_OR_RETURN(auto local, EmbeddingCollection::Create(eo, ctx));
+  return std::unique_ptr<SparseArch>(std::make_unique<LocalSparseArch>(std::move(local)));
+}
+
+absl::Status Sync(const DeviceContext& ctx) {
+  return ctx.is_cuda() ? CudaSynchronize(ctx) : absl::OkStatus();
+}
+
+// Before each timed call: a pass over o.evict_bytes of scratch, untimed, so the table's rows are
+// not left in the caches by the previous call. In training the dense layers run between two
+// lookups of a table (and between its lookup and its update) and evict them; back-to-back calls
+// would find the hot rows of the last batches still cached (3-4x faster than tessera-bench sees).
+void EvictCaches(const CalibrateOptions& o, const DeviceContext& ctx, std::vector<float>* buf) {
+  if (ctx.is_cuda() || o.evict_bytes <= 0) return;
+  buf->resize(static_cast<size_t>(o.evict_bytes / 4));
+  float* p = buf->data();
+  for (size_t i = 0; i < buf->size(); i += 16) p[i] += 1.0f;  // one write per cache line
+}
+
+// Gather (Forward) and scatter-update (BackwardUpdate) rates, in ids per second, for each dim:
+// alternating forward and backward steps over o.distinct_batches batches of each id kind.
+absl::Status MeasureRowRates(const CalibrateOptions& o, const DeviceContext& ctx,
+                             planner::DeviceProfile* d) {
+  for (int64_t dim : o.dims) {
+    int64_t rows = 1;
+    while (rows * 2 * dim * 4 <= o.table_bytes) rows *= 2;
+    TESSERA_ASSIGN_OR_RETURN(auto table, MakeTable(rows, dim, ctx));
+    const int64_t ids = o.batch_size * o.pooling;
+    TESSERA_ASSIGN_OR_RETURN(Buffer out,
+                             Buffer::Allocate(ctx.device, DType::kF32, {o.batch_size, dim}));
+    TESSERA_ASSIGN_OR_RETURN(Buffer grad,
+                             Buffer::Allocate(ctx.device, DType::kF32, {o.batch_size, dim}));
+    std::vector<float> g(static_cast<size_t>(o.batch_size * dim));
+    CounterRng grng(3, static_cast<uint64_t>(dim));
+    for (float& x : g) x = static_cast<float>(grng.NextUniformDouble() - 0.5) * 1e-3f;
+    if (ctx.is_cuda()) {
+      TESSERA_RETURN_IF_ERROR(CudaMemcpy(grad.raw(), g.data(), g.size() * sizeof(float)));
+    } else {
+      std::copy(g.begin(), g.end(), grad.data<float>());
+    }
+    planner::RowRatePoint gather{dim * 4, 0, 0}, update{dim * 4, 0, 0};
+    std::vector<float> flush;
+    for (bool hot : {true, false}) {
+      std::vector<KeyedJagged> batches;
+      for (uint64_t s = 0; s < static_cast<uint64_t>(std::max(1, o.distinct_batches)); ++s) {
+        batches.push_back(MakeBatch(rows, o.batch_size, o.pooling, hot, o.zipf_exponent,
+                                    s + 100 * static_cast<uint64_t>(dim)));
+      }
+      int64_t step = 0;
+      std::vector<double> fwd, bwd;
+      Stopwatch total;
+      // Two untimed steps first (first-touch of the scratch buffers).
+      while (fwd.size() < 5 || total.ElapsedSeconds() < 2 * o.seconds_per_point) {
+        const KeyedJagged& kj = batches[step % batches.size()];
+        EvictCaches(o, ctx, &flush);
+        IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
+        TESSERA_RETURN_IF_ERROR(table->Forward(kj, out.data<float>()));
+        TESSERA_RETURN_IF_ERROR(Sync(ctx));
+        const double f = w.Seconds();
+        EvictCaches(o, ctx, &flush);
+        w.Reset();
+        TESSERA_RETURN_IF_ERROR(table->BackwardUpdate(grad.data<float>(), 1e-4f, step + 1));
+        TESSERA_RETURN_IF_ERROR(Sync(ctx));
+        const double b = w.Seconds();
+        if (++step > 2) {
+          fwd.push_back(f);
+          bwd.push_back(b);
+        }
+      }
+      std::sort(fwd.begin(), fwd.end());
+      std::sort(bwd.begin(), bwd.end());
+      const double gr = ids / fwd[fwd.size() / 2], ur = ids / bwd[bwd.size() / 2];
+      (hot ? gather.hot_rows_per_s : gather.cold_rows_per_s) = gr;
+      (hot ? update.hot_rows_per_s : update.cold_rows_per_s) = ur;
+      Progress(o,
+               absl::StrFormat("%s dim %d %s ids (table %d rows, %.0f MiB): gather %.1f M ids/s, "
+                               "scatter-update %.1f M ids/s",
+                               d->kind, dim, hot ? "zipf" : "uniform", rows,
+                               rows * dim * 4 / 1048576.0, gr / 1e6, ur / 1e6));
+    }
+    d->gather.push_back(gather);
+    d->scatter_update.push_back(update);
+  }
+  return absl::OkStatus();
+}
+
+// Per-call overhead: a one-bag, one-id forward + backward of a small table (the fixed cost the
+// trainer pays per table per phase), as seconds per call.
+absl::Status MeasureLaunchOverhead(const CalibrateOptions& o, const DeviceContext& ctx,
+                                   planner::DeviceProfile* d) {
+  TESSERA_ASSIGN_OR_RETURN(auto table, MakeTable(1024, 16, ctx));
+  KeyedJagged kj = MakeBatch(1024, 1, 1, false, 1.05, 7);
+  TESSERA_ASSIGN_OR_RETURN(Buffer out, Buffer::Allocate(ctx.device, DType::kF32, {1, 16}));
+  TESSERA_ASSIGN_OR_RETURN(Buffer grad, Buffer::Allocate(ctx.device, DType::kF32, {1, 16}));
+  int64_t step = 0;
+  TESSERA_ASSIGN_OR_RETURN(
+      double s, MedianSeconds(o.seconds_per_point / 4, [&]() -> absl::StatusOr<double> {
+        IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
+        TESSERA_RETURN_IF_ERROR(table->Forward(kj, out.data<float>()));
+        TESSERA_RETURN_IF_ERROR(table->BackwardUpdate(grad.data<float>(), 0.0f, ++step));
+        TESSERA_RETURN_IF_ERROR(Sync(ctx));
+        return w.Seconds();
+      }));
+  d->launch_overhead_s = s / 2;
+  Progress(o, absl::StrFormat("%s per-call overhead %.2f us", d->kind, 1e6 * d->launch_overhead_s));
+  return absl::OkStatus();
+}
+
+// Streaming copy bandwidth (read + write bytes per second) over 2 x 256 MiB (CPU only; the
+// CUDA entry takes a device-to-device copy).
+absl::Status MeasureCopy(const CalibrateOptions& o, const DeviceContext& ctx,
+                         planner::DeviceProfile* d) {
+  const int64_t n = int64_t{64} << 20;  // floats
+  TESSERA_ASSIGN_OR_RETURN(Buffer a, Buffer::Allocate(ctx.device, DType::kF32, {n}));
+  TESSERA_ASSIGN_OR_RETURN(Buffer b, Buffer::Allocate(ctx.device, DType::kF32, {n}));
+  if (!ctx.is_cuda()) {
+    float* pa = a.data<float>();
+    ParallelFor(n, 1 << 16, [&](int64_t lo, int64_t hi, int) {
+      for (int64_t i = lo; i < hi; ++i) pa[i] = static_cast<float>(i & 1023);
+    });
+  }
+  TESSERA_ASSIGN_OR_RETURN(
+      double s, MedianSeconds(o.seconds_per_point, [&]() -> absl::StatusOr<double> {
+        IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
+        if (ctx.is_cuda()) {
+          TESSERA_RETURN_IF_ERROR(CudaCopyDeviceToDevice(ctx, b.raw(), a.raw(), n * 4));
+          TESSERA_RETURN_IF_ERROR(CudaSynchronize(ctx));
+        } else {
+          const float* pa = a.data<float>();
+          float* pb = b.data<float>();
+          ParallelFor(n, 1 << 16,
+                      [&](int64_t lo, int64_t hi, int) { std::copy(pa + lo, pa + hi, pb + lo); });
+        }
+        return w.Seconds();
+      }));
+  d->copy_bytes_per_s = 2.0 * n * 4 / s;
+  Progress(o, absl::StrFormat("%s copy %.1f GB/s", d->kind, d->copy_bytes_per_s / 1e9));
+  return absl::OkStatus();
+}
+
+using Shape = std::tuple<int64_t, int64_t, int64_t>;
+
+// (batch, in, out) of every Linear layer of the configs' dense arch, and (batch, F, d) of their
+// dot interactions in `dots`.
+absl::StatusOr<std::set<Shape>> LayerShapes(const CalibrateOptions& o, std::set<Shape>* dots) {
+  std::set<Shape> shapes;
+  for (const std::string& path : o.configs) {
+    TESSERA_ASSIGN_OR_RETURN(Config c, LoadConfig(path));
+    DenseArchOptions da = DenseOptionsFromConfig(c);
+    TESSERA_ASSIGN_OR_RETURN(auto arch, DenseArch::Create(da, DeviceContext::Cpu()));
+    const int64_t b = c.data.batch_size;
+    if (da.interaction == InteractionType::kDot)
+      dots->insert({b, da.num_embeddings, da.embedding_dim});
+    int64_t in = da.num_dense;
+    for (int64_t w : da.bottom_mlp) {
+      shapes.insert({b, in, w});
+      in = w;
+    }
+    in = arch->interaction_dim();
+    for (int64_t w : da.top_mlp) {
+      shapes.insert({b, in, w});
+      in = w;
+    }
+  }
+  if (shapes.empty()) shapes.insert({2048, 256, 512});
+  return shapes;
+}
+
+// Forward, input-gradient and weight-gradient GEMM rates of each layer shape through
+// LinearForward / LinearBackward (ReLU layers: the trainer's fused bias + activation passes).
+absl::Status MeasureGemm(const CalibrateOptions& o, const DeviceContext& ctx,
+                         planner::DeviceProfile* d) {
+  std::set<Shape> dots;
+  TESSERA_ASSIGN_OR_RETURN(auto shapes, LayerShapes(o, &dots));
+  // Forward points first, then the input- and weight-gradient points: GemmFlopsPerSec takes the
+  // first point nearest in m n k, and the three shapes of one layer have the same product.
+  std::vector<planner::GemmPoint> fwd_points, dx_points, dw_points;
+  for (const auto& [b, in, out] : shapes) {
+    TESSERA_ASSIGN_OR_RETURN(Buffer x, Buffer::Allocate(ctx.device, DType::kF32, {b, in}));
+    TESSERA_ASSIGN_OR_RETURN(Buffer w, Buffer::Allocate(ctx.device, DType::kF32, {out, in}));
+    TESSERA_ASSIGN_OR_RETURN(Buffer bias, Buffer::Allocate(ctx.device, DType::kF32, {out}));
+    TESSERA_ASSIGN_OR_RETURN(Buffer y, Buffer::Allocate(ctx.device, DType::kF32, {b, out}));
+    TESSERA_ASSIGN_OR_RETURN(Buffer dy, Buffer::Allocate(ctx.device, DType::kF32, {b, out}));
+    TESSERA_ASSIGN_OR_RETURN(Buffer dw, Buffer::Allocate(ctx.device, DType::kF32, {out, in}));
+    TESSERA_ASSIGN_OR_RETURN(Buffer db, Buffer::Allocate(ctx.device, DType::kF32, {out}));
+    TESSERA_ASSIGN_OR_RETURN(Buffer dx, Buffer::Allocate(ctx.device, DType::kF32, {b, in}));
+    if (!ctx.is_cuda()) {
+      for (Buffer* buf : {&x, &w, &bias, &dy}) {
+        float* p = buf->data<float>();
+        for (int64_t i = 0; i < buf->numel(); ++i) p[i] = 0.01f * static_cast<float>((i % 13) - 6);
+      }
+    }
+    const Activation act = Activation::kRelu;
+    auto fwd = [&]() -> absl::StatusOr<double> {
+      IntervalTimer t(o.cpu_clock && !ctx.is_cuda());
+      TESSERA_RETURN_IF_ERROR(LinearForward(ctx, x.data<float>(), w.data<float>(),
+                                            bias.data<float>(), b, in, out, act, y.data<float>()));
+      TESSERA_RETURN_IF_ERROR(Sync(ctx));
+      return t.Seconds();
+    };
+    auto bwd = [&](bool with_dx) -> absl::StatusOr<double> {
+      IntervalTimer t(o.cpu_clock && !ctx.is_cuda());
+      TESSERA_RETURN_IF_ERROR(LinearBackward(
+          ctx, x.data<float>(), w.data<float>(), y.data<float>(), dy.data<float>(), b, in, out, act,
+          dw.data<float>(), db.data<float>(), with_dx ? dx.data<float>() : nullptr));
+      TESSERA_RETURN_IF_ERROR(Sync(ctx));
+      return t.Seconds();
+    };
+    const double flops = 2.0 * b * in * out;
+    TESSERA_ASSIGN_OR_RETURN(double tf, MedianSeconds(o.seconds_per_point / 2, fwd));
+    TESSERA_ASSIGN_OR_RETURN(double tw,
+                             MedianSeconds(o.seconds_per_point / 2, [&] { return bwd(false); }));
+    TESSERA_ASSIGN_OR_RETURN(double twx,
+                             MedianSeconds(o.seconds_per_point / 2, [&] { return bwd(true); }));
+    // dx alone: the difference, floored at a tenth of the weight-gradient time (noise).
+    const double tx = std::max(twx - tw, 0.1 * tw);
+    fwd_points.push_back({b, out, in, flops / tf});  // forward: y[b, out] = x[b, in] W^T
+    dx_points.push_back({b, in, out, flops / tx});   // input gradient: dx[b, in] = dz[b, out] W
+    dw_points.push_back({out, in, b, flops / tw});   // weight gradient: dW[out, in] = dz^T x
+    Progress(
+        o, absl::StrFormat("%s linear %dx%dx%d: fwd %.1f, dx %.1f, dW+db %.1f GFLOP/s", d->kind, b,
+                           in, out, flops / tf / 1e9, flops / tx / 1e9, flops / tw / 1e9));
+  }
+  // The dot interaction: per sample a (F + 1) x (F + 1) x d product (the estimator prices it as
+  // 2 b (F + 1)^2 d flops at the rate of shape (F + 1, F + 1, d)); rate from the forward.
+  for (const auto& [b, f, dim] : dots) {
+    const int64_t v = f + 1, out_dim = DotInteractionOutputDim(f, dim);
+    TESSERA_ASSIGN_OR_RETURN(Buffer bottom, Buffer::Allocate(ctx.device, DType::kF32, {b, dim}));
+    TESSERA_ASSIGN_OR_RETURN(Buffer emb, Buffer::Allocate(ctx.device, DType::kF32, {b, f * dim}));
+    TESSERA_ASSIGN_OR_RETURN(Buffer y, Buffer::Allocate(ctx.device, DType::kF32, {b, out_dim}));
+    if (!ctx.is_cuda()) {
+      for (Buffer* buf : {&bottom, &emb}) {
+        float* p = buf->data<float>();
+        for (int64_t i = 0; i < buf->numel(); ++i) p[i] = 0.01f * static_cast<float>((i % 7) - 3);
+      }
+    }
+    TESSERA_ASSIGN_OR_RETURN(
+        double t, MedianSeconds(o.seconds_per_point / 2, [&]() -> absl::StatusOr<double> {
+          IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
+          TESSERA_RETURN_IF_ERROR(DotInteractionForward(
+              ctx, bottom.data<float>(), emb.data<float>(), b, f, dim, y.data<float>()));
+          TESSERA_RETURN_IF_ERROR(Sync(ctx));
+          return w.Seconds();
+        }));
+    const double flops = 2.0 * b * v * v * dim;
+    fwd_points.push_back({v, v, dim, flops / t});
+    Progress(o, absl::StrFormat("%s dot interaction batch %d, %d x %d x %d: %.1f GFLOP/s (%.3f ms)",
+                                d->kind, b, v, v, dim, flops / t / 1e9, 1e3 * t));
+  }
+  std::vector<planner::GemmPoint> points = std::move(fwd_points);
+  points.insert(points.end(), dx_points.begin(), dx_points.end());
+  points.insert(points.end(), dw_points.begin(), dw_points.end());
+  d->gemm_peak_flops_per_s = 0;
+  for (const auto& p : points)
+    d->gemm_peak_flops_per_s = std::max(d->gemm_peak_flops_per_s, p.flops_per_s);
+  d->gemm = std::move(points);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+namespace calibrate_internal {
+
+absl::StatusOr<planner::DeviceProfile> MeasureDevice(const CalibrateOptions& o,
+                                                     const DeviceContext& ctx,
+                                                     const std::string& name,
+                                                     int64_t memory_bytes) {
+  planner::DeviceProfile d;
+  d.kind = ctx.is_cuda() ? "cuda" : "cpu";
+  d.name = name;
+  d.threads = ctx.is_cuda() ? 1 : o.threads;
+  d.memory_bytes = memory_bytes;
+  TESSERA_RETURN_IF_ERROR(MeasureCopy(o, ctx, &d));
+  TESSERA_RETURN_IF_ERROR(MeasureLaunchOverhead(o, ctx, &d));
+  TESSERA_RETURN_IF_ERROR(MeasureRowRates(o, ctx, &d));
+  TESSERA_RETURN_IF_ERROR(MeasureGemm(o, ctx, &d));
+  return d;
+}
+
+}  // namespace calibrate_internal
+}  // namespace tessera

@@ -1,0 +1,72 @@
+// The steps of `tessera-plan calibrate` (tools/plan_calibrate.h), one file each:
+//   plan_calibrate.cc        the subcommand (arguments, file), orchestration, machine description
+//   plan_calibrate_device.cc copy, per-call overhead, gather / scatter-update, GEMM
+//   plan_calibrate_comm.cc   collectives (mpirun workers)
+//   plan_calibrate_tier.cc   RocksDB tier
+// Private to tools/.
+#pragma once
+
+#include <time.h>
+
+#include <algorithm>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/device.h"
+#include "core/timer.h"
+#include "planner/profile.h"
+#include "tools/plan_calibrate.h"
+
+namespace tessera::calibrate_internal {
+
+// Seconds of the clock Calibrate measures with: this process's CPU seconds (all threads) when
+// `cpu` (CalibrateOptions::cpu_clock), else wall seconds. CPU time is what a quiet machine's wall
+// time would be for single-threaded compute, and it is steady while other jobs share the cores.
+class IntervalTimer {
+ public:
+  explicit IntervalTimer(bool cpu) : cpu_(cpu) { Reset(); }
+  void Reset() { start_ = Now(); }
+  double Seconds() const { return Now() - start_; }
+
+ private:
+  double Now() const {
+    timespec ts;
+    clock_gettime(cpu_ ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+  }
+  bool cpu_;
+  double start_ = 0;
+};
+
+// Runs `once` (returning its own timed seconds) at least 3 times and until `min_seconds` of
+// repetitions passed; returns the median of the repetitions' seconds.
+inline absl::StatusOr<double> MedianSeconds(double min_seconds,
+                                            const std::function<absl::StatusOr<double>()>& once) {
+  std::vector<double> t;
+  Stopwatch total;
+  while (t.size() < 3 || (total.ElapsedSeconds() < min_seconds && t.size() < 10000)) {
+    absl::StatusOr<double> s = once();
+    if (!s.ok()) return s.status();
+    t.push_back(*s);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// A progress line on stderr when o.verbose.
+void Progress(const CalibrateOptions& o, const std::string& line);
+
+// Copy bandwidth, per-call overhead, gather / scatter-update and GEMM rates of one device
+// (plan_calibrate_device.cc).
+absl::StatusOr<planner::DeviceProfile> MeasureDevice(const CalibrateOptions& o,
+                                                     const DeviceContext& ctx,
+                                                     const std::string& name, int64_t memory_bytes);
+
+// Collective points for every world size in o.world_sizes (sorted by op, transport, size).
+absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(const CalibrateOptions& o);
+// Tier points for every dim in o.tier_dims (sorted by value bytes).
+absl::StatusOr<std::vector<planner::TierPoint>> MeasureTier(const CalibrateOptions& o);
+
+}  // namespace tessera::calibrate_internal
