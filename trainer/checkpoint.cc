@@ -129,9 +129,8 @@ absl::StatusOr<TrainPosition> RestoreCheckpoint(Model& model, const std::string&
   auto fmt = file->metadata().find("format");
   if (fmt == file->metadata().end() || fmt->second != kFormat) {
     if (fmt != file->metadata().end() && fmt->second == internal::kShardedCheckpointFormat) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          checkpoint, ": a checkpoint of a sharded model (several ranks); this run is a single "
-          "process: resume it with the same world size and plan"));
+      // Written by several ranks: gather it into this process's tables.
+      return internal::RestoreShardedCheckpointLocally(model, *c, checkpoint, *file);
     }
     return absl::DataLossError(
         absl::StrCat(file->path(), ": not a ", kFormat, " file (metadata 'format')"));

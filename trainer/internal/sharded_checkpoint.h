@@ -37,6 +37,7 @@
 #include "sharding/sharded_embedding.h"
 #include "trainer/checkpoint.h"
 #include "trainer/model.h"
+#include "trainer/safetensors.h"
 
 namespace tessera::internal {
 
@@ -50,6 +51,15 @@ absl::StatusOr<std::string> WriteShardedCheckpoint(Model& model,
 absl::StatusOr<TrainPosition> RestoreShardedCheckpoint(Model& model,
                                                        ShardedEmbeddingCollection& tables,
                                                        const std::string& checkpoint);
+
+// A sharded checkpoint gathered into one process's tables (`state`: its state.safetensors):
+// every table read from the ranks' files and RocksDB shards (trainer/internal/checkpoint_reshard.h).
+// Not collective. InvalidArgument when tables, row optimizer or seed differ; FailedPrecondition
+// for average mode between syncs.
+absl::StatusOr<TrainPosition> RestoreShardedCheckpointLocally(Model& model,
+                                                              EmbeddingCollection& tables,
+                                                              const std::string& checkpoint,
+                                                              const SafetensorsFile& state);
 
 // `latest` is this rank's LatestCheckpoint(checkpoint_dir). Returns it when every rank saw the
 // same checkpoint (or none); otherwise FailedPrecondition on every rank naming what each saw
