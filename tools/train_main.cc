@@ -3,6 +3,7 @@
 // Prints progress to stderr, writes metrics (JSON lines) and the exported model into
 // output.dir, and ends with a one-line summary. Exit status 0 on success, 1 on any error (one
 // message naming the file, line, key or value), 2 on bad usage.
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -16,12 +17,18 @@
 #include "sharding/mpi_communicator.h"
 #include "tools/blas_env.h"
 #include "tools/flags_util.h"
+#include "trainer/checkpoint.h"
 #include "trainer/config.h"
 #include "trainer/trainer.h"
 
 ABSL_FLAG(std::string, config, "", "YAML config file (see docs/CONFIG.md)");
 ABSL_FLAG(int, threads, 0, "CPU threads (0: the config's `threads`, else all cores)");
 ABSL_FLAG(bool, quiet, false, "no progress line");
+// Crash tests only (tests/trainer/kill_resume_check.sh): SIGKILL this process at a checkpoint
+// step (trainer/checkpoint.h, SetCheckpointEventHook).
+ABSL_FLAG(int64_t, test_crash_at_checkpoint_event, 0,
+          "testing: SIGKILL at the N-th checkpoint write step of this run (0: never)");
+ABSL_FLAG(int, test_crash_rank, -1, "testing: only this rank crashes (-1: every rank)");
 
 namespace {
 std::vector<std::string> overrides;
@@ -46,6 +53,11 @@ int Fail(const absl::Status& status, bool collective_started) {
   }
   if (distributed && collective_started) tessera::MpiAbort(1);
   return 1;
+}
+
+int64_t crash_at = 0;
+void CrashAtCheckpointEvent(const char*) {
+  if (--crash_at == 0) std::raise(SIGKILL);
 }
 }  // namespace
 
@@ -83,6 +95,11 @@ int Main(bool mpi) {
   if (!config.ok()) return Fail(config.status(), false);
   if (absl::GetFlag(FLAGS_threads) > 0) config->threads = absl::GetFlag(FLAGS_threads);
   if (absl::GetFlag(FLAGS_quiet)) config->output.progress = false;
+  crash_at = absl::GetFlag(FLAGS_test_crash_at_checkpoint_event);
+  const int crash_rank = absl::GetFlag(FLAGS_test_crash_rank);
+  if (crash_at > 0 && (crash_rank < 0 || crash_rank == LauncherRank())) {
+    tessera::SetCheckpointEventHook(&CrashAtCheckpointEvent);
+  }
   tessera::TrainerOptions trainer_options;
   trainer_options.local_rank = tessera::LauncherLocalRank();  // device: cuda picks its GPU by it
   auto trainer = tessera::Trainer::Create(*config, trainer_options);

@@ -100,6 +100,7 @@ absl::StatusOr<std::string> WriteCheckpoint(Model& model, const TrainPosition& p
   for (int t = 0; t < c->num_tables(); ++t) {
     auto* tiered = dynamic_cast<TieredRowStore*>(&c->store(t));
     if (tiered == nullptr) continue;
+    internal::CheckpointEvent("tier_checkpoint");
     TESSERA_RETURN_IF_ERROR(tiered->Checkpoint((tmp / "tables" / c->table(t).name).string()));
   }
   TESSERA_RETURN_IF_ERROR(internal::FsyncTree(tmp));

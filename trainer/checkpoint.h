@@ -67,6 +67,15 @@ absl::StatusOr<std::string> LatestCheckpoint(const std::string& checkpoint_dir);
 // InvalidArgument/DataLoss naming the checkpoint and the tensor or table that does not match.
 absl::StatusOr<TrainPosition> RestoreCheckpoint(Model& model, const std::string& checkpoint);
 
+// Test seam for crash tests: when set, called at every durable step of writing a checkpoint
+// (each file or directory fsynced, a RocksDB shard checkpointed, the directory renamed, LATEST
+// written and moved, each old checkpoint removed) with a short name of the step ("fsync",
+// "tier_checkpoint", "rename", "latest_tmp", "latest", "prune"), before the step is taken. A
+// binary may let its hook end the process there (tools/train_main.cc's hidden
+// --test_crash_at_checkpoint_event). Process-wide; set before training starts. Default: none.
+using CheckpointEventHook = void (*)(const char* event);
+void SetCheckpointEventHook(CheckpointEventHook hook);
+
 namespace internal {
 class TrainStream;
 }

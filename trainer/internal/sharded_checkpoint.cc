@@ -227,6 +227,7 @@ absl::Status WriteRankPart(Tables& tables, const TrainPosition& pos, const fs::p
     auto* tiered = dynamic_cast<TieredRowStore*>(sh.store);
     if (tiered == nullptr) continue;
     const fs::path db = ShardDb(tmp, tables.table(sh.table), rank, sh.shard);
+    CheckpointEvent("tier_checkpoint");
     TESSERA_RETURN_IF_ERROR(tiered->Checkpoint(db.string()));
     TESSERA_RETURN_IF_ERROR(FsyncTree(db));
   }
