@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <sstream>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
@@ -194,8 +195,24 @@ absl::Status DestroyRowDb(const std::string& path, const rocksdb::Options& db_op
   bool empty = fs::is_directory(path, ec) && fs::is_empty(path, ec);
   if (empty) return absl::OkStatus();
   if (!fs::exists(fs::path(path) / "CURRENT", ec)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("RocksDB tier: ", what, ": ", path, " exists and is not a RocksDB database"));
+    // A database whose creation was interrupted (the process killed inside DB::Open) has no
+    // CURRENT yet, only files RocksDB writes first: remove those, and nothing else.
+    std::vector<fs::path> files;
+    bool leftovers = fs::is_directory(path, ec);
+    for (const auto& entry : fs::directory_iterator(path, ec)) {
+      const std::string n = entry.path().filename().string();
+      const bool rocks = n == "LOCK" || n == "IDENTITY" || n.rfind("LOG", 0) == 0 ||
+                         n.rfind("MANIFEST-", 0) == 0 || n.rfind("OPTIONS-", 0) == 0 ||
+                         entry.path().extension() == ".dbtmp" || entry.path().extension() == ".log";
+      leftovers = leftovers && rocks && entry.is_regular_file();
+      files.push_back(entry.path());
+    }
+    if (!leftovers || ec) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "RocksDB tier: ", what, ": ", path, " exists and is not a RocksDB database"));
+    }
+    for (const fs::path& f : files) fs::remove(f, ec);
+    return absl::OkStatus();
   }
   return FromRocks(rocksdb::DestroyDB(path, db_options), what, path);
 }

@@ -25,7 +25,7 @@ kills=${3:-50}; mpi_kills=${4:-6}; seed=${5:-1}
 RANDOM=$seed
 tmp=$(mktemp -d)
 pid=""
-trap '[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
+trap '[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; [ -n "${KEEP_TMP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"' EXIT
 passed=0; failed=0
 check() {  # name, condition result (0 = pass), message
   if [ "$2" -eq 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL $1: $3"; fi
