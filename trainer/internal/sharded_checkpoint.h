@@ -25,10 +25,12 @@
 // does rank 0 rename the directory and move LATEST, and the ranks agree again on that outcome
 // before anyone returns. A rank that failed makes every rank return an error and LATEST stays.
 //
-// Restoring requires the same world size, grid (M x N, and each rank's place in it), replica
-// sync mode, tables and plan: otherwise InvalidArgument naming the checkpoint and the mismatch.
-// A missing rank file fails that rank and so every rank. On error the model is left partly
-// restored: do not train it.
+// Restoring with the same world size, grid (M x N, and each rank's place in it), replica sync
+// and plan loads this rank's files; any of those changed reshards on load
+// (trainer/internal/checkpoint_reshard.h; a single-process checkpoint too). Other tables, row
+// optimizer or seed: InvalidArgument naming the checkpoint and the mismatch; average mode
+// between syncs onto another shape: FailedPrecondition. A missing rank file fails that rank and
+// so every rank. On error the model is left partly restored: do not train it.
 #pragma once
 
 #include <string>
