@@ -140,9 +140,11 @@ TEST(TieredPersistenceTest, DiscardExistingStartsFromInitialRows) {
   EXPECT_TRUE(BitEqual(AllRows(discarded->get(), &s), fresh_w));
 }
 
-// A process killed inside the first DB::Open leaves LOCK, LOG and 000000.dbtmp but no CURRENT
-// (found by tests/trainer/kill_resume_check.sh): discard_existing and restore_from remove those
-// leftovers instead of refusing the directory forever; one file of anything else still refuses.
+// A process killed inside the first DB::Open leaves LOCK, LOG and 000000.dbtmp but no CURRENT,
+// one killed while a restore copied leaves SST, MANIFEST and OPTIONS files (CURRENT is copied
+// last) (both found by tests/trainer/kill_resume_check.sh): discard_existing and restore_from
+// remove those leftovers instead of refusing the directory forever; one file of anything else
+// still refuses.
 TEST(TieredPersistenceTest, InterruptedCreationIsDiscarded) {
   TempDir tmp;
   std::vector<float> fresh_w, s;
@@ -152,7 +154,8 @@ TEST(TieredPersistenceTest, InterruptedCreationIsDiscarded) {
     fresh_w = AllRows(store->get(), &s);
   }
   std::filesystem::create_directories(tmp.Sub("db"));
-  for (const char* f : {"LOCK", "LOG", "000000.dbtmp", "IDENTITY"}) {
+  for (const char* f : {"LOCK", "LOG", "000000.dbtmp", "IDENTITY", "000012.sst", "MANIFEST-000005",
+                        "OPTIONS-000007"}) {
     std::ofstream(tmp.Sub(std::string("db/") + f)) << "x";
   }
   auto o = Options(tmp.Sub("db"));

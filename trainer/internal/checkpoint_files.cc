@@ -163,7 +163,9 @@ absl::StatusOr<std::string> PublishCheckpoint(const fs::path& dir, const std::st
     CheckpointEvent("prune");
     std::error_code rm_ec;
     fs::remove_all(p, rm_ec);
-    if (rm_ec) TESSERA_LOG(WARNING) << "checkpoint: cannot remove " << p << ": " << rm_ec.message();
+    if (rm_ec) {
+      TESSERA_LOG(WARNING) << "checkpoint: cannot remove " << p << ": " << rm_ec.message();
+    }
   }
   return final_dir.string();
 }
