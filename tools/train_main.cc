@@ -8,6 +8,7 @@
 // optionally one score per sample (--scores FILE), on one rank or several.
 // Exit status 0 on success, 1 on any error (one message naming the file, line, key or value),
 // 2 on bad usage.
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +26,7 @@
 #include "tools/blas_env.h"
 #include "tools/flags_util.h"
 #include "tools/launcher_env.h"
+#include "trainer/checkpoint.h"
 #include "trainer/config.h"
 #include "trainer/trainer.h"
 
@@ -42,6 +44,11 @@ ABSL_FLAG(std::string, model, "",
 ABSL_FLAG(std::string, scores, "",
           "with --eval-only: write one predicted click probability per eval sample to this "
           "file, one per line, in the data's order");
+// Crash tests only (tests/trainer/kill_resume_check.sh): SIGKILL this process at a checkpoint
+// step (trainer/checkpoint.h, SetCheckpointEventHook).
+ABSL_FLAG(int64_t, test_crash_at_checkpoint_event, 0,
+          "testing: SIGKILL at the N-th checkpoint write step of this run (0: never)");
+ABSL_FLAG(int, test_crash_rank, -1, "testing: only this rank crashes (-1: every rank)");
 
 namespace {
 std::vector<std::string> overrides;
@@ -66,6 +73,11 @@ int Fail(const absl::Status& status, bool collective_started) {
   }
   if (distributed && collective_started) tessera::MpiAbort(1);
   return 1;
+}
+
+int64_t crash_at = 0;
+void CrashAtCheckpointEvent(const char*) {
+  if (--crash_at == 0) std::raise(SIGKILL);
 }
 }  // namespace
 
@@ -110,6 +122,11 @@ int Main(bool mpi) {
   // Several ranks on one node share its cores (tools/launcher_env.h).
   if (config->threads == 0) config->threads = tessera::DefaultThreadsPerRank();
   if (absl::GetFlag(FLAGS_quiet)) config->output.progress = false;
+  crash_at = absl::GetFlag(FLAGS_test_crash_at_checkpoint_event);
+  const int crash_rank = absl::GetFlag(FLAGS_test_crash_rank);
+  if (crash_at > 0 && (crash_rank < 0 || crash_rank == LauncherRank())) {
+    tessera::SetCheckpointEventHook(&CrashAtCheckpointEvent);
+  }
   if (absl::GetFlag(FLAGS_eval_only)) return EvalOnly(*std::move(config), mpi);
   tessera::TrainerOptions trainer_options;
   trainer_options.local_rank = tessera::LauncherLocalRank();  // device: cuda picks its GPU by it

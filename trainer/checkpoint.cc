@@ -100,6 +100,7 @@ absl::StatusOr<std::string> WriteCheckpoint(Model& model, const TrainPosition& p
   for (int t = 0; t < c->num_tables(); ++t) {
     auto* tiered = dynamic_cast<TieredRowStore*>(&c->store(t));
     if (tiered == nullptr) continue;
+    internal::CheckpointEvent("tier_checkpoint");
     TESSERA_RETURN_IF_ERROR(tiered->Checkpoint((tmp / "tables" / c->table(t).name).string()));
   }
   TESSERA_RETURN_IF_ERROR(internal::FsyncTree(tmp));
@@ -129,9 +130,8 @@ absl::StatusOr<TrainPosition> RestoreCheckpoint(Model& model, const std::string&
   auto fmt = file->metadata().find("format");
   if (fmt == file->metadata().end() || fmt->second != kFormat) {
     if (fmt != file->metadata().end() && fmt->second == internal::kShardedCheckpointFormat) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          checkpoint, ": a checkpoint of a sharded model (several ranks); this run is a single "
-          "process: resume it with the same world size and plan"));
+      // Written by several ranks: gather it into this process's tables.
+      return internal::RestoreShardedCheckpointLocally(model, *c, checkpoint, *file);
     }
     return absl::DataLossError(
         absl::StrCat(file->path(), ": not a ", kFormat, " file (metadata 'format')"));

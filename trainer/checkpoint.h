@@ -25,8 +25,9 @@
 // rank<r>.safetensors and tables/<name>/rank<r>-shard<k>/, and LATEST moves only once every rank
 // has its part on disk. For them every function below is collective over the world (all ranks,
 // same order, same arguments; checkpoint_dir shared by all ranks) and fails on every rank
-// together; resuming needs the same world size, grid and plan (InvalidArgument naming the
-// checkpoint and the mismatch otherwise). Thread-safety: none (the training thread).
+// together. A checkpoint resumes on another world size, grid or plan, and between one process
+// and several ranks, by resharding on load (trainer/internal/checkpoint_reshard.h; average mode
+// only at a sync). Thread-safety: none (the training thread).
 #pragma once
 
 #include <cstdint>
@@ -61,11 +62,22 @@ absl::StatusOr<std::string> WriteCheckpoint(Model& model, const TrainPosition& p
 // directory or no LATEST). DataLoss naming LATEST when it names a missing checkpoint.
 absl::StatusOr<std::string> LatestCheckpoint(const std::string& checkpoint_dir);
 
-// Loads a checkpoint written by WriteCheckpoint into `model` (same config shape): dense
-// parameters, optimizer state and step count, in-memory tables (rows and state), RocksDB
-// tables (TieredRowStore::Restore). Returns the position to continue from. Errors:
-// InvalidArgument/DataLoss naming the checkpoint and the tensor or table that does not match.
+// Loads a checkpoint written by WriteCheckpoint into `model` (same tables, row optimizer and
+// seed; any world size, grid or plan): dense parameters, optimizer state and step count,
+// in-memory tables (rows and state), RocksDB tables (TieredRowStore::Restore, or resharded).
+// Returns the position to continue from. Errors: InvalidArgument/DataLoss naming the checkpoint and
+// the tensor or table that does not match; FailedPrecondition for an average-mode checkpoint
+// between syncs onto another shape.
 absl::StatusOr<TrainPosition> RestoreCheckpoint(Model& model, const std::string& checkpoint);
+
+// Test seam for crash tests: when set, called at every durable step of writing a checkpoint
+// (each file or directory fsynced, a RocksDB shard checkpointed, the directory renamed, LATEST
+// written and moved, each old checkpoint removed) with a short name of the step ("fsync",
+// "tier_checkpoint", "rename", "latest_tmp", "latest", "prune"), before the step is taken. A
+// binary may let its hook end the process there (tools/train_main.cc's hidden
+// --test_crash_at_checkpoint_event). Process-wide; set before training starts. Default: none.
+using CheckpointEventHook = void (*)(const char* event);
+void SetCheckpointEventHook(CheckpointEventHook hook);
 
 namespace internal {
 class TrainStream;

@@ -1,11 +1,40 @@
 #include "trainer/stores.h"
 
+#include <filesystem>
+#include <regex>
+
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "embedding/row_optimizer.h"
 #include "trainer/model.h"
 
 namespace tessera {
+
+namespace {
+
+// A run on several ranks keeps its working databases of a table at <path>/rank<r>-shard<k>
+// (sharding/sharded_embedding.h); one process keeps its own at <path>. They are scratch
+// (discarded on open, a resume restores from the checkpoint), so before one process opens
+// <path>, a directory holding only such shard databases (a run resumed on one process after
+// several ranks) is emptied; anything else there is left for TieredRowStore::Open to refuse.
+void DiscardShardWorkingDbs(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec) || fs::exists(fs::path(path) / "CURRENT", ec)) return;
+  static const std::regex shard("rank[0-9]+-shard[0-9]+");
+  std::vector<fs::path> dbs;
+  for (const auto& entry : fs::directory_iterator(path, ec)) {
+    if (!entry.is_directory() || !std::regex_match(entry.path().filename().string(), shard) ||
+        !fs::exists(entry.path() / "CURRENT", ec)) {
+      return;
+    }
+    dbs.push_back(entry.path());
+  }
+  if (ec) return;
+  for (const fs::path& db : dbs) fs::remove_all(db, ec);
+}
+
+}  // namespace
 
 absl::StatusOr<std::vector<std::unique_ptr<RowStore>>> CreateTableStores(const Config& config) {
   const RowOptimizerOptions& opt = config.optimizer.embedding;
@@ -33,6 +62,7 @@ absl::StatusOr<std::vector<std::unique_ptr<RowStore>>> CreateTableStores(const C
     const TableStorage& st = table.storage;
     TieredRowStoreOptions so;
     so.path = TableStoragePath(config, t);
+    DiscardShardWorkingDbs(so.path);
     so.discard_existing = true;
     so.num_rows = table.num_rows;
     so.dim = table.dim;

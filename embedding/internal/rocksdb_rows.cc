@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <sstream>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
@@ -194,8 +195,26 @@ absl::Status DestroyRowDb(const std::string& path, const rocksdb::Options& db_op
   bool empty = fs::is_directory(path, ec) && fs::is_empty(path, ec);
   if (empty) return absl::OkStatus();
   if (!fs::exists(fs::path(path) / "CURRENT", ec)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("RocksDB tier: ", what, ": ", path, " exists and is not a RocksDB database"));
+    // A database whose creation or restore was interrupted (the process killed inside
+    // DB::Open, or while RestoreCheckpoint copied, CURRENT last) has no CURRENT yet, only
+    // RocksDB's own files: remove those, and nothing else.
+    std::vector<fs::path> files;
+    bool leftovers = fs::is_directory(path, ec);
+    for (const auto& entry : fs::directory_iterator(path, ec)) {
+      const std::string n = entry.path().filename().string();
+      const bool rocks = n == "LOCK" || n == "IDENTITY" || n.rfind("LOG", 0) == 0 ||
+                         n.rfind("MANIFEST-", 0) == 0 || n.rfind("OPTIONS-", 0) == 0 ||
+                         entry.path().extension() == ".dbtmp" ||
+                         entry.path().extension() == ".log" || entry.path().extension() == ".sst";
+      leftovers = leftovers && rocks && entry.is_regular_file();
+      files.push_back(entry.path());
+    }
+    if (!leftovers || ec) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "RocksDB tier: ", what, ": ", path, " exists and is not a RocksDB database"));
+    }
+    for (const fs::path& f : files) fs::remove(f, ec);
+    return absl::OkStatus();
   }
   return FromRocks(rocksdb::DestroyDB(path, db_options), what, path);
 }
@@ -215,7 +234,14 @@ absl::Status RestoreCheckpoint(const std::string& checkpoint, const std::string&
     return absl::PermissionDeniedError(
         absl::StrCat("RocksDB tier: cannot create ", path, ": ", ec.message()));
   }
+  // CURRENT last: until it exists the copy is not a database, and an interrupted restore is
+  // discarded as leftovers by the next one (DestroyRowDb).
+  std::vector<fs::directory_entry> entries;
   for (const auto& entry : fs::directory_iterator(checkpoint, ec)) {
+    if (entry.path().filename() != "CURRENT") entries.push_back(entry);
+  }
+  entries.push_back(fs::directory_entry(fs::path(checkpoint) / "CURRENT"));
+  for (const auto& entry : entries) {
     if (!entry.is_regular_file()) continue;
     std::string name = entry.path().filename().string();
     if (name == "LOCK" || name.rfind("LOG", 0) == 0) continue;

@@ -14,6 +14,7 @@
 
 #include "gtest/gtest.h"
 #include "io/synthetic.h"
+#include "batch_slice.h"
 #include "mpi_test_main.h"
 #include "sharded_test_util.h"
 #include "trainer/model.h"
@@ -52,27 +53,7 @@ Config MakeConfig(InteractionType type, RowOptimizerType opt) {
   return c;
 }
 
-// Samples [begin, end) of `b` as a batch of their own.
-Batch Slice(const Batch& b, int64_t begin, int64_t end) {
-  Batch s;
-  s.batch_size = end - begin;
-  s.num_dense = b.num_dense;
-  s.dense.assign(b.dense.begin() + begin * b.num_dense, b.dense.begin() + end * b.num_dense);
-  s.labels.assign(b.labels.begin() + begin, b.labels.begin() + end);
-  s.sparse.num_features = b.sparse.num_features;
-  s.sparse.batch_size = s.batch_size;
-  s.sparse.offsets = {0};
-  for (int f = 0; f < b.sparse.num_features; ++f) {
-    for (int64_t i = begin; i < end; ++i) {
-      int64_t bag = f * b.batch_size + i;
-      for (int64_t j = b.sparse.offsets[bag]; j < b.sparse.offsets[bag + 1]; ++j) {
-        s.sparse.values.push_back(b.sparse.values[j]);
-      }
-      s.sparse.offsets.push_back(static_cast<int64_t>(s.sparse.values.size()));
-    }
-  }
-  return s;
-}
+using testing::SliceBatch;
 
 std::vector<Batch> GlobalBatches(const Config& c) {
   SyntheticDataOptions o;
@@ -134,7 +115,7 @@ TEST_P(TrainerEquivalenceTest, FourRanksTrainTheModelOfOne) {
   double last_dist = 0, last_single = 0;
   int step = 0;
   for (const Batch& global : GlobalBatches(config)) {
-    Batch mine = Slice(global, r * local, (r + 1) * local);
+    Batch mine = SliceBatch(global, r * local, (r + 1) * local);
     auto ld = (*dist)->TrainStep(mine, step);
     ASSERT_TRUE(ld.ok()) << ld.status();
     auto ls = (*single)->TrainStep(global, step);
@@ -184,7 +165,7 @@ TEST(TrainerPipelineTest, PrefetchAndSmallBucketsGiveTheSameBits) {
       const int64_t local = kGlobalBatch / world->size();
       std::vector<Batch> batches;
       for (const Batch& g : GlobalBatches(config)) {
-        batches.push_back(Slice(g, r * local, (r + 1) * local));
+        batches.push_back(SliceBatch(g, r * local, (r + 1) * local));
       }
       for (int step = 0; step < kSteps; ++step) {
         if (fast && step + 1 < kSteps) {

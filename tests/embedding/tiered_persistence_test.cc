@@ -140,6 +140,40 @@ TEST(TieredPersistenceTest, DiscardExistingStartsFromInitialRows) {
   EXPECT_TRUE(BitEqual(AllRows(discarded->get(), &s), fresh_w));
 }
 
+// A process killed inside the first DB::Open leaves LOCK, LOG and 000000.dbtmp but no CURRENT,
+// one killed while a restore copied leaves SST, MANIFEST and OPTIONS files (CURRENT is copied
+// last) (both found by tests/trainer/kill_resume_check.sh): discard_existing and restore_from
+// remove those leftovers instead of refusing the directory forever; one file of anything else
+// still refuses.
+TEST(TieredPersistenceTest, InterruptedCreationIsDiscarded) {
+  TempDir tmp;
+  std::vector<float> fresh_w, s;
+  {
+    auto store = TieredRowStore::Open(Options(tmp.Sub("fresh")));
+    ASSERT_TRUE(store.ok());
+    fresh_w = AllRows(store->get(), &s);
+  }
+  std::filesystem::create_directories(tmp.Sub("db"));
+  for (const char* f : {"LOCK", "LOG", "000000.dbtmp", "IDENTITY", "000012.sst", "MANIFEST-000005",
+                        "OPTIONS-000007"}) {
+    std::ofstream(tmp.Sub(std::string("db/") + f)) << "x";
+  }
+  auto o = Options(tmp.Sub("db"));
+  o.discard_existing = true;
+  auto store = TieredRowStore::Open(o);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_TRUE(BitEqual(AllRows(store->get(), &s), fresh_w));
+  store->reset();
+  std::filesystem::create_directories(tmp.Sub("mixed"));
+  std::ofstream(tmp.Sub("mixed/LOCK")) << "";
+  std::ofstream(tmp.Sub("mixed/notes.txt")) << "do not delete";
+  o = Options(tmp.Sub("mixed"));
+  o.discard_existing = true;
+  absl::Status refused = TieredRowStore::Open(o).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_TRUE(std::filesystem::exists(tmp.Sub("mixed/notes.txt")));
+}
+
 TEST(TieredPersistenceTest, RestoreRefusesNonDatabaseDirectory) {
   TempDir tmp;
   {

@@ -13,9 +13,23 @@
 #include "core/cuda_runtime.h"
 #include "core/logging.h"
 #include "core/status.h"
+#include "trainer/checkpoint.h"
+
+namespace tessera {
+namespace {
+CheckpointEventHook checkpoint_event_hook = nullptr;
+}  // namespace
+
+void SetCheckpointEventHook(CheckpointEventHook hook) { checkpoint_event_hook = hook; }
+
+}  // namespace tessera
 
 namespace tessera::internal {
 namespace fs = std::filesystem;
+
+void CheckpointEvent(const char* event) {
+  if (checkpoint_event_hook != nullptr) checkpoint_event_hook(event);
+}
 
 namespace {
 
@@ -39,6 +53,7 @@ absl::Status CopyIn(Parameter* p, const void* src) {
 
 absl::Status WriteLatest(const fs::path& dir, const std::string& name) {
   const fs::path tmp = dir / (std::string(kCheckpointLatest) + ".tmp");
+  CheckpointEvent("latest_tmp");
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << name << "\n";
@@ -47,6 +62,7 @@ absl::Status WriteLatest(const fs::path& dir, const std::string& name) {
   }
   TESSERA_RETURN_IF_ERROR(FsyncPath(tmp, false));
   std::error_code ec;
+  CheckpointEvent("latest");
   fs::rename(tmp, dir / kCheckpointLatest, ec);
   if (ec) {
     return absl::InternalError(
@@ -58,6 +74,7 @@ absl::Status WriteLatest(const fs::path& dir, const std::string& name) {
 }  // namespace
 
 absl::Status FsyncPath(const fs::path& p, bool directory) {
+  CheckpointEvent("fsync");
   int fd = ::open(p.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
   if (fd < 0) return absl::InternalError(absl::StrCat("open ", p.string(), ": ", strerror(errno)));
   int rc = ::fsync(fd);
@@ -127,6 +144,7 @@ absl::StatusOr<std::string> PublishCheckpoint(const fs::path& dir, const std::st
   // A directory of this name that LATEST does not name comes from a run killed between its
   // rename and the LATEST update, or from an older run: replace it.
   fs::remove_all(final_dir, ec);
+  CheckpointEvent("rename");
   fs::rename(tmp, final_dir, ec);
   if (ec) {
     return absl::InternalError(absl::StrCat("checkpoint: renaming ", tmp.string(), " to ",
@@ -142,9 +160,12 @@ absl::StatusOr<std::string> PublishCheckpoint(const fs::path& dir, const std::st
     doomed.push_back(entry.path());
   }
   for (const fs::path& p : doomed) {
+    CheckpointEvent("prune");
     std::error_code rm_ec;
     fs::remove_all(p, rm_ec);
-    if (rm_ec) TESSERA_LOG(WARNING) << "checkpoint: cannot remove " << p << ": " << rm_ec.message();
+    if (rm_ec) {
+      TESSERA_LOG(WARNING) << "checkpoint: cannot remove " << p << ": " << rm_ec.message();
+    }
   }
   return final_dir.string();
 }

@@ -19,6 +19,9 @@ inline constexpr char kCheckpointStateFile[] = "state.safetensors";
 inline constexpr char kCheckpointLatest[] = "LATEST";
 inline constexpr int64_t kCheckpointChunkRows = 1 << 16;
 
+// Calls the hook of SetCheckpointEventHook (trainer/checkpoint.h), if any.
+void CheckpointEvent(const char* event);
+
 absl::Status FsyncPath(const std::filesystem::path& p, bool directory);
 // fsyncs every file and directory under `root` (and root itself).
 absl::Status FsyncTree(const std::filesystem::path& root);

@@ -16,6 +16,7 @@
 #include "core/status.h"
 #include "embedding/tiered_row_store.h"
 #include "trainer/internal/checkpoint_files.h"
+#include "trainer/internal/checkpoint_reshard.h"
 #include "trainer/safetensors.h"
 
 namespace tessera::internal {
@@ -65,20 +66,28 @@ std::string ReplicaSyncString(const ShardedEmbeddingOptions& o) {
                       " adagrad_divisor=", o.adagrad_divisor);
 }
 
-// What must match between the writing and the resuming run (checked key by key).
-std::map<std::string, std::string> ShapeMetadata(Model& model, Tables& tables) {
+// The keys that must match for any resume (resharding cannot change them).
+std::map<std::string, std::string> FixedMetadata(const EmbeddingCollectionOptions& o,
+                                                 uint64_t seed) {
   std::map<std::string, std::string> m;
+  m["row_optimizer"] = std::to_string(static_cast<int>(o.optimizer.type));
+  std::vector<std::string> names;
+  for (const TableConfig& t : o.tables) names.push_back(t.name);
+  m["tables"] = absl::StrJoin(names, ",");
+  m["seed"] = std::to_string(seed);
+  return m;
+}
+
+// What the writing run's shape was; a resume on another shape reshards.
+std::map<std::string, std::string> ShapeMetadata(Model& model, Tables& tables) {
+  std::map<std::string, std::string> m =
+      FixedMetadata(tables.options().collection, model.config().seed);
   m["world_size"] = std::to_string(tables.world().size());
   m["grid"] = absl::StrCat(tables.num_groups(), "x", tables.group_size());
   m["replica_sync"] = ReplicaSyncString(tables.options());
-  m["row_optimizer"] = std::to_string(static_cast<int>(tables.options().collection.optimizer.type));
-  std::vector<std::string> names;
   for (int t = 0; t < tables.num_tables(); ++t) {
-    names.push_back(tables.table(t).name);
     m["plan." + tables.table(t).name] = PlanString(tables.plan().tables[t]);
   }
-  m["tables"] = absl::StrJoin(names, ",");
-  m["seed"] = std::to_string(model.config().seed);
   return m;
 }
 
@@ -92,25 +101,40 @@ std::string Describe(const std::string& key) {
   return "sharding plan of table '" + key.substr(5) + "'";
 }
 
-absl::Status CheckShape(const std::string& checkpoint, const SafetensorsFile& state,
+// The first key of `keys` whose value in `state` differs from `mine`, or "".
+std::string FirstDifference(const SafetensorsFile& state,
+                            const std::map<std::string, std::string>& mine,
+                            std::vector<std::string> keys, std::string* theirs) {
+  for (const std::string& k : keys) {
+    auto it = state.metadata().find(k);
+    *theirs = it == state.metadata().end() ? "(not recorded)" : it->second;
+    if (*theirs != mine.at(k)) return k;
+  }
+  return "";
+}
+
+// InvalidArgument when tables, row optimizer or seed differ: no resume can honour that.
+absl::Status CheckFixed(const std::string& checkpoint, const SafetensorsFile& state,
                         const std::map<std::string, std::string>& mine) {
-  // The world size first: with another world the plan differs too, and this says why.
-  std::vector<std::string> keys = {"world_size", "grid", "tables", "replica_sync",
-                                   "row_optimizer", "seed"};
+  std::string theirs;
+  const std::string k = FirstDifference(state, mine, {"tables", "row_optimizer", "seed"}, &theirs);
+  if (k.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      checkpoint, ": written with ", Describe(k), " '", theirs, "', this run has '", mine.at(k),
+      "'; a checkpoint resumes only into the same tables, row optimizer and seed"));
+}
+
+// "" when world size, grid, replica sync and plan are the writing run's; else what differs.
+std::string ShapeDifference(const SafetensorsFile& state,
+                            const std::map<std::string, std::string>& mine) {
+  std::vector<std::string> keys = {"world_size", "grid", "replica_sync"};
   for (const auto& [k, v] : mine) {
     if (k.rfind("plan.", 0) == 0) keys.push_back(k);
   }
-  for (const std::string& k : keys) {
-    auto it = state.metadata().find(k);
-    const std::string theirs = it == state.metadata().end() ? "(not recorded)" : it->second;
-    if (theirs != mine.at(k)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          checkpoint, ": written with ", Describe(k), " '", theirs, "', this run has '",
-          mine.at(k), "'; resuming a sharded checkpoint needs the same world size, grid and "
-          "plan"));
-    }
-  }
-  return absl::OkStatus();
+  std::string theirs;
+  const std::string k = FirstDifference(state, mine, keys, &theirs);
+  if (k.empty()) return "";
+  return absl::StrCat(Describe(k), " '", theirs, "' -> '", mine.at(k), "'");
 }
 
 // This rank's rank<r>.safetensors (and its RocksDB shards' checkpoints).
@@ -203,6 +227,7 @@ absl::Status WriteRankPart(Tables& tables, const TrainPosition& pos, const fs::p
     auto* tiered = dynamic_cast<TieredRowStore*>(sh.store);
     if (tiered == nullptr) continue;
     const fs::path db = ShardDb(tmp, tables.table(sh.table), rank, sh.shard);
+    CheckpointEvent("tier_checkpoint");
     TESSERA_RETURN_IF_ERROR(tiered->Checkpoint(db.string()));
     TESSERA_RETURN_IF_ERROR(FsyncTree(db));
   }
@@ -254,15 +279,23 @@ absl::StatusOr<TrainPosition> RestoreRankPart(Model& model, Tables& tables,
   auto fmt = state->metadata().find("format");
   const std::string format = fmt == state->metadata().end() ? "" : fmt->second;
   if (format == "tessera-checkpoint-1") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        checkpoint, ": a single-process checkpoint; this run has ", tables.world().size(),
-        " ranks: resume it with one process"));
+    TESSERA_ASSIGN_OR_RETURN(int64_t seed, MetaInt(*state, "seed"));
+    if (static_cast<uint64_t>(seed) != model.config().seed) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          checkpoint, ": written by a run with seed ", seed, ", this config has seed ",
+          model.config().seed, " (tables would mix two initialisations)"));
+    }
+    return ReshardRestoreSharded(model, tables, checkpoint, *state,
+                                 absl::StrCat("one process -> ", tables.world().size(), " ranks"));
   }
   if (format != kShardedCheckpointFormat) {
     return absl::DataLossError(absl::StrCat(state->path(), ": not a ", kShardedCheckpointFormat,
                                             " file (metadata 'format')"));
   }
-  TESSERA_RETURN_IF_ERROR(CheckShape(checkpoint, *state, ShapeMetadata(model, tables)));
+  const std::map<std::string, std::string> mine = ShapeMetadata(model, tables);
+  TESSERA_RETURN_IF_ERROR(CheckFixed(checkpoint, *state, mine));
+  const std::string changed = ShapeDifference(*state, mine);
+  if (!changed.empty()) return ReshardRestoreSharded(model, tables, checkpoint, *state, changed);
   TESSERA_ASSIGN_OR_RETURN(int64_t step, MetaInt(*state, "step"));
   TESSERA_ASSIGN_OR_RETURN(int64_t optim_steps, MetaInt(*state, "dense_optimizer_steps"));
   size_t dense_count = 0;
@@ -297,10 +330,12 @@ absl::StatusOr<TrainPosition> RestoreRankPart(Model& model, Tables& tables,
                                             " at step ", step));
   }
   if (group != tables.group_index() || shard_rank != tables.shard_rank()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        checkpoint, ": world rank ", rank, " was shard rank ", shard_rank, " of sharding group ",
-        group, " when written, now shard rank ", tables.shard_rank(), " of group ",
-        tables.group_index(), " (sharding.layout changed?); resuming needs the same grid"));
+    // sharding.layout changed: the same grid, ranks in other places.
+    return ReshardRestoreSharded(
+        model, tables, checkpoint, *state,
+        absl::StrCat("world rank ", rank, " was shard rank ", shard_rank, " of group ", group,
+                     ", now shard rank ", tables.shard_rank(), " of group ",
+                     tables.group_index()));
   }
   TrainPosition pos;
   pos.step = step;
@@ -454,6 +489,22 @@ absl::StatusOr<TrainPosition> RestoreShardedCheckpoint(Model& model, Tables& tab
   TESSERA_RETURN_IF_ERROR(
       Agree(tables.world(), pos.status(), absl::StrCat("restoring ", checkpoint)));
   return pos;
+}
+
+absl::StatusOr<TrainPosition> RestoreShardedCheckpointLocally(Model& model,
+                                                              EmbeddingCollection& tables,
+                                                              const std::string& checkpoint,
+                                                              const SafetensorsFile& state) {
+  TESSERA_RETURN_IF_ERROR(CheckFixed(
+      checkpoint, state, FixedMetadata(EmbeddingOptionsFromConfig(model.config()),
+                                       model.config().seed)));
+  size_t dense = 0;
+  for (const TensorView& v : state.tensors()) dense += v.name.rfind("dense", 0) == 0 ? 1 : 0;
+  if (dense != state.tensors().size()) {
+    return absl::DataLossError(absl::StrCat(state.path(), ": holds tensors other than the dense "
+                                            "model's (not a sharded checkpoint's state file)"));
+  }
+  return ReshardRestoreLocal(model, tables, checkpoint, state);
 }
 
 absl::StatusOr<std::string> AgreeOnLatestCheckpoint(Tables& tables,

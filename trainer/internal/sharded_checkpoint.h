@@ -25,10 +25,12 @@
 // does rank 0 rename the directory and move LATEST, and the ranks agree again on that outcome
 // before anyone returns. A rank that failed makes every rank return an error and LATEST stays.
 //
-// Restoring requires the same world size, grid (M x N, and each rank's place in it), replica
-// sync mode, tables and plan: otherwise InvalidArgument naming the checkpoint and the mismatch.
-// A missing rank file fails that rank and so every rank. On error the model is left partly
-// restored: do not train it.
+// Restoring with the same world size, grid (M x N, and each rank's place in it), replica sync
+// and plan loads this rank's files; any of those changed reshards on load
+// (trainer/internal/checkpoint_reshard.h; a single-process checkpoint too). Other tables, row
+// optimizer or seed: InvalidArgument naming the checkpoint and the mismatch; average mode
+// between syncs onto another shape: FailedPrecondition. A missing rank file fails that rank and
+// so every rank. On error the model is left partly restored: do not train it.
 #pragma once
 
 #include <string>
@@ -37,6 +39,7 @@
 #include "sharding/sharded_embedding.h"
 #include "trainer/checkpoint.h"
 #include "trainer/model.h"
+#include "trainer/safetensors.h"
 
 namespace tessera::internal {
 
@@ -50,6 +53,15 @@ absl::StatusOr<std::string> WriteShardedCheckpoint(Model& model,
 absl::StatusOr<TrainPosition> RestoreShardedCheckpoint(Model& model,
                                                        ShardedEmbeddingCollection& tables,
                                                        const std::string& checkpoint);
+
+// A sharded checkpoint gathered into one process's tables (`state`: its state.safetensors):
+// every table read from the ranks' files and RocksDB shards (trainer/internal/checkpoint_reshard.h).
+// Not collective. InvalidArgument when tables, row optimizer or seed differ; FailedPrecondition
+// for average mode between syncs.
+absl::StatusOr<TrainPosition> RestoreShardedCheckpointLocally(Model& model,
+                                                              EmbeddingCollection& tables,
+                                                              const std::string& checkpoint,
+                                                              const SafetensorsFile& state);
 
 // `latest` is this rank's LatestCheckpoint(checkpoint_dir). Returns it when every rank saw the
 // same checkpoint (or none); otherwise FailedPrecondition on every rank naming what each saw
