@@ -4,6 +4,7 @@
 #include "absl/strings/str_split.h"
 #include "core/status.h"
 #include "io/binary_format.h"
+#include "io/criteo_gzip.h"
 #include "io/criteo_text.h"
 #include "io/mlperf_npy.h"
 #include "io/prefetch.h"
@@ -76,6 +77,12 @@ absl::StatusOr<std::unique_ptr<BatchReader>> OpenFileReader(const Config& config
     return absl::InvalidArgumentError(absl::StrCat(
         config.source, ": model.tables: Criteo data has ", kCriteoNumSparse,
         " categorical features but the tables serve ", o.rows_per_feature.size()));
+  }
+  if (AnyGzipPath(o.paths)) {
+    // Compressed days stream through a threaded reader; the batch count is unknown up front.
+    TESSERA_ASSIGN_OR_RETURN(CriteoGzipOptions g, GzipOptionsFrom(o));
+    TESSERA_ASSIGN_OR_RETURN(auto r, CriteoGzipReader::Open(std::move(g)));
+    return std::unique_ptr<BatchReader>(std::move(r));
   }
   TESSERA_ASSIGN_OR_RETURN(auto r, CriteoTextReader::Open(std::move(o)));
   if (batches_per_epoch) *batches_per_epoch = (r->num_records() + batch_size - 1) / batch_size;
