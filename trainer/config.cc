@@ -10,6 +10,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/status.h"
 #include "trainer/internal/config_reader.h"
@@ -98,17 +99,23 @@ absl::Status ReadEnumInto(const ConfigReader& r, const YAML::Node& map, const st
 
 // Resolves a file named in the config against the config file's folder, as an absolute path,
 // and checks that it exists.
+// `value` may list several files separated by commas (data.train: day_0.gz,day_1.gz): each is
+// resolved against `base_dir` and must exist.
 absl::Status ResolveExisting(const ConfigReader& r, const YAML::Node& map, const std::string& path,
                              const char* key, const std::string& base_dir, std::string* value) {
   if (value->empty()) return absl::OkStatus();
-  std::filesystem::path p(*value);
-  if (p.is_relative()) p = std::filesystem::path(base_dir) / p;
-  std::error_code ec;
-  p = std::filesystem::absolute(p, ec).lexically_normal();
-  if (ec || !std::filesystem::exists(p, ec))
-    return r.Error(Child(map, key), map, internal::JoinKey(path, key),
-                   absl::StrCat("file not found: ", p.string()));
-  *value = p.string();
+  std::vector<std::string> resolved;
+  for (absl::string_view part : absl::StrSplit(*value, ',', absl::SkipEmpty())) {
+    std::filesystem::path p{std::string(part)};
+    if (p.is_relative()) p = std::filesystem::path(base_dir) / p;
+    std::error_code ec;
+    p = std::filesystem::absolute(p, ec).lexically_normal();
+    if (ec || !std::filesystem::exists(p, ec))
+      return r.Error(Child(map, key), map, internal::JoinKey(path, key),
+                     absl::StrCat("file not found: ", p.string()));
+    resolved.push_back(p.string());
+  }
+  *value = absl::StrJoin(resolved, ",");
   return absl::OkStatus();
 }
 
