@@ -198,5 +198,37 @@ TEST_F(DataFormatsTest, AMissingOrBadDayFailsNamingTheFile) {
   EXPECT_THAT(std::string(wrong.status().message()), HasSubstr("data.eval_split"));
 }
 
+TEST_F(DataFormatsTest, MlperfKeysRoundTripThroughTheEmittedConfig) {
+  fs::create_directories(dir_ / "days");
+  const std::string yaml = R"(model:
+  type: dlrm
+  embedding_dim: 4
+  bottom_mlp: [8, 4]
+  top_mlp: [8, 1]
+  table_rows: criteo_kaggle
+data: {format: mlperf_npy, train: )" + (dir_ / "days").string() +
+                           R"(, train_days: '0,2-3', eval: )" + (dir_ / "days").string() +
+                           R"(, eval_split: test}
+output: {dir: )" + (dir_ / "out").string() + R"(, progress: false}
+)";
+  auto config = ParseConfig(yaml, (dir_ / "m.yaml").string());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->data.train_days, (std::vector<int>{0, 2, 3}));
+  EXPECT_EQ(config->data.eval_days, std::vector<int>{23});
+  EXPECT_EQ(config->data.eval_split, MlperfSplit::kTest);
+  auto again = ParseConfig(ConfigToYaml(*config), (dir_ / "m2.yaml").string());
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << ConfigToYaml(*config);
+  EXPECT_EQ(again->data.format, DataFormat::kMlperfNpy);
+  EXPECT_EQ(again->data.train_days, config->data.train_days);
+  EXPECT_EQ(again->data.eval_days, config->data.eval_days);
+  EXPECT_EQ(again->data.eval_split, MlperfSplit::kTest);
+  // Bad day lists name the key.
+  std::string bad = yaml;
+  bad.replace(bad.find("'0,2-3'"), 7, "'3-1'");
+  auto b = ParseConfig(bad, (dir_ / "b.yaml").string());
+  ASSERT_FALSE(b.ok());
+  EXPECT_THAT(std::string(b.status().message()), HasSubstr("data.train_days"));
+}
+
 }  // namespace
 }  // namespace tessera
