@@ -299,14 +299,14 @@ absl::Status TieredRowStoreImpl::WriteValues(const std::vector<int64_t>& rows,
     size_t e = std::min(rows.size(), b + kRowsPerBatch);
     for (size_t i = b; i < e; ++i) {
       EncodeRowKey(options_.table_id, rows[i], key);
-      TESSERA_RETURN_IF_ERROR(FromRocks(
+      TESSERA_RETURN_IF_ERROR(internal::FromRocksAt(
           wb.Put(rocksdb::Slice(key, kRowKeyBytes),
                  rocksdb::Slice(reinterpret_cast<const char*>(values + i * row_floats_),
                                 value_bytes)),
-          "batching rows", options_.path));
+          label_, "batching rows"));
     }
     TESSERA_RETURN_IF_ERROR(
-        FromRocks(db_->Write(internal::RowWriteOptions(), &wb), "writing rows", options_.path));
+        internal::FromRocksAt(db_->Write(internal::RowWriteOptions(), &wb), label_, "writing rows"));
   }
   *seconds += watch.ElapsedSeconds();
   return absl::OkStatus();

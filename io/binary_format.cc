@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "io/criteo_gzip.h"
 #include "io/internal/mapped_file.h"
 #include "io/internal/one_hot_batch.h"
 
@@ -325,11 +326,43 @@ int64_t BinaryReader::total_records() const { return state_->total; }
 // ---------------------------------------------------------------------------------------------
 // Converter
 
+namespace {
+
+// The gzip path of the converter: batches from the threaded reader, written record by record.
+absl::StatusOr<ConvertStats> ConvertCriteoGzip(const CriteoTextOptions& text,
+                                               const std::string& output_path) {
+  TESSERA_ASSIGN_OR_RETURN(CriteoGzipOptions o, GzipOptionsFrom(text));
+  o.batch_size = 8192;
+  TESSERA_ASSIGN_OR_RETURN(auto reader, CriteoGzipReader::Open(std::move(o)));
+  TESSERA_ASSIGN_OR_RETURN(
+      auto writer, BinaryRecordWriter::Create(output_path, kCriteoNumDense, text.rows_per_feature));
+  Batch b;
+  uint32_t ids[kCriteoNumSparse];
+  while (true) {
+    TESSERA_ASSIGN_OR_RETURN(bool more, reader->Next(&b));
+    if (!more) break;
+    for (int64_t i = 0; i < b.batch_size; ++i) {
+      for (int f = 0; f < kCriteoNumSparse; ++f) {
+        ids[f] = static_cast<uint32_t>(b.sparse.values[f * b.batch_size + i]);
+      }
+      TESSERA_RETURN_IF_ERROR(
+          writer->Append(b.labels[i], &b.dense[i * kCriteoNumDense], ids));
+    }
+  }
+  ConvertStats stats;
+  TESSERA_ASSIGN_OR_RETURN(stats.records_written, writer->Finish());
+  stats.bad_records_skipped = reader->stats().bad_records_skipped;
+  return stats;
+}
+
+}  // namespace
+
 absl::StatusOr<ConvertStats> ConvertCriteoTextToBinary(const CriteoTextOptions& text,
                                                        const std::string& output_path) {
   CriteoTextOptions opts = text;
   opts.shard_index = 0;
   opts.num_shards = 1;
+  if (AnyGzipPath(opts.paths)) return ConvertCriteoGzip(opts, output_path);
   TESSERA_ASSIGN_OR_RETURN(auto reader, CriteoTextReader::Open(opts));
   TESSERA_ASSIGN_OR_RETURN(
       auto writer, BinaryRecordWriter::Create(output_path, kCriteoNumDense, opts.rows_per_feature));

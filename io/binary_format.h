@@ -124,7 +124,8 @@ struct ConvertStats {
 
 // Converts Criteo text (all of `text`'s files, ignoring its shard and batch fields) into one
 // binary record file at `output_path`, hashing with text.rows_per_feature and applying its
-// bad-record policy.
+// bad-record policy. Files ending in ".gz" are decompressed on the fly (io/criteo_gzip.h):
+// the same lines give the same records and ids as the uncompressed text.
 absl::StatusOr<ConvertStats> ConvertCriteoTextToBinary(const CriteoTextOptions& text,
                                                        const std::string& output_path);
 

@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(
   build-essential cmake ninja-build pkg-config
-  libabsl-dev librocksdb-dev libyaml-cpp-dev
+  libabsl-dev librocksdb-dev libyaml-cpp-dev zlib1g-dev
   libopenblas-dev libopenblas0-openmp libdnnl-dev
   openmpi-bin libopenmpi-dev
   libgtest-dev libgmock-dev libbenchmark-dev

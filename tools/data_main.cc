@@ -3,11 +3,15 @@
 //                        (--rows 1460,583,... | --rows-preset kaggle|terabyte)
 //                        [--format tsv|csv] [--on-bad-record fail|skip] [--max-bad-records N]
 //   tessera-data inspect train.bin [--head N]
+//   tessera-data read --input day_0.gz[,...] (--rows ... | --rows-preset ...) [--threads N]
+//                     [--max-records N]      the reader alone: records/s (docs/PERFORMANCE.md)
+//   tessera-data read --mlperf-dir D --days 0-22 (--rows ... | --rows-preset ...)
 // Flags may be spelt with dashes or underscores (--rows-preset, --rows_preset).
 // Exit status 0 on success, 1 on any error (one message naming the file:line or value), 2 on bad
 // usage.
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,7 +22,9 @@
 #include "absl/strings/str_split.h"
 #include "core/timer.h"
 #include "io/binary_format.h"
+#include "io/criteo_gzip.h"
 #include "io/criteo_text.h"
+#include "io/mlperf_npy.h"
 
 ABSL_FLAG(std::string, input, "", "convert: Criteo text file(s), comma-separated, read in order");
 ABSL_FLAG(std::string, output, "", "convert: the binary record file to write");
@@ -28,6 +34,11 @@ ABSL_FLAG(std::string, format, "tsv", "convert: tsv or csv");
 ABSL_FLAG(std::string, on_bad_record, "fail", "convert: fail or skip");
 ABSL_FLAG(int64_t, max_bad_records, 1000, "convert: with skip, fail past this many bad records");
 ABSL_FLAG(int64_t, head, 3, "inspect: records to print");
+ABSL_FLAG(int, threads, 2, "read: parser threads of the gzip reader");
+ABSL_FLAG(int64_t, max_records, 0, "read: stop after this many records (0 = all)");
+ABSL_FLAG(int64_t, batch_size, 2048, "read: records per batch");
+ABSL_FLAG(std::string, mlperf_dir, "", "read: folder of MLPerf day_<d>_*.npy files");
+ABSL_FLAG(std::string, days, "0", "read: MLPerf days, e.g. 0-22");
 
 namespace tessera {
 namespace {
@@ -38,7 +49,10 @@ constexpr char kUsage[] =
     "--rows-preset kaggle)\n"
     "                       [--format tsv|csv] [--on-bad-record fail|skip] "
     "[--max-bad-records N]\n"
-    "  tessera-data inspect Y.bin [--head N]";
+    "  tessera-data inspect Y.bin [--head N]\n"
+    "  tessera-data read --input X.gz|X.tsv|Y.bin (--rows ... | --rows-preset ...) "
+    "[--threads N] [--max-records N]\n"
+    "  tessera-data read --mlperf-dir D --days 0-22 (--rows ... | --rows-preset ...)";
 
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "tessera-data: %s\n", std::string(status.message()).c_str());
@@ -154,6 +168,81 @@ int Inspect(const std::string& path) {
   return 0;
 }
 
+// Drains one reader as fast as it goes (no trainer) and reports records/s.
+int Read() {
+  auto rows = ParseRows(absl::GetFlag(FLAGS_rows), absl::GetFlag(FLAGS_rows_preset));
+  if (!rows.ok()) return Fail(rows.status());
+  const int64_t batch = absl::GetFlag(FLAGS_batch_size);
+  std::unique_ptr<BatchReader> reader;
+  std::string what;
+  const std::string input = absl::GetFlag(FLAGS_input), dir = absl::GetFlag(FLAGS_mlperf_dir);
+  std::vector<std::string> paths;
+  for (absl::string_view p : absl::StrSplit(input, ',', absl::SkipEmpty())) paths.emplace_back(p);
+  CriteoGzipReader* gzip = nullptr;
+  if (!dir.empty()) {
+    MlperfNpyOptions o;
+    o.dir = dir;
+    auto days = ParseDayList(absl::GetFlag(FLAGS_days));
+    if (!days.ok()) return Fail(days.status());
+    o.days = *days;
+    o.rows_per_feature = *rows;
+    o.batch_size = batch;
+    auto r = MlperfNpyReader::Open(o);
+    if (!r.ok()) return Fail(r.status());
+    what = (*r)->multi_hot() ? "MLPerf multi-hot days" : "MLPerf one-hot days";
+    reader = std::move(*r);
+  } else if (paths.empty()) {
+    return Usage("read needs --input or --mlperf-dir");
+  } else if (AnyGzipPath(paths)) {
+    CriteoGzipOptions o;
+    o.paths = paths;
+    o.rows_per_feature = *rows;
+    o.batch_size = batch;
+    o.parse_threads = absl::GetFlag(FLAGS_threads);
+    auto r = CriteoGzipReader::Open(o);
+    if (!r.ok()) return Fail(r.status());
+    what = "gzip TSV, " + std::to_string(o.parse_threads) + " parser threads + 1 inflater";
+    gzip = r->get();
+    reader = std::move(*r);
+  } else if (ReadBinaryHeader(paths[0]).ok()) {
+    BinaryReaderOptions o;
+    o.paths = paths;
+    o.batch_size = batch;
+    auto r = BinaryReader::Open(o);
+    if (!r.ok()) return Fail(r.status());
+    what = "binary records";
+    reader = std::move(*r);
+  } else {
+    CriteoTextOptions o;
+    o.paths = paths;
+    o.rows_per_feature = *rows;
+    o.batch_size = batch;
+    auto r = CriteoTextReader::Open(o);
+    if (!r.ok()) return Fail(r.status());
+    what = "TSV, 1 thread";
+    reader = std::move(*r);
+  }
+  const int64_t cap = absl::GetFlag(FLAGS_max_records);
+  Stopwatch watch;
+  Batch b;
+  int64_t records = 0;
+  while (cap <= 0 || records < cap) {
+    auto more = reader->Next(&b);
+    if (!more.ok()) return Fail(more.status());
+    if (!*more) break;
+    records += b.batch_size;
+  }
+  const double s = watch.ElapsedSeconds();
+  std::printf("read %lld records (%s) in %.2f s: %.0f records/s",
+              static_cast<long long>(records), what.c_str(), s,
+              s > 0 ? static_cast<double>(records) / s : 0.0);
+  if (gzip != nullptr) {
+    std::printf(", %.0f MB/s of text", s > 0 ? gzip->text_bytes() / s / 1e6 : 0.0);
+  }
+  std::printf("\n");
+  return 0;
+}
+
 // Abseil flag names cannot hold dashes; accept `--rows-preset` by rewriting it to
 // `--rows_preset` (the name part only, never the value).
 void DashesToUnderscores(int argc, char** argv) {
@@ -173,11 +262,15 @@ int main(int argc, char** argv) {
   tessera::DashesToUnderscores(argc, argv);
   absl::SetProgramUsageMessage(tessera::kUsage);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
-  if (args.size() < 2) return tessera::Usage("missing command (convert or inspect)");
+  if (args.size() < 2) return tessera::Usage("missing command (convert, inspect or read)");
   const std::string command = args[1];
   if (command == "convert") {
     if (args.size() != 2) return tessera::Usage("convert takes no positional arguments");
     return tessera::Convert();
+  }
+  if (command == "read") {
+    if (args.size() != 2) return tessera::Usage("read takes no positional arguments");
+    return tessera::Read();
   }
   if (command == "inspect") {
     if (args.size() != 3) return tessera::Usage("inspect takes one file");

@@ -34,7 +34,8 @@ const std::vector<SchemaSection>& Schema() {
       {"model.tables[].init", {"type", "scale"}},
       {"model.tables[].storage", internal::StorageKeys()},
       {"data", {"format", "train", "eval", "batch_size", "eval_batch_size", "shuffle",
-                "on_bad_record", "max_bad_records", "prefetch_batches", "synthetic"}},
+                "on_bad_record", "max_bad_records", "prefetch_batches", "synthetic",
+                "train_days", "eval_days", "eval_split"}},
       {"data.synthetic", {"train_samples", "eval_samples", "zipf_exponent", "pooling",
                           "planted_scale", "seed"}},
       {"optimizer", {"embedding", "dense", "schedule"}},
@@ -101,7 +102,7 @@ absl::Status ReadEnumInto(const ConfigReader& r, const YAML::Node& map, const st
 absl::Status ResolveExisting(const ConfigReader& r, const YAML::Node& map, const std::string& path,
                              const char* key, const std::string& base_dir, std::string* value) {
   if (value->empty()) return absl::OkStatus();
-  std::filesystem::path p(*value);
+  std::filesystem::path p{*value};
   if (p.is_relative()) p = std::filesystem::path(base_dir) / p;
   std::error_code ec;
   p = std::filesystem::absolute(p, ec).lexically_normal();
@@ -306,14 +307,48 @@ absl::Status ValidateModel(const ConfigReader& r, const YAML::Node& model, const
   return absl::OkStatus();
 }
 
+// data.train_days / eval_days / eval_split: only with mlperf_npy, whose defaults are MLPerf's
+// (train on days 0-22, evaluate on the first half of day 23).
+absl::Status ParseMlperfKeys(const ConfigReader& r, const YAML::Node& data, DataConfig* d) {
+  const bool npy = d->format == DataFormat::kMlperfNpy;
+  struct Key {
+    const char* key;
+    const char* fallback;
+  } keys[] = {{"train_days", "0-22"}, {"eval_days", "23"}, {"eval_split", "val"}};
+  for (const Key& k : keys) {
+    YAML::Node node = Child(data, k.key);
+    const bool given = node.IsDefined() && !node.IsNull();
+    if (given && !npy)
+      return r.Error(node, data, internal::JoinKey("data", k.key),
+                     "only used with data.format mlperf_npy");
+    if (!npy) continue;
+    std::string text = k.fallback;
+    TESSERA_RETURN_IF_ERROR(r.ReadString(data, "data", k.key, &text));
+    if (std::string(k.key) == "eval_split") {
+      auto split = ParseMlperfSplit(text);
+      if (!split.ok()) return r.Error(node, data, "data.eval_split", "expected val, test or all");
+      d->eval_split = *split;
+      continue;
+    }
+    auto days = ParseDayList(text);
+    if (!days.ok())
+      return r.Error(node, data, internal::JoinKey("data", k.key),
+                     std::string(days.status().message()));
+    (std::string(k.key) == "train_days" ? d->train_days : d->eval_days) = *days;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseData(const ConfigReader& r, const YAML::Node& root, const std::string& dir,
                        int num_features, const ModelConfig& m, DataConfig* d) {
   YAML::Node data = Child(root, "data");
   const std::string p = "data";
   TESSERA_RETURN_IF_ERROR(r.CheckMap(data, root, p, "data"));
   TESSERA_RETURN_IF_ERROR(ReadEnumInto(r, data, p, "format",
-                                       {"synthetic", "criteo_tsv", "criteo_csv", "binary"},
+                                       {"synthetic", "criteo_tsv", "criteo_csv", "binary",
+                                        "mlperf_npy"},
                                        &d->format));
+  TESSERA_RETURN_IF_ERROR(ParseMlperfKeys(r, data, d));
   TESSERA_RETURN_IF_ERROR(r.ReadString(data, p, "train", &d->train_path));
   TESSERA_RETURN_IF_ERROR(r.ReadString(data, p, "eval", &d->eval_path));
   TESSERA_RETURN_IF_ERROR(

@@ -14,11 +14,12 @@
 #include "dense/optimizer.h"
 #include "embedding/embedding_collection.h"
 #include "embedding/row_optimizer.h"
+#include "io/mlperf_npy.h"
 #include "io/reader.h"
 
 namespace tessera {
 
-enum class DataFormat { kSynthetic, kCriteoTsv, kCriteoCsv, kBinary };
+enum class DataFormat { kSynthetic, kCriteoTsv, kCriteoCsv, kBinary, kMlperfNpy };
 
 // data.synthetic: power-law ids and a planted model (io/synthetic.h).
 struct SyntheticDataConfig {
@@ -32,10 +33,14 @@ struct SyntheticDataConfig {
 };
 
 struct DataConfig {
-  DataFormat format = DataFormat::kSynthetic;  // data.format: synthetic|criteo_tsv|criteo_csv|binary
-  std::string train_path;                // data.train: file(s), comma-separated, read in order
-                                         // as one stream (relative to the config's folder)
-  std::string eval_path;                 // data.eval (likewise)
+  DataFormat format = DataFormat::kSynthetic;  // data.format: synthetic|criteo_tsv|criteo_csv|
+                                         // binary|mlperf_npy
+  std::string train_path;                // data.train (files; relative to the config's folder;
+                                         // mlperf_npy: the folder of day_<d>_*.npy files)
+  std::string eval_path;                 // data.eval
+  std::vector<int> train_days;           // data.train_days (mlperf_npy): "0-22" by default
+  std::vector<int> eval_days;            // data.eval_days (mlperf_npy): "23" by default
+  MlperfSplit eval_split = MlperfSplit::kVal;  // data.eval_split (mlperf_npy): val|test|all
   int64_t batch_size = 2048;             // data.batch_size: per rank (T ranks train T x this)
   int64_t eval_batch_size = 0;           // data.eval_batch_size; 0 = batch_size
   bool shuffle = false;                  // data.shuffle: shuffle batches' order within a window

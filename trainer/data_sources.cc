@@ -4,7 +4,9 @@
 #include "absl/strings/str_split.h"
 #include "core/status.h"
 #include "io/binary_format.h"
+#include "io/criteo_gzip.h"
 #include "io/criteo_text.h"
+#include "io/mlperf_npy.h"
 #include "io/prefetch.h"
 #include "io/synthetic.h"
 
@@ -35,6 +37,22 @@ absl::StatusOr<std::unique_ptr<BatchReader>> OpenFileReader(const Config& config
                                                             int num_shards,
                                                             int64_t* batches_per_epoch) {
   const DataConfig& d = config.data;
+  if (d.format == DataFormat::kMlperfNpy) {
+    // `paths` is the folder; the training stream is train_days, the eval stream eval_days.
+    const bool train = batches_per_epoch != nullptr;
+    MlperfNpyOptions o;
+    o.dir = paths;
+    o.days = train ? d.train_days : d.eval_days;
+    o.split = train ? MlperfSplit::kAll : d.eval_split;
+    o.batch_size = batch_size;
+    o.rows_per_feature = RowsPerFeature(config);
+    o.num_dense = config.model.num_dense;
+    o.shard_index = shard;
+    o.num_shards = num_shards;
+    TESSERA_ASSIGN_OR_RETURN(auto r, MlperfNpyReader::Open(std::move(o)));
+    if (train) *batches_per_epoch = (r->num_records() + batch_size - 1) / batch_size;
+    return std::unique_ptr<BatchReader>(std::move(r));
+  }
   if (d.format == DataFormat::kBinary) {
     BinaryReaderOptions o;
     o.paths = SplitPaths(paths);
@@ -59,6 +77,12 @@ absl::StatusOr<std::unique_ptr<BatchReader>> OpenFileReader(const Config& config
     return absl::InvalidArgumentError(absl::StrCat(
         config.source, ": model.tables: Criteo data has ", kCriteoNumSparse,
         " categorical features but the tables serve ", o.rows_per_feature.size()));
+  }
+  if (AnyGzipPath(o.paths)) {
+    // Compressed days stream through a threaded reader; the batch count is unknown up front.
+    TESSERA_ASSIGN_OR_RETURN(CriteoGzipOptions g, GzipOptionsFrom(o));
+    TESSERA_ASSIGN_OR_RETURN(auto r, CriteoGzipReader::Open(std::move(g)));
+    return std::unique_ptr<BatchReader>(std::move(r));
   }
   TESSERA_ASSIGN_OR_RETURN(auto r, CriteoTextReader::Open(std::move(o)));
   if (batches_per_epoch) *batches_per_epoch = (r->num_records() + batch_size - 1) / batch_size;

@@ -56,6 +56,11 @@ rocksdb::ReadOptions RowScanOptions();
 
 // Converts a RocksDB failure into an absl::Status whose message names `what` and `path`.
 absl::Status FromRocks(const rocksdb::Status& s, const std::string& what, const std::string& path);
+// The same with the message "<where>: <what>: <RocksDB's text>" (where = the table's label).
+// Corruption (a block checksum mismatch names the SST file and offset) becomes DataLoss with a
+// hint to restore the table from its last checkpoint.
+absl::Status FromRocksAt(const rocksdb::Status& s, const std::string& where,
+                         const std::string& what);
 
 // Creates `path` if needed (error naming the path when it cannot be created or written),
 // restores `options.restore_from` into it when set, opens the database, checks or writes the
@@ -79,7 +84,8 @@ absl::Status RestoreCheckpoint(const std::string& checkpoint, const std::string&
 class RowReader {
  public:
   // `value_bytes`: the exact size of a stored row; a value of another size is DataLoss.
-  RowReader(rocksdb::DB* db, std::string path, uint64_t table_id, size_t value_bytes,
+  // `where` starts every error message (the table's label, which names the path).
+  RowReader(rocksdb::DB* db, std::string where, uint64_t table_id, size_t value_bytes,
             int threads, int64_t batch);
   ~RowReader();
   RowReader(const RowReader&) = delete;

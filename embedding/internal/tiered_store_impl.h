@@ -74,7 +74,7 @@ class TieredRowStoreImpl final : public TieredRowStore {
         row_floats_(options.dim + options.state_dim),
         db_(std::move(db)),
         reader_(std::make_unique<internal::RowReader>(
-            db_.get(), options.path, options.table_id,
+            db_.get(), label_, options.table_id,
             static_cast<size_t>(row_floats_) * sizeof(float), options.reader_threads,
             options.multiget_batch)),
         cache_(cache_rows, options.policy) {

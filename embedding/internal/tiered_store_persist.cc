@@ -54,7 +54,7 @@ absl::Status TieredRowStoreImpl::Flush() {
   }
   rocksdb::FlushOptions fo;
   fo.wait = true;
-  absl::Status s = FromRocks(db_->Flush(fo), "flushing memtables", options_.path);
+  absl::Status s = FromRocksAt(db_->Flush(fo), label_, "flushing memtables");
   // A failed write or memtable flush (a full disk: RocksDB then stops accepting writes until
   // resumed) makes the store fail every later call, also once space is back: a step would
   // otherwise report success while its write-back fails in the background. The way back is
@@ -96,7 +96,7 @@ absl::Status TieredRowStoreImpl::Restore(const std::string& dir) {
     return broken_;
   }
   db_ = *std::move(db);
-  reader_ = std::make_unique<RowReader>(db_.get(), options_.path, options_.table_id,
+  reader_ = std::make_unique<RowReader>(db_.get(), label_, options_.table_id,
                                         static_cast<size_t>(row_floats_) * sizeof(float),
                                         options_.reader_threads, options_.multiget_batch);
   broken_ = absl::OkStatus();
@@ -138,14 +138,14 @@ absl::Status TieredRowStoreImpl::ReadRows(int64_t begin, int64_t count, float* w
     if (!internal::DecodeRowKey(it->key(), options_.table_id, &row)) continue;
     if (row < begin || row >= begin + count) continue;
     if (it->value().size() != value_bytes) {
-      return absl::DataLossError(absl::StrCat("RocksDB tier at ", options_.path, ": row ", row,
+      return absl::DataLossError(absl::StrCat(label_, ": row ", row,
                                               " has ", it->value().size(),
                                               " bytes, expected ", value_bytes));
     }
     const float* v = reinterpret_cast<const float*>(it->value().data());
     put(row, v, v + d);
   }
-  TESSERA_RETURN_IF_ERROR(FromRocks(it->status(), "scanning rows", options_.path));
+  TESSERA_RETURN_IF_ERROR(internal::FromRocksAt(it->status(), label_, "scanning rows"));
   for (size_t p = 0; p < pending_.rows.size(); ++p) {
     int64_t row = pending_.rows[p];
     if (row < begin || row >= begin + count) continue;

@@ -215,7 +215,7 @@ TEST(ConfigTest, BadEnums) {
             "(got 'adagrad')");
   EXPECT_EQ(ErrorOf(std::string(kBase) + "data:\n  format: parquet\n"),
             "test.yaml:8: data.format: expected one of synthetic, criteo_tsv, criteo_csv, "
-            "binary (got 'parquet')");
+            "binary, mlperf_npy (got 'parquet')");
   EXPECT_THAT(ErrorOf("model:\n  embedding_dim: 4\n  bottom_mlp: [4]\n  top_mlp: [1]\n"
                       "  table_rows: criteo_2tb\n"),
               HasSubstr("test.yaml:5: model.table_rows: expected a list of positive integers or "

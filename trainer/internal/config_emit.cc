@@ -4,6 +4,7 @@
 #include <charconv>
 #include <sstream>
 
+#include "absl/strings/str_join.h"
 #include "trainer/config.h"
 #include "yaml-cpp/yaml.h"
 
@@ -52,6 +53,7 @@ const char* Name(DataFormat f) {
     case DataFormat::kCriteoTsv: return "criteo_tsv";
     case DataFormat::kCriteoCsv: return "criteo_csv";
     case DataFormat::kBinary: return "binary";
+    case DataFormat::kMlperfNpy: return "mlperf_npy";
   }
   return "?";
 }
@@ -123,6 +125,11 @@ void EmitData(YAML::Emitter& e, const DataConfig& d) {
   if (d.format != DataFormat::kSynthetic) {
     Key(e, "train", d.train_path);
     Key(e, "eval", d.eval_path);
+  }
+  if (d.format == DataFormat::kMlperfNpy) {
+    Key(e, "train_days", absl::StrJoin(d.train_days, ","));
+    Key(e, "eval_days", absl::StrJoin(d.eval_days, ","));
+    Key(e, "eval_split", std::string(MlperfSplitName(d.eval_split)));
   }
   Key(e, "batch_size", d.batch_size);
   Key(e, "eval_batch_size", d.eval_batch_size);
