@@ -125,7 +125,9 @@ absl::Status ConfigReader::CheckMap(const YAML::Node& map, const YAML::Node& par
     if (s.path == section) here = &s;
   std::set<std::string> seen;
   for (auto it = map.begin(); it != map.end(); ++it) {
-    const YAML::Node& k = it->first;
+    // A copy (a Node is a handle): `it->first` is a member of a proxy that yaml-cpp's
+    // operator-> returns by value, so a reference to it dangles after this statement.
+    const YAML::Node k = it->first;
     std::string name = k.IsScalar() ? k.Scalar() : Render(k);
     std::string full = JoinKey(path, name);
     if (!seen.insert(name).second) return Error(YAML::Node(), k, full, "duplicate key");
