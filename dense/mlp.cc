@@ -57,16 +57,31 @@ absl::Status LinearBackward(const DeviceContext& ctx, const float* x, const floa
   return dense_internal::LinearBackwardCpu(ctx, x, w, y, dy, batch, in, out, act, dw, db, dx);
 }
 
+Linear::Linear(Unallocated, std::string name, int64_t in, int64_t out, Activation act,
+               const DeviceContext& ctx)
+    : name_(std::move(name)), ctx_(ctx), in_(in), out_(out), act_(act) {}
+
 Linear::Linear(std::string name, int64_t in, int64_t out, Activation act,
                const DeviceContext& ctx)
-    : name_(std::move(name)),
-      ctx_(ctx),
-      in_(in),
-      out_(out),
-      act_(act),
-      weight_(MakeParameter(absl::StrCat(name_, ".weight"), {out, in}, ctx.device)),
-      bias_(MakeParameter(absl::StrCat(name_, ".bias"), {out}, ctx.device)) {
-  TESSERA_CHECK(in >= 1 && out >= 1) << name_ << ": in " << in << ", out " << out;
+    : Linear(Unallocated{}, std::move(name), in, out, act, ctx) {
+  TESSERA_CHECK_OK(AllocateParameters()) << name_;
+}
+
+absl::StatusOr<std::unique_ptr<Linear>> Linear::Create(std::string name, int64_t in, int64_t out,
+                                                       Activation act, const DeviceContext& ctx) {
+  std::unique_ptr<Linear> l(new Linear(Unallocated{}, std::move(name), in, out, act, ctx));
+  TESSERA_RETURN_IF_ERROR(l->AllocateParameters());
+  return l;
+}
+
+absl::Status Linear::AllocateParameters() {
+  if (in_ < 1 || out_ < 1)
+    return absl::InvalidArgumentError(
+        absl::StrCat(name_, ": in ", in_, ", out ", out_, " must both be >= 1"));
+  TESSERA_ASSIGN_OR_RETURN(weight_,
+                           MakeParameter(absl::StrCat(name_, ".weight"), {out_, in_}, ctx_.device));
+  TESSERA_ASSIGN_OR_RETURN(bias_, MakeParameter(absl::StrCat(name_, ".bias"), {out_}, ctx_.device));
+  return absl::OkStatus();
 }
 
 void Linear::Init(uint64_t seed) {
@@ -97,16 +112,32 @@ absl::Status Linear::Backward(float* dy, float* dx) {
 
 Mlp::Mlp(std::string name, int64_t in, const std::vector<int64_t>& sizes, bool relu_last,
          const DeviceContext& ctx) {
-  TESSERA_CHECK(!sizes.empty()) << name << ": an MLP needs at least one layer";
+  TESSERA_CHECK_OK(Build(name, in, sizes, relu_last, ctx)) << name;
+}
+
+absl::StatusOr<std::unique_ptr<Mlp>> Mlp::Create(std::string name, int64_t in,
+                                                 const std::vector<int64_t>& sizes,
+                                                 bool relu_last, const DeviceContext& ctx) {
+  std::unique_ptr<Mlp> m(new Mlp());
+  TESSERA_RETURN_IF_ERROR(m->Build(name, in, sizes, relu_last, ctx));
+  return m;
+}
+
+absl::Status Mlp::Build(const std::string& name, int64_t in, const std::vector<int64_t>& sizes,
+                        bool relu_last, const DeviceContext& ctx) {
+  if (sizes.empty())
+    return absl::InvalidArgumentError(absl::StrCat(name, ": an MLP needs at least one layer"));
   int64_t prev = in;
   for (size_t i = 0; i < sizes.size(); ++i) {
     const bool last = i + 1 == sizes.size();
     const Activation act = (last && !relu_last) ? Activation::kNone : Activation::kRelu;
-    layers_.push_back(
-        std::make_unique<Linear>(absl::StrCat(name, ".", i), prev, sizes[i], act, ctx));
+    TESSERA_ASSIGN_OR_RETURN(auto layer,
+                             Linear::Create(absl::StrCat(name, ".", i), prev, sizes[i], act, ctx));
+    layers_.push_back(std::move(layer));
     prev = sizes[i];
   }
   grads_.resize(sizes.size() - 1);
+  return absl::OkStatus();
 }
 
 void Mlp::Init(uint64_t seed) {
