@@ -16,4 +16,12 @@ export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=0:exitcode=99
 export LSAN_OPTIONS="suppressions=$supp:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-cd build-asan && ctest --output-on-failure -j "${TESSERA_TEST_JOBS:-2}" --timeout 1800 "$@"
+export OMPI_MCA_mca_base_component_disable_dlclose=1
+cd build-asan
+# Single-process tests: leak detection on.
+ctest --output-on-failure -j "${TESSERA_TEST_JOBS:-2}" --timeout 1800 -LE distributed "$@"
+# mpirun tests: Open MPI's PMIx/ORTE components leak from frames LSan cannot symbolize
+# ("<unknown module>", no Tessera frame on any stack; measured 2026-12-01), which no suppression
+# can name, so leak detection is off for them; ASan's and UBSan's other checks stay on.
+ASAN_OPTIONS="${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0}" \
+  ctest --output-on-failure -j "${TESSERA_TEST_JOBS:-2}" --timeout 1800 -L distributed "$@"
