@@ -69,22 +69,40 @@ absl::Status CrossNetwork::Validate(const CrossNetworkOptions& options) {
 
 CrossNetwork::CrossNetwork(std::string name, const CrossNetworkOptions& options,
                            const DeviceContext& ctx)
-    : name_(std::move(name)), options_(options), ctx_(ctx) {
-  TESSERA_CHECK_OK(Validate(options)) << name_;
-  const int64_t d = options.in_dim, r = options.low_rank;
-  for (int l = 0; l < options.num_layers; ++l) {
+    : CrossNetwork(Unallocated{}, std::move(name), options, ctx) {
+  TESSERA_CHECK_OK(Build()) << name_;
+}
+
+absl::StatusOr<std::unique_ptr<CrossNetwork>> CrossNetwork::Create(
+    std::string name, const CrossNetworkOptions& options, const DeviceContext& ctx) {
+  std::unique_ptr<CrossNetwork> net(new CrossNetwork(Unallocated{}, std::move(name), options, ctx));
+  TESSERA_RETURN_IF_ERROR(net->Build());
+  return net;
+}
+
+absl::Status CrossNetwork::Build() {
+  TESSERA_RETURN_IF_ERROR(Validate(options_));
+  const int64_t d = options_.in_dim, r = options_.low_rank;
+  auto add = [&](std::string name, std::vector<int64_t> shape) -> absl::Status {
+    TESSERA_ASSIGN_OR_RETURN(Parameter p, MakeParameter(std::move(name), std::move(shape),
+                                                        ctx_.device));
+    params_.push_back(std::move(p));
+    return absl::OkStatus();
+  };
+  for (int l = 0; l < options_.num_layers; ++l) {
     const std::string prefix = absl::StrCat(name_, ".", l, ".");
     if (r == 0) {
-      params_.push_back(MakeParameter(prefix + "weight", {d, d}, ctx.device));
+      TESSERA_RETURN_IF_ERROR(add(prefix + "weight", {d, d}));
     } else {
-      params_.push_back(MakeParameter(prefix + "V.weight", {r, d}, ctx.device));
-      params_.push_back(MakeParameter(prefix + "U.weight", {d, r}, ctx.device));
+      TESSERA_RETURN_IF_ERROR(add(prefix + "V.weight", {r, d}));
+      TESSERA_RETURN_IF_ERROR(add(prefix + "U.weight", {d, r}));
     }
-    params_.push_back(MakeParameter(prefix + "bias", {d}, ctx.device));
+    TESSERA_RETURN_IF_ERROR(add(prefix + "bias", {d}));
   }
-  xs_.resize(options.num_layers + 1);
-  inner_.resize(options.num_layers);
-  low_.resize(options.num_layers);
+  xs_.resize(options_.num_layers + 1);
+  inner_.resize(options_.num_layers);
+  low_.resize(options_.num_layers);
+  return absl::OkStatus();
 }
 
 void CrossNetwork::Init(uint64_t seed) {

@@ -12,10 +12,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "core/buffer.h"
 #include "core/device.h"
 #include "dense/parameter.h"
@@ -33,7 +35,11 @@ class CrossNetwork {
  public:
   // InvalidArgument naming the field unless in_dim >= 1, num_layers >= 1, 0 <= low_rank.
   static absl::Status Validate(const CrossNetworkOptions& options);
-  // REQUIRES: Validate(options) is OK (a broken one is a bug and aborts).
+  // Validate's errors, or ResourceExhausted naming the parameter and bytes when the parameters
+  // cannot be allocated (sizes from input go through here).
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<CrossNetwork>> Create(
+      std::string name, const CrossNetworkOptions& options, const DeviceContext& ctx);
+  // As Create, for fixed small sizes (tests): a failure is a bug and aborts.
   CrossNetwork(std::string name, const CrossNetworkOptions& options, const DeviceContext& ctx);
   // Weights ~ N(0, sqrt(2 / (fan_in + fan_out))) (Xavier normal, TorchRec's default), bias zero.
   void Init(uint64_t seed);
@@ -52,6 +58,12 @@ class CrossNetwork {
   void set_grad_ready_callback(GradReadyCallback ready) { ready_ = std::move(ready); }
 
  private:
+  struct Unallocated {};
+  CrossNetwork(Unallocated, std::string name, const CrossNetworkOptions& options,
+               const DeviceContext& ctx)
+      : name_(std::move(name)), options_(options), ctx_(ctx) {}
+  absl::Status Build();
+
   GradReadyCallback ready_;
   std::string name_;
   CrossNetworkOptions options_;

@@ -63,6 +63,59 @@ absl::Status DenseArch::Validate(const DenseArchOptions& o) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<DenseArchFootprint> DenseArch::Footprint(const DenseArchOptions& o) {
+  TESSERA_RETURN_IF_ERROR(Validate(o));
+  constexpr int64_t kMax = kMaxFootprint;
+  const char* field = "";      // the part being counted
+  const char* bad = nullptr;   // the part whose count overflowed first
+  bool over = false;
+  // a * b + c, saturating at kMax (then `over` names the field).
+  auto mad = [&](int64_t a, int64_t b, int64_t c) {
+    if (over) return kMax;
+    if (a >= kMax || b >= kMax || c >= kMax || (b != 0 && a > (kMax - c) / b)) {
+      over = true;
+      bad = field;
+      return kMax;
+    }
+    return a * b + c;
+  };
+  DenseArchFootprint f;
+  auto mlp = [&](const char* name, int64_t in, const std::vector<int64_t>& sizes) {
+    field = name;
+    DenseArchFootprint::Part part;
+    for (int64_t out : sizes) {
+      part.params = mad(out, in + 1, part.params);  // weight [out, in] + bias [out]
+      part.activations_per_sample = mad(2, out, part.activations_per_sample);  // y and dy
+      in = out;
+    }
+    return part;
+  };
+  f.bottom_mlp = mlp("bottom_mlp", o.num_dense, o.bottom_mlp);
+  const int64_t inter = o.interaction == InteractionType::kDot
+                            ? DotInteractionOutputDim(o.num_embeddings, o.embedding_dim)
+                            : mad(o.num_embeddings, o.embedding_dim, o.bottom_mlp.back());
+  if (o.interaction == InteractionType::kDcn) {
+    field = "dcn";
+    const int64_t d = inter, r = o.dcn_low_rank;
+    const int64_t per_layer = r == 0 ? mad(d, d, d) : mad(mad(2, d, 0), r, d);
+    f.cross.params = mad(per_layer, o.dcn_num_layers, 0);
+    // x, inner, low per layer, and the scratch gradients
+    f.cross.activations_per_sample = mad(mad(2, d, mad(2, r, 0)), o.dcn_num_layers + 1, 0);
+  }
+  f.top_mlp = mlp("top_mlp", inter, o.top_mlp);
+  field = "interaction";
+  // interaction out, its gradient, the cross gradient, the bottom's
+  f.interaction.activations_per_sample = mad(4, inter, 0);
+  if (!over && (f.params() >= kMax || f.activations_per_sample() >= kMax)) {
+    over = true;
+    bad = "bottom_mlp, top_mlp";
+  }
+  if (over)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DenseArchOptions.", bad, ": the layer sizes give more than 2^56 elements"));
+  return f;
+}
+
 absl::StatusOr<std::unique_ptr<DenseArch>> DenseArch::Create(const DenseArchOptions& options,
                                                              const DeviceContext& ctx) {
   TESSERA_RETURN_IF_ERROR(Validate(options));
@@ -89,17 +142,19 @@ absl::StatusOr<std::unique_ptr<DenseArch>> DenseArch::Create(const DenseArchOpti
   std::unique_ptr<DenseArch> arch(new DenseArch());
   arch->options_ = options;
   arch->ctx_ = ctx;
-  arch->bottom_ = std::make_unique<Mlp>("bottom_mlp", options.num_dense, options.bottom_mlp,
-                                        /*relu_last=*/true, ctx, options.dense_dtype);
+  TESSERA_ASSIGN_OR_RETURN(arch->bottom_, Mlp::Create("bottom_mlp", options.num_dense,
+                                                      options.bottom_mlp, /*relu_last=*/true, ctx,
+                                                       options.dense_dtype));
   if (options.interaction == InteractionType::kDcn) {
     CrossNetworkOptions c;
     c.in_dim = options.bottom_mlp.back() + options.num_embeddings * options.embedding_dim;
     c.num_layers = options.dcn_num_layers;
     c.low_rank = options.dcn_low_rank;
-    arch->cross_ = std::make_unique<CrossNetwork>("cross", c, ctx);
+    TESSERA_ASSIGN_OR_RETURN(arch->cross_, CrossNetwork::Create("cross", c, ctx));
   }
-  arch->top_ = std::make_unique<Mlp>("top_mlp", arch->interaction_dim(), options.top_mlp,
-                                     /*relu_last=*/false, ctx, options.dense_dtype);
+  TESSERA_ASSIGN_OR_RETURN(arch->top_, Mlp::Create("top_mlp", arch->interaction_dim(),
+                                                   options.top_mlp, /*relu_last=*/false, ctx,
+                                                    options.dense_dtype));
   return arch;
 }
 

@@ -40,8 +40,33 @@ struct DenseArchOptions {
   DenseDtype dense_dtype = DenseDtype::kFp32;
 };
 
+// What a DenseArch of some options holds, in f32 elements, counted before anything is
+// allocated, so a caller can compare it with the memory it has (trainer/internal/memory_check.h).
+struct DenseArchFootprint {
+  struct Part {
+    int64_t params = 0;                  // weights + biases
+    int64_t activations_per_sample = 0;  // its Forward/Backward buffers per sample of a batch
+  };
+  Part bottom_mlp;
+  Part cross;        // the cross network (kDcn; zeros for kDot)
+  Part top_mlp;
+  Part interaction;  // the interaction's output and gradients (no parameters)
+
+  int64_t params() const { return bottom_mlp.params + cross.params + top_mlp.params; }
+  int64_t activations_per_sample() const {
+    return bottom_mlp.activations_per_sample + cross.activations_per_sample +
+           top_mlp.activations_per_sample + interaction.activations_per_sample;
+  }
+};
+
 class DenseArch {
  public:
+  // Validate's errors; InvalidArgument naming the field when a count reaches kMaxFootprint.
+  // Every count, params() and activations_per_sample() are below kMaxFootprint, so a caller may
+  // multiply them by up to 64 (bytes per element, batch factors aside) without overflow.
+  static constexpr int64_t kMaxFootprint = int64_t{1} << 56;
+  [[nodiscard]] static absl::StatusOr<DenseArchFootprint> Footprint(
+      const DenseArchOptions& options);
   // Returns InvalidArgument naming the field for inconsistent sizes, and Unimplemented for a
   // CUDA context in a build without the CUDA path, or dense_dtype kBf16 on a CUDA context or in
   // a build without oneDNN.

@@ -57,23 +57,39 @@ absl::Status LinearBackward(const DeviceContext& ctx, const float* x, const floa
   return dense_internal::LinearBackwardCpu(ctx, x, w, y, dy, batch, in, out, act, dw, db, dx);
 }
 
+Linear::Linear(Unallocated, std::string name, int64_t in, int64_t out, Activation act,
+               const DeviceContext& ctx, DenseDtype dtype)
+    : name_(std::move(name)), ctx_(ctx), in_(in), out_(out), act_(act), dtype_(dtype) {}
+
 Linear::Linear(std::string name, int64_t in, int64_t out, Activation act,
                const DeviceContext& ctx, DenseDtype dtype)
-    : name_(std::move(name)),
-      ctx_(ctx),
-      in_(in),
-      out_(out),
-      act_(act),
-      dtype_(dtype),
-      weight_(MakeParameter(absl::StrCat(name_, ".weight"), {out, in}, ctx.device)),
-      bias_(MakeParameter(absl::StrCat(name_, ".bias"), {out}, ctx.device)) {
-  TESSERA_CHECK(in >= 1 && out >= 1) << name_ << ": in " << in << ", out " << out;
-  TESSERA_CHECK(dtype == DenseDtype::kFp32 || !ctx.is_cuda()) << name_ << ": bf16 is CPU only";
+    : Linear(Unallocated{}, std::move(name), in, out, act, ctx, dtype) {
+  TESSERA_CHECK_OK(AllocateParameters()) << name_;
+}
+
+absl::StatusOr<std::unique_ptr<Linear>> Linear::Create(std::string name, int64_t in, int64_t out,
+                                                       Activation act, const DeviceContext& ctx,
+                                                       DenseDtype dtype) {
+  std::unique_ptr<Linear> l(new Linear(Unallocated{}, std::move(name), in, out, act, ctx, dtype));
+  TESSERA_RETURN_IF_ERROR(l->AllocateParameters());
+  return l;
+}
+
+absl::Status Linear::AllocateParameters() {
+  if (in_ < 1 || out_ < 1)
+    return absl::InvalidArgumentError(
+        absl::StrCat(name_, ": in ", in_, ", out ", out_, " must both be >= 1"));
+  if (dtype_ != DenseDtype::kFp32 && ctx_.is_cuda())
+    return absl::InvalidArgumentError(absl::StrCat(name_, ": bf16 dense math is CPU only"));
   // Layers with fewer than 8 outputs (the logit layer) stay fp32: a negligible share of the
   // flops, and oneDNN 2.6's bf16 matmul for their input gradient (an outer product, K = out)
   // was off by more than the two bf16 roundings (tests/dense/linear_bf16_test.cc).
-  if (dtype == DenseDtype::kBf16 && out_ < 8) dtype_ = DenseDtype::kFp32;
+  if (dtype_ == DenseDtype::kBf16 && out_ < 8) dtype_ = DenseDtype::kFp32;
   if (dtype_ == DenseDtype::kBf16) bf16_ = std::make_unique<dense_internal::Bf16Operands>();
+  TESSERA_ASSIGN_OR_RETURN(weight_,
+                           MakeParameter(absl::StrCat(name_, ".weight"), {out_, in_}, ctx_.device));
+  TESSERA_ASSIGN_OR_RETURN(bias_, MakeParameter(absl::StrCat(name_, ".bias"), {out_}, ctx_.device));
+  return absl::OkStatus();
 }
 
 Linear::~Linear() = default;
@@ -119,16 +135,34 @@ absl::Status Linear::Backward(float* dy, float* dx) {
 
 Mlp::Mlp(std::string name, int64_t in, const std::vector<int64_t>& sizes, bool relu_last,
          const DeviceContext& ctx, DenseDtype dtype) {
-  TESSERA_CHECK(!sizes.empty()) << name << ": an MLP needs at least one layer";
+  TESSERA_CHECK_OK(Build(name, in, sizes, relu_last, ctx, dtype)) << name;
+}
+
+absl::StatusOr<std::unique_ptr<Mlp>> Mlp::Create(std::string name, int64_t in,
+                                                 const std::vector<int64_t>& sizes,
+                                                 bool relu_last, const DeviceContext& ctx,
+                                                 DenseDtype dtype) {
+  std::unique_ptr<Mlp> m(new Mlp());
+  TESSERA_RETURN_IF_ERROR(m->Build(name, in, sizes, relu_last, ctx, dtype));
+  return m;
+}
+
+absl::Status Mlp::Build(const std::string& name, int64_t in, const std::vector<int64_t>& sizes,
+                        bool relu_last, const DeviceContext& ctx, DenseDtype dtype) {
+  if (sizes.empty())
+    return absl::InvalidArgumentError(absl::StrCat(name, ": an MLP needs at least one layer"));
   int64_t prev = in;
   for (size_t i = 0; i < sizes.size(); ++i) {
     const bool last = i + 1 == sizes.size();
     const Activation act = (last && !relu_last) ? Activation::kNone : Activation::kRelu;
-    layers_.push_back(
-        std::make_unique<Linear>(absl::StrCat(name, ".", i), prev, sizes[i], act, ctx, dtype));
+    TESSERA_ASSIGN_OR_RETURN(auto layer,
+                             Linear::Create(absl::StrCat(name, ".", i), prev, sizes[i], act, ctx,
+                                             dtype));
+    layers_.push_back(std::move(layer));
     prev = sizes[i];
   }
   grads_.resize(sizes.size() - 1);
+  return absl::OkStatus();
 }
 
 void Mlp::Init(uint64_t seed) {

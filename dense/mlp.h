@@ -45,7 +45,15 @@ absl::Status LinearBackward(const DeviceContext& ctx, const float* x, const floa
 
 class Linear {
  public:
-  // `name` prefixes the parameter names: "<name>.weight", "<name>.bias".
+  // `name` prefixes the parameter names: "<name>.weight", "<name>.bias". For sizes from input:
+  // InvalidArgument unless in, out >= 1; ResourceExhausted (MakeParameter) when the parameters
+  // cannot be allocated.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Linear>> Create(std::string name, int64_t in,
+                                                                      int64_t out, Activation act,
+                                                                      const DeviceContext& ctx,
+                                                                      DenseDtype dtype =
+                                                                          DenseDtype::kFp32);
+  // As Create, for fixed small sizes (tests): a failure is a bug and aborts.
   // REQUIRES: dtype is kFp32 on a CUDA context (DenseArch::Validate checks configs).
   Linear(std::string name, int64_t in, int64_t out, Activation act, const DeviceContext& ctx,
          DenseDtype dtype = DenseDtype::kFp32);
@@ -72,6 +80,12 @@ class Linear {
   DenseDtype dtype() const { return dtype_; }  // the one in use (kFp32 for out < 8)
 
  private:
+  struct Unallocated {};
+  // Sets the fields; AllocateParameters() then makes weight_ and bias_.
+  Linear(Unallocated, std::string name, int64_t in, int64_t out, Activation act,
+         const DeviceContext& ctx, DenseDtype dtype);
+  absl::Status AllocateParameters();
+
   std::string name_;
   DeviceContext ctx_;
   int64_t in_, out_;
@@ -89,6 +103,12 @@ class Linear {
 // non-empty and every size >= 1 (DenseArch::Create validates configs before building).
 class Mlp {
  public:
+  // For sizes from input: InvalidArgument for empty sizes or a size < 1, ResourceExhausted naming
+  // the parameter and bytes when a layer cannot be allocated.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Mlp>> Create(
+      std::string name, int64_t in, const std::vector<int64_t>& sizes, bool relu_last,
+      const DeviceContext& ctx, DenseDtype dtype = DenseDtype::kFp32);
+  // As Create, for fixed small sizes (tests): a failure is a bug and aborts.
   Mlp(std::string name, int64_t in, const std::vector<int64_t>& sizes, bool relu_last,
       const DeviceContext& ctx, DenseDtype dtype = DenseDtype::kFp32);
   void Init(uint64_t seed);
@@ -107,6 +127,10 @@ class Mlp {
   void set_grad_ready_callback(GradReadyCallback ready) { ready_ = std::move(ready); }
 
  private:
+  Mlp() = default;
+  absl::Status Build(const std::string& name, int64_t in, const std::vector<int64_t>& sizes,
+                     bool relu_last, const DeviceContext& ctx, DenseDtype dtype);
+
   GradReadyCallback ready_;
   std::vector<std::unique_ptr<Linear>> layers_;
   std::vector<Buffer> grads_;  // grads_[i]: dy of layer i (the dx of layer i + 1), i < L - 1

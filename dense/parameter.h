@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 #include "core/buffer.h"
 
@@ -23,7 +24,10 @@ struct Parameter {
 // stops the Backward, which returns it.
 using GradReadyCallback = std::function<absl::Status(Parameter&)>;
 
-// Allocates value and grad (zeroed) on `device` for `shape`. A failure is a bug (small sizes).
-Parameter MakeParameter(std::string name, std::vector<int64_t> shape, Device device);
+// Allocates value and grad (zeroed) on `device` for `shape`. InvalidArgument naming the
+// parameter for a negative dim or a byte size that overflows; ResourceExhausted naming the
+// parameter and the bytes when memory is short. Never aborts: shapes come from configs.
+[[nodiscard]] absl::StatusOr<Parameter> MakeParameter(std::string name, std::vector<int64_t> shape,
+                                                      Device device);
 
 }  // namespace tessera

@@ -2,6 +2,7 @@
 
 #include <bit>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <utility>
@@ -73,7 +74,7 @@ absl::StatusOr<BinaryFileInfo> ParseHeader(const std::string& path, const char* 
   info.num_dense = Load<uint32_t>(data + 16);
   info.num_sparse = Load<uint32_t>(data + 20);
   info.record_bytes = Load<uint32_t>(data + 24);
-  info.num_records = static_cast<int64_t>(Load<uint64_t>(data + 32));
+  const uint64_t records = Load<uint64_t>(data + 32);
   if (info.num_sparse > 100000 || info.num_dense > 100000 ||
       info.header_bytes != HeaderBytesFor(info.num_sparse) ||
       info.record_bytes != 4 * (1 + info.num_dense + info.num_sparse) ||
@@ -83,12 +84,21 @@ absl::StatusOr<BinaryFileInfo> ParseHeader(const std::string& path, const char* 
   if (HeaderChecksum(data, info.num_sparse) != Load<uint32_t>(data + 28)) {
     return absl::DataLossError(absl::StrCat(path, ": corrupt header (checksum mismatch)"));
   }
-  const int64_t expected = info.header_bytes + info.num_records * info.record_bytes;
-  if (info.num_records < 0 || static_cast<int64_t>(size) != expected) {
+  // The record count comes from the file: compared by division, so a huge count cannot
+  // overflow the multiplication (found by fuzz/binary_reader_fuzz.cc).
+  const uint64_t record_bytes = static_cast<uint64_t>(info.record_bytes);
+  const uint64_t payload = size - static_cast<uint64_t>(info.header_bytes);
+  if (records > payload / record_bytes || records * record_bytes != payload) {
+    const uint64_t header = static_cast<uint64_t>(info.header_bytes);
+    const std::string expected =
+        records <= (UINT64_MAX - header) / record_bytes
+            ? absl::StrCat(header + records * record_bytes)
+            : std::string("more than 2^64");
     return absl::DataLossError(absl::StrCat(path, ": file is ", size, " bytes, the header says ",
-                                            info.num_records, " records = ", expected,
+                                            records, " records = ", expected,
                                             " bytes (truncated or appended to)"));
   }
+  info.num_records = static_cast<int64_t>(records);
   info.rows_per_feature.resize(info.num_sparse);
   for (int64_t k = 0; k < info.num_sparse; ++k) {
     info.rows_per_feature[k] = static_cast<int64_t>(Load<uint64_t>(data + 64 + 8 * k));

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/escape.h"
 #include "core/logging.h"
 #include "core/status.h"
 #include "io/internal/criteo_parse.h"
@@ -93,7 +94,7 @@ absl::StatusOr<std::vector<int64_t>> CriteoRowsPreset(std::string_view name) {
                                 11938,    155,    4,        976,     14,     40000000, 40000000,
                                 40000000, 590152, 12973,    108,     36};
   }
-  return absl::NotFoundError(absl::StrCat("unknown rows preset '", std::string(name),
+  return absl::NotFoundError(absl::StrCat("unknown rows preset '", EscapeBytes(name),
                                           "'; known presets: kaggle, terabyte"));
 }
 
@@ -148,13 +149,15 @@ absl::StatusOr<std::unique_ptr<CriteoTextReader>> CriteoTextReader::Open(
   for (const std::string& path : options.paths) {
     State::File file;
     TESSERA_ASSIGN_OR_RETURN(file.map, MappedFile::Open(path));
-    size_t offset = 0;
+    // A UTF-8 byte-order mark at the start (some editors and exporters write one) is not data.
+    size_t offset = file.map.size() >= 3 && std::memcmp(file.map.data(), "\xEF\xBB\xBF", 3) == 0
+                        ? 3
+                        : 0;
     int64_t line_no = 1;
-    // The CSV header: a first line whose first field is `label` (a UTF-8 BOM is skipped).
-    if (options.format == CriteoTextFormat::kCsv && file.map.size() > 0) {
-      Line first = LineAt(file.map, 0);
+    // The CSV header: a first line whose first field is `label`.
+    if (options.format == CriteoTextFormat::kCsv && offset < file.map.size()) {
+      Line first = LineAt(file.map, offset);
       std::string_view text(file.map.data() + first.begin, first.end - first.begin);
-      if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);
       if (!text.empty() && text.back() == '\r') text.remove_suffix(1);
       if (text.substr(0, 6) == "label," || text == "label") {
         int64_t columns = 1 + std::count(text.begin(), text.end(), ',');

@@ -9,6 +9,7 @@ pkgs=(
   openmpi-bin libopenmpi-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3
+  clang-14 libclang-rt-14-dev libomp-14-dev  # scripts/fuzz.sh: libFuzzer and clang's OpenMP
 )
 missing=()
 for p in "${pkgs[@]}"; do

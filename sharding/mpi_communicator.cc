@@ -391,7 +391,8 @@ class MpiCommunicator final : public Communicator {
       for (auto& v : reduced) v /= static_cast<T>(p);
     }
     // In-place all-gather: every rank's chunk lands at its offset in `data`.
-    std::memcpy(data + begin[rank_], reduced.data(), mine * sizeof(T));
+    // `reduced` may be empty with a null data(): memcpy from null is undefined even for 0 bytes.
+    if (mine > 0) std::memcpy(data + begin[rank_], reduced.data(), mine * sizeof(T));
     std::vector<int> gc(p), gd(p);
     for (int r = 0; r < p; ++r) {
       if (sb[r] > INT_MAX || sd[r] > INT_MAX) {

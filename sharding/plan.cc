@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "core/escape.h"
 #include "core/status.h"
 #include "yaml-cpp/yaml.h"
 
@@ -185,7 +186,7 @@ absl::StatusOr<ShardingPlan> ValidateShardingPlan(ShardingPlan plan,
     if (it == index.end()) {
       std::string known;
       for (const auto& cfg : tables) absl::StrAppend(&known, known.empty() ? "" : ", ", cfg.name);
-      return absl::InvalidArgumentError(absl::StrCat(where, "table '", tp.table, "'", line,
+      return absl::InvalidArgumentError(absl::StrCat(where, "table '", EscapeBytes(tp.table), "'", line,
                                                      " does not exist in the model (tables: ",
                                                      known, ")"));
     }
@@ -218,8 +219,9 @@ absl::StatusOr<ShardingPlan> ValidateShardingPlan(ShardingPlan plan,
 namespace {
 
 absl::Status YamlError(const std::string& source, const YAML::Node& node, const std::string& msg) {
+  // The message quotes the file's bytes: escaped, so no control byte reaches the terminal.
   return absl::InvalidArgumentError(
-      absl::StrCat(source, ":", node.Mark().line + 1, ": ", msg));
+      absl::StrCat(source, ":", node.Mark().line + 1, ": ", EscapeBytes(msg, 400)));
 }
 
 template <typename T>
@@ -248,7 +250,7 @@ absl::StatusOr<ShardingPlan> ParsePlanNode(const YAML::Node& root, const std::st
   ShardingPlan plan;
   if (!root.IsMap()) return YamlError(source, root, "a sharding plan is a map with 'tables'");
   for (const auto& kv : root) {
-    std::string key = kv.first.as<std::string>();
+    TESSERA_ASSIGN_OR_RETURN(std::string key, As<std::string>(source, kv.first, "key"));
     if (key == "group_size") {
       TESSERA_ASSIGN_OR_RETURN(plan.group_size, As<int>(source, kv.second, key));
     } else if (key != "tables") {
@@ -264,7 +266,7 @@ absl::StatusOr<ShardingPlan> ParsePlanNode(const YAML::Node& root, const std::st
     tp.line = tn.Mark().line + 1;
     bool has_type = false;
     for (const auto& kv : tn) {
-      std::string key = kv.first.as<std::string>();
+      TESSERA_ASSIGN_OR_RETURN(std::string key, As<std::string>(source, kv.first, "key"));
       if (key == "name") {
         TESSERA_ASSIGN_OR_RETURN(tp.table, As<std::string>(source, kv.second, key));
       } else if (key == "type") {
@@ -310,7 +312,7 @@ absl::StatusOr<ShardingPlan> ParsePlanNode(const YAML::Node& root, const std::st
         s.col_end = cfg ? cfg->dim : 0;
         bool has_rank = false;
         for (const auto& kv : sn) {
-          std::string key = kv.first.as<std::string>();
+          TESSERA_ASSIGN_OR_RETURN(std::string key, As<std::string>(source, kv.first, "key"));
           if (key == "rank") {
             TESSERA_ASSIGN_OR_RETURN(s.rank, As<int>(source, kv.second, key));
             has_rank = true;

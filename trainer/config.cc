@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/escape.h"
 #include "core/status.h"
 #include "trainer/internal/config_reader.h"
 #include "trainer/internal/config_storage.h"
@@ -566,7 +567,7 @@ absl::Status ApplyOverride(const std::string& source, const std::string& text, Y
                            std::string* key_out) {
   auto bad = [&](absl::string_view problem) {
     return absl::InvalidArgumentError(
-        absl::StrCat(source, ": override '", text, "': ", problem));
+        absl::StrCat(source, ": override '", EscapeBytes(text, 200), "': ", problem));
   };
   size_t eq = text.find('=');
   if (eq == std::string::npos || eq == 0) return bad("expected dotted.key=value");
@@ -594,8 +595,9 @@ absl::Status ApplyOverride(const std::string& source, const std::string& text, Y
     if (cur.IsSequence()) {
       size_t index;
       if (!absl::SimpleAtoi(part, &index) || index >= cur.size())
-        return bad(absl::StrCat("'", norm, "' is a list of ", cur.size(),
-                                " entries; expected an index below that, got '", part, "'"));
+        return bad(absl::StrCat("'", EscapeBytes(norm, 200), "' is a list of ", cur.size(),
+                                " entries; expected an index below that, got '",
+                                EscapeBytes(part), "'"));
       absl::StrAppend(&norm, "[", index, "]");
       if (last) {
         cur[index] = value;
@@ -607,7 +609,7 @@ absl::Status ApplyOverride(const std::string& source, const std::string& text, Y
     }
     // An absent section (undefined) is created, like a null one.
     if (cur.IsDefined() && !cur.IsMap() && !cur.IsNull())
-      return bad(absl::StrCat("'", norm, "' is a value, not a section"));
+      return bad(absl::StrCat("'", EscapeBytes(norm, 200), "' is a value, not a section"));
     norm = internal::JoinKey(norm, part);
     if (last) {
       cur[part] = value;

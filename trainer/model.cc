@@ -11,6 +11,7 @@
 #include "dense/loss.h"
 #include "dense/lr_schedule.h"
 #include "trainer/cuda_sparse_arch.h"
+#include "trainer/internal/memory_check.h"
 #include "trainer/safetensors.h"
 #include "trainer/stores.h"
 
@@ -79,6 +80,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const Config& config,
                                                      const DeviceContext& ctx,
                                                      std::unique_ptr<SparseArch> sparse,
                                                      Communicator* world) {
+  // Before any table or layer is allocated: a model too large for the host is an error naming
+  // the key, not an allocation failure (or an OOM kill) halfway through.
+  TESSERA_RETURN_IF_ERROR(internal::CheckDenseMemory(config, DenseOptionsFromConfig(config),
+                                                     internal::AvailableHostMemory()));
   std::unique_ptr<Model> m(new Model());
   m->config_ = config;
   m->ctx_ = ctx;

@@ -9,10 +9,12 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/escape.h"
 #include "core/status.h"
 #include "trainer/internal/safetensors_json.h"
 
@@ -390,26 +392,30 @@ absl::Status SafetensorsFile::Parse(std::string_view bytes) {
       if (value.kind != internal::Json::kObject) return loss("__metadata__ is not an object");
       for (const auto& [k, v] : value.members) {
         if (v.kind != internal::Json::kString)
-          return loss("__metadata__: value of '", k, "' is not a string");
+          return loss("__metadata__: value of '", EscapeBytes(k), "' is not a string");
         metadata_[k] = v.str;
       }
       continue;
     }
-    auto bad = [&](auto&&... parts) { return loss("tensor '", name, "': ", parts...); };
+    // Names and strings from the file are escaped in messages (no control bytes on a terminal).
+    auto bad = [&](auto&&... parts) {
+      return loss("tensor '", EscapeBytes(name), "': ", parts...);
+    };
     if (value.kind != internal::Json::kObject) return bad("entry is not an object");
     const internal::Json *dtype = nullptr, *shape = nullptr, *offsets = nullptr;
     for (const auto& [k, v] : value.members) {
       if (k == "dtype") dtype = &v;
       else if (k == "shape") shape = &v;
       else if (k == "data_offsets") offsets = &v;
-      else return bad("unknown field '", k, "'");
+      else return bad("unknown field '", EscapeBytes(k), "'");
     }
     if (dtype == nullptr || shape == nullptr || offsets == nullptr)
       return bad("needs dtype, shape and data_offsets");
     Pending p;
     p.view.name = name;
     if (dtype->kind != internal::Json::kString || !ParseDtype(dtype->str, &p.view.dtype))
-      return bad("unsupported dtype '", dtype->kind == internal::Json::kString ? dtype->str : "?",
+      return bad("unsupported dtype '",
+                 dtype->kind == internal::Json::kString ? EscapeBytes(dtype->str) : "?",
                  "' (Tessera reads F32, F16, BF16, I64, I32)");
     if (shape->kind != internal::Json::kArray) return bad("shape is not an array");
     for (const internal::Json& d : shape->items) {
@@ -445,7 +451,7 @@ absl::Status SafetensorsFile::Parse(std::string_view bytes) {
   uint64_t pos = 0;
   for (const Pending& p : pending) {
     if (p.begin != pos)
-      return loss("tensor '", p.view.name, "': starts at data byte ", p.begin,
+      return loss("tensor '", EscapeBytes(p.view.name), "': starts at data byte ", p.begin,
                   " but the previous tensor ends at ", pos,
                   p.begin < pos ? " (overlap)" : " (gap); data must be contiguous");
     pos = p.end;
@@ -453,6 +459,21 @@ absl::Status SafetensorsFile::Parse(std::string_view bytes) {
   if (pos != data_size)
     return loss("tensors cover ", pos, " bytes but the data section holds ", data_size);
   for (Pending& p : pending) {
+    // A header that is not padded to 8 bytes (or an odd-sized tensor before this one) leaves the
+    // data misaligned for its dtype; reading a float through such a pointer is undefined, so the
+    // tensor is copied into memory of its own, aligned for every dtype.
+    const auto addr = reinterpret_cast<uintptr_t>(p.view.data);
+    if (addr % static_cast<uintptr_t>(DtypeSize(p.view.dtype)) != 0) {
+      const size_t words = (static_cast<size_t>(p.view.num_bytes) + 7) / 8;
+      std::unique_ptr<uint64_t[]> copy(new (std::nothrow) uint64_t[words]);
+      if (copy == nullptr)
+        return absl::ResourceExhaustedError(absl::StrCat(
+            path_, ": tensor '", EscapeBytes(p.view.name), "': cannot allocate ", p.view.num_bytes,
+            " bytes for an aligned copy of its misaligned data"));
+      std::memcpy(copy.get(), p.view.data, static_cast<size_t>(p.view.num_bytes));
+      p.view.data = copy.get();
+      aligned_copies_.push_back(std::move(copy));
+    }
     index_[p.view.name] = tensors_.size();
     tensors_.push_back(std::move(p.view));
   }

@@ -16,9 +16,10 @@
 //
 // SafetensorsFile maps a file read-only and validates the header completely (sizes, offsets in
 // range and contiguous, known dtypes, shapes that match byte counts); errors are DataLoss naming
-// the file and the tensor. Tensor data pointers stay valid for the object's lifetime. A data
-// pointer is aligned to its dtype when every tensor before it has a byte size that is a multiple
-// of that alignment (always true for all-F32 files); files from elsewhere may differ.
+// the file and the tensor. Tensor data pointers stay valid for the object's lifetime and are
+// always aligned to their dtype: they point into the mapping where the file's layout allows
+// (Tessera's files: header padded to 8, tensors in name order), else to an aligned copy the
+// object owns (e.g. an unpadded header from another writer).
 // Thread-safety: a SafetensorsWriter may take Write calls for disjoint ranges from several threads
 // (pwrite); SafetensorsFile is immutable after Open.
 #pragma once
@@ -159,6 +160,7 @@ class SafetensorsFile {
   std::vector<TensorView> tensors_;
   std::map<std::string, size_t, std::less<>> index_;
   std::map<std::string, std::string> metadata_;
+  std::vector<std::unique_ptr<uint64_t[]>> aligned_copies_;  // misaligned tensors' data
 };
 
 }  // namespace tessera

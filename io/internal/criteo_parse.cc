@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "core/escape.h"
 
 namespace tessera::io_internal {
 namespace {
@@ -84,9 +85,8 @@ float CriteoDenseTransform(int64_t x) {
 }
 
 std::string FieldErrorMessage(const FieldError& error) {
-  std::string_view v = error.value;
-  std::string shown(v.substr(0, 64));
-  if (v.size() > 64) shown += "...";
+  // Input bytes are escaped: a binary file read as text must not put control bytes on a terminal.
+  const std::string shown = EscapeBytes(error.value, 64);
   switch (error.kind) {
     case FieldErrorKind::kNone:
       return "ok";

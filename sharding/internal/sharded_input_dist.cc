@@ -31,6 +31,15 @@ int64_t PayloadBytes(const ShardedEmbeddingCollection::Impl& s, const int64_t* h
   return Align8(8 * ids + 4 * i32 + 4 * fl);
 }
 
+// Appends v's bytes at *p and advances it. An empty vector may have a null data(), and memcpy
+// from null is undefined even for 0 bytes, so nothing is copied then.
+template <typename T>
+void Put(char** p, const std::vector<T>& v) {
+  if (v.empty()) return;
+  std::memcpy(*p, v.data(), v.size() * sizeof(T));
+  *p += v.size() * sizeof(T);
+}
+
 }  // namespace
 
 void PackInput(ShardedEmbeddingCollection::Impl& s, const KeyedJagged& batch, bool keep_batch,
@@ -70,25 +79,18 @@ void PackInput(ShardedEmbeddingCollection::Impl& s, const KeyedJagged& batch, bo
     for (int d = 0; d < n; ++d) {
       char* p = out->payload.data() + out->pdispl[d];
       for (int ri : s.dst_requests[d]) {
-        const auto& u = s.requests[ri].uids;
-        std::memcpy(p, u.data(), u.size() * 8);
-        p += u.size() * 8;
+        Put(&p, s.requests[ri].uids);
       }
       for (int ri : s.dst_requests[d]) {
         const Request& r = s.requests[ri];
         for (size_t fi = 0; fi < r.pos.size(); ++fi) {
-          std::memcpy(p, r.lengths[fi].data(), r.lengths[fi].size() * 4);
-          p += r.lengths[fi].size() * 4;
-          std::memcpy(p, r.pos[fi].data(), r.pos[fi].size() * 4);
-          p += r.pos[fi].size() * 4;
+          Put(&p, r.lengths[fi]);
+          Put(&p, r.pos[fi]);
         }
       }
       if (out->weighted) {
         for (int ri : s.dst_requests[d]) {
-          for (const auto& w : s.requests[ri].wts) {
-            std::memcpy(p, w.data(), w.size() * 4);
-            p += w.size() * 4;
-          }
+          for (const auto& w : s.requests[ri].wts) Put(&p, w);
         }
       }
     }

@@ -188,8 +188,8 @@ TEST_F(DenseCuda, OptimizersMatchCpu) {
     o.type = type;
     o.weight_decay = 0.01f;
     o.adagrad_initial = 0.1f;
-    Parameter pc = MakeParameter("p", {33, 17}, Device::kCpu);
-    Parameter pg = MakeParameter("p", {33, 17}, Device::kCuda);
+    Parameter pc = *MakeParameter("p", {33, 17}, Device::kCpu);
+    Parameter pg = *MakeParameter("p", {33, 17}, Device::kCuda);
     const int64_t n = 33 * 17;
     const auto w = RandomFloats(n, 3);
     std::copy(w.begin(), w.end(), pc.value.data<float>());

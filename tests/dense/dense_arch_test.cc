@@ -232,6 +232,39 @@ TEST(DenseArchTest, TwoRunsGiveTheSameBits) {
   }
 }
 
+TEST(DenseArchTest, FootprintCountsWhatCreateAllocates) {
+  const std::vector<DenseArchOptions> all = {DlrmOptions(), DcnOptions(0), DcnOptions(4)};
+  for (size_t i = 0; i < all.size(); ++i) {
+    SCOPED_TRACE(i);
+    const DenseArchOptions& o = all[i];
+    auto f = DenseArch::Footprint(o);
+    ASSERT_TRUE(f.ok()) << f.status();
+    auto arch = DenseArch::Create(o, DeviceContext::Cpu());
+    ASSERT_TRUE(arch.ok()) << arch.status();
+    int64_t params = 0;
+    for (Parameter* p : (*arch)->parameters()) params += p->value.numel();
+    EXPECT_EQ(f->params(), params);
+    EXPECT_GT(f->activations_per_sample(), 0);
+  }
+}
+
+TEST(DenseArchTest, HugeLayersAreErrorsNotAborts) {
+  DenseArchOptions o = DlrmOptions();
+  o.bottom_mlp = {int64_t{4} << 60, int64_t{4} << 60, 16};
+  auto f = DenseArch::Footprint(o);
+  EXPECT_EQ(f.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(f.status().message().find("DenseArchOptions.bottom_mlp"), std::string::npos)
+      << f.status();
+  // A size that does not overflow but cannot be allocated: ResourceExhausted naming the
+  // parameter, from Create (no abort in MakeParameter).
+  o.bottom_mlp = {int64_t{1} << 40, 16};
+  auto arch = DenseArch::Create(o, DeviceContext::Cpu());
+  EXPECT_EQ(arch.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(arch.status().message().find("bottom_mlp.0.weight: cannot allocate"),
+            std::string::npos)
+      << arch.status();
+}
+
 TEST(DenseArchTest, ValidationNamesTheField) {
   auto expect_error = [](DenseArchOptions o, const std::string& text) {
     auto st = DenseArch::Create(o, DeviceContext::Cpu()).status();

@@ -23,8 +23,8 @@ struct ParamSet {
 
 ParamSet MakeParams() {
   ParamSet s;
-  s.params.push_back(MakeParameter("a.weight", {3, 50}, Device::kCpu));
-  s.params.push_back(MakeParameter("a.bias", {3}, Device::kCpu));
+  s.params.push_back(*MakeParameter("a.weight", {3, 50}, Device::kCpu));
+  s.params.push_back(*MakeParameter("a.bias", {3}, Device::kCpu));
   for (size_t i = 0; i < s.params.size(); ++i) {
     Parameter& p = s.params[i];
     const Vec v = testing::RoundToFloat(RandomVec(p.value.numel(), 10 + i));

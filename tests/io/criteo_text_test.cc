@@ -309,6 +309,37 @@ std::string Row(char sep, const std::vector<std::pair<int, std::string>>& set, i
   return s;
 }
 
+TEST(CriteoTextTest, LeadingUtf8ByteOrderMarkIsSkipped) {
+  const std::string bom = "\xEF\xBB\xBF";
+  std::vector<int64_t> rows(26, 100);
+  const std::string tsv = Row('\t', {{0, "1"}, {1, "4"}, {14, "0a"}});
+  TempFile t(bom + tsv + "\n" + Row('\t', {}) + "\n");
+  std::vector<FlatSample> got = ReadAllSamples(Opts({t.path()}, rows));
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].label, 1.0f);
+  EXPECT_EQ(got[0].dense[0], static_cast<float>(std::log1p(4.0)));
+  EXPECT_EQ(got[0].bags[0][0], 10);
+  // CSV with a header after the mark, and CSV without a header.
+  TempFile h(bom + "label,I1,I2,I3,I4,I5,I6,I7,I8,I9,I10,I11,I12,I13,C1,C2,C3,C4,C5,C6,C7,C8,C9,"
+                   "C10,C11,C12,C13,C14,C15,C16,C17,C18,C19,C20,C21,C22,C23,C24,C25,C26\n1,2\n",
+             ".csv");
+  got = ReadAllSamples(Opts({h.path()}, rows, CriteoTextFormat::kCsv));
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].label, 1.0f);
+  TempFile c(bom + "0,3\n", ".csv");
+  got = ReadAllSamples(Opts({c.path()}, rows, CriteoTextFormat::kCsv));
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].dense[0], static_cast<float>(std::log1p(3.0)));
+  // Only at the start of a file: a mark inside is data (a bad label on line 2).
+  TempFile m(tsv + "\n" + bom + tsv + "\n");
+  auto r = CriteoTextReader::Open(Opts({m.path()}, rows));
+  ASSERT_TRUE(r.ok());
+  Batch b;
+  auto st = (*r)->Next(&b);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.status().message(), m.path() + ":2: field label: '\\xef\\xbb\\xbf1' is not 0 or 1");
+}
+
 TEST(CriteoTextTest, EveryBadRecordKindInBothPolicies) {
   const auto kTsv = CriteoTextFormat::kTsv, kCsv = CriteoTextFormat::kCsv;
   const std::vector<BadCase> cases = {
@@ -327,6 +358,11 @@ TEST(CriteoTextTest, EveryBadRecordKindInBothPolicies) {
       {"empty label", kTsv, Row('\t', {{0, ""}}), "field label: '' is not 0 or 1"},
       {"label 0.5 in csv", kCsv, Row(',', {{0, "0.5"}}), "field label: '0.5' is not 0 or 1"},
       {"too many fields", kTsv, Row('\t', {}, 42), "42 fields, expected at most 40"},
+      // Input bytes are escaped in messages: no control byte reaches the terminal.
+      {"control bytes", kTsv, Row('\t', {{2, std::string("1\x01\x1b[2J\x7f", 7)}}),
+       "field I2: '1\\x01\\x1b[2J\\x7f' is not an integer"},
+      {"binary label", kTsv, Row('\t', {{0, std::string("\0\xff", 2)}}),
+       "field label: '\\x00\\xff' is not 0 or 1"},
   };
   std::vector<int64_t> rows(26, 1000);
   for (const BadCase& c : cases) {

@@ -16,6 +16,16 @@ expect_error() {  # name, expected substring, command...
     failed=$((failed + 1)); echo "FAIL $name: rc=$rc, message: $msg (wanted: $want)"
   fi
 }
+expect_exit1() {  # as expect_error, but the exit code must be exactly 1 (an error, not a signal)
+  local name=$1 want=$2; shift 2
+  local msg rc
+  msg=$("$@" 2>&1 >/dev/null); rc=$?
+  if [ $rc -eq 1 ] && grep -qF -- "$want" <<<"$msg"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1)); echo "FAIL $name: rc=$rc, message: $msg (wanted exit 1 and: $want)"
+  fi
+}
 cp "$src/configs/quickstart.yaml" "$tmp/q.yaml"
 printf 'model:\n  type: dlrm\n  embeding_dim: 16\n' > "$tmp/unknown.yaml"
 expect_error unknown_key "unknown.yaml:3" "$bin/tessera-train" --config "$tmp/unknown.yaml"
@@ -26,7 +36,22 @@ expect_error wrong_type "model.bottom_mlp" "$bin/tessera-train" --config "$tmp/q
 expect_error missing_file "nowhere.tsv" "$bin/tessera-train" --config \
   "$src/configs/criteo_sample.yaml" --set data.train=nowhere.tsv --set "output.dir=$tmp/out3"
 expect_error no_config "--config" "$bin/tessera-train"
-for d in out1 out2 out3; do
+# Models too large for the host: ResourceExhausted naming the key and the bytes, before any
+# allocation (these two aborted in dense/parameter.cc before; issue 13).
+expect_exit1 huge_layer "model.bottom_mlp: the dense model needs" "$bin/tessera-train" \
+  --config "$tmp/q.yaml" --set "model.bottom_mlp=[4000000000,16]" --set "output.dir=$tmp/out4"
+expect_exit1 huge_layers "model.bottom_mlp: the dense model needs" "$bin/tessera-train" \
+  --config "$tmp/q.yaml" --set "model.bottom_mlp=[100000,100000,16]" --set "output.dir=$tmp/out5"
+expect_exit1 overflowing_layers "model.bottom_mlp: the layer sizes give more than 2^56" \
+  "$bin/tessera-train" --config "$tmp/q.yaml" --set "output.dir=$tmp/out6" \
+  --set "model.bottom_mlp=[4000000000000000000,4000000000000000000,16]"
+expect_exit1 memory_limit "bytes (0.0 GiB) are available (TESSERA_MEMORY_LIMIT_BYTES)" \
+  env TESSERA_MEMORY_LIMIT_BYTES=1000 "$bin/tessera-train" --config "$tmp/q.yaml" \
+  --set "output.dir=$tmp/out7"
+# Control bytes in an override are escaped in the message.
+expect_exit1 escaped_override "override 'model.bottom_mlp=[1,\\x01]'" "$bin/tessera-train" \
+  --config "$tmp/q.yaml" --set "$(printf 'model.bottom_mlp=[1,\001]')" --set "output.dir=$tmp/out8"
+for d in out1 out2 out3 out4 out5 out6 out7 out8; do
   if [ -e "$tmp/$d/model.safetensors" ]; then failed=$((failed + 1)); echo "FAIL $d has a model"; fi
 done
 echo "$passed passed, $failed failed"

@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/escape.h"
 
 namespace tessera::internal {
 namespace {
@@ -32,8 +33,8 @@ std::string Render(const YAML::Node& node) {
     e << node;
     s = e.c_str();
   }
-  if (s.size() > 80) s = s.substr(0, 77) + "...";
-  return s;
+  // Escaped: a config may carry control bytes, which must not reach the terminal.
+  return EscapeBytes(s, s.size() > 80 ? 77 : 80);
 }
 
 }  // namespace
@@ -76,7 +77,8 @@ const std::pair<std::string, std::string>* ConfigReader::OverrideFor(
 
 std::string ConfigReader::Where(const YAML::Node& node, const YAML::Node& fallback,
                                 const std::string& key) const {
-  if (const auto* o = OverrideFor(key)) return absl::StrCat(source_, ": override '", o->second, "'");
+  if (const auto* o = OverrideFor(key))
+    return absl::StrCat(source_, ": override '", EscapeBytes(o->second, 200), "'");
   int line = LineOf(node);
   if (line == 0) line = LineOf(fallback);
   return line > 0 ? absl::StrCat(source_, ":", line) : source_;
@@ -84,7 +86,8 @@ std::string ConfigReader::Where(const YAML::Node& node, const YAML::Node& fallba
 
 absl::Status ConfigReader::Error(const YAML::Node& node, const YAML::Node& fallback,
                                  const std::string& key, absl::string_view problem) const {
-  std::string msg = absl::StrCat(Where(node, fallback, key), ": ", key, ": ", problem);
+  std::string msg =
+      absl::StrCat(Where(node, fallback, key), ": ", EscapeBytes(key, 200), ": ", problem);
   if (node.IsDefined() && !node.IsNull()) absl::StrAppend(&msg, " (got '", Render(node), "')");
   return absl::InvalidArgumentError(msg);
 }
@@ -125,7 +128,9 @@ absl::Status ConfigReader::CheckMap(const YAML::Node& map, const YAML::Node& par
     if (s.path == section) here = &s;
   std::set<std::string> seen;
   for (auto it = map.begin(); it != map.end(); ++it) {
-    const YAML::Node& k = it->first;
+    // A copy (a Node is a handle): `it->first` is a member of a proxy that yaml-cpp's
+    // operator-> returns by value, so a reference to it dangles after this statement.
+    const YAML::Node k = it->first;
     std::string name = k.IsScalar() ? k.Scalar() : Render(k);
     std::string full = JoinKey(path, name);
     if (!seen.insert(name).second) return Error(YAML::Node(), k, full, "duplicate key");
@@ -137,11 +142,11 @@ absl::Status ConfigReader::CheckMap(const YAML::Node& map, const YAML::Node& par
     for (auto o = overrides_.rbegin(); o != overrides_.rend() && where.empty(); ++o) {
       if (o->first == full || absl::StartsWith(o->first, full + ".") ||
           absl::StartsWith(o->first, full + "["))
-        where = absl::StrCat(source_, ": override '", o->second, "'");
+        where = absl::StrCat(source_, ": override '", EscapeBytes(o->second, 200), "'");
     }
     if (where.empty()) where = Where(k, map, full);
     return absl::InvalidArgumentError(
-        absl::StrCat(where, ": ", full, ": unknown key", Suggest(path, section, name)));
+        absl::StrCat(where, ": ", EscapeBytes(full, 200), ": unknown key", Suggest(path, section, name)));
   }
   return absl::OkStatus();
 }

@@ -1,0 +1,108 @@
+#include "trainer/internal/memory_check.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/status.h"
+
+namespace tessera::internal {
+namespace {
+
+std::string Gib(int64_t bytes) {
+  return absl::StrFormat("%.1f GiB", static_cast<double>(bytes) / (1 << 30));
+}
+
+}  // namespace
+
+HostMemory AvailableHostMemory() {
+  HostMemory m;
+  if (const char* env = std::getenv("TESSERA_MEMORY_LIMIT_BYTES"); env != nullptr) {
+    int64_t v = 0;
+    if (absl::SimpleAtoi(env, &v) && v >= 0) {
+      m.bytes = v;
+      m.source = "TESSERA_MEMORY_LIMIT_BYTES";
+      return m;
+    }
+  }
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  int64_t kib = 0;
+  while (in >> key >> kib) {
+    std::getline(in, unit);
+    if (key == "MemAvailable:") {
+      m.bytes = kib * 1024;
+      m.source = "MemAvailable in /proc/meminfo";
+      break;
+    }
+  }
+  for (int resource : {RLIMIT_AS, RLIMIT_DATA}) {
+    struct rlimit lim;
+    if (getrlimit(resource, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY &&
+        (m.bytes < 0 || lim.rlim_cur < static_cast<rlim_t>(m.bytes))) {
+      m.bytes = static_cast<int64_t>(lim.rlim_cur);
+      m.source = resource == RLIMIT_AS ? "RLIMIT_AS" : "RLIMIT_DATA";
+    }
+  }
+  return m;
+}
+
+absl::Status CheckDenseMemory(const Config& config, const DenseArchOptions& options,
+                              const HostMemory& available) {
+  const std::string where = config.source.empty() ? "" : config.source + ": ";
+  absl::StatusOr<DenseArchFootprint> f = DenseArch::Footprint(options);
+  if (!f.ok()) {
+    // "DenseArchOptions.<field>: ..." -> the config's key.
+    std::string msg(f.status().message());
+    if (absl::StartsWith(msg, "DenseArchOptions.")) msg = "model." + msg.substr(17);
+    return absl::Status(f.status().code(), where + msg);
+  }
+  if (config.device != "cpu" || available.bytes < 0) return absl::OkStatus();
+  int64_t state = 0;  // optimizer state tensors per parameter
+  if (config.optimizer.dense.type == DenseOptimizerType::kAdagrad) state = 1;
+  if (config.optimizer.dense.type == DenseOptimizerType::kAdam) state = 2;
+  const int64_t batch = std::max<int64_t>(
+      {int64_t{1}, config.data.batch_size, config.data.eval_batch_size});
+  // Every count is below 2^56 (DenseArch::kMaxFootprint) and the factors are small, so only the
+  // activations (times a batch from the config) need a check; doubles keep the comparison exact
+  // enough without overflow.
+  const double per_param = 4.0 * (2 + state);
+  const double param_bytes = per_param * static_cast<double>(f->params());
+  const double act_bytes = 4.0 * static_cast<double>(f->activations_per_sample()) * batch;
+  const double need = param_bytes + act_bytes;
+  if (need <= static_cast<double>(available.bytes)) return absl::OkStatus();
+  // The key to blame: the part holding the most bytes (its parameters and its activations).
+  struct Part {
+    const char* key;
+    const DenseArchFootprint::Part* part;
+  };
+  const Part parts[] = {{"model.bottom_mlp", &f->bottom_mlp},
+                        {"model.top_mlp", &f->top_mlp},
+                        {"model.dcn", &f->cross},
+                        {"model.embedding_dim", &f->interaction}};
+  auto bytes = [&](const Part& p) {
+    return per_param * static_cast<double>(p.part->params) +
+           4.0 * static_cast<double>(p.part->activations_per_sample) * batch;
+  };
+  const Part* big = &parts[0];
+  for (const Part& p : parts) {
+    if (bytes(p) > bytes(*big)) big = &p;
+  }
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "%s%s: the dense model needs %.0f bytes (%s: %d parameters with gradients and %d "
+      "optimizer state tensors, %.0f bytes; activations of %d samples (data.batch_size), %.0f "
+      "bytes) but %d bytes "
+      "(%s) are available (%s); make the layers or the batch smaller",
+      where, big->key, need, Gib(static_cast<int64_t>(std::min(need, 9.0e18))), f->params(),
+      state, param_bytes, batch, act_bytes, available.bytes, Gib(available.bytes),
+      available.source));
+}
+
+}  // namespace tessera::internal

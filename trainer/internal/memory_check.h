@@ -1,0 +1,37 @@
+// Before a model is built: the host bytes its dense part will hold (parameters, their gradients,
+// the optimizer's state, one batch's activations), estimated from the config and compared with
+// the memory this process can get. A shortfall is ResourceExhausted naming the config key and
+// both byte counts, so a model too large for the machine is an error before the first
+// allocation, not an abort or an out-of-memory kill halfway through building it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "dense/dense_arch.h"
+#include "trainer/config.h"
+
+namespace tessera::internal {
+
+struct HostMemory {
+  int64_t bytes = -1;  // what the process can still allocate; -1: unknown (nothing is checked)
+  std::string source;  // where the number came from, for messages
+};
+
+// TESSERA_MEMORY_LIMIT_BYTES when set (tests, containers whose /proc lies), else MemAvailable
+// from /proc/meminfo, lowered to RLIMIT_AS / RLIMIT_DATA when those are set.
+HostMemory AvailableHostMemory();
+
+// The dense model's host bytes per DenseArch::Footprint: (value + grad + optimizer state) per
+// parameter and (activations) per sample times the largest batch. OK when it fits in
+// `available` (or when available.bytes < 0, or the device is not the CPU); ResourceExhausted
+// "<source>: <key>: the dense model needs N bytes (...) but M bytes are available (<where>)"
+// with the key of the part holding the most bytes (model.bottom_mlp, model.top_mlp, model.dcn,
+// or model.embedding_dim for the interaction); InvalidArgument naming the key when the sizes
+// overflow.
+[[nodiscard]] absl::Status CheckDenseMemory(const Config& config, const DenseArchOptions& options,
+                                            const HostMemory& available);
+
+}  // namespace tessera::internal
