@@ -20,7 +20,9 @@ absl::Status CheckForwardArgs(const char* op, const PooledLookupArgs& a) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": out_stride ", a.out_stride, " < dim ", a.dim));
   }
-  if (a.num_bags < 0) return absl::InvalidArgumentError(absl::StrCat(op, ": num_bags ", a.num_bags));
+  if (a.num_bags < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": num_bags ", a.num_bags));
+  }
   if (a.num_bags == 0) return absl::OkStatus();
   if (a.offsets == nullptr) return absl::InvalidArgumentError(absl::StrCat(op, ": null offsets"));
   if (a.out == nullptr) return absl::InvalidArgumentError(absl::StrCat(op, ": null out"));
