@@ -9,6 +9,7 @@
 #include "core/cuda_context.h"
 #include "core/cuda_status_cuda.h"
 #include "embedding/internal/lookup_cuda_common.h"
+#include "embedding/internal/pooled_lookup_kernels.h"
 #include "embedding/pooled_lookup_cuda.h"
 
 namespace tessera {
@@ -109,17 +110,11 @@ __global__ void CheckIndicesKernel(const int64_t* __restrict__ indices, int64_t 
 absl::Status PooledLookupForwardCuda(const DeviceContext& ctx, const PooledLookupArgs& a) {
   TESSERA_RETURN_IF_ERROR(CheckContext(ctx, "PooledLookupForward"));
   constexpr const char* kOp = "PooledLookupForward";
-  if (a.dim <= 0) return absl::InvalidArgumentError(absl::StrCat(kOp, ": dim ", a.dim));
-  if (a.out_stride < a.dim) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kOp, ": out_stride ", a.out_stride, " < dim ", a.dim));
-  }
-  if (a.num_bags < 0)
-    return absl::InvalidArgumentError(absl::StrCat(kOp, ": num_bags ", a.num_bags));
+  TESSERA_RETURN_IF_ERROR(embedding_internal::CheckForwardArgs(kOp, a));
   if (a.num_bags == 0) return absl::OkStatus();
-  if (a.offsets == nullptr || a.indices == nullptr || a.weights == nullptr || a.out == nullptr) {
+  if (a.indices == nullptr || a.weights == nullptr) {
     return absl::InvalidArgumentError(
-        absl::StrCat(kOp, ": null offsets, indices, weights or out (device pointers)"));
+        absl::StrCat(kOp, ": null indices or weights (device pointers)"));
   }
   if (a.num_slots >= 0) {
     int64_t ends[2] = {0, 0};

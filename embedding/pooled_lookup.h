@@ -1,6 +1,7 @@
 // Pooled embedding lookup (forward) and the fused backward + optimizer update: the two ops of an
-// embedding bag. CPU twin in pooled_lookup_cpu.cc, CUDA twin in pooled_lookup_cuda.cu; these
-// entry points dispatch on the DeviceContext. Kernels take plain views; the caller owns memory.
+// embedding bag. These entry points (pooled_lookup.cc) check their arguments once and dispatch on
+// the DeviceContext to the CPU twin (pooled_lookup_cpu.cc) or the CUDA twin (pooled_lookup_cuda.h,
+// which takes device pointers). Kernels take plain views; the caller owns memory.
 //
 // Bags are CSR: bag i holds indices[offsets[i] .. offsets[i + 1]) (offsets are absolute into
 // `indices`, so a feature's slice of a KeyedJagged can be passed without rebasing). Indices are

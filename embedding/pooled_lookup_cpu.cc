@@ -1,4 +1,5 @@
-// CPU twin of pooled_lookup.h, and the entry points that dispatch on the DeviceContext.
+// CPU twin of pooled_lookup.h (declared in embedding/internal/pooled_lookup_kernels.h; the
+// entry points in pooled_lookup.cc check arguments and dispatch).
 //
 // Forward: bags are split into contiguous chunks, one per thread; each bag is summed in index
 // order into a local accumulator (kept in vector registers for the common dims, which are
@@ -19,21 +20,12 @@
 #include "core/parallel.h"
 #include "core/status.h"
 #include "embedding/internal/cpu_parallel.h"
+#include "embedding/internal/pooled_lookup_kernels.h"
 #include "embedding/internal/radix_sort.h"
 #include "embedding/pooled_lookup.h"
-#if TESSERA_HAVE_CUDA
-#include "embedding/pooled_lookup_cuda.h"
-#endif
 
-namespace tessera {
+namespace tessera::embedding_internal {
 namespace {
-
-using embedding_internal::BitWidth;
-using embedding_internal::NumChunks;
-using embedding_internal::PrefetchBytes;
-using embedding_internal::PrefetchRowsAhead;
-using embedding_internal::RadixSortBits;
-using embedding_internal::RunChunks;
 
 // Smallest parallel chunks worth a second thread (each bag, entry or row costs ~10-100 ns).
 constexpr int64_t kForwardMinBags = 64;
@@ -41,32 +33,6 @@ constexpr int64_t kKeyMinBags = 256;
 constexpr int64_t kRunMinEntries = 16384;
 constexpr int64_t kSumMinEntries = 1024;
 constexpr int64_t kUpdateMinRows = 128;
-
-[[maybe_unused]] absl::Status CudaNotBuilt(const char* op) {
-  // Builds without CUDA leave the twin (pooled_lookup_cuda.cu) out.
-  return NoCudaPath(op);
-}
-
-// Checks one CSR bag list: non-negative count, offsets present, starting >= 0, never decreasing.
-absl::Status ValidateBags(const char* op, const int64_t* offsets, const int64_t* indices,
-                          int64_t num_bags) {
-  if (num_bags < 0) return absl::InvalidArgumentError(absl::StrCat(op, ": num_bags ", num_bags));
-  if (num_bags == 0) return absl::OkStatus();
-  if (offsets == nullptr) return absl::InvalidArgumentError(absl::StrCat(op, ": null offsets"));
-  if (offsets[0] < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": offsets[0] = ", offsets[0], " < 0"));
-  }
-  for (int64_t b = 0; b < num_bags; ++b) {
-    if (offsets[b + 1] < offsets[b]) {
-      return absl::InvalidArgumentError(absl::StrCat(op, ": offsets decrease at bag ", b, " (",
-                                                     offsets[b], " then ", offsets[b + 1], ")"));
-    }
-  }
-  if (offsets[num_bags] > offsets[0] && indices == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": null indices"));
-  }
-  return absl::OkStatus();
-}
 
 // ---------------------------------------------------------------------------------------------
 // Forward.
@@ -133,32 +99,14 @@ void PoolBagsCpu(const PooledLookupArgs& a, int64_t b0, int64_t b1) {
   }
 }
 
-absl::Status PooledLookupForwardCpu(const PooledLookupArgs& a) {
-  constexpr const char* kOp = "PooledLookupForward";
-  if (a.dim <= 0) return absl::InvalidArgumentError(absl::StrCat(kOp, ": dim ", a.dim));
-  if (a.out_stride < a.dim) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kOp, ": out_stride ", a.out_stride, " < dim ", a.dim));
-  }
-  TESSERA_RETURN_IF_ERROR(ValidateBags(kOp, a.offsets, a.indices, a.num_bags));
-  if (a.num_bags == 0) return absl::OkStatus();
-  if (a.out == nullptr) return absl::InvalidArgumentError(absl::StrCat(kOp, ": null out"));
-  const int64_t jb = a.offsets[0], je = a.offsets[a.num_bags];
-  if (je > jb && a.weights == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(kOp, ": null weights"));
-  }
-  if (a.num_slots >= 0) {
-    for (int64_t j = jb; j < je; ++j) {
-      if (a.indices[j] < 0 || a.indices[j] >= a.num_slots) {
-        return absl::InvalidArgumentError(absl::StrCat(kOp, ": index ", a.indices[j], " at ", j,
-                                                       " outside [0, ", a.num_slots, ")"));
-      }
-    }
-  }
+}  // namespace
+
+void PooledLookupForwardCpu(const PooledLookupArgs& a) {
   ParallelFor(a.num_bags, kForwardMinBags,
               [&a](int64_t b0, int64_t b1, int) { PoolBagsCpu(a, b0, b1); });
-  return absl::OkStatus();
 }
+
+namespace {
 
 // ---------------------------------------------------------------------------------------------
 // Backward: gradient aggregation.
@@ -229,25 +177,16 @@ void GrowTo(std::vector<T>* v, int64_t n) {
   if (static_cast<int64_t>(v->size()) < n) v->resize(n);
 }
 
+}  // namespace
+
 absl::Status AggregateRowGradientsCpu(absl::Span<const BagGradients> sources, int64_t dim,
                                       PoolingMode pooling, EmbeddingWorkspace* ws,
                                       std::vector<int64_t>* unique_slots,
                                       std::vector<float>* row_grads) {
   constexpr const char* kOp = "AggregateRowGradients";
-  if (dim <= 0) return absl::InvalidArgumentError(absl::StrCat(kOp, ": dim ", dim));
-  if (ws == nullptr || unique_slots == nullptr || row_grads == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(kOp, ": null workspace or output"));
-  }
   int64_t n = 0;
-  for (size_t s = 0; s < sources.size(); ++s) {
-    const BagGradients& src = sources[s];
-    TESSERA_RETURN_IF_ERROR(ValidateBags(kOp, src.offsets, src.indices, src.num_bags));
+  for (const BagGradients& src : sources) {
     if (src.num_bags == 0) continue;
-    if (src.grad == nullptr || src.grad_stride < dim) {
-      return absl::InvalidArgumentError(absl::StrCat(kOp, ": source ", s, " has null grad or ",
-                                                     "grad_stride ", src.grad_stride, " < dim ",
-                                                     dim));
-    }
     n += src.offsets[src.num_bags] - src.offsets[0];
   }
   unique_slots->clear();
@@ -375,19 +314,7 @@ absl::Status AggregateRowGradientsCpu(absl::Span<const BagGradients> sources, in
 // ---------------------------------------------------------------------------------------------
 // Backward: the optimizer update.
 
-absl::Status ValidateRowUpdate(const RowUpdateArgs& a) {
-  constexpr const char* kOp = "ApplyRowUpdates";
-  if (a.dim <= 0) return absl::InvalidArgumentError(absl::StrCat(kOp, ": dim ", a.dim));
-  if (a.step < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(kOp, ": step ", a.step, " (1-based)"));
-  }
-  if (a.weights == nullptr) return absl::InvalidArgumentError(absl::StrCat(kOp, ": null weights"));
-  if (RowStateDim(a.optimizer.type, a.dim) > 0 && a.state == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kOp, ": the optimizer keeps per-row state but state is null"));
-  }
-  return absl::OkStatus();
-}
+namespace {
 
 // Updates rows [u0, u1) of `slots`, prefetching the weights and state of rows further ahead
 // with write intent (they are read, then written).
@@ -409,13 +336,11 @@ void UpdateRowsCpu(const int64_t* slots, const float* row_grads, const RowUpdate
   }
 }
 
-absl::Status ApplyRowUpdatesCpu(absl::Span<const int64_t> slots, const float* row_grads,
-                                const RowUpdateArgs& args) {
-  TESSERA_RETURN_IF_ERROR(ValidateRowUpdate(args));
-  if (slots.empty()) return absl::OkStatus();
-  if (row_grads == nullptr) {
-    return absl::InvalidArgumentError("ApplyRowUpdates: null row_grads");
-  }
+}  // namespace
+
+void ApplyRowUpdatesCpu(absl::Span<const int64_t> slots, const float* row_grads,
+                        const RowUpdateArgs& args) {
+  if (slots.empty()) return;
   // One captured reference keeps the closure inside std::function (no allocation per step).
   struct Job {
     const int64_t* slots;
@@ -426,63 +351,6 @@ absl::Status ApplyRowUpdatesCpu(absl::Span<const int64_t> slots, const float* ro
               [&job](int64_t u0, int64_t u1, int) {
                 UpdateRowsCpu(job.slots, job.row_grads, *job.args, u0, u1);
               });
-  return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::Status PooledLookupForward(const DeviceContext& ctx, const PooledLookupArgs& args) {
-#if TESSERA_HAVE_CUDA
-  if (ctx.is_cuda()) return PooledLookupForwardCuda(ctx, args);
-#else
-  if (ctx.is_cuda()) return CudaNotBuilt("PooledLookupForward");
-#endif
-  return PooledLookupForwardCpu(args);
-}
-
-absl::Status AggregateRowGradients(const DeviceContext& ctx, absl::Span<const BagGradients> sources,
-                                   int64_t dim, PoolingMode pooling, EmbeddingWorkspace* ws,
-                                   std::vector<int64_t>* unique_slots,
-                                   std::vector<float>* row_grads) {
-#if TESSERA_HAVE_CUDA
-  if (ctx.is_cuda()) {
-    return AggregateRowGradientsCudaToHost(ctx, sources, dim, pooling, unique_slots, row_grads);
-  }
-#else
-  if (ctx.is_cuda()) return CudaNotBuilt("AggregateRowGradients");
-#endif
-  return AggregateRowGradientsCpu(sources, dim, pooling, ws, unique_slots, row_grads);
-}
-
-absl::Status ApplyRowUpdates(const DeviceContext& ctx, absl::Span<const int64_t> slots,
-                             const float* row_grads, const RowUpdateArgs& args) {
-#if TESSERA_HAVE_CUDA
-  if (ctx.is_cuda()) {
-    return ApplyRowUpdatesCuda(ctx, slots.data(), nullptr, static_cast<int64_t>(slots.size()),
-                               row_grads, args);
-  }
-#else
-  if (ctx.is_cuda()) return CudaNotBuilt("ApplyRowUpdates");
-#endif
-  return ApplyRowUpdatesCpu(slots, row_grads, args);
-}
-
-absl::Status FusedBackwardUpdate(const DeviceContext& ctx, absl::Span<const BagGradients> sources,
-                                 PoolingMode pooling, const RowUpdateArgs& args,
-                                 EmbeddingWorkspace* ws) {
-#if TESSERA_HAVE_CUDA
-  if (ctx.is_cuda()) {
-    CudaEmbeddingWorkspace cuda_ws(ctx);
-    return FusedBackwardUpdateCuda(ctx, sources, {}, pooling, 0, args, &cuda_ws);
-  }
-#else
-  if (ctx.is_cuda()) return CudaNotBuilt("FusedBackwardUpdate");
-#endif
-  if (ws == nullptr) return absl::InvalidArgumentError("FusedBackwardUpdate: null workspace");
-  TESSERA_RETURN_IF_ERROR(ValidateRowUpdate(args));
-  TESSERA_RETURN_IF_ERROR(
-      AggregateRowGradientsCpu(sources, args.dim, pooling, ws, &ws->unique_slots, &ws->row_grads));
-  return ApplyRowUpdatesCpu(ws->unique_slots, ws->row_grads.data(), args);
-}
-
-}  // namespace tessera
+}  // namespace tessera::embedding_internal

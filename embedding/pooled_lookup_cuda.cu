@@ -20,6 +20,7 @@
 #include "core/cuda_context.h"
 #include "core/cuda_status_cuda.h"
 #include "embedding/internal/lookup_cuda_common.h"
+#include "embedding/internal/pooled_lookup_kernels.h"
 #include "embedding/internal/row_update_lanes.h"
 #include "embedding/pooled_lookup_cuda.h"
 
@@ -501,7 +502,7 @@ absl::Status CudaWorkspaceAccess::Aggregate(const DeviceContext& ctx,
                                             absl::Span<const int64_t> slot_bases) {
   TESSERA_RETURN_IF_ERROR(CheckContext(ctx, "AggregateRowGradients"));
   constexpr const char* kOp = "AggregateRowGradientsCuda";
-  if (dim <= 0) return absl::InvalidArgumentError(absl::StrCat(kOp, ": dim ", dim));
+  TESSERA_RETURN_IF_ERROR(embedding_internal::CheckGradientSources(kOp, sources, dim));
   if (ws == nullptr) return absl::InvalidArgumentError(absl::StrCat(kOp, ": null workspace"));
   if ((!num_ids.empty() && num_ids.size() != sources.size()) ||
       (!poolings.empty() && poolings.size() != sources.size()) ||
@@ -515,16 +516,7 @@ absl::Status CudaWorkspaceAccess::Aggregate(const DeviceContext& ctx,
   int64_t n = 0;
   for (size_t s = 0; s < sources.size(); ++s) {
     const BagGradients& src = sources[s];
-    if (src.num_bags < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(kOp, ": source ", s, " num_bags ", src.num_bags));
-    }
     if (src.num_bags == 0) continue;
-    if (src.offsets == nullptr || src.grad == nullptr || src.grad_stride < dim) {
-      return absl::InvalidArgumentError(absl::StrCat(kOp, ": source ", s,
-                                                     " has null offsets or grad, or grad_stride ",
-                                                     src.grad_stride, " < dim ", dim));
-    }
     if (num_ids.empty()) {
       int64_t ends[2] = {0, 0};
       TESSERA_RETURN_IF_ERROR(CudaCopyToHost(ctx, &ends[0], src.offsets, sizeof(int64_t)));
@@ -715,17 +707,7 @@ absl::Status ApplyRowUpdatesCuda(const DeviceContext& ctx, const int64_t* slots,
                                  const float* row_grads, const RowUpdateArgs& args) {
   TESSERA_RETURN_IF_ERROR(CheckContext(ctx, "ApplyRowUpdates"));
   constexpr const char* kOp = "ApplyRowUpdates";
-  if (args.dim <= 0) return absl::InvalidArgumentError(absl::StrCat(kOp, ": dim ", args.dim));
-  if (args.step < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(kOp, ": step ", args.step, " (1-based)"));
-  }
-  if (args.weights == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(kOp, ": null weights"));
-  }
-  if (RowStateDim(args.optimizer.type, args.dim) > 0 && args.state == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kOp, ": the optimizer keeps per-row state but state is null"));
-  }
+  TESSERA_RETURN_IF_ERROR(embedding_internal::CheckRowUpdate(kOp, args));
   if (max_rows <= 0) return absl::OkStatus();
   if (slots == nullptr || row_grads == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(kOp, ": null slots or row_grads"));
@@ -813,7 +795,9 @@ absl::Status BucketizeIdsCuda(const DeviceContext& ctx, const BucketizeArgs& arg
   return CudaWorkspaceAccess::Bucketize(ctx, args, ws);
 }
 
-// The dispatching entry points' CUDA halves for host-vector outputs (pooled_lookup_cpu.cc).
+// The dispatching entry points' CUDA halves without a public twin (pooled_lookup.cc).
+namespace embedding_internal {
+
 absl::Status AggregateRowGradientsCudaToHost(const DeviceContext& ctx,
                                              absl::Span<const BagGradients> sources, int64_t dim,
                                              PoolingMode pooling,
@@ -831,5 +815,14 @@ absl::Status AggregateRowGradientsCudaToHost(const DeviceContext& ctx,
       CudaCopyToHost(ctx, unique_slots->data(), ws.unique_slots(), sizeof(int64_t) * unique));
   return CudaCopyToHost(ctx, row_grads->data(), ws.row_grads(), sizeof(float) * unique * dim);
 }
+
+absl::Status FusedBackwardUpdateCudaOnce(const DeviceContext& ctx,
+                                         absl::Span<const BagGradients> sources,
+                                         PoolingMode pooling, const RowUpdateArgs& args) {
+  CudaEmbeddingWorkspace ws(ctx);
+  return FusedBackwardUpdateCuda(ctx, sources, {}, pooling, 0, args, &ws);
+}
+
+}  // namespace embedding_internal
 
 }  // namespace tessera

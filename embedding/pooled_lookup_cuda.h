@@ -166,14 +166,6 @@ absl::Status FusedBackwardUpdateTablesCuda(const DeviceContext& ctx,
                                            const TableGroupUpdate& group,
                                            CudaEmbeddingWorkspace* ws);
 
-// AggregateRowGradients's CUDA half (device sources, host outputs; waits): what the dispatching
-// entry point of pooled_lookup.h runs for a CUDA DeviceContext.
-absl::Status AggregateRowGradientsCudaToHost(const DeviceContext& ctx,
-                                             absl::Span<const BagGradients> sources, int64_t dim,
-                                             PoolingMode pooling,
-                                             std::vector<int64_t>* unique_slots,
-                                             std::vector<float>* row_grads);
-
 // Deduplication: unique[0, *num_unique) = the distinct values of ids[0, n) in increasing order
 // and inverse[i] = the index of ids[i] in unique, so unique[inverse[i]] == ids[i]. `id_bits` as
 // slot_bits above (0: ids are checked to be >= 0, with a wait). unique and inverse hold n

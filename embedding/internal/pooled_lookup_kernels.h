@@ -1,0 +1,70 @@
+// The twins behind pooled_lookup.h's entry points, and the argument checks they share (dense's
+// twin shape, dense/internal/kernels.h). The dispatching entry points (embedding/pooled_lookup.cc)
+// check arguments once, pick a twin by ctx.device, and are the only place that knows whether the
+// CUDA path is built. CPU twins live in embedding/pooled_lookup_cpu.cc and assume checked
+// arguments; CUDA twins are declared in embedding/pooled_lookup_cuda.h, which device code (the
+// CUDA collection, benchmarks) also calls directly, so they run the same pointer-free checks
+// below themselves (a few comparisons) before their device-side ones. Private to embedding/.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "core/device.h"
+#include "embedding/pooled_lookup.h"
+
+namespace tessera::embedding_internal {
+
+// ---- Checks (embedding/pooled_lookup.cc) ---------------------------------------------------
+// Each returns InvalidArgument "<op>: ..." naming the offending field and value.
+
+// Forward checks that read no memory behind the pointers: dim > 0, out_stride >= dim,
+// num_bags >= 0 and, with num_bags > 0, non-null offsets and out. Valid for host and device
+// pointers.
+[[nodiscard]] absl::Status CheckForwardArgs(const char* op, const PooledLookupArgs& args);
+
+// One CSR bag list in host memory: offsets[0] >= 0, offsets never decrease, and non-null indices
+// when the bags hold ids. num_bags >= 0 and non-null offsets are CheckForwardArgs's or
+// CheckGradientSources's job. Reads offsets[0 .. num_bags].
+[[nodiscard]] absl::Status CheckHostBags(const char* op, const int64_t* offsets,
+                                         const int64_t* indices, int64_t num_bags);
+
+// Forward checks that read host memory (a CPU DeviceContext): CheckHostBags, non-null weights
+// when there are ids, and with num_slots >= 0 every index in [0, num_slots).
+[[nodiscard]] absl::Status CheckForwardHostData(const char* op, const PooledLookupArgs& args);
+
+// Gradient sources, pointer-free: dim > 0; per source num_bags >= 0 and, with bags, non-null
+// offsets and grad and grad_stride >= dim ("source <s> ...").
+[[nodiscard]] absl::Status CheckGradientSources(const char* op,
+                                                absl::Span<const BagGradients> sources,
+                                                int64_t dim);
+
+// Row update: dim > 0, step >= 1, non-null weights, non-null state when the optimizer keeps state.
+[[nodiscard]] absl::Status CheckRowUpdate(const char* op, const RowUpdateArgs& args);
+
+// ---- CPU twins (embedding/pooled_lookup_cpu.cc): arguments checked by the caller ------------
+void PooledLookupForwardCpu(const PooledLookupArgs& args);
+// Also returns InvalidArgument for a negative slot (found while building the sort keys).
+[[nodiscard]] absl::Status AggregateRowGradientsCpu(absl::Span<const BagGradients> sources,
+                                                    int64_t dim, PoolingMode pooling,
+                                                    EmbeddingWorkspace* ws,
+                                                    std::vector<int64_t>* unique_slots,
+                                                    std::vector<float>* row_grads);
+// row_grads must be non-null when slots is non-empty.
+void ApplyRowUpdatesCpu(absl::Span<const int64_t> slots, const float* row_grads,
+                        const RowUpdateArgs& args);
+
+// ---- CUDA halves without a public twin (embedding/pooled_lookup_cuda.cu) ---------------------
+// AggregateRowGradients for a CUDA DeviceContext: device sources, host outputs; waits.
+[[nodiscard]] absl::Status AggregateRowGradientsCudaToHost(
+    const DeviceContext& ctx, absl::Span<const BagGradients> sources, int64_t dim,
+    PoolingMode pooling, std::vector<int64_t>* unique_slots, std::vector<float>* row_grads);
+// FusedBackwardUpdate for a CUDA DeviceContext with a workspace of its own (device sources).
+[[nodiscard]] absl::Status FusedBackwardUpdateCudaOnce(const DeviceContext& ctx,
+                                                       absl::Span<const BagGradients> sources,
+                                                       PoolingMode pooling,
+                                                       const RowUpdateArgs& args);
+
+}  // namespace tessera::embedding_internal
