@@ -2,12 +2,12 @@
 # The disk's random 4 KiB read IOPS at queue depth 1 and 32, O_DIRECT (the page cache bypassed),
 # the bound a tier that reads cold rows from disk is measured against (docs/PERFORMANCE.md,
 # ../shared/MACHINE.md). Uses fio (Debian package `fio`; not needed to build or test Tessera).
-# usage: bench/disk_iops.sh [dir on the disk, default /work/tmp] [file GiB, default 4]
+# usage: bench/disk_iops.sh [dir on the disk, default runs/disk_iops under the repo] [file GiB, default 4]
 #                           [seconds per depth, default 15]
 # The file is laid out once, then deleted. It must be much larger than any device cache; with
 # O_DIRECT the OS page cache plays no part.
 set -euo pipefail
-dir=${1:-/work/tmp}
+dir=${1:-runs/disk_iops}
 gib=${2:-4}
 secs=${3:-15}
 command -v fio > /dev/null || { echo "fio not found: apt-get install fio" >&2; exit 1; }

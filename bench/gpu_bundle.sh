@@ -42,9 +42,10 @@ TESTS=$(for f in tests/cuda/*_test.cc; do echo "cuda_$(basename "$f" .cc)"; done
 # ---- 1. build ---------------------------------------------------------------------------------
 LAUNCH=""
 command -v ccache > /dev/null && LAUNCH="-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache"
+mkdir -p "$BUILD"
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA=ON \
-  -DTESSERA_CUDA_ARCHS="$ARCHS" -DTESSERA_BUNDLE=ON $LAUNCH > "$BUILD.configure.log" 2>&1 ||
-  { tail -n 30 "$BUILD.configure.log"; exit 1; }
+  -DTESSERA_CUDA_ARCHS="$ARCHS" -DTESSERA_BUNDLE=ON $LAUNCH > "$BUILD/configure.log" 2>&1 ||
+  { tail -n 30 "$BUILD/configure.log"; exit 1; }
 # shellcheck disable=SC2086
 cmake --build "$BUILD" -j "$JOBS" --target $BINS $TESTS
 
