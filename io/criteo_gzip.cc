@@ -17,6 +17,7 @@
 #include "core/status.h"
 #include "io/internal/criteo_parse.h"
 #include "io/internal/one_hot_batch.h"
+#include "io/internal/reader_checks.h"
 
 namespace tessera {
 
@@ -284,16 +285,8 @@ CriteoGzipReader::~CriteoGzipReader() { state_->Stop(); }
 absl::StatusOr<std::unique_ptr<CriteoGzipReader>> CriteoGzipReader::Open(
     CriteoGzipOptions options) {
   if (options.paths.empty()) return absl::InvalidArgumentError("no input files given");
-  if (options.batch_size < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("batch_size = ", options.batch_size, ", expected >= 1"));
-  }
-  if (options.num_shards < 1 || options.shard_index < 0 ||
-      options.shard_index >= options.num_shards) {
-    return absl::InvalidArgumentError(absl::StrCat("shard_index = ", options.shard_index,
-                                                   " of num_shards = ", options.num_shards,
-                                                   ", expected 0 <= shard_index < num_shards"));
-  }
+  TESSERA_RETURN_IF_ERROR(
+      io_internal::CheckBatchAndShard(options.batch_size, options.shard_index, options.num_shards));
   if (options.max_bad_records < 0 || options.parse_threads < 1 || options.chunk_bytes < 1 ||
       options.max_chunks_in_flight < 1) {
     return absl::InvalidArgumentError(

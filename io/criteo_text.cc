@@ -12,6 +12,7 @@
 #include "io/internal/criteo_parse.h"
 #include "io/internal/mapped_file.h"
 #include "io/internal/one_hot_batch.h"
+#include "io/internal/reader_checks.h"
 
 namespace tessera {
 
@@ -127,16 +128,8 @@ CriteoTextReader::~CriteoTextReader() = default;
 absl::StatusOr<std::unique_ptr<CriteoTextReader>> CriteoTextReader::Open(
     CriteoTextOptions options) {
   if (options.paths.empty()) return absl::InvalidArgumentError("no input files given");
-  if (options.batch_size < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("batch_size = ", options.batch_size, ", expected >= 1"));
-  }
-  if (options.num_shards < 1 || options.shard_index < 0 ||
-      options.shard_index >= options.num_shards) {
-    return absl::InvalidArgumentError(absl::StrCat("shard_index = ", options.shard_index,
-                                                   " of num_shards = ", options.num_shards,
-                                                   ", expected 0 <= shard_index < num_shards"));
-  }
+  TESSERA_RETURN_IF_ERROR(
+      io_internal::CheckBatchAndShard(options.batch_size, options.shard_index, options.num_shards));
   if (options.max_bad_records < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_bad_records = ", options.max_bad_records, ", expected >= 0"));

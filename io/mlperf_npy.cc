@@ -13,6 +13,7 @@
 #include "core/status.h"
 #include "io/internal/mapped_file.h"
 #include "io/internal/npz.h"
+#include "io/internal/reader_checks.h"
 #include "io/npy.h"
 
 namespace tessera {
@@ -285,16 +286,8 @@ MlperfNpyReader::~MlperfNpyReader() = default;
 
 absl::StatusOr<std::unique_ptr<MlperfNpyReader>> MlperfNpyReader::Open(MlperfNpyOptions options) {
   if (options.days.empty()) return absl::InvalidArgumentError("no days given");
-  if (options.batch_size < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("batch_size = ", options.batch_size, ", expected >= 1"));
-  }
-  if (options.num_shards < 1 || options.shard_index < 0 ||
-      options.shard_index >= options.num_shards) {
-    return absl::InvalidArgumentError(absl::StrCat("shard_index = ", options.shard_index,
-                                                   " of num_shards = ", options.num_shards,
-                                                   ", expected 0 <= shard_index < num_shards"));
-  }
+  TESSERA_RETURN_IF_ERROR(
+      io_internal::CheckBatchAndShard(options.batch_size, options.shard_index, options.num_shards));
   if (options.rows_per_feature.empty()) {
     return absl::InvalidArgumentError("rows_per_feature is empty (one table size per feature)");
   }
