@@ -71,7 +71,10 @@ bool Parse(int argc, char** argv, Flags* f) {
   int64_t direct = f->direct_reads ? 1 : 0;
   num("direct_reads", &direct);
   f->direct_reads = direct != 0;
-  if (auto it = kv.find("zipf"); it != kv.end()) f->zipf = std::atof(it->second.c_str()), kv.erase(it);
+  if (auto it = kv.find("zipf"); it != kv.end()) {
+    f->zipf = std::atof(it->second.c_str());
+    kv.erase(it);
+  }
   if (auto it = kv.find("path"); it != kv.end()) f->path = it->second, kv.erase(it);
   if (auto it = kv.find("mode"); it != kv.end()) f->mode = it->second, kv.erase(it);
   if (!kv.empty()) {
@@ -95,7 +98,7 @@ double PeakRssMib() {
 
 // Ids of one step: uniform, or Zipf(s) by inverse CDF over the first 2^24 ranks (a table of
 // 64 MiB), ranks mapped to rows by an odd multiplier mod rows (a bijection when rows is a power of
-// two; close to one otherwise), so hot rows are spread over the key space.
+// two; a few ranks may share a row otherwise), so hot rows are spread over the key space.
 class IdStream {
  public:
   IdStream(int64_t rows, double zipf) : rows_(rows), zipf_(zipf) {

@@ -256,7 +256,7 @@ absl::Status ShardedEmbeddingCollection::Impl::HintNextRows(bool wait) {
   if (s.inflight == nullptr || s.inflight->hinted) return absl::OkStatus();
   bool any_tiered = false;
   for (const auto& ls : s.local) {
-    any_tiered |= s.options.collection.tables[ls.table].storage.tier == StorageTier::kRocksDb;
+    any_tiered |= internal::ReadsAhead(s, ls);
   }
   if (!any_tiered) return absl::OkStatus();
   if (wait) {
@@ -282,7 +282,7 @@ absl::Status ShardedEmbeddingCollection::Impl::HintNextRows(bool wait) {
       h += 1 + NumFeatures(s, ls.table);
       const int64_t* ids = reinterpret_cast<const int64_t*>(p);
       p += nu * 8;
-      if (s.options.collection.tables[ls.table].storage.tier != StorageTier::kRocksDb) continue;
+      if (!internal::ReadsAhead(s, ls)) continue;
       std::vector<int64_t>& rows = s.hint_rows[li];
       for (int64_t i = 0; i < nu; ++i) rows.push_back(ids[i] - ls.rect.row_begin);
     }

@@ -74,7 +74,7 @@ absl::Status ShardedEmbeddingCollection::Impl::ExactReplicaSync() {
   // update next step. Every member owns the same shards, so all agree on the lists sent.
   bool any_tiered = false;
   for (const auto& ls : local) {
-    any_tiered |= options.collection.tables[ls.table].storage.tier == StorageTier::kRocksDb;
+    any_tiered |= internal::ReadsAhead(*this, ls);
   }
   const bool hinted = inflight != nullptr && inflight->hinted;
   static const std::vector<int64_t> kNone;
