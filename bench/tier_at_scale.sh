@@ -7,15 +7,17 @@
 # sample, one per Criteo categorical feature), peak RSS and bytes on disk. The database is
 # deleted at the end. Takes tens of minutes at full size (most of it loading); not a test.
 # usage: bench/tier_at_scale.sh [--smoke] [--dir D] [--gb G] [--cache_rows N] [--steps S]
-#          [--ids_per_step K] [--reader_threads T] [--direct_reads 0|1] [--zipf Z]
-#          [--iops D1,D32]
+#          [--ids_per_step K] [--reader_threads T] [--multiget_batch B] [--direct_reads 0|1]
+#          [--zipf Z] [--iops D1,D32]
 #   --smoke   0.3 GB of rows, 50 steps, direct reads (proves the pipeline works; the disk's
 #             own cache may serve such a small file, so its rate means little)
 #   --gb      GB (1e9 bytes) of rows + state to load; default 50 (>= 2 x 24 GiB); refused above
 #             60 or when it would leave less than 15 GB free on --dir's file system
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dir=runs/tier_at_scale gb=50 cache_rows=2000000 steps=300 ids=8192 threads=32 direct=1 zipf=0
+# 32 threads x MultiGets of 32 keys: the fastest of threads 1-32 x batch 32/256 with O_DIRECT
+# (docs/PERFORMANCE.md, "The tier at scale").
+dir=runs/tier_at_scale gb=50 cache_rows=2000000 steps=300 ids=8192 threads=32 mgb=32 direct=1 zipf=0
 iops="" smoke=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -26,6 +28,7 @@ while [ $# -gt 0 ]; do
     --steps) steps=$2; shift 2 ;;
     --ids_per_step) ids=$2; shift 2 ;;
     --reader_threads) threads=$2; shift 2 ;;
+    --multiget_batch) mgb=$2; shift 2 ;;
     --direct_reads) direct=$2; shift 2 ;;
     --zipf) zipf=$2; shift 2 ;;
     --iops) iops=$2; shift 2 ;;
@@ -51,7 +54,7 @@ mem_gb=$(awk '/MemTotal/ {printf "%.1f", $2 * 1024 / 1e9}' /proc/meminfo)
 db="$dir/db.$$"
 trap 'rm -rf "$db"' EXIT
 echo "tier_at_scale: $rows rows x $dim (+1 state) = $gb GB of rows + state; memory $mem_gb GB" \
-     "($(python3 -c "print(f'{$gb / $mem_gb:.2f}')")x); cache $cache_rows rows; $threads reader threads;" \
+     "($(python3 -c "print(f'{$gb / $mem_gb:.2f}')")x); cache $cache_rows rows; $threads reader threads x $mgb keys per MultiGet;" \
      "direct reads $direct; $steps steps x $ids ids, zipf $zipf"
 if [ -z "$iops" ]; then
   if command -v fio > /dev/null; then
@@ -66,7 +69,8 @@ fi
 log="$dir/tier_at_scale.$$.log"
 start=$(date +%s)
 "$bin" --path="$db" --rows="$rows" --dim=$dim --cache_rows="$cache_rows" --steps="$steps" \
-  --ids_per_step="$ids" --reader_threads="$threads" --direct_reads="$direct" --zipf="$zipf" \
+  --ids_per_step="$ids" --reader_threads="$threads" --multiget_batch="$mgb" \
+  --direct_reads="$direct" --zipf="$zipf" \
   | tee "$log"
 on_disk=$(du -sb "$db" | cut -f1)
 echo "wall $(( $(date +%s) - start )) s; bytes on disk $on_disk; log $log"
