@@ -11,6 +11,7 @@
 # per step; the JSON lines go to <out>/sharded_prefetch.jsonl.
 # usage: bench/sharded_prefetch.sh [out dir, default runs/sharded_prefetch] [runs, default 3]
 #                                  [batch B, default 2048]
+# (Open MPI as root: export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-runs/sharded_prefetch}
