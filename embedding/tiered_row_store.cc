@@ -166,6 +166,7 @@ absl::Status TieredRowStoreImpl::FillFromDb(
     slots.push_back(slot);
   }
   if (rows.empty()) return absl::OkStatus();
+  m_.sync_reads += static_cast<int64_t>(rows.size());
   // Sorted keys: MultiGet skips its sort and neighbouring rows share blocks.
   std::vector<int64_t> order(rows.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
@@ -211,7 +212,7 @@ void TieredRowStoreImpl::PrefetchLoop() {
     }
     int64_t found = 0;
     absl::Status s = reader_->Read(
-        batch->rows,
+        absl::MakeConstSpan(batch->rows.data(), batch->db_rows),
         [&](int64_t i, const char* value) {
           std::memcpy(batch->values.data() + i * row_floats_, value, row_floats_ * sizeof(float));
           batch->found[i] = 1;
@@ -256,17 +257,24 @@ void TieredRowStoreImpl::Prefetch(absl::Span<const int64_t> ids) {
     batch->status = absl::OkStatus();
     batch->done = false;
   }
+  copied_rows_.clear();
   for (int64_t id : ids) {
-    // Bad ids are Resolve's to report; resident, pending and staged rows need no read.
+    // Bad ids are Resolve's to report; resident, pending and staged rows need no read. Rows of
+    // the write-back in flight are copied: EndStep drops that buffer (the rows are in RocksDB
+    // by then), so Resolve would read them synchronously. Pending rows become that buffer at
+    // the next EndStep and are still there for the Resolve after it.
     if (id < 0 || id >= options_.num_rows) continue;
-    if (cache_.Find(id) >= 0 || pending_.index.contains(id) || writing_.index.contains(id) ||
-        staged_.contains(id)) {
-      continue;
-    }
-    batch->rows.push_back(id);
+    if (cache_.Find(id) >= 0 || pending_.index.contains(id) || staged_.contains(id)) continue;
+    (writing_.index.contains(id) ? copied_rows_ : batch->rows).push_back(id);
   }
-  std::sort(batch->rows.begin(), batch->rows.end());
-  batch->rows.erase(std::unique(batch->rows.begin(), batch->rows.end()), batch->rows.end());
+  auto sort_unique = [](std::vector<int64_t>& v) {
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+  };
+  sort_unique(batch->rows);
+  sort_unique(copied_rows_);
+  batch->db_rows = static_cast<int64_t>(batch->rows.size());
+  batch->rows.insert(batch->rows.end(), copied_rows_.begin(), copied_rows_.end());
   if (batch->rows.empty()) {
     spare_batch_ = std::move(batch);
     return;
@@ -276,10 +284,21 @@ void TieredRowStoreImpl::Prefetch(absl::Span<const int64_t> ids) {
   for (size_t i = 0; i < batch->rows.size(); ++i) {
     staged_[batch->rows[i]] = Staged{batch.get(), static_cast<int64_t>(i)};
   }
+  // The writer thread only reads writing_ while its write is in flight: copying is safe.
+  for (size_t k = 0; k < copied_rows_.size(); ++k) {
+    const size_t i = batch->db_rows + k;
+    std::memcpy(batch->values.data() + i * row_floats_, writing_.Find(copied_rows_[k], row_floats_),
+                row_floats_ * sizeof(float));
+    batch->found[i] = 1;
+  }
   m_.prefetched_rows += static_cast<int64_t>(batch->rows.size());
   // Staging holds at most the two latest batches: the one being resolved and the next.
   live_batches_.push_back(batch);
   while (live_batches_.size() > 2) DropOldestBatch();
+  if (batch->db_rows == 0) {
+    batch->done = true;  // nothing to read; never queued, so no other thread sees it
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(prefetch_mu_);
     prefetch_queue_.push_back(std::move(batch));

@@ -137,6 +137,10 @@ struct TieredRowStoreMetrics {
   int64_t misses = 0;              // distinct rows per step installed into the cache
   int64_t prefetched_rows = 0;     // rows Prefetch started reading
   int64_t prefetch_used = 0;       // misses served from prefetch staging
+  int64_t sync_reads = 0;          // misses Resolve looked up in RocksDB itself (not staged,
+                                   // not in the write-back buffers): reads the step waited for,
+                                   // found or not. With prefetch, misses - prefetch_used -
+                                   // sync_reads were served from the write-back buffers.
   int64_t rows_read = 0;           // rows found in RocksDB (sync + prefetch)
   int64_t rows_initialized = 0;    // misses lazily initialised (row never written)
   int64_t rows_written = 0;        // rows written to RocksDB (write-back, flush, WriteRows);

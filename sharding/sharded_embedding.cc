@@ -421,6 +421,9 @@ absl::Status ShardedEmbeddingCollection::Forward(const KeyedJagged& batch, float
       }
     }
   }
+  // The next batch's payload has usually landed during this step's all-to-alls: hand its rows
+  // to the tiered shards now, so their reads overlap the dense work (else BackwardUpdate waits).
+  TESSERA_RETURN_IF_ERROR(s.HintNextRows(/*wait=*/false));
   s.pending = true;
   return absl::OkStatus();
 }
@@ -483,6 +486,9 @@ absl::Status ShardedEmbeddingCollection::BackwardUpdate(const float* d_out, floa
     std::exclusive_scan(rc.begin(), rc.end(), rd.begin(), int64_t{0});
     s.recv_f.resize(rd[n - 1] + rc[n - 1]);
     TESSERA_RETURN_IF_ERROR(s.ExchangeFloats(s.send_f.data(), sc, sd, s.recv_f.data(), rc, rd));
+    // The next batch's rows, if Forward could not hint them yet: its payload is due at the next
+    // Forward anyway, so waiting here costs nothing there and the reads overlap the update.
+    TESSERA_RETURN_IF_ERROR(s.HintNextRows(/*wait=*/true));
   }
   {
     ScopedPhase phase(s.times, "aggregate");
@@ -547,6 +553,12 @@ absl::Status ShardedEmbeddingCollection::BackwardUpdate(const float* d_out, floa
   {
     ScopedPhase phase(s.times, "update");
     TESSERA_RETURN_IF_ERROR(s.ApplyUpdates(lr, step));
+    // The other replicas' rows of the next batch (exact mode): read ahead from here on; the own
+    // ones among them are staged or resident already, so Prefetch skips them.
+    for (size_t q = 0; q < s.replica_next.size(); ++q) {
+      if (!s.replica_next[q].empty()) s.local[q].store->Prefetch(s.replica_next[q]);
+      s.replica_next[q].clear();
+    }
     TESSERA_RETURN_IF_ERROR(s.DataParallelBackward(d_out, lr, step));
     for (auto& ls : s.local) TESSERA_RETURN_IF_ERROR(ls.store->EndStep());
     for (auto& d : s.dp) TESSERA_RETURN_IF_ERROR(d.store->EndStep());

@@ -137,6 +137,10 @@ class ShardedEmbeddingCollection {
   // The ranks agree through Forward's header all-to-all, so a rank that prefetches nothing, or
   // a Forward of another batch (eval), just falls back to the blocking input dist; results are
   // the same bits either way. A later Prefetch replaces an earlier one not yet started.
+  // Tiered shards: once that payload has landed on an owner (tested at the end of Forward,
+  // waited for after BackwardUpdate's gradient all-to-all at the latest), the owner hands the
+  // rows it will resolve next to the shard's TieredRowStore::Prefetch, so the next Forward's
+  // misses are read in the background (storage.prefetch false: nothing is read ahead).
   void Prefetch(const KeyedJagged& next);
   // Forward calls whose input dist was prefetched (waited for only), since Create.
   int64_t prefetched_forwards() const;

@@ -144,7 +144,9 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
   }
   for (auto& [name, comm] : comms) comm->ResetStats();
   if (world->distributed()) (void)world->comm->Barrier();
-  const std::vector<TierTableMetrics> tier_before = CollectTierMetrics(**model);
+  Communicator* tier_world = world->distributed() ? world->comm.get() : nullptr;
+  auto tier_before = BenchTierMetrics(**model, tier_world);
+  if (!tier_before.ok()) return Fail(tier_before.status());
   const double cpu_before = ProcessCpuSeconds();
   PhaseTimes phases;
   BenchMeasurement measured;  // per-step times and the sharded phases (tools/bench_predict.h)
@@ -184,7 +186,8 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
     if (absl::Status st = CudaSynchronize(ctx); !st.ok()) return Fail(st);
   }
   const double seconds = watch.ElapsedSeconds();
-  const std::vector<TierTableMetrics> tier_after = CollectTierMetrics(**model);
+  auto tier_after = BenchTierMetrics(**model, tier_world);
+  if (!tier_after.ok()) return Fail(tier_after.status());
   // CPU seconds of all our threads (training + the tier's readers and writers) per step: on a
   // shared machine far steadier than wall time, and the cost a quiet machine would pay.
   const double cpu_ms_per_step = 1e3 * (ProcessCpuSeconds() - cpu_before) / steps;
@@ -262,7 +265,7 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
   for (const auto& [what, b] : bytes_per_step) j.Add("bytes_" + what, b);
   std::printf("  cpu ms/step %.3f (all threads)\n", cpu_ms_per_step);
   j.Add("cpu_ms_per_step", cpu_ms_per_step);
-  PrintTierSection(tier_before, tier_after, steps, tier_rows, &j);
+  PrintTierSection(*tier_before, *tier_after, steps, tier_rows, world->size(), &j);
   PrintPredictedBesideMeasured(c, *world, **model, absl::GetFlag(FLAGS_profile), measured, &j);
   std::printf("%s\n", j.str().c_str());
   if (!absl::GetFlag(FLAGS_json).empty()) {

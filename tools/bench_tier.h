@@ -16,7 +16,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "io/batch.h"
+#include "sharding/communicator.h"
 #include "trainer/config.h"
+#include "trainer/model.h"
 #include "trainer/run_log.h"
 #include "trainer/stores.h"
 
@@ -96,36 +98,88 @@ inline absl::Status ApplyTierFlags(Config* c, const std::string& tables, const s
   return absl::OkStatus();
 }
 
+// The tier counters the benchmark prints: a single-process model's tiered tables, or for a
+// sharded model every tiered table's shards summed over all ranks of `world` (collective over
+// the world then; `world` may be null for one process).
+inline absl::StatusOr<std::vector<TierTableMetrics>> BenchTierMetrics(Model& model,
+                                                                      Communicator* world) {
+  std::vector<TierTableMetrics> local = CollectTierMetrics(model);
+  if (!local.empty() || world == nullptr) return local;
+  std::vector<TierTableMetrics> shards = CollectShardTierMetrics(model);
+  std::vector<double> v;
+  for (const TierTableMetrics& t : shards) {
+    const TieredRowStoreMetrics& m = t.metrics;
+    v.insert(v.end(), {double(m.steps), double(m.hits), double(m.misses),
+                       double(m.prefetched_rows), double(m.prefetch_used), double(m.sync_reads),
+                       double(m.rows_read), double(m.rows_initialized), double(m.rows_written),
+                       double(m.evictions), m.read_seconds, m.prefetch_stall_seconds,
+                       m.write_stall_seconds, m.write_seconds, double(m.cache_rows),
+                       double(m.resident_rows), double(m.sst_bytes), double(m.memtable_bytes)});
+  }
+  if (!v.empty()) {
+    absl::Status st = world->AllReduce(v.data(), static_cast<int64_t>(v.size()), ReduceOp::kSum);
+    if (!st.ok()) return st;
+  }
+  const double* x = v.data();
+  for (TierTableMetrics& t : shards) {
+    TieredRowStoreMetrics& m = t.metrics;
+    auto i64 = [&x] { return static_cast<int64_t>(*x++); };
+    m.steps = i64(), m.hits = i64(), m.misses = i64(), m.prefetched_rows = i64();
+    m.prefetch_used = i64(), m.sync_reads = i64(), m.rows_read = i64();
+    m.rows_initialized = i64(), m.rows_written = i64(), m.evictions = i64();
+    m.read_seconds = *x++, m.prefetch_stall_seconds = *x++, m.write_stall_seconds = *x++;
+    m.write_seconds = *x++;
+    m.cache_rows = i64(), m.resident_rows = i64(), m.sst_bytes = i64(), m.memtable_bytes = i64();
+  }
+  return shards;
+}
+
 // Prints the tier section (one row per RocksDB table: cache, hit rate and traffic per step over
-// the timed steps) and adds tier_<name>_<counter> fields to `json`.
+// the timed steps; `ranks` > 1: the table's shards summed over that many ranks, times included)
+// and a line of the stalls per step, and adds tier_<name>_<counter> fields to `json`. Stalls:
+// misses Resolve read from RocksDB itself ("sync rd") and the milliseconds Resolve waited, for
+// those reads and for prefetch reads still in flight.
 inline void PrintTierSection(const std::vector<TierTableMetrics>& before,
                              const std::vector<TierTableMetrics>& after, int64_t steps,
-                             const TierRowCounts& rows, JsonLine* json) {
+                             const TierRowCounts& rows, int ranks, JsonLine* json) {
   if (after.empty()) return;
-  std::printf("  RocksDB tier (per timed step):\n");
-  std::printf("  %-8s %10s %9s %8s %9s %9s %9s %9s %9s %10s\n", "table", "cache", "of touched", "hit rate", "misses", "rows read", "written", "stall ms",
-              "read ms", "disk MiB");
+  if (ranks > 1) {
+    std::printf("  RocksDB tier (per timed step, shards summed over %d ranks):\n", ranks);
+  } else {
+    std::printf("  RocksDB tier (per timed step):\n");
+  }
+  std::printf("  %-8s %10s %9s %8s %9s %9s %9s %9s %9s %9s %9s %10s\n", "table", "cache",
+              "of touched", "hit rate", "misses", "prefetchd", "sync rd", "rows read", "written",
+              "stall ms", "read ms", "disk MiB");
+  double stall_rows = 0, stall_ms = 0;
   for (size_t i = 0; i < after.size() && i < before.size(); ++i) {
     const TieredRowStoreMetrics& m = after[i].metrics;
     TierRates r = TierRatesBetween(before[i].metrics, m, steps);
     const int t = after[i].table;
     const double of_touched =
         rows.touched[t] > 0 ? static_cast<double>(m.cache_rows) / rows.touched[t] : 0;
-    std::printf("  %-8s %10lld %8.1f%% %8.3f %9.0f %9.0f %9.0f %9.2f %9.2f %10.1f\n",
+    std::printf("  %-8s %10lld %8.1f%% %8.3f %9.0f %9.0f %9.0f %9.0f %9.0f %9.2f %9.2f %10.1f\n",
                 after[i].name.c_str(), static_cast<long long>(m.cache_rows),
-                100 * of_touched, r.hit_rate, r.misses_per_step, r.rows_read_per_step,
-                r.rows_written_per_step, r.prefetch_stall_ms_per_step, r.read_ms_per_step,
-                r.disk_bytes / 1048576.0);
+                100 * of_touched, r.hit_rate, r.misses_per_step, r.prefetch_used_per_step,
+                r.sync_reads_per_step, r.rows_read_per_step, r.rows_written_per_step,
+                r.prefetch_stall_ms_per_step, r.read_ms_per_step, r.disk_bytes / 1048576.0);
+    stall_rows += r.sync_reads_per_step;
+    stall_ms += r.prefetch_stall_ms_per_step + r.read_ms_per_step;
     const std::string p = "tier_" + after[i].name + "_";
     json->Add(p + "cache_rows", m.cache_rows)
         .Add(p + "rows_touched", rows.touched[t])
         .Add(p + "hit_rate", r.hit_rate)
         .Add(p + "rows_read_per_step", r.rows_read_per_step)
         .Add(p + "rows_written_per_step", r.rows_written_per_step)
+        .Add(p + "prefetch_used_per_step", r.prefetch_used_per_step)
+        .Add(p + "sync_reads_per_step", r.sync_reads_per_step)
         .Add(p + "prefetch_stall_ms_per_step", r.prefetch_stall_ms_per_step)
         .Add(p + "read_ms_per_step", r.read_ms_per_step)
         .Add(p + "disk_bytes", r.disk_bytes);
   }
+  std::printf("  tier stalls/step%s: %.1f sync reads, %.3f ms waited (sync reads + prefetch in "
+              "flight)\n", ranks > 1 ? " (all ranks)" : "", stall_rows, stall_ms);
+  json->Add("tier_stall_rows_per_step", stall_rows).Add("tier_stall_ms_per_step", stall_ms);
 }
 
 }  // namespace tessera

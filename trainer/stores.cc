@@ -7,6 +7,7 @@
 #include "core/status.h"
 #include "embedding/row_optimizer.h"
 #include "trainer/model.h"
+#include "trainer/sharded_sparse_arch.h"
 
 namespace tessera {
 
@@ -107,6 +108,46 @@ std::vector<TierTableMetrics> CollectTierMetrics(Model& model) {
   return out;
 }
 
+std::vector<TierTableMetrics> CollectShardTierMetrics(Model& model) {
+  std::vector<TierTableMetrics> out;
+  auto* sharded = dynamic_cast<ShardedSparseArch*>(&model.sparse());
+  if (sharded == nullptr) return out;
+  ShardedEmbeddingCollection& c = sharded->collection();
+  std::vector<int> entry(c.num_tables(), -1);
+  for (int t = 0; t < c.num_tables(); ++t) {
+    if (c.table(t).storage.tier != StorageTier::kRocksDb) continue;
+    entry[t] = static_cast<int>(out.size());
+    out.push_back({t, c.table(t).name, {}});
+  }
+  for (const auto& ls : c.local_shards()) {
+    auto* tiered = dynamic_cast<TieredRowStore*>(ls.store);
+    if (tiered == nullptr || entry[ls.table] < 0) continue;
+    AddTierMetrics(tiered->metrics(), &out[entry[ls.table]].metrics);
+  }
+  return out;
+}
+
+void AddTierMetrics(const TieredRowStoreMetrics& b, TieredRowStoreMetrics* a) {
+  a->steps += b.steps;
+  a->hits += b.hits;
+  a->misses += b.misses;
+  a->prefetched_rows += b.prefetched_rows;
+  a->prefetch_used += b.prefetch_used;
+  a->sync_reads += b.sync_reads;
+  a->rows_read += b.rows_read;
+  a->rows_initialized += b.rows_initialized;
+  a->rows_written += b.rows_written;
+  a->evictions += b.evictions;
+  a->read_seconds += b.read_seconds;
+  a->prefetch_stall_seconds += b.prefetch_stall_seconds;
+  a->write_stall_seconds += b.write_stall_seconds;
+  a->write_seconds += b.write_seconds;
+  a->cache_rows += b.cache_rows;
+  a->resident_rows += b.resident_rows;
+  a->sst_bytes += b.sst_bytes;
+  a->memtable_bytes += b.memtable_bytes;
+}
+
 TierRates TierRatesBetween(const TieredRowStoreMetrics& a, const TieredRowStoreMetrics& b,
                            int64_t steps) {
   TierRates r;
@@ -118,6 +159,8 @@ TierRates TierRatesBetween(const TieredRowStoreMetrics& a, const TieredRowStoreM
   r.misses_per_step = misses / n;
   r.prefetch_stall_ms_per_step = 1e3 * (b.prefetch_stall_seconds - a.prefetch_stall_seconds) / n;
   r.read_ms_per_step = 1e3 * (b.read_seconds - a.read_seconds) / n;
+  r.sync_reads_per_step = (b.sync_reads - a.sync_reads) / n;
+  r.prefetch_used_per_step = (b.prefetch_used - a.prefetch_used) / n;
   r.write_stall_ms_per_step = 1e3 * (b.write_stall_seconds - a.write_stall_seconds) / n;
   r.disk_bytes = b.sst_bytes;
   return r;

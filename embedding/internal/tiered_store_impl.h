@@ -35,7 +35,11 @@ std::string TableLabel(const TieredRowStoreOptions& o);
 // values/found/status and then sets done (under the store's prefetch mutex); the training thread
 // reads them only after seeing done.
 struct PrefetchBatch {
-  std::vector<int64_t> rows;  // sorted, distinct
+  // rows[0, db_rows): read from RocksDB by the prefetch thread (sorted, distinct); the rest:
+  // rows of the write-back in flight, copied at Prefetch (that buffer is gone after the next
+  // EndStep, before the Resolve this batch is for). Distinct over the whole vector.
+  std::vector<int64_t> rows;
+  int64_t db_rows = 0;
   std::vector<float> values;  // rows.size() × (dim + state_dim)
   std::vector<uint8_t> found;
   absl::Status status;
@@ -234,6 +238,7 @@ class TieredRowStoreImpl final : public TieredRowStore {
   absl::flat_hash_map<int64_t, Staged> staged_;
   std::deque<std::shared_ptr<PrefetchBatch>> live_batches_;
   std::shared_ptr<PrefetchBatch> spare_batch_;  // a dropped batch, reused for its buffers
+  std::vector<int64_t> copied_rows_;  // Prefetch's buffer: rows copied from writing_
   std::mutex prefetch_mu_;
   std::condition_variable prefetch_cv_;       // new work or stop
   std::condition_variable prefetch_done_cv_;  // a batch finished

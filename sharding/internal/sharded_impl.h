@@ -86,6 +86,8 @@ struct InflightInput {
   PackedInput packed;
   ReceivedInput received;
   std::unique_ptr<PendingCollective> pending;
+  // Its rows were handed to the local shards' stores (Impl::HintNextRows): once per batch.
+  bool hinted = false;
 };
 
 struct TableRoute {
@@ -134,6 +136,11 @@ struct ShardedEmbeddingCollection::Impl {
   bool staged_valid = false;
   std::unique_ptr<internal::InflightInput> inflight, in_use;
   int64_t prefetched_forwards = 0;
+  std::vector<std::vector<int64_t>> hint_rows;  // per local shard, HintNextRows' buffer
+  // Exact mode, tiered shards: per local shard, the union over the replica group of the next
+  // batch's rows (ExactReplicaSync), handed to the stores once this step's update resolved its
+  // rows (BackwardUpdate).
+  std::vector<std::vector<int64_t>> replica_next;
   internal::PackedInput fresh;      // the current batch when it was not prefetched
   internal::ReceivedInput fresh_in;
 
@@ -155,6 +162,13 @@ struct ShardedEmbeddingCollection::Impl {
   // (sender, feature) into send_f; sets src_batch and the reply counts/displacements per sender.
   absl::Status LookupReceived(const internal::ReceivedInput& in, std::vector<int64_t>* reply_counts,
                               std::vector<int64_t>* reply_displs);
+  // Pipelining's tier prefetch: once the payload of the batch in flight has landed on this rank
+  // (Test(); with `wait`, Wait()), hands each local shard that reads ahead (ReadsAhead) the
+  // local rows the next Forward will resolve (RowStore::Prefetch, the union over the senders),
+  // so the owner's tier reads its misses in the background as one process does. Once per batch
+  // in flight; nothing when none is or no local shard reads ahead. Values are never changed,
+  // only where Resolve finds them. Errors: the collective's (the payload did not arrive).
+  absl::Status HintNextRows(bool wait);
   // The group all-to-all of float payloads (counts in floats), as options.comm_dtype says: fp32
   // as is, fp16/bf16 rounded to nearest even on the way out and widened on the way in.
   absl::Status ExchangeFloats(const float* send, const std::vector<int64_t>& sc,
@@ -192,6 +206,12 @@ bool SameBatch(const PackedInput& p, const KeyedJagged& batch);
 // Sizes in->qbytes/qdispl/payload from the received headers.
 void SizeReceived(const ShardedEmbeddingCollection::Impl& s, ReceivedInput* in);
 inline int64_t Align8(int64_t x) { return (x + 7) & ~int64_t{7}; }
+// True when local shard `ls` reads ahead: its table is in the RocksDB tier with
+// storage.prefetch on (HintNextRows and the replica union send it the next batch's rows).
+inline bool ReadsAhead(const ShardedEmbeddingCollection::Impl& s, const LocalShard& ls) {
+  const TableStorage& st = s.options.collection.tables[ls.table].storage;
+  return st.tier == StorageTier::kRocksDb && st.prefetch;
+}
 inline constexpr int64_t kWeightedFlag = 1;
 inline constexpr int64_t kErrorFlag = 2;
 inline constexpr int64_t kPrefetchedFlag = 4;  // header A: my batch is the one in flight

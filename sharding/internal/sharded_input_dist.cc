@@ -251,6 +251,48 @@ absl::Status ShardedEmbeddingCollection::Impl::LookupReceived(const internal::Re
   return absl::OkStatus();
 }
 
+absl::Status ShardedEmbeddingCollection::Impl::HintNextRows(bool wait) {
+  Impl& s = *this;
+  if (s.inflight == nullptr || s.inflight->hinted) return absl::OkStatus();
+  bool any_tiered = false;
+  for (const auto& ls : s.local) {
+    any_tiered |= internal::ReadsAhead(s, ls);
+  }
+  if (!any_tiered) return absl::OkStatus();
+  if (wait) {
+    TESSERA_RETURN_IF_ERROR(s.inflight->pending->Wait());
+  } else {
+    TESSERA_ASSIGN_OR_RETURN(bool done, s.inflight->pending->Test());
+    if (!done) return absl::OkStatus();
+  }
+  s.inflight->hinted = true;
+  const internal::ReceivedInput& in = s.inflight->received;
+  const auto& mine = s.dst_requests[s.me];
+  const int64_t hme = internal::HeaderInts(s, s.me);
+  s.hint_rows.resize(s.local.size());
+  for (auto& rows : s.hint_rows) rows.clear();
+  // Each sender's payload opens with the unique ids of every request of mine, in order.
+  for (int src = 0; src < n; ++src) {
+    const int64_t* h = in.header.data() + src * hme + 2;
+    const char* p = in.payload.data() + in.qdispl[src];
+    for (int ri : mine) {
+      const int li = s.requests[ri].local;
+      const LocalShard& ls = s.local[li];
+      const int64_t nu = *h;
+      h += 1 + NumFeatures(s, ls.table);
+      const int64_t* ids = reinterpret_cast<const int64_t*>(p);
+      p += nu * 8;
+      if (!internal::ReadsAhead(s, ls)) continue;
+      std::vector<int64_t>& rows = s.hint_rows[li];
+      for (int64_t i = 0; i < nu; ++i) rows.push_back(ids[i] - ls.rect.row_begin);
+    }
+  }
+  for (size_t li = 0; li < s.local.size(); ++li) {
+    if (!s.hint_rows[li].empty()) s.local[li].store->Prefetch(s.hint_rows[li]);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ShardedEmbeddingCollection::Impl::ExchangeFloats(
     const float* send, const std::vector<int64_t>& sc, const std::vector<int64_t>& sd,
     float* recv, const std::vector<int64_t>& rc, const std::vector<int64_t>& rd) {

@@ -69,7 +69,29 @@ absl::Status ShardedEmbeddingCollection::Impl::ExactReplicaSync() {
   if (m == 1) return absl::OkStatus();
   std::vector<const std::vector<int64_t>*> rows;
   for (auto& ls : local) rows.push_back(&ls.rows);
+  // Tiered shards: the next batch's rows (HintNextRows) ride along in the same all-gather, so
+  // each replica also reads ahead the rows the other replicas' batches will bring into its
+  // update next step. Every member owns the same shards, so all agree on the lists sent.
+  bool any_tiered = false;
+  for (const auto& ls : local) {
+    any_tiered |= internal::ReadsAhead(*this, ls);
+  }
+  const bool hinted = inflight != nullptr && inflight->hinted;
+  static const std::vector<int64_t> kNone;
+  if (any_tiered) {
+    for (size_t q = 0; q < local.size(); ++q) rows.push_back(hinted ? &hint_rows[q] : &kNone);
+  }
   TESSERA_ASSIGN_OR_RETURN(auto unions, ReplicaUnion(*replica, rows));
+  // Handed to the stores after ApplyUpdates: this step's union rows, read ahead the same way a
+  // step earlier, are still to be resolved there, and a store stages only its two latest hints.
+  replica_next.resize(local.size());
+  for (size_t q = 0; q < local.size(); ++q) {
+    if (any_tiered) {
+      replica_next[q] = std::move(unions[local.size() + q]);
+    } else {
+      replica_next[q].clear();
+    }
+  }
   int64_t total = 0;
   for (size_t q = 0; q < local.size(); ++q) {
     total += static_cast<int64_t>(unions[q].size()) * local[q].width;

@@ -280,6 +280,47 @@ TEST(TieredRowStoreTest, EvictionWritesBackAndRereads) {
   }
 }
 
+// A row evicted one step and hinted the next is in the write-back in flight; the EndStep
+// before the Resolve it is hinted for drops that buffer (the row is in RocksDB by then), so
+// Prefetch must copy it into staging, or Resolve would read it from RocksDB synchronously.
+TEST(TieredRowStoreTest, PrefetchCopiesRowsOfTheWriteBackInFlight) {
+  TempDir tmp;
+  auto store_or = TieredRowStore::Open(TierOptions(tmp.Sub("db"), 4, CachePolicy::kLru));
+  ASSERT_TRUE(store_or.ok()) << store_or.status();
+  auto& store = *store_or;
+  std::vector<int64_t> slots(4);
+  auto set_rows = [&](std::vector<int64_t> ids, float base) {
+    ASSERT_TRUE(store->Resolve(ids, absl::MakeSpan(slots)).ok());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      for (int64_t k = 0; k < kDim; ++k) store->weights()[slots[i] * kDim + k] = base + i + k;
+      store->state()[slots[i]] = base - i;
+    }
+    ASSERT_TRUE(store->EndStep().ok());
+  };
+  set_rows({0, 1, 2, 3}, 100.0f);
+  set_rows({10, 11, 12, 13}, 200.0f);  // evicts 0..3: their write-back is in flight now
+  store->Prefetch(std::vector<int64_t>{3, 2, 1, 0, 20});
+  set_rows({20, 21, 22, 23}, 300.0f);  // its EndStep drops the buffer holding 0..3
+  const TieredRowStoreMetrics before = store->metrics();
+  std::vector<int64_t> ids = {3, 2, 1, 0};
+  ASSERT_TRUE(store->Resolve(ids, absl::MakeSpan(slots)).ok());
+  const TieredRowStoreMetrics after = store->metrics();
+  EXPECT_EQ(after.sync_reads - before.sync_reads, 0);
+  EXPECT_EQ(after.prefetch_used - before.prefetch_used, 4);
+  for (int i = 0; i < 4; ++i) {
+    const int64_t orig = ids[i];  // written at position `orig` of the first batch
+    for (int64_t k = 0; k < kDim; ++k) {
+      EXPECT_EQ(store->weights()[slots[i] * kDim + k], 100.0f + orig + k);
+    }
+    EXPECT_EQ(store->state()[slots[i]], 100.0f - orig);
+  }
+  ASSERT_TRUE(store->EndStep().ok());
+  // Without prefetch the same rows are synchronous reads, counted as such.
+  ASSERT_TRUE(store->Resolve(std::vector<int64_t>{10, 11, 12, 13}, absl::MakeSpan(slots)).ok());
+  EXPECT_EQ(store->metrics().sync_reads - after.sync_reads, 4);
+  ASSERT_TRUE(store->EndStep().ok());
+}
+
 TEST(TieredRowStoreTest, ReadOnlyStepsWriteNothingBack) {
   TempDir tmp;
   auto store_or = TieredRowStore::Open(TierOptions(tmp.Sub("db"), 4, CachePolicy::kLru));
