@@ -207,6 +207,7 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
   }
   const double sps = samples / seconds;
   measured.steps = steps;
+  measured.warmup_steps = warmup;
   measured.mean_step_seconds = seconds / steps;
   measured.model = phases;
   if (absl::Status st = ReduceOverRanks(*world, PeakRssBytes(), cpu_ms_per_step, &measured);

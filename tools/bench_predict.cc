@@ -115,7 +115,7 @@ struct Predicted {
 };
 
 absl::StatusOr<Predicted> Predict(const Config& config, const World& world, Model& model,
-                                  const std::string& profile_path) {
+                                  const std::string& profile_path, int64_t run_steps) {
   TESSERA_ASSIGN_OR_RETURN(planner::MachineProfile profile, LoadProfileByNameOrPath(profile_path));
   planner::Topology topo;
   topo.world_size = world.size();
@@ -125,6 +125,7 @@ absl::StatusOr<Predicted> Predict(const Config& config, const World& world, Mode
   // tessera-bench's data.batch_size is per rank (the trainer's is global).
   inputs.step.batch_per_rank = config.data.batch_size;
   inputs.step.threads = NumThreads();
+  inputs.step.steps = run_steps;  // the RocksDB memtables hold what this run wrote
   std::vector<TableConfig> tables;
   for (int t = 0; t < model.sparse().num_tables(); ++t) tables.push_back(model.sparse().table(t));
   ShardingPlan plan;
@@ -177,7 +178,8 @@ void PrintPredictedBesideMeasured(const Config& config, const World& world, Mode
   }
   absl::StatusOr<Predicted> pred = profile_path.empty()
                                        ? absl::NotFoundError("no --profile")
-                                       : Predict(config, world, model, profile_path);
+                                       : Predict(config, world, model, profile_path,
+                                                 m.warmup_steps + m.steps);
   std::printf(
       "  predicted beside measured (ms/step; the planner's phases, tools/bench_predict.h)%s\n",
       pred.ok() ? "" : ": no prediction");

@@ -46,6 +46,7 @@ bool AttachShardedPhaseTimes(Model& model, PhaseTimes* times);
 
 struct BenchMeasurement {
   int64_t steps = 0;
+  int64_t warmup_steps = 0;          // untimed steps before them (the planner's run length)
   std::vector<double> step_seconds;  // wall time of each timed step (rank 0)
   double mean_step_seconds = 0;      // timed seconds / steps
   PhaseTimes model;                  // the model's and the bench's phases, summed over steps
