@@ -115,7 +115,8 @@ struct Predicted {
 };
 
 absl::StatusOr<Predicted> Predict(const Config& config, const World& world, Model& model,
-                                  const std::string& profile_path, int64_t run_steps) {
+                                  const std::string& profile_path, int64_t run_steps,
+                                  int64_t harness_bytes) {
   TESSERA_ASSIGN_OR_RETURN(planner::MachineProfile profile, LoadProfileByNameOrPath(profile_path));
   planner::Topology topo;
   topo.world_size = world.size();
@@ -144,6 +145,7 @@ absl::StatusOr<Predicted> Predict(const Config& config, const World& world, Mode
     p.peak_bytes = std::max<int64_t>(
         p.peak_bytes, static_cast<int64_t>(mem[planner::kHost] + mem[planner::kDevice]));
   }
+  p.peak_bytes += harness_bytes;  // the bench's batches: resident, not the trainer's
   return p;
 }
 
@@ -179,7 +181,7 @@ void PrintPredictedBesideMeasured(const Config& config, const World& world, Mode
   absl::StatusOr<Predicted> pred = profile_path.empty()
                                        ? absl::NotFoundError("no --profile")
                                        : Predict(config, world, model, profile_path,
-                                                 m.warmup_steps + m.steps);
+                                                 m.warmup_steps + m.steps, m.harness_bytes);
   std::printf(
       "  predicted beside measured (ms/step; the planner's phases, tools/bench_predict.h)%s\n",
       pred.ok() ? "" : ": no prediction");

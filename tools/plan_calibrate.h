@@ -117,9 +117,10 @@ struct CalibrateOptions {
 
 // The collectives measurement, run by every rank of an MPI job that Calibrate started: MPI must
 // be active (the caller ran MpiInitialize). Rank 0 writes one line per point to `out_path`:
-// "<op> <world_size> <latency_s> <bytes_per_s>", then "memory <bytes>": the largest rank's VmRSS
-// after a round of small collectives minus `rss_before_mpi` (its VmRSS before MPI_Init), what
-// the MPI runtime adds to a rank. Collective over the MPI world.
+// "<op> <world_size> <latency_s> <bytes_per_s>", then "memory <bytes>": what the MPI runtime adds
+// to a rank, the largest over the ranks of VmRSS after a round of small collectives and of VmHWM
+// after the large ones less the worker's own buffers, each minus `rss_before_mpi` (VmRSS before
+// MPI_Init). Collective over the MPI world.
 [[nodiscard]] absl::Status RunCollectivesWorker(const std::string& out_path,
                                                 double seconds_per_point,
                                                 int64_t rss_before_mpi);

@@ -83,6 +83,7 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
     mpi_bytes = *std::max_element(all.begin(), all.end());
   }
   // All-to-all: `block` bytes to every rank (own block included, as the trainer's calls do).
+  int64_t buffers = 0;  // the largest bytes of this worker's own buffers alive at once
   for (const char* op : {"all_to_all", "all_reduce", "all_gather"}) {
     double t[2], bytes[2];
     for (int i = 0; i < 2; ++i) {
@@ -90,6 +91,7 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
       const int64_t block = std::max<int64_t>(total / w / 8 * 8, 8);
       std::vector<char> send(block * w, 1), recv(block * w);
       std::vector<float> fl(std::max<int64_t>(total / 4, 2), 1.0f);
+      buffers = std::max<int64_t>(buffers, 2 * block * w + static_cast<int64_t>(fl.size()) * 4);
       std::vector<int64_t> counts(w, block), displs(w);
       for (int r = 0; r < w; ++r) displs[r] = r * block;
       std::function<absl::Status()> call;
@@ -112,6 +114,21 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
     const double latency = t[0];
     const double slope = std::max(t[1] - t[0], 1e-9);
     out << op << " " << w << " " << latency << " " << (bytes[1] - bytes[0]) / slope << "\n";
+  }
+  // Large messages make MPI touch more of its shared-memory segments: the peak (VmHWM) after
+  // the large calls, less this worker's own buffers, when it is above the small-call figure.
+  {
+    std::ifstream st("/proc/self/status");
+    std::string line;
+    int64_t hwm = 0;
+    while (std::getline(st, line)) {
+      if (line.rfind("VmHWM:", 0) == 0) hwm = std::strtoll(line.c_str() + 6, nullptr, 10) * 1024;
+    }
+    std::vector<int64_t> c(w, 8), d(w), all(w);
+    for (int i = 0; i < w; ++i) d[i] = 8 * i;
+    int64_t large = std::max<int64_t>(0, hwm - rss_before_mpi - buffers);
+    TESSERA_RETURN_IF_ERROR(comm->AllGatherV(&large, 8, all.data(), c, d));
+    mpi_bytes = std::max(mpi_bytes, *std::max_element(all.begin(), all.end()));
   }
   out << "memory " << mpi_bytes << "\n";
   if (comm->rank() == 0) {

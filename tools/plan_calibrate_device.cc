@@ -160,8 +160,9 @@ absl::StatusOr<CallTimes> TimeCalls(const CalibrateOptions& o, const DeviceConte
 //   gather:  t = B bag_s + ids / rate  ->  per id (hP - h1) / (B (P - p1)), bag_s = (h1 - B p1
 //            per id) / B, cold per id (c1 - B bag_s) / (B p1) (the bag cost does not depend on
 //            where the rows are)
-//   update:  t = ids id_s + distinct / rate, solved from h1 and hP (their distinct counts are
-//            counted), cold from c1 with that id_s.
+//   update:  t = ids id_s + distinct / rate, solved from h1 and a fourth run of P ids per bag
+//            over 256 rows (dup: ids >> distinct; the distinct counts are counted), cold from
+//            c1 with that id_s.
 // Noise can make a split negative: then bag_s / id_s = 0 and the rate is the per-id one.
 absl::Status MeasureRowRates(const CalibrateOptions& o, const DeviceContext& ctx,
                              planner::DeviceProfile* d) {
@@ -189,6 +190,11 @@ absl::Status MeasureRowRates(const CalibrateOptions& o, const DeviceContext& ctx
                                                      out.data<float>(), grad.data<float>()));
     TESSERA_ASSIGN_OR_RETURN(CallTimes hp, TimeCalls(o, ctx, *table, rows, dim, p, true,
                                                      out.data<float>(), grad.data<float>()));
+    // Duplicates: P ids per bag over the first kDupRows rows (uniform), so the ids outnumber the
+    // distinct rows ~P B / kDupRows times and the update's per-id term dominates.
+    constexpr int64_t kDupRows = 256;
+    TESSERA_ASSIGN_OR_RETURN(CallTimes dup, TimeCalls(o, ctx, *table, kDupRows, dim, p, false,
+                                                      out.data<float>(), grad.data<float>()));
     planner::RowRatePoint gather{dim * 4, 0, 0}, update{dim * 4, 0, 0};
     const double ids1 = b * p1;
     double id_hot = (hp.fwd - h1.fwd) / (b * (p - p1));
@@ -200,9 +206,9 @@ absl::Status MeasureRowRates(const CalibrateOptions& o, const DeviceContext& ctx
     gather.bag_s = bag;
     gather.hot_rows_per_s = 1.0 / id_hot;
     gather.cold_rows_per_s = ids1 / std::max(c1.fwd - b * bag, 0.1 * c1.fwd);
-    // u1 = p1 B x + D1 y, uP = P B x + DP y (x = id_s, y = seconds per distinct row).
-    const double det = ids1 * hp.distinct - p * b * h1.distinct;
-    double id_s = det != 0 ? (h1.bwd * hp.distinct - hp.bwd * h1.distinct) / det : -1;
+    // u1 = p1 B x + D1 y, uDup = P B x + DDup y (x = id_s, y = seconds per distinct row).
+    const double det = ids1 * dup.distinct - p * b * h1.distinct;
+    double id_s = det != 0 ? (h1.bwd * dup.distinct - dup.bwd * h1.distinct) / det : -1;
     double row_hot = id_s >= 0 ? (h1.bwd - ids1 * id_s) / h1.distinct : -1;
     if (!(id_s >= 0) || !(row_hot > 0)) {
       id_s = 0;
