@@ -195,10 +195,13 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
   if (ds.interaction == Interaction::kDot) {
     const int64_t v = f + 1;
     inter_dim = ds.embedding_dim + v * (v - 1) / 2;
+    // Forward Z = E E^T per sample (shape (v, v, d)); backward d_E = (dZ + dZ^T) E (shape
+    // (v, d, v)), the same flops, each at its own shape's rate.
     const double flops = 2.0 * b * v * v * ds.embedding_dim;
-    const double rate = GemmFlopsPerSec(*e.dev_, v, v, ds.embedding_dim);
-    fwd += flops / rate + b * inter_dim * 4.0 / e.dev_->copy_bytes_per_s;
-    bwd += 2 * flops / rate + 2.0 * b * inter_dim * 4 / e.dev_->copy_bytes_per_s;
+    fwd += flops / GemmFlopsPerSec(*e.dev_, v, v, ds.embedding_dim) +
+           b * inter_dim * 4.0 / e.dev_->copy_bytes_per_s;
+    bwd += flops / GemmFlopsPerSec(*e.dev_, v, ds.embedding_dim, v) +
+           2.0 * b * inter_dim * 4 / e.dev_->copy_bytes_per_s;
   } else {
     const int64_t dim = bottom_out + e.emb_out_dim_;
     inter_dim = dim;

@@ -387,7 +387,8 @@ absl::Status MeasureGemm(const CalibrateOptions& o, const DeviceContext& ctx,
                            in, out, flops / tf / 1e9, flops / tx / 1e9, flops / tw / 1e9));
   }
   // The dot interaction: per sample a (F + 1) x (F + 1) x d product (the estimator prices it as
-  // 2 b (F + 1)^2 d flops at the rate of shape (F + 1, F + 1, d)); rate from the forward.
+  // 2 b (F + 1)^2 d flops at the rate of shape (F + 1, F + 1, d)), its backward the same flops at
+  // shape (F + 1, d, F + 1).
   for (const auto& [b, f, dim] : dots) {
     const int64_t v = f + 1, out_dim = DotInteractionOutputDim(f, dim);
     TESSERA_ASSIGN_OR_RETURN(Buffer bottom, Buffer::Allocate(ctx.device, DType::kF32, {b, dim}));
@@ -407,10 +408,31 @@ absl::Status MeasureGemm(const CalibrateOptions& o, const DeviceContext& ctx,
           TESSERA_RETURN_IF_ERROR(Sync(ctx));
           return w.Seconds();
         }));
+    // Backward: d_emb = (dZ + dZ^T) E per sample, a (F + 1) x d x (F + 1) product, recorded at
+    // that shape (m = F + 1, n = d, k = F + 1) with the same 2 b (F + 1)^2 d flops.
+    TESSERA_ASSIGN_OR_RETURN(Buffer dy, Buffer::Allocate(ctx.device, DType::kF32, {b, out_dim}));
+    TESSERA_ASSIGN_OR_RETURN(Buffer dbottom, Buffer::Allocate(ctx.device, DType::kF32, {b, dim}));
+    TESSERA_ASSIGN_OR_RETURN(Buffer demb, Buffer::Allocate(ctx.device, DType::kF32, {b, f * dim}));
+    if (!ctx.is_cuda()) {
+      float* p = dy.data<float>();
+      for (int64_t i = 0; i < dy.numel(); ++i) p[i] = 0.01f * static_cast<float>((i % 5) - 2);
+    }
+    TESSERA_ASSIGN_OR_RETURN(
+        double tb, MedianSeconds(o.seconds_per_point / 2, [&]() -> absl::StatusOr<double> {
+          IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
+          TESSERA_RETURN_IF_ERROR(DotInteractionBackward(
+              ctx, bottom.data<float>(), emb.data<float>(), dy.data<float>(), b, f, dim,
+              dbottom.data<float>(), demb.data<float>()));
+          TESSERA_RETURN_IF_ERROR(Sync(ctx));
+          return w.Seconds();
+        }));
     const double flops = 2.0 * b * v * v * dim;
     fwd_points.push_back({v, v, dim, flops / t});
-    Progress(o, absl::StrFormat("%s dot interaction batch %d, %d x %d x %d: %.1f GFLOP/s (%.3f ms)",
-                                d->kind, b, v, v, dim, flops / t / 1e9, 1e3 * t));
+    dx_points.push_back({v, dim, v, flops / tb});
+    Progress(o, absl::StrFormat("%s dot interaction batch %d, %d x %d x %d: %.1f GFLOP/s (%.3f ms), "
+                                "backward %.1f GFLOP/s (%.3f ms)",
+                                d->kind, b, v, v, dim, flops / t / 1e9, 1e3 * t, flops / tb / 1e9,
+                                1e3 * tb));
   }
   std::vector<planner::GemmPoint> points = std::move(fwd_points);
   points.insert(points.end(), dx_points.begin(), dx_points.end());
