@@ -11,8 +11,8 @@ namespace tessera::planner {
 
 namespace {
 
-constexpr double kTierSlotOverheadBytes = 48;              // TieredRowStore bookkeeping per slot
-constexpr double kTierBlockCacheBytes = 64.0 * (1 << 20);  // RowDbOptions block cache
+constexpr double kTierSlotOverheadBytes = 48;                // TieredRowStore bookkeeping per slot
+constexpr double kTierBlockCacheBytes = 64.0 * (1 << 20);    // RowDbOptions block cache
 constexpr double kTierWriteBufferBytes = 128.0 * (1 << 20);  // RowDbOptions write_buffer_size
 constexpr double kTierMemtableEntryBytes = 48;  // 16-byte key + hash-link node + arena slack
 constexpr double kTierBlockBytes = 4096;        // RowDbOptions block_size: one block per miss
@@ -484,10 +484,9 @@ PhaseTimes Estimator::StepFromMaxima(const MetricVec& mx, double world_allreduce
   p.s[kEmbeddingUpdate] = mx[kUpdateS] + mx[kTierWriteS];
   // Exact sync: one step's three replica collectives (counts and ids all-gathers, gradient
   // all-reduce); average sync's latencies are per shard in kSyncS.
-  p.s[kReplicaSync] =
-      mx[kSyncS] + (m_ > 1 && in_->step.replica_sync == ReplicaSync::kExact
-                        ? 2 * ag_replica_.latency_s + ar_replica_.latency_s
-                        : 0);
+  p.s[kReplicaSync] = mx[kSyncS] + (m_ > 1 && in_->step.replica_sync == ReplicaSync::kExact
+                                        ? 2 * ag_replica_.latency_s + ar_replica_.latency_s
+                                        : 0);
   // Dense all-reduce (world), bucketed: buckets travel during the backward dist and the update
   // (MPI progresses inside MPI calls) or the whole backward (NCCL); the last bucket is exposed.
   double ar = 0;

@@ -202,8 +202,7 @@ absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
     Progress(o, "cuda: skipped (no CUDA path in this build or no device visible)");
   }
   int64_t comm_memory = 0;
-  TESSERA_ASSIGN_OR_RETURN(p.collectives,
-                           calibrate_internal::MeasureCollectives(o, &comm_memory));
+  TESSERA_ASSIGN_OR_RETURN(p.collectives, calibrate_internal::MeasureCollectives(o, &comm_memory));
   for (planner::DeviceProfile& d : p.devices) d.comm_memory_bytes = comm_memory;
   TESSERA_ASSIGN_OR_RETURN(p.tier, calibrate_internal::MeasureTier(o));
   std::filesystem::remove_all(o.scratch_dir, ec);

@@ -122,7 +122,6 @@ struct CalibrateOptions {
 // after the large ones less the worker's own buffers, each minus `rss_before_mpi` (VmRSS before
 // MPI_Init). Collective over the MPI world.
 [[nodiscard]] absl::Status RunCollectivesWorker(const std::string& out_path,
-                                                double seconds_per_point,
-                                                int64_t rss_before_mpi);
+                                                double seconds_per_point, int64_t rss_before_mpi);
 
 }  // namespace tessera

@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -420,19 +420,19 @@ absl::Status MeasureGemm(const CalibrateOptions& o, const DeviceContext& ctx,
     TESSERA_ASSIGN_OR_RETURN(
         double tb, MedianSeconds(o.seconds_per_point / 2, [&]() -> absl::StatusOr<double> {
           IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
-          TESSERA_RETURN_IF_ERROR(DotInteractionBackward(
-              ctx, bottom.data<float>(), emb.data<float>(), dy.data<float>(), b, f, dim,
-              dbottom.data<float>(), demb.data<float>()));
+          TESSERA_RETURN_IF_ERROR(
+              DotInteractionBackward(ctx, bottom.data<float>(), emb.data<float>(), dy.data<float>(),
+                                     b, f, dim, dbottom.data<float>(), demb.data<float>()));
           TESSERA_RETURN_IF_ERROR(Sync(ctx));
           return w.Seconds();
         }));
     const double flops = 2.0 * b * v * v * dim;
     fwd_points.push_back({v, v, dim, flops / t});
     dx_points.push_back({v, dim, v, flops / tb});
-    Progress(o, absl::StrFormat("%s dot interaction batch %d, %d x %d x %d: %.1f GFLOP/s (%.3f ms), "
-                                "backward %.1f GFLOP/s (%.3f ms)",
-                                d->kind, b, v, v, dim, flops / t / 1e9, 1e3 * t, flops / tb / 1e9,
-                                1e3 * tb));
+    Progress(o, absl::StrFormat(
+                    "%s dot interaction batch %d, %d x %d x %d: %.1f GFLOP/s (%.3f ms), "
+                    "backward %.1f GFLOP/s (%.3f ms)",
+                    d->kind, b, v, v, dim, flops / t / 1e9, 1e3 * t, flops / tb / 1e9, 1e3 * tb));
   }
   std::vector<planner::GemmPoint> points = std::move(fwd_points);
   points.insert(points.end(), dx_points.begin(), dx_points.end());

@@ -142,8 +142,7 @@ absl::StatusOr<planner::MachineProfile> LoadProfileByNameOrPath(const std::strin
   const bool file = name_or_path.find('/') != std::string::npos ||
                     absl::EndsWith(name_or_path, ".yaml") || absl::EndsWith(name_or_path, ".json");
   if (!file) {
-    return absl::NotFoundError(absl::StrCat("'", name_or_path,
-                                            "' is neither a shipped profile (",
+    return absl::NotFoundError(absl::StrCat("'", name_or_path, "' is neither a shipped profile (",
                                             absl::StrJoin(ShippedProfileNames(), ", "),
                                             ") nor a profile file (a path or *.yaml, *.json)"));
   }
@@ -153,8 +152,9 @@ absl::StatusOr<planner::MachineProfile> LoadProfileByNameOrPath(const std::strin
 absl::StatusOr<ShardingPlan> AutoPlan(const Config& config, int world_size) {
   absl::StatusOr<planner::MachineProfile> loaded = LoadProfileByNameOrPath(config.sharding.profile);
   if (!loaded.ok()) {
-    return absl::Status(loaded.status().code(),
-                        absl::StrCat(config.source, ": sharding.profile: ", loaded.status().message()));
+    return absl::Status(
+        loaded.status().code(),
+        absl::StrCat(config.source, ": sharding.profile: ", loaded.status().message()));
   }
   planner::MachineProfile profile = *std::move(loaded);
   planner::Topology topo;

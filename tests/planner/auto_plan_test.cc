@@ -73,7 +73,8 @@ TEST(AutoPlanTest, PlansWithTheNamedProfile) {
   ASSERT_TRUE(planner::SaveMachineProfile(*prof, path).ok());
   absl::StatusOr<Config> by_name =
       ParseConfig(kConfig, "/tmp/c.yaml", {"sharding.profile=cpu_2core_measured"});
-  absl::StatusOr<Config> by_file = ParseConfig(kConfig, "/tmp/c.yaml", {"sharding.profile=" + path});
+  absl::StatusOr<Config> by_file =
+      ParseConfig(kConfig, "/tmp/c.yaml", {"sharding.profile=" + path});
   ASSERT_TRUE(by_name.ok() && by_file.ok());
   absl::StatusOr<ShardingPlan> a = AutoPlan(*by_name, 2);
   absl::StatusOr<ShardingPlan> b = AutoPlan(*by_file, 2);

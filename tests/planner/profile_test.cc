@@ -6,9 +6,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/hardware.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "core/hardware.h"
 #include "planner/shipped_profiles.h"
 #include "test_inputs.h"
 
@@ -153,14 +153,14 @@ TEST(ProfileTest, GemmNearestByShapeNotByVolume) {
   // Three layers of one m n k = 2048 x 64 x 64 volume: forward, input and weight gradient
   // (calibrate's three points), and a thin output layer.
   DeviceProfile d;
-  d.gemm = {{2048, 64, 64, 8e10}, {2048, 64, 64 * 1, 8e10}, {64, 64, 2048, 3e10},
-            {2048, 1, 64, 1e10}};
+  d.gemm = {
+      {2048, 64, 64, 8e10}, {2048, 64, 64 * 1, 8e10}, {64, 64, 2048, 3e10}, {2048, 1, 64, 1e10}};
   d.gemm_peak_flops_per_s = 9e10;
   // Nearest by volume would give all of these the first point's 8e10.
-  EXPECT_EQ(GemmFlopsPerSec(d, 64, 64, 2048), 3e10);   // exact shape
-  EXPECT_EQ(GemmFlopsPerSec(d, 64, 70, 2000), 3e10);   // nearest shape
-  EXPECT_EQ(GemmFlopsPerSec(d, 2048, 1, 70), 1e10);    // thin: not the square layer's rate
-  EXPECT_EQ(GemmFlopsPerSec(d, 2048, 64, 64), 8e10);   // ties: the first listed
+  EXPECT_EQ(GemmFlopsPerSec(d, 64, 64, 2048), 3e10);  // exact shape
+  EXPECT_EQ(GemmFlopsPerSec(d, 64, 70, 2000), 3e10);  // nearest shape
+  EXPECT_EQ(GemmFlopsPerSec(d, 2048, 1, 70), 1e10);   // thin: not the square layer's rate
+  EXPECT_EQ(GemmFlopsPerSec(d, 2048, 64, 64), 8e10);  // ties: the first listed
   // ln-distance: (4096, 2, 64) is 1 doubling from (2048, 1, 64) in m and n, far from the rest.
   EXPECT_EQ(GemmFlopsPerSec(d, 4096, 2, 64), 1e10);
   d.gemm.clear();
