@@ -418,6 +418,8 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
         const bool page_cache = db_bytes < 0.5 * in_->topology.memory.host;
         d[kTierS] = misses * (page_cache ? tp.read_cached_s : tp.read_disk_s);
         d[kTierWriteS] = misses * tp.write_s;
+        // Every id the owner looks up first goes through the row cache (TieredRowStore Resolve).
+        d[kLookupS] += owner_ids * tp.hit_s;
         mem.caches = cache_rows * (value_bytes + kTierSlotOverheadBytes) +
                      TierDbMemoryBytes(tab, frac, rows, value_bytes, table_hot, misses);
         mem.disk = db_bytes;

@@ -92,6 +92,7 @@ struct TierPoint {
   double read_cached_s = 0;  // a row read from RocksDB's memtable / the OS page cache
   double read_disk_s = 0;    // a row read from the disk (O_DIRECT, batched MultiGet)
   double write_s = 0;        // a row written back (WriteBatch, per row)
+  double hit_s = 0;          // an id found in the row cache (Resolve: probe, pin, bookkeeping)
 };
 
 struct MachineProfile {
