@@ -11,24 +11,28 @@ namespace tessera::planner {
 
 namespace {
 
-constexpr double kTierSlotOverheadBytes = 48;              // TieredRowStore bookkeeping per slot
-constexpr double kTierBlockCacheBytes = 64.0 * (1 << 20);  // RowDbOptions block cache
-constexpr double kTierMemtableBytes = 256.0 * (1 << 20);   // 2 x 128 MiB write buffers
-constexpr double kTierDiskOverheadBytes = 24;              // key + SST overhead per row
-constexpr double kLlcBytes = 32.0 * (1 << 20);             // tables below this gather hot
+constexpr double kTierSlotOverheadBytes = 48;                // TieredRowStore bookkeeping per slot
+constexpr double kTierBlockCacheBytes = 64.0 * (1 << 20);    // RowDbOptions block cache
+constexpr double kTierWriteBufferBytes = 128.0 * (1 << 20);  // RowDbOptions write_buffer_size
+constexpr double kTierMemtableEntryBytes = 48;  // 16-byte key + hash-link node + arena slack
+constexpr double kTierBlockBytes = 4096;        // RowDbOptions block_size: one block per miss
+constexpr double kTierDiskOverheadBytes = 24;   // key + SST overhead per row
 
 double StateFloats(const StepSettings& s, int64_t cols) {
   return s.row_state_fixed + static_cast<double>(s.row_state_per_col) * cols;
 }
 
-// One Linear layer in -> out for `b` samples: forward and backward seconds.
+// One Linear layer in -> out for `b` samples: forward and backward seconds. Each GEMM at the
+// rate of its own shape (tools/plan_calibrate_device.cc measures the three): forward
+// y[b, out] = x W^T (b, out, in), input gradient dx[b, in] (b, in, out), weight gradient
+// dW[out, in] (out, in, b).
 void LinearCost(const DeviceProfile& d, int64_t b, int64_t in, int64_t out, double* fwd,
                 double* bwd) {
   const double flops = 2.0 * b * in * out;
-  const double rate = GemmFlopsPerSec(d, b, out, in);
   const double elem = 3.0 * b * out * 4 / d.copy_bytes_per_s;  // bias + ReLU + its grad
-  *fwd += flops / rate + elem + d.launch_overhead_s;
-  *bwd += 2 * flops / rate + elem + 2 * d.launch_overhead_s;
+  *fwd += flops / GemmFlopsPerSec(d, b, out, in) + elem + d.launch_overhead_s;
+  *bwd += flops / GemmFlopsPerSec(d, b, in, out) + flops / GemmFlopsPerSec(d, out, in, b) + elem +
+          2 * d.launch_overhead_s;
 }
 
 }  // namespace
@@ -155,15 +159,16 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
                           : s.distinct_global;
     // Hot/cold blend: the profile's hot rates are Zipf(1.05) over a table larger than the LLC.
     const double bytes = static_cast<double>(rows) * t.config.dim * 4;
+    const double llc = static_cast<double>(e.dev_->llc_bytes);
     s.exponent = t.measured.empty() ? t.zipf_exponent : 1.05;
-    s.hot = bytes <= kLlcBytes ? 1.0 : std::clamp(s.exponent / 1.05, 0.0, 1.0);
+    s.hot = bytes <= llc ? 1.0 : std::clamp(s.exponent / 1.05, 0.0, 1.0);
     if (!t.measured.empty()) {
       // Measured: the share of accesses that hit the LLC-sized hottest rows, relative to what
       // Zipf(1.05) gives.
-      int64_t llc_rows = static_cast<int64_t>(kLlcBytes / (t.config.dim * 4));
+      int64_t llc_rows = std::max<int64_t>(1, static_cast<int64_t>(llc / (t.config.dim * 4)));
       double cov = ids.Coverage(t, llc_rows, rows);
       double ref = ZipfCoverage(llc_rows, rows, 1.05);
-      s.hot = bytes <= kLlcBytes ? 1.0 : std::clamp(cov / std::max(1e-9, ref), 0.0, 1.0);
+      s.hot = bytes <= llc ? 1.0 : std::clamp(cov / std::max(1e-9, ref), 0.0, 1.0);
     }
   }
 
@@ -190,10 +195,13 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
   if (ds.interaction == Interaction::kDot) {
     const int64_t v = f + 1;
     inter_dim = ds.embedding_dim + v * (v - 1) / 2;
+    // Forward Z = E E^T per sample (shape (v, v, d)); backward d_E = (dZ + dZ^T) E (shape
+    // (v, d, v)), the same flops, each at its own shape's rate.
     const double flops = 2.0 * b * v * v * ds.embedding_dim;
-    const double rate = GemmFlopsPerSec(*e.dev_, v, v, ds.embedding_dim);
-    fwd += flops / rate + b * inter_dim * 4.0 / e.dev_->copy_bytes_per_s;
-    bwd += 2 * flops / rate + 2.0 * b * inter_dim * 4 / e.dev_->copy_bytes_per_s;
+    fwd += flops / GemmFlopsPerSec(*e.dev_, v, v, ds.embedding_dim) +
+           b * inter_dim * 4.0 / e.dev_->copy_bytes_per_s;
+    bwd += flops / GemmFlopsPerSec(*e.dev_, v, ds.embedding_dim, v) +
+           2.0 * b * inter_dim * 4 / e.dev_->copy_bytes_per_s;
   } else {
     const int64_t dim = bottom_out + e.emb_out_dim_;
     inter_dim = dim;
@@ -226,6 +234,36 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
   return e;
 }
 
+double Estimator::TierDbMemoryBytes(const PlanTable& tab, double frac, double rows,
+                                    double value_bytes, double table_hot, double misses) const {
+  // The database starts empty (rows are initialised on first touch) and takes a row when the
+  // row cache evicts it dirty; with in-place updates the memtable holds one entry per row
+  // written. Over S steps that is the distinct rows outside the cached hottest ones among S
+  // steps' ids (every row of the shard for an unbounded run, steps = 0).
+  const StepSettings& st = in_->step;
+  double written = rows;
+  if (st.steps > 0) {
+    const double ids = static_cast<double>(st.steps) * n_ * st.batch_per_rank * IdsPerSample(tab);
+    written = std::min(rows, frac * ExpectedDistinct(ids, tab.config.num_rows, stats_exponent(tab),
+                                                     static_cast<int64_t>(table_hot)));
+  }
+  const double entries = written * (value_bytes + kTierMemtableEntryBytes);
+  // The hash memtable's bucket array (one 8-byte bucket per 512 bytes of write buffer).
+  double bytes = kTierWriteBufferBytes / 512 * 8 + std::min(kTierWriteBufferBytes, entries);
+  if (entries > kTierWriteBufferBytes) {
+    // Past one write buffer the rows are flushed to SST files and misses read 4 KiB blocks,
+    // which the block cache keeps (up to its capacity).
+    const double reads = st.steps > 0 ? static_cast<double>(st.steps) * misses * kTierBlockBytes
+                                      : kTierBlockCacheBytes;
+    bytes += std::min(kTierBlockCacheBytes, reads);
+  }
+  return bytes;
+}
+
+double Estimator::stats_exponent(const PlanTable& tab) const {
+  return tab.measured.empty() ? tab.zipf_exponent : 1.05;
+}
+
 double Estimator::A2aSeconds(double bytes, bool intra) const {
   const CollectiveCost& c = intra ? a2a_intra_ : a2a_group_;
   if (bytes <= 0 || c.bytes_per_s <= 0) return 0;
@@ -246,16 +284,23 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
   const int kind = table_kind_;
   Contribution out;
 
+  const int64_t full_row_bytes = c.dim * 4;
   if (o.type == ShardingType::kDataParallel) {
     const double row_bytes = c.dim * 4.0;
     MetricVec& u = out.uniform;
-    u[kLookupS] = s.ids_local / GatherRowsPerSec(*dev_, c.dim * 4, s.hot);
-    // Every rank updates the rows the world touched.
-    u[kUpdateS] =
-        (s.ids_local + s.distinct_global) / ScatterUpdateRowsPerSec(*dev_, c.dim * 4, s.hot);
+    u[kLookupS] = bags * GatherBagSeconds(*dev_, full_row_bytes) +
+                  s.ids_local / GatherRowsPerSec(*dev_, full_row_bytes, s.hot);
+    // Every rank aggregates its ids, then updates the rows the world touched.
+    u[kUpdateS] = s.ids_local * ScatterIdSeconds(*dev_, full_row_bytes) +
+                  s.distinct_global / ScatterUpdateRowsPerSec(*dev_, full_row_bytes, s.hot);
     const double weights = c.num_rows * row_bytes;
     const double state = c.num_rows * StateFloats(st, c.dim) * 4;
     const double grad = c.num_rows * (c.dim + 1) * 4.0;
+    if (t_ > 1) {
+      // The dense [rows, dim + 1] gradient table (DataParallelBackward): zeroed, filled, scanned
+      // for touched rows after the world all-reduce (priced in StepFromMaxima): 3 passes.
+      u[kUpdateS] += 3 * grad / dev_->copy_bytes_per_s;
+    }
     u[kMemDevice + kind] = weights + state + 2 * grad;
     out.uniform_memory.weights = weights;
     out.uniform_memory.optimizer_state = state;
@@ -301,12 +346,22 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
       }
       const double owner_ids = n * frac * s.ids_local;
       const int64_t row_bytes = cols * 4;
-      d[kLookupS] = owner_ids / GatherRowsPerSec(*dev_, row_bytes, s.hot);
-      d[kUpdateS] = owner_ids / ScatterUpdateRowsPerSec(*dev_, row_bytes, s.hot);
       const double rows = static_cast<double>(rows_i);
       const double state_floats = StateFloats(st, cols);
       const double value_bytes = (cols + state_floats) * 4;
       const double touched_group = frac * s.distinct_group;
+      // Rows the update writes: the group's distinct rows, or with exact replica sync the union
+      // over the M replicas (every replica applies the summed gradients of all of them).
+      const double updated_rows = m_ > 1 && st.replica_sync == ReplicaSync::kExact
+                                      ? frac * s.distinct_global
+                                      : touched_group;
+      // The owner pools every bag of the group's N B samples (row pieces return a partial sum
+      // of each bag) and sorts every id it received before updating each distinct row once.
+      const double id_s = ScatterIdSeconds(*dev_, row_bytes);
+      d[kLookupS] = n * bags * GatherBagSeconds(*dev_, row_bytes) +
+                    owner_ids / GatherRowsPerSec(*dev_, row_bytes, s.hot);
+      d[kUpdateS] =
+          owner_ids * id_s + updated_rows / ScatterUpdateRowsPerSec(*dev_, row_bytes, s.hot);
       if (column_split_adagrad && ag_group_.bytes_per_s > 0) {
         d[kSyncS] +=
             ag_group_.latency_s + touched_group * 4 * (col_pieces - 1) / ag_group_.bytes_per_s;
@@ -317,6 +372,10 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
           const double ag = 8 * touched_group * (mm - 1);
           const double ar = 2 * (mm - 1) / mm * frac * s.distinct_global * cols * 4;
           d[kSyncS] += ag / ag_replica_.bytes_per_s + ar / ar_replica_.bytes_per_s;
+          // ExactReplicaSync's own work: sort + unique of the M replicas' ids, the gradients
+          // placed into the union's buffer and copied back (4 bytes each way per value).
+          d[kSyncS] += mm * touched_group * id_s +
+                       2 * frac * s.distinct_global * cols * 4 / dev_->copy_bytes_per_s;
         } else {
           const double k = static_cast<double>(st.sync_every);
           double ar, ag = 0;
@@ -359,8 +418,10 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
         const bool page_cache = db_bytes < 0.5 * in_->topology.memory.host;
         d[kTierS] = misses * (page_cache ? tp.read_cached_s : tp.read_disk_s);
         d[kTierWriteS] = misses * tp.write_s;
-        mem.caches = cache_rows * (value_bytes + kTierSlotOverheadBytes) + kTierBlockCacheBytes +
-                     std::min(kTierMemtableBytes, rows * value_bytes);
+        // Every id the owner looks up first goes through the row cache (TieredRowStore Resolve).
+        d[kLookupS] += owner_ids * tp.hit_s;
+        mem.caches = cache_rows * (value_bytes + kTierSlotOverheadBytes) +
+                     TierDbMemoryBytes(tab, frac, rows, value_bytes, table_hot, misses);
         mem.disk = db_bytes;
         d[kMemHost] += mem.caches;
         d[kMemDisk] += mem.disk;
@@ -377,6 +438,13 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
       memo_send = n > 1 ? pipe * in_bytes + 2 * out_bytes : 0;
       memo_in_s = n > 1 ? A2aSeconds(in_bytes, intra) : 0;
       memo_out_s = n > 1 ? A2aSeconds(out_bytes, intra) : 0;
+    }
+    // PackInput on every rank (T > 1): the ids of the shard's row range bucketed per
+    // destination and deduplicated, on the critical path (the pipeline hides only the
+    // transfer). Priced per id at the profile's sort rate (scatter_update id_s).
+    if (t_ > 1) {
+      u[kPackS] += static_cast<double>(rows_i) / c.num_rows * s.ids_local *
+                   ScatterIdSeconds(*dev_, cols * 4);
     }
     u[kInSend] += memo_in_s;
     u[kOutRecv] += memo_out_s;
@@ -402,6 +470,7 @@ MemoryBreakdown Estimator::FixedMemory() const {
   // Weights, gradients, optimizer state, the all-reduce bucket buffer.
   m.dense = dense_params_ * 4.0 * (3 + in_->dense.optimizer_state_floats);
   m.base = static_cast<double>(dev_->base_memory_bytes);
+  if (t_ > 1) m.base += static_cast<double>(dev_->comm_memory_bytes);
   return m;
 }
 
@@ -415,7 +484,11 @@ PhaseTimes Estimator::StepFromMaxima(const MetricVec& mx, double world_allreduce
   p.s[kDenseForward] = dense_fwd_s_;
   p.s[kDenseBackward] = dense_bwd_s_;
   p.s[kEmbeddingUpdate] = mx[kUpdateS] + mx[kTierWriteS];
-  p.s[kReplicaSync] = mx[kSyncS] + (m_ > 1 ? ag_replica_.latency_s + ar_replica_.latency_s : 0);
+  // Exact sync: one step's three replica collectives (counts and ids all-gathers, gradient
+  // all-reduce); average sync's latencies are per shard in kSyncS.
+  p.s[kReplicaSync] = mx[kSyncS] + (m_ > 1 && in_->step.replica_sync == ReplicaSync::kExact
+                                        ? 2 * ag_replica_.latency_s + ar_replica_.latency_s
+                                        : 0);
   // Dense all-reduce (world), bucketed: buckets travel during the backward dist and the update
   // (MPI progresses inside MPI calls) or the whole backward (NCCL); the last bucket is exposed.
   double ar = 0;
@@ -430,7 +503,10 @@ PhaseTimes Estimator::StepFromMaxima(const MetricVec& mx, double world_allreduce
     ar = std::max(last, full - window);
     ar += ar_world_.latency_s;  // the loss / count all-reduce
     if (world_allreduce_bytes > 0) {
-      ar += ar_world_.latency_s + f * world_allreduce_bytes / ar_world_.bytes_per_s;
+      // Data-parallel tables: DataParallelBackward all-reduces their gradient tables inside the
+      // embedding update (blocking, not bucketed or overlapped).
+      p.s[kEmbeddingUpdate] +=
+          ar_world_.latency_s + f * world_allreduce_bytes / ar_world_.bytes_per_s;
     }
   }
   p.s[kDenseAllReduce] = ar;
@@ -445,6 +521,7 @@ PhaseTimes Estimator::StepFromMaxima(const MetricVec& mx, double world_allreduce
     }
     p.s[kInputDist] = a2a_lat + exposed;
   }
+  p.s[kInputDist] += mx[kPackS];
   // Tier reads are prefetched during the previous step (its compute and communication).
   const double rest = p.total();
   p.s[kTierMisses] = std::max(mx[kTierS] > 0 ? 0.1 * mx[kTierS] : 0.0, mx[kTierS] - rest);

@@ -6,23 +6,30 @@
 //   input dist     header all-to-all (latency) + id payload all-to-all: per sender and shard
 //                  8 x distinct ids + 4 x ids (positions) + 4 x bags (lengths); with
 //                  sharding.pipeline it travels during the previous step's other collectives
-//                  (MPI progresses only inside MPI calls) or its whole step (NCCL)
-//   lookup         N B ids-per-sample x share of rows gathered on the owner (profile gather rate
-//                  at the shard's row bytes, hot/cold blended by the id skew)
+//                  (MPI progresses only inside MPI calls) or its whole step (NCCL); the packing
+//                  (PackInput: ids bucketed per destination, deduplicated) is on the critical
+//                  path whenever T > 1, priced per id at the profile's scatter_update id_s
+//   lookup         per shard: N B bags x gather bag_s + the owner's ids (N B ids-per-sample x
+//                  share of rows) / gather rate at the shard's row bytes, hot/cold blended by
+//                  the id skew (a table within the profile's llc_bytes is all hot)
 //   output dist    each shard sends B bags x cols x e to every other rank (row and grid shards
 //                  return partial sums of every bag); the all-to-all ends with its slowest rank
 //   dense fwd/bwd  GEMMs of the bottom MLP, the interaction (dot: batched (F+1)^2 d; DCNv2:
-//                  cross layers) and the top MLP at the profile's GEMM rate for each shape, plus
-//                  elementwise passes at the copy rate; backward 2x forward flops
+//                  cross layers) and the top MLP, each at the profile's rate for its shape
+//                  (forward, input gradient and weight gradient shapes separately), plus
+//                  elementwise passes at the copy rate
 //   backward dist  the output dist's bytes in reverse
-//   update         the fused sort + optimizer update of the owner's ids (scatter_update rate);
-//                  column-split row-wise AdaGrad adds a group all-gather of per-row sums
+//   update         the owner's ids x scatter_update id_s (sort, gradient sums) + its distinct
+//                  rows (with exact replica sync: the union over the replicas) / the update
+//                  rate; column-split row-wise AdaGrad adds a group all-gather of per-row sums;
+//                  data-parallel tables: their own ids, the world's distinct rows, three passes
+//                  over the rows x (dim + 1) gradient table and its world all-reduce (blocking)
 //   dense all-red  2 (T-1)/T x 4 P bytes over the world, bucketed: overlapped with the backward
-//                  dist and update (MPI) or the whole backward (NCCL), the last bucket exposed;
-//                  data-parallel tables add their gradient table (rows x (dim + 1) x 4)
-//   replica sync   exact: all-gather of the shard's touched ids 8 u (M-1) and all-reduce of the
-//                  union's gradients 2 (M-1)/M U d 4; average: weights and state of the rows
-//                  touched in k steps (or all rows), / k
+//                  dist and update (MPI) or the whole backward (NCCL), the last bucket exposed
+//   replica sync   exact: 2 all-gathers (counts, ids 8 u (M-1)) and one all-reduce of the
+//                  union's gradients 2 (M-1)/M U d 4 per step, plus the union's sort (M u ids x
+//                  id_s) and two copies of its gradients; average: weights and state of the
+//                  rows touched in k steps (or all rows), / k
 //   tier misses    rows of the step outside the cache (the cache holding the hottest rows),
 //                  read from the page cache or the disk (profile tier table), written back once
 // Every collective also pays its latency (profile alpha at that communicator size). The step
@@ -30,11 +37,13 @@
 // the group), not the sum of a rank's own costs.
 //
 // Memory per rank (bytes): weights and optimizer state of owned shards (device memory when the
-// ranks compute on cuda, host otherwise), tier caches (slots + 48 bytes bookkeeping, 64 MiB block
-// cache and up to 256 MiB memtables per tiered shard) and the database on disk, all-to-all
-// buffers (send + receive, doubled when pipelined), gradient aggregation workspace, dense
-// parameters + gradients + optimizer state + the all-reduce buffer, activations of B samples,
-// and the profile's base process memory.
+// ranks compute on cuda, host otherwise), tier caches (slots + 48 bytes bookkeeping; RocksDB as
+// allocated: the hash memtable's buckets, one entry per row written back in the run's
+// StepSettings::steps (at most the 128 MiB write buffer), and past that the block cache as
+// misses fill it, at most 64 MiB) and the database on disk, all-to-all buffers (send + receive,
+// doubled when pipelined), gradient aggregation workspace, dense parameters + gradients +
+// optimizer state + the all-reduce buffer, activations of B samples, and the profile's base
+// process memory (+ its comm_memory_bytes when T > 1).
 // Thread-safety: const methods may be called from any thread.
 #pragma once
 
@@ -81,6 +90,7 @@ enum Metric {
   kTierS,       // tier reads (prefetchable)
   kTierWriteS,  // tier write-back
   kSyncS,       // replica sync + column-split AdaGrad all-gathers
+  kPackS,       // input dist packing (PackInput), on the critical path
   kMemDevice,
   kMemHost,
   kMemDisk,
@@ -173,6 +183,10 @@ class Estimator {
     double exponent = 1.05;
   };
   double A2aSeconds(double bytes, bool intra) const;
+  // Host bytes of a tiered shard's RocksDB (memtable + block cache) as the run allocates them.
+  double TierDbMemoryBytes(const PlanTable& tab, double frac, double rows, double value_bytes,
+                           double table_hot, double misses) const;
+  double stats_exponent(const PlanTable& tab) const;
 
   const PlanInputs* in_ = nullptr;
   const MachineProfile* profile_ = nullptr;

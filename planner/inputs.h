@@ -87,6 +87,10 @@ struct StepSettings {
   // (row-wise AdaGrad 1 + 0, Adam 0 + 2, SGD 0 + 0).
   int row_state_fixed = 1;
   int row_state_per_col = 0;
+  // Steps the run trains (train.steps; tessera-bench: warm-up + timed): sizes the RocksDB
+  // memtables and block caches, which fill with the rows a run writes and reads. 0 = an
+  // unbounded run (every row of a tiered shard written once, the block cache full).
+  int64_t steps = 0;
   int threads = 0;             // compute threads per rank (0 = the profile's)
   std::string device = "cpu";  // the profile device the ranks compute on
 };

@@ -107,7 +107,9 @@ class MapReader {
   std::set<std::string> seen_;
 };
 
-absl::StatusOr<std::vector<RowRatePoint>> ReadRowRates(MapReader& r, const std::string& key) {
+// `extra`: the per-table key beyond the rates (gather: bag_s, scatter_update: id_s).
+absl::StatusOr<std::vector<RowRatePoint>> ReadRowRates(MapReader& r, const std::string& key,
+                                                       const std::string& extra) {
   TESSERA_ASSIGN_OR_RETURN(YAML::Node list, r.List(key));
   std::vector<RowRatePoint> out;
   for (size_t i = 0; i < list.size(); ++i) {
@@ -117,6 +119,8 @@ absl::StatusOr<std::vector<RowRatePoint>> ReadRowRates(MapReader& r, const std::
     TESSERA_ASSIGN_OR_RETURN(pt.row_bytes, p.Get<int64_t>("row_bytes"));
     TESSERA_ASSIGN_OR_RETURN(pt.hot_rows_per_s, p.GetPositive("hot_rows_per_s"));
     TESSERA_ASSIGN_OR_RETURN(pt.cold_rows_per_s, p.GetPositive("cold_rows_per_s"));
+    TESSERA_ASSIGN_OR_RETURN(double x, p.GetNonNegative(extra));
+    (extra == "bag_s" ? pt.bag_s : pt.id_s) = x;
     TESSERA_RETURN_IF_ERROR(p.Done());
     if (pt.row_bytes <= 0 || (!out.empty() && pt.row_bytes <= out.back().row_bytes)) {
       return p.Error(list[i], p.Key("row_bytes"),
@@ -143,8 +147,10 @@ absl::StatusOr<DeviceProfile> ReadDevice(const YAML::Node& n, const std::string&
   TESSERA_ASSIGN_OR_RETURN(d.memory_bytes, r.Get<int64_t>("memory_bytes"));
   if (d.memory_bytes <= 0) return r.Error(n["memory_bytes"], r.Key("memory_bytes"), "must be > 0");
   TESSERA_ASSIGN_OR_RETURN(d.copy_bytes_per_s, r.GetPositive("copy_bytes_per_s"));
-  TESSERA_ASSIGN_OR_RETURN(d.gather, ReadRowRates(r, "gather"));
-  TESSERA_ASSIGN_OR_RETURN(d.scatter_update, ReadRowRates(r, "scatter_update"));
+  TESSERA_ASSIGN_OR_RETURN(double llc, r.GetPositive("llc_bytes"));
+  d.llc_bytes = static_cast<int64_t>(llc);
+  TESSERA_ASSIGN_OR_RETURN(d.gather, ReadRowRates(r, "gather", "bag_s"));
+  TESSERA_ASSIGN_OR_RETURN(d.scatter_update, ReadRowRates(r, "scatter_update", "id_s"));
   TESSERA_ASSIGN_OR_RETURN(YAML::Node gemm, r.List("gemm"));
   for (size_t i = 0; i < gemm.size(); ++i) {
     MapReader p(gemm[i], source, absl::StrCat(r.Key("gemm"), "[", i, "]"));
@@ -164,6 +170,8 @@ absl::StatusOr<DeviceProfile> ReadDevice(const YAML::Node& n, const std::string&
   TESSERA_ASSIGN_OR_RETURN(d.launch_overhead_s, r.GetNonNegative("launch_overhead_s"));
   TESSERA_ASSIGN_OR_RETURN(double base, r.GetNonNegative("base_memory_bytes"));
   d.base_memory_bytes = static_cast<int64_t>(base);
+  TESSERA_ASSIGN_OR_RETURN(double comm, r.GetNonNegative("comm_memory_bytes"));
+  d.comm_memory_bytes = static_cast<int64_t>(comm);
   TESSERA_RETURN_IF_ERROR(r.Done());
   return d;
 }
@@ -173,6 +181,15 @@ absl::StatusOr<MachineProfile> ParseRoot(const YAML::Node& root, const std::stri
   if (!root.IsMap()) return r.Error(root, "profile", "must be a map with version, machine, ...");
   MachineProfile p;
   TESSERA_ASSIGN_OR_RETURN(p.version, r.Get<int>("version"));
+  if (p.version == 1) {
+    return r.Error(root["version"], "version",
+                   absl::StrCat("profile version 1 is not supported (this build reads version ",
+                                kProfileVersion,
+                                ", which adds devices[].llc_bytes, devices[].comm_memory_bytes, "
+                                "gather[].bag_s and scatter_update[].id_s, the last priced per "
+                                "distinct row; rerun tessera-plan calibrate, docs/PLANNER.md "
+                                "\"Profile file\")"));
+  }
   if (p.version != kProfileVersion) {
     return r.Error(root["version"], "version",
                    absl::StrCat("profile version ", p.version,
@@ -239,6 +256,7 @@ absl::StatusOr<MachineProfile> ParseRoot(const YAML::Node& root, const std::stri
     TESSERA_ASSIGN_OR_RETURN(pt.read_cached_s, t.GetPositive("read_cached_s"));
     TESSERA_ASSIGN_OR_RETURN(pt.read_disk_s, t.GetPositive("read_disk_s"));
     TESSERA_ASSIGN_OR_RETURN(pt.write_s, t.GetPositive("write_s"));
+    TESSERA_ASSIGN_OR_RETURN(pt.hit_s, t.GetNonNegative("hit_s"));
     TESSERA_RETURN_IF_ERROR(t.Done());
     if (pt.value_bytes <= 0 || (!p.tier.empty() && pt.value_bytes <= p.tier.back().value_bytes)) {
       return t.Error(tier[i], t.Key("value_bytes"), "must be positive and increasing");
@@ -365,12 +383,14 @@ std::string MachineProfileToYaml(const MachineProfile& p) {
   e << YAML::Key << "date" << YAML::Value << p.date;
   e << YAML::Key << "source" << YAML::Value << p.source;
   e << YAML::EndMap;
-  auto rates = [&](const char* key, const std::vector<RowRatePoint>& pts) {
+  auto rates = [&](const char* key, const std::vector<RowRatePoint>& pts, bool gather) {
     e << YAML::Key << key << YAML::Value << YAML::BeginSeq;
     for (const RowRatePoint& r : pts) {
       e << YAML::Flow << YAML::BeginMap << YAML::Key << "row_bytes" << YAML::Value << r.row_bytes
         << YAML::Key << "hot_rows_per_s" << YAML::Value << r.hot_rows_per_s << YAML::Key
-        << "cold_rows_per_s" << YAML::Value << r.cold_rows_per_s << YAML::EndMap;
+        << "cold_rows_per_s" << YAML::Value << r.cold_rows_per_s << YAML::Key
+        << (gather ? "bag_s" : "id_s") << YAML::Value << (gather ? r.bag_s : r.id_s)
+        << YAML::EndMap;
     }
     e << YAML::EndSeq;
   };
@@ -382,8 +402,9 @@ std::string MachineProfileToYaml(const MachineProfile& p) {
     e << YAML::Key << "threads" << YAML::Value << d.threads;
     e << YAML::Key << "memory_bytes" << YAML::Value << d.memory_bytes;
     e << YAML::Key << "copy_bytes_per_s" << YAML::Value << d.copy_bytes_per_s;
-    rates("gather", d.gather);
-    rates("scatter_update", d.scatter_update);
+    e << YAML::Key << "llc_bytes" << YAML::Value << d.llc_bytes;
+    rates("gather", d.gather, true);
+    rates("scatter_update", d.scatter_update, false);
     e << YAML::Key << "gemm" << YAML::Value << YAML::BeginSeq;
     for (const GemmPoint& g : d.gemm) {
       e << YAML::Flow << YAML::BeginMap << YAML::Key << "m" << YAML::Value << g.m << YAML::Key
@@ -394,6 +415,7 @@ std::string MachineProfileToYaml(const MachineProfile& p) {
     e << YAML::Key << "gemm_peak_flops_per_s" << YAML::Value << d.gemm_peak_flops_per_s;
     e << YAML::Key << "launch_overhead_s" << YAML::Value << d.launch_overhead_s;
     e << YAML::Key << "base_memory_bytes" << YAML::Value << d.base_memory_bytes;
+    e << YAML::Key << "comm_memory_bytes" << YAML::Value << d.comm_memory_bytes;
     e << YAML::EndMap;
   }
   e << YAML::EndSeq;
@@ -411,7 +433,7 @@ std::string MachineProfileToYaml(const MachineProfile& p) {
     e << YAML::Flow << YAML::BeginMap << YAML::Key << "value_bytes" << YAML::Value << t.value_bytes
       << YAML::Key << "read_cached_s" << YAML::Value << t.read_cached_s << YAML::Key
       << "read_disk_s" << YAML::Value << t.read_disk_s << YAML::Key << "write_s" << YAML::Value
-      << t.write_s << YAML::EndMap;
+      << t.write_s << YAML::Key << "hit_s" << YAML::Value << t.hit_s << YAML::EndMap;
   }
   e << YAML::EndSeq;
   e << YAML::EndMap;
@@ -442,14 +464,29 @@ double ScatterUpdateRowsPerSec(const DeviceProfile& d, int64_t row_bytes, double
   return BlendRate(d.scatter_update, row_bytes, hot_fraction);
 }
 
+double GatherBagSeconds(const DeviceProfile& d, int64_t row_bytes) {
+  return Interp(
+      d.gather, static_cast<double>(row_bytes),
+      [](const RowRatePoint& p) { return static_cast<double>(p.row_bytes); },
+      [](const RowRatePoint& p) { return p.bag_s; });
+}
+
+double ScatterIdSeconds(const DeviceProfile& d, int64_t row_bytes) {
+  return Interp(
+      d.scatter_update, static_cast<double>(row_bytes),
+      [](const RowRatePoint& p) { return static_cast<double>(p.row_bytes); },
+      [](const RowRatePoint& p) { return p.id_s; });
+}
+
 double GemmFlopsPerSec(const DeviceProfile& d, int64_t m, int64_t n, int64_t k) {
   if (d.gemm.empty()) return d.gemm_peak_flops_per_s;
-  double want = std::log(static_cast<double>(std::max<int64_t>(1, m)) * std::max<int64_t>(1, n) *
-                         std::max<int64_t>(1, k));
+  auto ln = [](int64_t x) { return std::log(static_cast<double>(std::max<int64_t>(1, x))); };
+  const double lm = ln(m), lnn = ln(n), lk = ln(k);
   const GemmPoint* best = &d.gemm.front();
   double best_dist = 1e300;
   for (const GemmPoint& g : d.gemm) {
-    double dist = std::abs(std::log(static_cast<double>(g.m) * g.n * g.k) - want);
+    const double a = ln(g.m) - lm, b = ln(g.n) - lnn, c = ln(g.k) - lk;
+    const double dist = a * a + b * b + c * c;
     if (dist < best_dist) {
       best_dist = dist;
       best = &g;
@@ -492,6 +529,7 @@ TierPoint TierAt(const MachineProfile& p, int64_t value_bytes) {
   out.read_disk_s =
       Interp(p.tier, value_bytes, x, [](const TierPoint& t) { return t.read_disk_s; });
   out.write_s = Interp(p.tier, value_bytes, x, [](const TierPoint& t) { return t.write_s; });
+  out.hit_s = Interp(p.tier, value_bytes, x, [](const TierPoint& t) { return t.hit_s; });
   return out;
 }
 

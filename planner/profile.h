@@ -6,11 +6,13 @@
 // the key, clamped at the ends) by the Rate* helpers below. The estimator reads nothing else
 // about the hardware: no constants live in code.
 //
-// File format (YAML, docs/PLANNER.md "Profile file"): `version: 1`, a `machine` block (what it
+// File format (YAML, docs/PLANNER.md "Profile file"): `version: 2`, a `machine` block (what it
 // was measured on, when, by which command or from which published source), then `devices`,
 // `collectives` and `tier`. SaveMachineProfile writes every field; LoadMachineProfile refuses a
 // file of another version, a missing or unknown key, an unsorted or empty table, and a rate
-// that is not positive, naming the file and the key.
+// that is not positive, naming the file and the key. Version 1 files (before llc_bytes,
+// comm_memory_bytes, gather bag_s and scatter_update id_s existed) are refused with a message
+// that names the missing keys and says to rerun `tessera-plan calibrate`.
 //
 // Thread-safety: plain values; const access from any thread.
 #pragma once
@@ -23,13 +25,19 @@
 
 namespace tessera::planner {
 
-inline constexpr int kProfileVersion = 1;
+inline constexpr int kProfileVersion = 2;
 
 // One measured point of a rate that depends on the row size.
+//   gather:         seconds = bags x bag_s + ids / rows_per_s   (rows_per_s: ids per second)
+//   scatter_update: seconds = ids x id_s + distinct rows / rows_per_s
+//                   (id_s: sort + gradient accumulation per id; rows_per_s: optimizer updates
+//                   of distinct rows per second)
 struct RowRatePoint {
   int64_t row_bytes = 0;       // bytes of one row's payload (dim x dtype size)
   double hot_rows_per_s = 0;   // ids drawn Zipf(1.05) over a table larger than the LLC
   double cold_rows_per_s = 0;  // uniform ids over a table far larger than the LLC
+  double bag_s = 0;            // gather only: fixed seconds per bag (output row, offsets)
+  double id_s = 0;             // scatter_update only: seconds per id before the row updates
 };
 
 // One measured GEMM shape (C[m x n] = A[m x k] B[k x n], fp32 unless dtype says otherwise).
@@ -44,9 +52,12 @@ struct DeviceProfile {
   int threads = 1;              // threads the CPU numbers were measured with (1 for cuda)
   int64_t memory_bytes = 0;     // capacity seen at calibration (host RAM or HBM)
   double copy_bytes_per_s = 0;  // streaming copy bandwidth (elementwise passes, activations)
-  // Pooled lookup (gather + sum) rates, and the fused backward (sort/segment + optimizer
-  // update of each touched row, read-modify-write of row and state), by row size. Both count
-  // ids of the batch (one per bag entry, duplicates included): seconds = ids / rows_per_s.
+  // Last-level cache bytes a rank's tables compete for: a table no larger gathers at the hot
+  // rate; the hot share of a larger one is the Zipf coverage of its llc_bytes hottest rows.
+  int64_t llc_bytes = 0;
+  // Pooled lookup (gather + sum) and the fused backward (sort/segment of the ids, then the
+  // optimizer update of each distinct row, read-modify-write of row and state), by row size;
+  // see RowRatePoint for what each field prices.
   std::vector<RowRatePoint> gather;          // sorted by row_bytes
   std::vector<RowRatePoint> scatter_update;  // sorted by row_bytes
   std::vector<GemmPoint> gemm;               // forward shapes of the models calibrated for
@@ -55,6 +66,9 @@ struct DeviceProfile {
   // Resident bytes of a training process before the model exists (runtime, libraries, thread
   // stacks, allocator slack): the base of the estimator's peak-memory prediction.
   int64_t base_memory_bytes = 0;
+  // Resident bytes the communicator runtime adds to each rank of a multi-rank run (MPI's
+  // shared-memory segments and progress thread, NCCL's buffers); not paid at T = 1.
+  int64_t comm_memory_bytes = 0;
 };
 
 enum class CollectiveOp { kAllToAll, kAllReduce, kAllGather };
@@ -78,6 +92,7 @@ struct TierPoint {
   double read_cached_s = 0;  // a row read from RocksDB's memtable / the OS page cache
   double read_disk_s = 0;    // a row read from the disk (O_DIRECT, batched MultiGet)
   double write_s = 0;        // a row written back (WriteBatch, per row)
+  double hit_s = 0;          // an id found in the row cache (Resolve: probe, pin, bookkeeping)
 };
 
 struct MachineProfile {
@@ -111,7 +126,13 @@ std::string MachineProfileToYaml(const MachineProfile& profile);
 // `hot_fraction` in [0, 1] blends cold (0) and hot (1) rates by time per row.
 double GatherRowsPerSec(const DeviceProfile& d, int64_t row_bytes, double hot_fraction);
 double ScatterUpdateRowsPerSec(const DeviceProfile& d, int64_t row_bytes, double hot_fraction);
-// The rate of the measured shape nearest in log(m n k); gemm_peak when the table is empty.
+// gather bag_s and scatter_update id_s at `row_bytes` (interpolated the same way).
+double GatherBagSeconds(const DeviceProfile& d, int64_t row_bytes);
+double ScatterIdSeconds(const DeviceProfile& d, int64_t row_bytes);
+// GEMM rate of shape (m, n, k): the rate of the measured point nearest in shape, distance
+// sqrt((ln m - ln m')^2 + (ln n - ln n')^2 + (ln k - ln k')^2) (so a thin n = 1 layer is not
+// priced at the rate of a square one of the same m n k); ties go to the point listed first.
+// gemm_peak_flops_per_s when the table is empty.
 double GemmFlopsPerSec(const DeviceProfile& d, int64_t m, int64_t n, int64_t k);
 // The point for (op, transport) at world_size, interpolated between measured sizes and
 // extrapolated linearly in log2(world_size) beyond the largest one (latency grows, bandwidth is

@@ -55,10 +55,6 @@ class SearchState {
       : est_(est), n_(est.group_size()), d_(n_, MetricVec{}), score_(n_, 0) {
     u_ = est.FixedPerRank();
     for (int k = 0; k < kNumMetrics; ++k) trees_.emplace_back(n_);
-    for (int r = 0; r < n_; ++r) {
-      by_score_.insert({0.0, r});
-      by_mem_.insert({0.0, r});
-    }
     for (int k = 0; k < kNumMemKinds; ++k) limit_[k] = MemoryLimit(est.inputs(), MemKind(k));
     mem_metric_ = kMemDevice + static_cast<int>(est.table_kind());
   }
@@ -74,8 +70,6 @@ class SearchState {
       return;
     }
     for (const auto& [r, d] : c.per_rank) {
-      by_score_.erase({score_[r], r});
-      by_mem_.erase({d_[r][mem_metric_], r});
       for (int k = 0; k < kNumMetrics; ++k) {
         if (d[k] == 0) continue;
         const double old = d_[r][k];
@@ -85,8 +79,6 @@ class SearchState {
         trees_[k].Set(r, d_[r][k]);
       }
       score_[r] = Score(d_[r]);
-      by_score_.insert({score_[r], r});
-      by_mem_.insert({d_[r][mem_metric_], r});
     }
   }
 
@@ -137,12 +129,15 @@ class SearchState {
     return Objective() + kRmsWeight * est_.StepFromMaxima(rms, world_bytes_).total();
   }
 
-  std::vector<int> LeastLoaded(int count, bool by_memory) const {
-    std::vector<int> out;
-    const auto& set = by_memory ? by_mem_ : by_score_;
-    for (auto it = set.begin(); it != set.end() && static_cast<int>(out.size()) < count; ++it) {
-      out.push_back(it->second);
-    }
+  // The ranks by (score, rank) or by (memory, rank), ascending. Computed once per table
+  // decision (Choose), not kept sorted under every Apply: the candidates of one decision are
+  // applied and taken back, so the order they see is the one before the table.
+  std::vector<int> RanksByLoad(bool by_memory) const {
+    std::vector<std::pair<double, int>> keyed(n_);
+    for (int r = 0; r < n_; ++r) keyed[r] = {by_memory ? d_[r][mem_metric_] : score_[r], r};
+    std::sort(keyed.begin(), keyed.end());
+    std::vector<int> out(n_);
+    for (int r = 0; r < n_; ++r) out[r] = keyed[r].second;
     return out;
   }
   std::vector<int> LeastLoadedNode() const {
@@ -185,7 +180,6 @@ class SearchState {
   MetricVec sumsq_{};  // sum of d_^2 over the ranks
   std::vector<MaxTree> trees_;
   std::vector<double> score_;
-  std::set<std::pair<double, int>> by_score_, by_mem_;
   double world_bytes_ = 0;
   double limit_[kNumMemKinds] = {};
   int mem_metric_ = kMemHost;
@@ -208,6 +202,12 @@ TableDecision Choose(const Estimator& est, SearchState& state, int t,
                      bool* feasible) {
   const int n = est.group_size();
   Choice best, second, least_short;
+  std::vector<int> by_score, by_mem;  // the least-loaded ranks, computed when first needed
+  auto least = [&](int count, bool by_memory) {
+    std::vector<int>& order = by_memory ? by_mem : by_score;
+    if (order.empty()) order = state.RanksByLoad(by_memory);
+    return std::vector<int>(order.begin(), order.begin() + std::min(count, n));
+  };
   for (const TableOption& o : options) {
     std::vector<std::vector<int>> rank_sets;
     const int s = o.shards();
@@ -225,9 +225,9 @@ TableDecision Choose(const Estimator& est, SearchState& state, int t,
     } else if (s == 1 && n <= kTryEveryRank) {
       for (int r = 0; r < n; ++r) rank_sets.push_back({r});
     } else {
-      rank_sets.push_back(state.LeastLoaded(s, false));
-      std::vector<int> by_mem = state.LeastLoaded(s, true);
-      if (by_mem != rank_sets.front()) rank_sets.push_back(by_mem);
+      rank_sets.push_back(least(s, false));
+      std::vector<int> mem_first = least(s, true);
+      if (mem_first != rank_sets.front()) rank_sets.push_back(mem_first);
     }
     for (const std::vector<int>& ranks : rank_sets) {
       Choice c;

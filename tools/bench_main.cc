@@ -210,6 +210,13 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
   }
   const double sps = samples / seconds;
   measured.steps = steps;
+  measured.warmup_steps = warmup;
+  for (const Batch& b : batches) {
+    measured.harness_bytes += static_cast<int64_t>(
+        (b.dense.capacity() + b.labels.capacity()) * sizeof(float) +
+        (b.sparse.values.capacity() + b.sparse.offsets.capacity()) * sizeof(int64_t) +
+        b.sparse.weights.capacity() * sizeof(float));
+  }
   measured.mean_step_seconds = seconds / steps;
   measured.model = phases;
   if (absl::Status st = ReduceOverRanks(*world, PeakRssBytes(), cpu_ms_per_step, &measured);

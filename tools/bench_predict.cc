@@ -115,7 +115,8 @@ struct Predicted {
 };
 
 absl::StatusOr<Predicted> Predict(const Config& config, const World& world, Model& model,
-                                  const std::string& profile_path) {
+                                  const std::string& profile_path, int64_t run_steps,
+                                  int64_t harness_bytes) {
   TESSERA_ASSIGN_OR_RETURN(planner::MachineProfile profile, LoadProfileByNameOrPath(profile_path));
   planner::Topology topo;
   topo.world_size = world.size();
@@ -125,6 +126,7 @@ absl::StatusOr<Predicted> Predict(const Config& config, const World& world, Mode
   // tessera-bench's data.batch_size is per rank (the trainer's is global).
   inputs.step.batch_per_rank = config.data.batch_size;
   inputs.step.threads = NumThreads();
+  inputs.step.steps = run_steps;  // the RocksDB memtables hold what this run wrote
   std::vector<TableConfig> tables;
   for (int t = 0; t < model.sparse().num_tables(); ++t) tables.push_back(model.sparse().table(t));
   ShardingPlan plan;
@@ -143,6 +145,7 @@ absl::StatusOr<Predicted> Predict(const Config& config, const World& world, Mode
     p.peak_bytes = std::max<int64_t>(
         p.peak_bytes, static_cast<int64_t>(mem[planner::kHost] + mem[planner::kDevice]));
   }
+  p.peak_bytes += harness_bytes;  // the bench's batches: resident, not the trainer's
   return p;
 }
 
@@ -177,7 +180,8 @@ void PrintPredictedBesideMeasured(const Config& config, const World& world, Mode
   }
   absl::StatusOr<Predicted> pred = profile_path.empty()
                                        ? absl::NotFoundError("no --profile")
-                                       : Predict(config, world, model, profile_path);
+                                       : Predict(config, world, model, profile_path,
+                                                 m.warmup_steps + m.steps, m.harness_bytes);
   std::printf(
       "  predicted beside measured (ms/step; the planner's phases, tools/bench_predict.h)%s\n",
       pred.ok() ? "" : ": no prediction");

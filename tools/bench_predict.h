@@ -46,6 +46,10 @@ bool AttachShardedPhaseTimes(Model& model, PhaseTimes* times);
 
 struct BenchMeasurement {
   int64_t steps = 0;
+  int64_t warmup_steps = 0;          // untimed steps before them (the planner's run length)
+  // Bytes of the bench's own cycled batches (resident in every rank, no part of training):
+  // added to the planner's peak memory so that it compares with the process's VmHWM.
+  int64_t harness_bytes = 0;
   std::vector<double> step_seconds;  // wall time of each timed step (rank 0)
   double mean_step_seconds = 0;      // timed seconds / steps
   PhaseTimes model;                  // the model's and the bench's phases, summed over steps

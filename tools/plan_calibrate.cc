@@ -77,7 +77,7 @@ constexpr char kUsage[] =
     "         [--tier_rows 200000]"
     "\n"
     "         [--seconds_per_point 0.25] [--table_mib 256] [--batch 2048] [--pooling 1]\n"
-    "         [--clock cpu|wall]\n"
+    "         [--multi_pooling 32] [--llc_mib N] [--clock cpu|wall]\n"
     "         [--mpirun mpirun] [--scratch DIR] [--no_cuda] [--quiet]\n"
     "Measures this machine (gather / scatter-update by row size, GEMM at the configs' layer\n"
     "shapes, MPI collectives at each world size, RocksDB tier reads and writes, the GPU when\n"
@@ -201,7 +201,9 @@ absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
   } else {
     Progress(o, "cuda: skipped (no CUDA path in this build or no device visible)");
   }
-  TESSERA_ASSIGN_OR_RETURN(p.collectives, calibrate_internal::MeasureCollectives(o));
+  int64_t comm_memory = 0;
+  TESSERA_ASSIGN_OR_RETURN(p.collectives, calibrate_internal::MeasureCollectives(o, &comm_memory));
+  for (planner::DeviceProfile& d : p.devices) d.comm_memory_bytes = comm_memory;
   TESSERA_ASSIGN_OR_RETURN(p.tier, calibrate_internal::MeasureTier(o));
   std::filesystem::remove_all(o.scratch_dir, ec);
   Progress(o, absl::StrFormat("done in %.1f s", total.ElapsedSeconds()));
@@ -253,6 +255,12 @@ int RunPlanCalibrate(int argc, char** argv) {
       ok = absl::SimpleAtoi(v, &o.batch_size) && o.batch_size >= 1;
     } else if (a == "--pooling") {
       ok = absl::SimpleAtoi(v, &o.pooling) && o.pooling >= 1;
+    } else if (a == "--multi_pooling") {
+      ok = absl::SimpleAtoi(v, &o.multi_pooling) && o.multi_pooling >= 2;
+    } else if (a == "--llc_mib") {
+      int64_t mib = 0;
+      ok = absl::SimpleAtoi(v, &mib) && mib >= 1;
+      o.llc_bytes = mib << 20;
     } else if (a == "--seconds_per_point") {
       ok = absl::SimpleAtod(v, &o.seconds_per_point) && o.seconds_per_point > 0;
     } else if (a == "--table_mib") {
@@ -278,9 +286,11 @@ int RunPlanCalibrate(int argc, char** argv) {
     if (!ok) return Usage(absl::StrCat("bad value '", v, "' for ", a));
   }
   if (!worker_out.empty()) {
-    // A rank of the collectives job Calibrate started (under mpirun).
+    // A rank of the collectives job Calibrate started (under mpirun). VmRSS before MPI_Init:
+    // the worker reports what the MPI runtime added (comm_memory_bytes).
+    const int64_t before_mpi = ResidentBytes();
     if (!MpiInitialize(&argc, &argv).ok()) return 1;
-    absl::Status st = RunCollectivesWorker(worker_out, o.seconds_per_point);
+    absl::Status st = RunCollectivesWorker(worker_out, o.seconds_per_point, before_mpi);
     if (!st.ok())
       std::fprintf(stderr, "tessera-plan calibrate: %s\n", std::string(st.message()).c_str());
     (void)MpiFinalize();

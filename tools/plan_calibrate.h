@@ -56,6 +56,14 @@ struct CalibrateOptions {
   // give 48 M ids/s). Default: 2048 x 1.
   int64_t batch_size = 2048;
   int64_t pooling = 1;
+  // Ids per bag of the third row-rate run (hot ids), which splits the gather into a per-bag and
+  // a per-id cost and the update into a per-id and a per-distinct-row cost. Default: 32.
+  int64_t multi_pooling = 32;
+  // The LLC the estimator's hot/cold blend reads (profile llc_bytes). 0: the largest cache of
+  // cpu0 in /sys/devices/system/cpu/cpu0/cache (a VM may report the host's; give it then).
+  // Default: 0. CUDA devices: cuda_llc_bytes (default 50 MiB, H100/H200 L2).
+  int64_t llc_bytes = 0;
+  int64_t cuda_llc_bytes = int64_t{50} << 20;
   // Bytes of scratch written (untimed) before every timed gather / scatter-update call, so
   // that, as in training (where the dense layers run in between), the previous calls' rows are
   // no longer cached. 0: none. Default: 48 MiB (above the 32 MiB LLC here).
@@ -109,8 +117,11 @@ struct CalibrateOptions {
 
 // The collectives measurement, run by every rank of an MPI job that Calibrate started: MPI must
 // be active (the caller ran MpiInitialize). Rank 0 writes one line per point to `out_path`:
-// "<op> <world_size> <latency_s> <bytes_per_s>". Collective over the MPI world.
+// "<op> <world_size> <latency_s> <bytes_per_s>", then "memory <bytes>": what the MPI runtime adds
+// to a rank, the largest over the ranks of VmRSS after a round of small collectives and of VmHWM
+// after the large ones less the worker's own buffers, each minus `rss_before_mpi` (VmRSS before
+// MPI_Init). Collective over the MPI world.
 [[nodiscard]] absl::Status RunCollectivesWorker(const std::string& out_path,
-                                                double seconds_per_point);
+                                                double seconds_per_point, int64_t rss_before_mpi);
 
 }  // namespace tessera

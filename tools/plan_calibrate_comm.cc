@@ -53,12 +53,37 @@ absl::StatusOr<double> TimeCollective(Communicator& comm, double min_seconds,
 
 }  // namespace
 
-absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_per_point) {
+absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_per_point,
+                                  int64_t rss_before_mpi) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, CreateMpiWorldCommunicator());
   const int w = comm->size();
   const int64_t kSmall = 8, kLarge = int64_t{4} << 20;
   std::ostringstream out;
+  // What MPI added: VmRSS after one small call of each collective (the shared-memory segments
+  // and the progress engine touched), before any large buffer exists.
+  int64_t mpi_bytes = 0;
+  {
+    std::vector<char> s(8 * w, 1), r(8 * w);
+    std::vector<int64_t> c(w, 8), d(w);
+    for (int i = 0; i < w; ++i) d[i] = 8 * i;
+    float f[2] = {1, 1};
+    TESSERA_RETURN_IF_ERROR(comm->AllToAllV(s.data(), c, d, r.data(), c, d));
+    TESSERA_RETURN_IF_ERROR(comm->AllReduce(f, 2, ReduceOp::kSum));
+    TESSERA_RETURN_IF_ERROR(comm->AllGatherV(s.data(), 8, r.data(), c, d));
+    std::ifstream st("/proc/self/status");
+    std::string line;
+    while (std::getline(st, line)) {
+      if (line.rfind("VmRSS:", 0) == 0) {
+        int64_t kb = std::strtoll(line.c_str() + 6, nullptr, 10);
+        mpi_bytes = std::max<int64_t>(0, kb * 1024 - rss_before_mpi);
+      }
+    }
+    std::vector<int64_t> all(w);
+    TESSERA_RETURN_IF_ERROR(comm->AllGatherV(&mpi_bytes, 8, all.data(), c, d));
+    mpi_bytes = *std::max_element(all.begin(), all.end());
+  }
   // All-to-all: `block` bytes to every rank (own block included, as the trainer's calls do).
+  int64_t buffers = 0;  // the largest bytes of this worker's own buffers alive at once
   for (const char* op : {"all_to_all", "all_reduce", "all_gather"}) {
     double t[2], bytes[2];
     for (int i = 0; i < 2; ++i) {
@@ -66,6 +91,7 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
       const int64_t block = std::max<int64_t>(total / w / 8 * 8, 8);
       std::vector<char> send(block * w, 1), recv(block * w);
       std::vector<float> fl(std::max<int64_t>(total / 4, 2), 1.0f);
+      buffers = std::max<int64_t>(buffers, 2 * block * w + static_cast<int64_t>(fl.size()) * 4);
       std::vector<int64_t> counts(w, block), displs(w);
       for (int r = 0; r < w; ++r) displs[r] = r * block;
       std::function<absl::Status()> call;
@@ -89,6 +115,22 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
     const double slope = std::max(t[1] - t[0], 1e-9);
     out << op << " " << w << " " << latency << " " << (bytes[1] - bytes[0]) / slope << "\n";
   }
+  // Large messages make MPI touch more of its shared-memory segments: the peak (VmHWM) after
+  // the large calls, less this worker's own buffers, when it is above the small-call figure.
+  {
+    std::ifstream st("/proc/self/status");
+    std::string line;
+    int64_t hwm = 0;
+    while (std::getline(st, line)) {
+      if (line.rfind("VmHWM:", 0) == 0) hwm = std::strtoll(line.c_str() + 6, nullptr, 10) * 1024;
+    }
+    std::vector<int64_t> c(w, 8), d(w), all(w);
+    for (int i = 0; i < w; ++i) d[i] = 8 * i;
+    int64_t large = std::max<int64_t>(0, hwm - rss_before_mpi - buffers);
+    TESSERA_RETURN_IF_ERROR(comm->AllGatherV(&large, 8, all.data(), c, d));
+    mpi_bytes = std::max(mpi_bytes, *std::max_element(all.begin(), all.end()));
+  }
+  out << "memory " << mpi_bytes << "\n";
   if (comm->rank() == 0) {
     std::ofstream f(out_path);
     f << out.str();
@@ -100,7 +142,8 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
 namespace calibrate_internal {
 
 absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(
-    const CalibrateOptions& o) {
+    const CalibrateOptions& o, int64_t* comm_memory_bytes) {
+  *comm_memory_bytes = 0;
   std::vector<planner::CollectivePoint> points;
   if (o.worker_argv.empty() || o.world_sizes.empty()) {
     Progress(o, "collectives: skipped (no worker command)");
@@ -128,7 +171,16 @@ absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(
     std::string op;
     int size;
     double latency, bw;
-    while (in >> op >> size >> latency >> bw) {
+    while (in >> op) {
+      if (op == "memory") {
+        int64_t m = 0;
+        in >> m;
+        *comm_memory_bytes = std::max(*comm_memory_bytes, m);
+        Progress(o, absl::StrFormat("collectives: world %d: MPI adds %.1f MiB per rank", w,
+                                    m / 1048576.0));
+        continue;
+      }
+      if (!(in >> size >> latency >> bw)) break;
       planner::CollectivePoint p;
       p.op = op == "all_to_all"   ? planner::CollectiveOp::kAllToAll
              : op == "all_reduce" ? planner::CollectiveOp::kAllReduce

@@ -3,8 +3,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -96,15 +98,78 @@ void EvictCaches(const CalibrateOptions& o, const DeviceContext& ctx, std::vecto
   for (size_t i = 0; i < buf->size(); i += 16) p[i] += 1.0f;  // one write per cache line
 }
 
-// Gather (Forward) and scatter-update (BackwardUpdate) rates, in ids per second, for each dim:
-// alternating forward and backward steps over o.distinct_batches batches of each id kind.
+// Mean distinct ids per batch.
+double MeanDistinct(const std::vector<KeyedJagged>& batches) {
+  double sum = 0;
+  for (const KeyedJagged& kj : batches) {
+    std::vector<int64_t> v = kj.values;
+    std::sort(v.begin(), v.end());
+    sum += static_cast<double>(std::unique(v.begin(), v.end()) - v.begin());
+  }
+  return batches.empty() ? 0 : sum / static_cast<double>(batches.size());
+}
+
+// Median seconds of Forward and BackwardUpdate over o.distinct_batches batches of `pooling` ids
+// per bag (alternating, caches evicted before each call); `distinct`: mean distinct ids.
+struct CallTimes {
+  double fwd = 0, bwd = 0, distinct = 0;
+};
+absl::StatusOr<CallTimes> TimeCalls(const CalibrateOptions& o, const DeviceContext& ctx,
+                                    SparseArch& table, int64_t rows, int64_t dim, int64_t pooling,
+                                    bool hot, float* out, const float* grad) {
+  std::vector<KeyedJagged> batches;
+  for (uint64_t s = 0; s < static_cast<uint64_t>(std::max(1, o.distinct_batches)); ++s) {
+    batches.push_back(MakeBatch(rows, o.batch_size, pooling, hot, o.zipf_exponent,
+                                s + 100 * static_cast<uint64_t>(dim) + 7919 * pooling));
+  }
+  CallTimes ct;
+  ct.distinct = MeanDistinct(batches);
+  std::vector<float> flush;
+  int64_t step = 0;
+  std::vector<double> fwd, bwd;
+  Stopwatch total;
+  // Two untimed steps first (first-touch of the scratch buffers).
+  while (fwd.size() < 5 || total.ElapsedSeconds() < 2 * o.seconds_per_point) {
+    const KeyedJagged& kj = batches[step % batches.size()];
+    EvictCaches(o, ctx, &flush);
+    IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
+    TESSERA_RETURN_IF_ERROR(table.Forward(kj, out));
+    TESSERA_RETURN_IF_ERROR(Sync(ctx));
+    const double f = w.Seconds();
+    EvictCaches(o, ctx, &flush);
+    w.Reset();
+    TESSERA_RETURN_IF_ERROR(table.BackwardUpdate(grad, 1e-4f, step + 1));
+    TESSERA_RETURN_IF_ERROR(Sync(ctx));
+    const double b = w.Seconds();
+    if (++step > 2) {
+      fwd.push_back(f);
+      bwd.push_back(b);
+    }
+  }
+  std::sort(fwd.begin(), fwd.end());
+  std::sort(bwd.begin(), bwd.end());
+  ct.fwd = fwd[fwd.size() / 2];
+  ct.bwd = bwd[bwd.size() / 2];
+  return ct;
+}
+
+// Gather (Forward) and scatter-update (BackwardUpdate) costs for each dim, split as the
+// estimator prices them (planner/profile.h RowRatePoint), from three runs of B bags:
+//   hot ids, p1 = o.pooling per bag (h1), cold ids, p1 per bag (c1), hot ids, P = o.multi_pooling
+//   per bag (hP)
+//   gather:  t = B bag_s + ids / rate  ->  per id (hP - h1) / (B (P - p1)), bag_s = (h1 - B p1
+//            per id) / B, cold per id (c1 - B bag_s) / (B p1) (the bag cost does not depend on
+//            where the rows are)
+//   update:  t = ids id_s + distinct / rate, solved from h1 and a fourth run of P ids per bag
+//            over 256 rows (dup: ids >> distinct; the distinct counts are counted), cold from
+//            c1 with that id_s.
+// Noise can make a split negative: then bag_s / id_s = 0 and the rate is the per-id one.
 absl::Status MeasureRowRates(const CalibrateOptions& o, const DeviceContext& ctx,
                              planner::DeviceProfile* d) {
   for (int64_t dim : o.dims) {
     int64_t rows = 1;
     while (rows * 2 * dim * 4 <= o.table_bytes) rows *= 2;
     TESSERA_ASSIGN_OR_RETURN(auto table, MakeTable(rows, dim, ctx));
-    const int64_t ids = o.batch_size * o.pooling;
     TESSERA_ASSIGN_OR_RETURN(Buffer out,
                              Buffer::Allocate(ctx.device, DType::kF32, {o.batch_size, dim}));
     TESSERA_ASSIGN_OR_RETURN(Buffer grad,
@@ -117,50 +182,71 @@ absl::Status MeasureRowRates(const CalibrateOptions& o, const DeviceContext& ctx
     } else {
       std::copy(g.begin(), g.end(), grad.data<float>());
     }
+    const int64_t p1 = o.pooling, p = std::max<int64_t>(p1 + 1, o.multi_pooling);
+    const double b = static_cast<double>(o.batch_size);
+    TESSERA_ASSIGN_OR_RETURN(CallTimes h1, TimeCalls(o, ctx, *table, rows, dim, p1, true,
+                                                     out.data<float>(), grad.data<float>()));
+    TESSERA_ASSIGN_OR_RETURN(CallTimes c1, TimeCalls(o, ctx, *table, rows, dim, p1, false,
+                                                     out.data<float>(), grad.data<float>()));
+    TESSERA_ASSIGN_OR_RETURN(CallTimes hp, TimeCalls(o, ctx, *table, rows, dim, p, true,
+                                                     out.data<float>(), grad.data<float>()));
+    // Duplicates: P ids per bag over the first kDupRows rows (uniform), so the ids outnumber the
+    // distinct rows ~P B / kDupRows times and the update's per-id term dominates.
+    constexpr int64_t kDupRows = 256;
+    TESSERA_ASSIGN_OR_RETURN(CallTimes dup, TimeCalls(o, ctx, *table, kDupRows, dim, p, false,
+                                                      out.data<float>(), grad.data<float>()));
     planner::RowRatePoint gather{dim * 4, 0, 0}, update{dim * 4, 0, 0};
-    std::vector<float> flush;
-    for (bool hot : {true, false}) {
-      std::vector<KeyedJagged> batches;
-      for (uint64_t s = 0; s < static_cast<uint64_t>(std::max(1, o.distinct_batches)); ++s) {
-        batches.push_back(MakeBatch(rows, o.batch_size, o.pooling, hot, o.zipf_exponent,
-                                    s + 100 * static_cast<uint64_t>(dim)));
-      }
-      int64_t step = 0;
-      std::vector<double> fwd, bwd;
-      Stopwatch total;
-      // Two untimed steps first (first-touch of the scratch buffers).
-      while (fwd.size() < 5 || total.ElapsedSeconds() < 2 * o.seconds_per_point) {
-        const KeyedJagged& kj = batches[step % batches.size()];
-        EvictCaches(o, ctx, &flush);
-        IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
-        TESSERA_RETURN_IF_ERROR(table->Forward(kj, out.data<float>()));
-        TESSERA_RETURN_IF_ERROR(Sync(ctx));
-        const double f = w.Seconds();
-        EvictCaches(o, ctx, &flush);
-        w.Reset();
-        TESSERA_RETURN_IF_ERROR(table->BackwardUpdate(grad.data<float>(), 1e-4f, step + 1));
-        TESSERA_RETURN_IF_ERROR(Sync(ctx));
-        const double b = w.Seconds();
-        if (++step > 2) {
-          fwd.push_back(f);
-          bwd.push_back(b);
-        }
-      }
-      std::sort(fwd.begin(), fwd.end());
-      std::sort(bwd.begin(), bwd.end());
-      const double gr = ids / fwd[fwd.size() / 2], ur = ids / bwd[bwd.size() / 2];
-      (hot ? gather.hot_rows_per_s : gather.cold_rows_per_s) = gr;
-      (hot ? update.hot_rows_per_s : update.cold_rows_per_s) = ur;
-      Progress(o,
-               absl::StrFormat("%s dim %d %s ids (table %d rows, %.0f MiB): gather %.1f M ids/s, "
-                               "scatter-update %.1f M ids/s",
-                               d->kind, dim, hot ? "zipf" : "uniform", rows,
-                               rows * dim * 4 / 1048576.0, gr / 1e6, ur / 1e6));
+    const double ids1 = b * p1;
+    double id_hot = (hp.fwd - h1.fwd) / (b * (p - p1));
+    double bag = (h1.fwd - ids1 * id_hot) / b;
+    if (!(id_hot > 0) || !(bag > 0)) {
+      bag = 0;
+      id_hot = h1.fwd / ids1;
     }
+    gather.bag_s = bag;
+    gather.hot_rows_per_s = 1.0 / id_hot;
+    gather.cold_rows_per_s = ids1 / std::max(c1.fwd - b * bag, 0.1 * c1.fwd);
+    // u1 = p1 B x + D1 y, uDup = P B x + DDup y (x = id_s, y = seconds per distinct row).
+    const double det = ids1 * dup.distinct - p * b * h1.distinct;
+    double id_s = det != 0 ? (h1.bwd * dup.distinct - dup.bwd * h1.distinct) / det : -1;
+    double row_hot = id_s >= 0 ? (h1.bwd - ids1 * id_s) / h1.distinct : -1;
+    if (!(id_s >= 0) || !(row_hot > 0)) {
+      id_s = 0;
+      row_hot = h1.bwd / h1.distinct;
+    }
+    update.id_s = id_s;
+    update.hot_rows_per_s = 1.0 / row_hot;
+    update.cold_rows_per_s = c1.distinct / std::max(c1.bwd - ids1 * id_s, 0.1 * c1.bwd);
+    Progress(o, absl::StrFormat(
+                    "%s dim %d (table %d rows, %.0f MiB): gather %.0f ns/bag + %.1f ns/id "
+                    "(zipf) %.1f (uniform); update %.1f ns/id + %.1f ns/row (zipf) %.1f "
+                    "(uniform); distinct per batch %.0f / %.0f / %.0f (zipf 1, uniform 1, zipf %d)",
+                    d->kind, dim, rows, rows * dim * 4 / 1048576.0, 1e9 * bag, 1e9 * id_hot,
+                    1e9 / gather.cold_rows_per_s, 1e9 * id_s, 1e9 * row_hot,
+                    1e9 / update.cold_rows_per_s, h1.distinct, c1.distinct, hp.distinct, p));
     d->gather.push_back(gather);
     d->scatter_update.push_back(update);
   }
   return absl::OkStatus();
+}
+
+// Last-level cache bytes: the largest cache sysfs lists for cpu0 (o.llc_bytes when given; CUDA:
+// o.cuda_llc_bytes, the runtime API Tessera wraps has no L2 query).
+int64_t LlcBytes(const CalibrateOptions& o, const DeviceContext& ctx) {
+  if (ctx.is_cuda()) return o.cuda_llc_bytes;
+  if (o.llc_bytes > 0) return o.llc_bytes;
+  int64_t best = 0;
+  for (int i = 0; i < 8; ++i) {
+    std::ifstream in(absl::StrCat("/sys/devices/system/cpu/cpu0/cache/index", i, "/size"));
+    std::string v;
+    if (!(in >> v) || v.empty()) continue;
+    int64_t mult = 1;
+    if (v.back() == 'K') mult = 1024;
+    if (v.back() == 'M') mult = 1 << 20;
+    if (mult > 1) v.pop_back();
+    best = std::max<int64_t>(best, std::atoll(v.c_str()) * mult);
+  }
+  return best > 0 ? best : int64_t{32} << 20;
 }
 
 // Per-call overhead: a one-bag, one-id forward + backward of a small table (the fixed cost the
@@ -301,7 +387,8 @@ absl::Status MeasureGemm(const CalibrateOptions& o, const DeviceContext& ctx,
                            in, out, flops / tf / 1e9, flops / tx / 1e9, flops / tw / 1e9));
   }
   // The dot interaction: per sample a (F + 1) x (F + 1) x d product (the estimator prices it as
-  // 2 b (F + 1)^2 d flops at the rate of shape (F + 1, F + 1, d)); rate from the forward.
+  // 2 b (F + 1)^2 d flops at the rate of shape (F + 1, F + 1, d)), its backward the same flops at
+  // shape (F + 1, d, F + 1).
   for (const auto& [b, f, dim] : dots) {
     const int64_t v = f + 1, out_dim = DotInteractionOutputDim(f, dim);
     TESSERA_ASSIGN_OR_RETURN(Buffer bottom, Buffer::Allocate(ctx.device, DType::kF32, {b, dim}));
@@ -321,10 +408,31 @@ absl::Status MeasureGemm(const CalibrateOptions& o, const DeviceContext& ctx,
           TESSERA_RETURN_IF_ERROR(Sync(ctx));
           return w.Seconds();
         }));
+    // Backward: d_emb = (dZ + dZ^T) E per sample, a (F + 1) x d x (F + 1) product, recorded at
+    // that shape (m = F + 1, n = d, k = F + 1) with the same 2 b (F + 1)^2 d flops.
+    TESSERA_ASSIGN_OR_RETURN(Buffer dy, Buffer::Allocate(ctx.device, DType::kF32, {b, out_dim}));
+    TESSERA_ASSIGN_OR_RETURN(Buffer dbottom, Buffer::Allocate(ctx.device, DType::kF32, {b, dim}));
+    TESSERA_ASSIGN_OR_RETURN(Buffer demb, Buffer::Allocate(ctx.device, DType::kF32, {b, f * dim}));
+    if (!ctx.is_cuda()) {
+      float* p = dy.data<float>();
+      for (int64_t i = 0; i < dy.numel(); ++i) p[i] = 0.01f * static_cast<float>((i % 5) - 2);
+    }
+    TESSERA_ASSIGN_OR_RETURN(
+        double tb, MedianSeconds(o.seconds_per_point / 2, [&]() -> absl::StatusOr<double> {
+          IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
+          TESSERA_RETURN_IF_ERROR(
+              DotInteractionBackward(ctx, bottom.data<float>(), emb.data<float>(), dy.data<float>(),
+                                     b, f, dim, dbottom.data<float>(), demb.data<float>()));
+          TESSERA_RETURN_IF_ERROR(Sync(ctx));
+          return w.Seconds();
+        }));
     const double flops = 2.0 * b * v * v * dim;
     fwd_points.push_back({v, v, dim, flops / t});
-    Progress(o, absl::StrFormat("%s dot interaction batch %d, %d x %d x %d: %.1f GFLOP/s (%.3f ms)",
-                                d->kind, b, v, v, dim, flops / t / 1e9, 1e3 * t));
+    dx_points.push_back({v, dim, v, flops / tb});
+    Progress(o, absl::StrFormat(
+                    "%s dot interaction batch %d, %d x %d x %d: %.1f GFLOP/s (%.3f ms), "
+                    "backward %.1f GFLOP/s (%.3f ms)",
+                    d->kind, b, v, v, dim, flops / t / 1e9, 1e3 * t, flops / tb / 1e9, 1e3 * tb));
   }
   std::vector<planner::GemmPoint> points = std::move(fwd_points);
   points.insert(points.end(), dx_points.begin(), dx_points.end());
@@ -351,6 +459,8 @@ absl::StatusOr<planner::DeviceProfile> MeasureDevice(const CalibrateOptions& o,
   d.memory_bytes = memory_bytes;
   TESSERA_RETURN_IF_ERROR(MeasureCopy(o, ctx, &d));
   TESSERA_RETURN_IF_ERROR(MeasureLaunchOverhead(o, ctx, &d));
+  d.llc_bytes = LlcBytes(o, ctx);
+  Progress(o, absl::StrFormat("%s last-level cache %.1f MiB", d.kind, d.llc_bytes / 1048576.0));
   TESSERA_RETURN_IF_ERROR(MeasureRowRates(o, ctx, &d));
   TESSERA_RETURN_IF_ERROR(MeasureGemm(o, ctx, &d));
   return d;

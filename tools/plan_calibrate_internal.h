@@ -64,8 +64,10 @@ absl::StatusOr<planner::DeviceProfile> MeasureDevice(const CalibrateOptions& o,
                                                      const DeviceContext& ctx,
                                                      const std::string& name, int64_t memory_bytes);
 
-// Collective points for every world size in o.world_sizes (sorted by op, transport, size).
-absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(const CalibrateOptions& o);
+// Collective points for every world size in o.world_sizes (sorted by op, transport, size), and
+// in `comm_memory_bytes` the most resident memory MPI added to a rank (0 when skipped).
+absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(
+    const CalibrateOptions& o, int64_t* comm_memory_bytes);
 // Tier points for every dim in o.tier_dims (sorted by value bytes).
 absl::StatusOr<std::vector<planner::TierPoint>> MeasureTier(const CalibrateOptions& o);
 

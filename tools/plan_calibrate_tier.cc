@@ -6,6 +6,7 @@
 //                  cache), divided by the misses: hash lookups, MultiGet, install, eviction
 //   read_disk_s    the same after reopening with O_DIRECT reads and a 1 MiB block cache
 //   write_s        the store's WriteBatch seconds per row written back (dirty rows evicted)
+//   hit_s          Resolve of the last step's rows again (all in the row cache) per id
 // Page-cache reads are timed in process CPU seconds (reader threads included) when
 // CalibrateOptions::cpu_clock, disk reads in wall seconds (they wait for the device).
 // Prefetch is off so the reads happen inside Resolve, where they are timed; two reader threads
@@ -46,6 +47,7 @@ TieredRowStoreOptions StoreOptions(const std::string& path, int64_t rows, int64_
 struct StepCosts {
   double read_s = 0;   // Resolve seconds per miss
   double write_s = 0;  // WriteBatch seconds per row written
+  double hit_s = 0;    // Resolve seconds per id already in the row cache
 };
 
 // Steps of kStepRows distinct rows drawn from a shuffled order of all rows (each step misses).
@@ -61,8 +63,10 @@ absl::StatusOr<StepCosts> RunSteps(TieredRowStore& store, int64_t rows, double m
   std::vector<double> per_miss;
   const TieredRowStoreMetrics before = store.metrics();
   Stopwatch total;
+  int64_t last_step = 0;
   for (int64_t step = 0; (step + 1) * kStepRows <= rows; ++step) {
     if (per_miss.size() >= 3 && total.ElapsedSeconds() > min_seconds) break;
+    last_step = step;
     absl::Span<const int64_t> ids(order.data() + step * kStepRows, kStepRows);
     const int64_t misses0 = store.metrics().misses;
     IntervalTimer w(cpu_clock);
@@ -75,12 +79,33 @@ absl::StatusOr<StepCosts> RunSteps(TieredRowStore& store, int64_t rows, double m
     TESSERA_RETURN_IF_ERROR(store.EndStep());
     if (step > 0 && misses > 0) per_miss.push_back(s / misses);
   }
+  // Hits: the last step's rows are cached; Resolve them again (no miss, no write-back).
+  std::vector<double> per_hit;
+  {
+    absl::Span<const int64_t> ids(order.data() + last_step * kStepRows, kStepRows);
+    TESSERA_RETURN_IF_ERROR(store.Resolve(ids, absl::MakeSpan(slots)));
+    TESSERA_RETURN_IF_ERROR(store.EndStep());
+    Stopwatch hits;
+    while (per_hit.size() < 5 || hits.ElapsedSeconds() < min_seconds / 4) {
+      const int64_t misses0 = store.metrics().misses;
+      IntervalTimer w(cpu_clock);
+      TESSERA_RETURN_IF_ERROR(store.Resolve(ids, absl::MakeSpan(slots)));
+      const double s = w.Seconds();
+      TESSERA_RETURN_IF_ERROR(store.EndStep());
+      if (store.metrics().misses == misses0) per_hit.push_back(s / kStepRows);
+      if (per_hit.empty() && hits.ElapsedSeconds() > min_seconds) break;
+    }
+  }
   TESSERA_RETURN_IF_ERROR(store.Flush());
   const TieredRowStoreMetrics after = store.metrics();
   if (per_miss.empty()) return absl::InternalError("calibrate: tier: no miss measured");
   std::sort(per_miss.begin(), per_miss.end());
   StepCosts c;
   c.read_s = per_miss[per_miss.size() / 2];
+  if (!per_hit.empty()) {
+    std::sort(per_hit.begin(), per_hit.end());
+    c.hit_s = per_hit[per_hit.size() / 2];
+  }
   const int64_t written = after.rows_written - before.rows_written;
   c.write_s = written > 0 ? (after.write_seconds - before.write_seconds) / written : 0;
   return c;
@@ -112,6 +137,7 @@ absl::StatusOr<std::vector<planner::TierPoint>> MeasureTier(const CalibrateOptio
                                RunSteps(*store, rows, o.seconds_per_point, 1, o.cpu_clock));
       p.read_cached_s = cached.read_s;
       p.write_s = cached.write_s;
+      p.hit_s = cached.hit_s;
     }
     {
       TESSERA_ASSIGN_OR_RETURN(
@@ -123,9 +149,9 @@ absl::StatusOr<std::vector<planner::TierPoint>> MeasureTier(const CalibrateOptio
     }
     std::filesystem::remove_all(path);
     Progress(o, absl::StrFormat("tier value %d B: read %.2f us (page cache), %.2f us (disk), "
-                                "write %.2f us per row",
+                                "write %.2f us per row, %.0f ns per cached id",
                                 p.value_bytes, p.read_cached_s * 1e6, p.read_disk_s * 1e6,
-                                p.write_s * 1e6));
+                                p.write_s * 1e6, p.hit_s * 1e9));
     points.push_back(p);
   }
   return points;

@@ -22,6 +22,7 @@
 #include "planner/baselines.h"
 #include "planner/explain.h"
 #include "planner/planner.h"
+#include "tools/blas_env.h"
 #include "tools/flags_util.h"
 #include "tools/plan_calibrate.h"
 #include "tools/plan_sample.h"
@@ -236,6 +237,10 @@ int Run(int argc, char** argv) {
 }  // namespace tessera
 
 int main(int argc, char** argv) {
+  // calibrate times GEMMs and OpenMP loops: they must run with the kernels and the wait policy
+  // tessera-train and tessera-bench get (tools/blas_env.h), or the profile prices another
+  // machine.
+  tessera::MaybeReexecForBlasKernels(argv);
   if (argc >= 2 && std::string(argv[1]) == "calibrate") {
     return tessera::RunPlanCalibrate(argc - 1, argv + 1);
   }

@@ -8,7 +8,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/status.h"
 #include "planner/planner.h"
 #include "planner/shipped_profiles.h"
@@ -83,6 +85,7 @@ planner::PlanInputs PlanInputsFromConfig(const Config& config, const planner::To
       s.row_state_per_col = 2;
       break;
   }
+  s.steps = config.train.steps;
   s.threads = config.threads;
   s.device = config.device;
   return in;
@@ -136,11 +139,24 @@ absl::StatusOr<planner::MachineProfile> LoadProfileByNameOrPath(const std::strin
       return planner::ParseMachineProfile(text, absl::StrCat("planner/profiles/", name, ".yaml"));
     }
   }
+  const bool file = name_or_path.find('/') != std::string::npos ||
+                    absl::EndsWith(name_or_path, ".yaml") || absl::EndsWith(name_or_path, ".json");
+  if (!file) {
+    return absl::NotFoundError(absl::StrCat("'", name_or_path, "' is neither a shipped profile (",
+                                            absl::StrJoin(ShippedProfileNames(), ", "),
+                                            ") nor a profile file (a path or *.yaml, *.json)"));
+  }
   return planner::LoadMachineProfile(name_or_path);
 }
 
 absl::StatusOr<ShardingPlan> AutoPlan(const Config& config, int world_size) {
-  TESSERA_ASSIGN_OR_RETURN(planner::MachineProfile profile, LoadProfileByNameOrPath("cpu_default"));
+  absl::StatusOr<planner::MachineProfile> loaded = LoadProfileByNameOrPath(config.sharding.profile);
+  if (!loaded.ok()) {
+    return absl::Status(
+        loaded.status().code(),
+        absl::StrCat(config.source, ": sharding.profile: ", loaded.status().message()));
+  }
+  planner::MachineProfile profile = *std::move(loaded);
   planner::Topology topo;
   topo.world_size = world_size;
   topo.ranks_per_node = LauncherRanksPerNode(world_size);

@@ -33,12 +33,15 @@ planner::MemoryLimits MachineMemoryPerRank(int ranks_per_node, const std::string
 int LauncherRanksPerNode(int world_size);
 
 // The profiles shipped in planner/profiles/ (compiled in): "cpu_default", "h200_cluster", and
-// whatever else lies there. `name_or_path`: a shipped name, or a profile file's path.
+// whatever else lies there. `name_or_path`: a shipped name, or a profile file's path (a value
+// with '/' or ending .yaml/.json); NotFound listing the shipped names for any other value.
 absl::StatusOr<planner::MachineProfile> LoadProfileByNameOrPath(const std::string& name_or_path);
 std::vector<std::string> ShippedProfileNames();
 
-// `sharding.plan: auto`: the plan for `config` on a world of `world_size` ranks from the shipped
-// cpu_default profile (deterministic: every rank computes the same plan). The plan's storage
+// `sharding.plan: auto`: the plan for `config` on a world of `world_size` ranks from the profile
+// `sharding.profile` names (default: the shipped cpu_default; deterministic: every rank computes
+// the same plan). Its errors (unknown profile name, unreadable or bad profile file) name
+// sharding.profile. The plan's storage
 // choices are applied with ApplyPlanStorage.
 absl::StatusOr<ShardingPlan> AutoPlan(const Config& config, int world_size);
 inline constexpr char kAutoPlan[] = "auto";

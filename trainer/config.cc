@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -49,7 +50,7 @@ const std::vector<SchemaSection>& Schema() {
                  "checkpoint_every", "resume", "nonfinite"}},
       {"output", {"dir", "metrics", "export", "progress", "checkpoint_dir", "tensorboard"}},
       {"sharding", {"group_size", "layout", "replica_sync", "sync_every", "sync_rows", "plan",
-                    "bucket_bytes", "comm_dtype", "pipeline"}},
+                    "bucket_bytes", "comm_dtype", "pipeline", "profile"}},
   };
   return *schema;
 }
@@ -557,6 +558,17 @@ absl::Status ParseRest(const ConfigReader& r, const YAML::Node& root, const std:
   TESSERA_RETURN_IF_ERROR(r.ReadEnum(sh, p, "comm_dtype", {"fp32", "fp16", "bf16"}, &dtype));
   c->sharding.comm_dtype = dtype == 1 ? "fp16" : dtype == 2 ? "bf16" : "fp32";
   TESSERA_RETURN_IF_ERROR(r.ReadBool(sh, p, "pipeline", &c->sharding.pipeline));
+  TESSERA_RETURN_IF_ERROR(r.ReadString(sh, p, "profile", &c->sharding.profile));
+  if (c->sharding.profile.empty())
+    return r.Error(Child(sh, "profile"), sh, "sharding.profile",
+                   "must name a shipped profile or a profile file");
+  {
+    const std::string& v = c->sharding.profile;
+    auto ends = [&](const char* x) { return absl::EndsWith(v, x); };
+    if (v.find('/') != std::string::npos || ends(".yaml") || ends(".json")) {
+      TESSERA_RETURN_IF_ERROR(ResolveExisting(r, sh, p, "profile", dir, &c->sharding.profile));
+    }
+  }
   if (c->sharding.plan == "auto") return absl::OkStatus();  // planned at start-up (auto_plan.h)
   return ResolveExisting(r, sh, p, "plan", dir, &c->sharding.plan);
 }

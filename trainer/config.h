@@ -116,6 +116,10 @@ struct ShardingConfig {
   int64_t bucket_bytes = int64_t{25} << 20;  // sharding.bucket_bytes: dense all-reduce bucket
   std::string comm_dtype = "fp32";       // sharding.comm_dtype: fp32|fp16|bf16 (pooled all-to-alls)
   bool pipeline = true;                  // sharding.pipeline: next batch's input dist overlaps
+  // sharding.profile: the machine profile `sharding.plan: auto` plans with: a shipped name
+  // (planner/profiles/) or a file (a value with '/' or ending .yaml/.json, relative to the
+  // config's directory, must exist).
+  std::string profile = "cpu_default";
 };
 
 struct Config {

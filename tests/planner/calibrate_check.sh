@@ -32,7 +32,7 @@ check_usage unknown "unknown flag --frobnicate" --out "$tmp/bad.yaml" --frobnica
   --scratch "$tmp/scratch" --quiet >"$tmp/stdout" 2>"$tmp/stderr"
 rc=$?
 if [[ $rc -ne 0 ]]; then echo "FAIL calibrate: exit $rc"; cat "$tmp/stderr"; fail=1; fi
-for key in "version: 1" "kind: cpu" "op: all_to_all" "world_size: 2" "value_bytes: 68" \
+for key in "version: 2" "kind: cpu" "llc_bytes:" "bag_s:" "id_s:" "comm_memory_bytes:" "hit_s:" "op: all_to_all" "world_size: 2" "value_bytes: 68" \
            "base_memory_bytes"; do
   grep -q "$key" "$tmp/p.yaml" || { echo "FAIL profile lacks '$key'"; fail=1; }
 done

@@ -38,7 +38,7 @@ python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['ranks'] a
 cmp -s "$tmp/plan.yaml" "$tmp/plan2.yaml" || { echo "FAIL: plan differs between runs"; fail=1; }
 
 # Bad inputs.
-sed 's/^version: 1/version: 7/' "$src/planner/profiles/cpu_default.yaml" >"$tmp/v7.yaml"
+sed 's/^version: 2/version: 7/' "$src/planner/profiles/cpu_default.yaml" >"$tmp/v7.yaml"
 check_bad "profile version" "v7.yaml:" --config "$cfg" --world_size 2 --profile "$tmp/v7.yaml"
 grep -v "copy_bytes_per_s" "$src/planner/profiles/cpu_default.yaml" >"$tmp/missing.yaml"
 check_bad "profile missing key" "copy_bytes_per_s: missing" --config "$cfg" --world_size 2 --profile "$tmp/missing.yaml"

@@ -61,9 +61,10 @@ TEST(EstimatorTest, TableWiseByHand) {
   // lengths (4 bytes each), at 1e6 B/s.
   const double in_bytes = 8 * u + 4 * 100 + 4 * 100;
   EXPECT_NEAR(e.step.s[kInputDist], in_bytes / 1e6, 1e-12);
-  // Lookup and update: the owner gathers N B = 200 ids at 1e6 rows/s.
+  // Lookup: the owner gathers N B = 200 ids at 1e6 rows/s; update: its distinct rows among
+  // them (the flat profile has no per-bag or per-id cost).
   EXPECT_NEAR(e.step.s[kLookup], 200 / 1e6, 1e-12);
-  EXPECT_NEAR(e.step.s[kEmbeddingUpdate], 200 / 1e6, 1e-12);
+  EXPECT_NEAR(e.step.s[kEmbeddingUpdate], ExpectedDistinct(200, 1000, 1.05) / 1e6, 1e-12);
   // Output and backward dist: 100 bags x 16 floats x 4 bytes to the other rank.
   EXPECT_NEAR(e.step.s[kOutputDist], 6400 / 1e6, 1e-12);
   EXPECT_NEAR(e.step.s[kBackwardDist], 6400 / 1e6, 1e-12);
@@ -135,9 +136,155 @@ TEST(EstimatorTest, ReplicaSyncExactByHand) {
   StepEstimate e = est->Evaluate({TableWise(0, in.tables[0].config)});
   const double u_group = ExpectedDistinct(100, 1000, 1.05);
   const double u_global = ExpectedDistinct(200, 1000, 1.05);
-  // All-gather of the touched ids 8 u (M - 1), all-reduce 2 (M-1)/M x U x d x 4.
-  EXPECT_NEAR(e.step.s[kReplicaSync], (8 * u_group + u_global * 16 * 4) / 1e6, 1e-9);
+  // All-gather of the touched ids 8 u (M - 1), all-reduce 2 (M-1)/M x U x d x 4, and the
+  // union's gradients copied in and out (2 x U x d x 4 at 1e9 B/s).
+  EXPECT_NEAR(e.step.s[kReplicaSync],
+              (8 * u_group + u_global * 16 * 4) / 1e6 + 2 * u_global * 16 * 4 / 1e9, 1e-9);
   EXPECT_EQ(e.step.s[kOutputDist], 0);  // no peers in a group of one
+  // Every replica updates the union's rows.
+  EXPECT_NEAR(e.step.s[kEmbeddingUpdate], u_global / 1e6, 1e-12);
+}
+
+// A profile with per-bag, per-id and collective latency costs, for the gaps the flat one hides.
+MachineProfile CostedProfile(double latency_s) {
+  MachineProfile p = FlatProfile(latency_s);
+  for (RowRatePoint& r : p.devices[0].gather) r.bag_s = 1e-6;
+  for (RowRatePoint& r : p.devices[0].scatter_update) r.id_s = 5e-7;
+  return p;
+}
+
+TEST(EstimatorTest, MultiHotLookupAndUpdateByHand) {
+  // T = 1, one table of 1000 rows, 40 ids per bag, 100 bags: lookup = bags x bag_s + ids /
+  // rate, update = ids x id_s + distinct rows / rate.
+  MachineProfile prof = CostedProfile(0);
+  PlanInputs in = SmallInputs({1000}, 16, /*world=*/1, /*batch=*/100, /*ids=*/40);
+  absl::StatusOr<Estimator> est = Estimator::Create(in, prof, 1);
+  ASSERT_TRUE(est.ok()) << est.status();
+  StepEstimate e = est->Evaluate({TableWise(0, in.tables[0].config)});
+  EXPECT_NEAR(e.step.s[kLookup], 100 * 1e-6 + 4000 / 1e6, 1e-12);
+  const double u = ExpectedDistinct(4000, 1000, 1.05);
+  EXPECT_LT(u, 1000);
+  EXPECT_NEAR(e.step.s[kEmbeddingUpdate], 4000 * 5e-7 + u / 1e6, 1e-12);
+  EXPECT_EQ(e.step.s[kInputDist], 0);  // T = 1: no packing
+  // Row-wise over 2 ranks (T = 2): each half pools every bag of both ranks (200 bags) and
+  // gathers half of the 8000 ids.
+  PlanInputs in2 = SmallInputs({1000}, 16, 2, 100, 40);
+  absl::StatusOr<Estimator> est2 = Estimator::Create(in2, prof, 2);
+  ASSERT_TRUE(est2.ok());
+  TableOption rw;
+  rw.type = ShardingType::kRowWise;
+  rw.row_pieces = 2;
+  StepEstimate e2 = est2->Evaluate({MakePlacement(rw, {0, 1}, in2.tables[0].config)});
+  EXPECT_NEAR(e2.per_rank[0].s[kLookup], 200 * 1e-6 + 4000 / 1e6, 1e-12);
+  EXPECT_NEAR(e2.step.s[kEmbeddingUpdate],
+              4000 * 5e-7 + 0.5 * ExpectedDistinct(8000, 1000, 1.05) / 1e6, 1e-12);
+}
+
+TEST(EstimatorTest, InputPackingIsOnTheCriticalPath) {
+  // Pipelined: the payload hides behind the other collectives, the packing does not: every
+  // rank buckets its 100 ids per table (2 tables) at id_s = 5e-7.
+  MachineProfile prof = CostedProfile(0);
+  PlanInputs in = SmallInputs({1000, 1000}, 16, 2, 100);
+  in.step.pipeline = true;
+  absl::StatusOr<Estimator> est = Estimator::Create(in, prof, 2);
+  ASSERT_TRUE(est.ok());
+  StepEstimate e =
+      est->Evaluate({TableWise(0, in.tables[0].config), TableWise(1, in.tables[1].config)});
+  EXPECT_NEAR(e.step.s[kInputDist], 2 * 100 * 5e-7, 1e-12);
+}
+
+TEST(EstimatorTest, ExactSyncPaysThreeReplicaCollectivesPerStep) {
+  // N = 1, M = 2, three tables: one ids-count all-gather, one ids all-gather and one gradient
+  // all-reduce per step whatever the number of tables (ExactReplicaSync), at 1e-3 s each.
+  MachineProfile prof = FlatProfile(1e-3);
+  PlanInputs in = SmallInputs({1000, 1000, 1000}, 16, 2, 100);
+  absl::StatusOr<Estimator> est = Estimator::Create(in, prof, 1);
+  ASSERT_TRUE(est.ok());
+  std::vector<TablePlacement> p;
+  for (int t = 0; t < 3; ++t) p.push_back(TableWise(0, in.tables[t].config));
+  StepEstimate e = est->Evaluate(p);
+  const double u_group = ExpectedDistinct(100, 1000, 1.05);
+  const double u_global = ExpectedDistinct(200, 1000, 1.05);
+  const double per_table = (8 * u_group + u_global * 16 * 4) / 1e6 + 2 * u_global * 64 / 1e9;
+  EXPECT_NEAR(e.step.s[kReplicaSync], 3e-3 + 3 * per_table, 1e-9);
+}
+
+TEST(EstimatorTest, DataParallelTableUpdatedAndAllReducedInTheUpdate) {
+  // T = 2, one data-parallel table of 1000 x 16 (SGD): every rank gathers its 100 ids, sorts
+  // them (id_s), updates the world's distinct rows, makes three passes over the 1000 x 17 x 4
+  // gradient table at 1e9 B/s, and all-reduces it (2 (T-1)/T x bytes at 1e6 B/s + latency)
+  // inside the update, not in the dense all-reduce.
+  MachineProfile prof = CostedProfile(1e-3);
+  PlanInputs in = SmallInputs({1000}, 16, 2, 100);
+  in.step.row_state_fixed = 0;
+  absl::StatusOr<Estimator> est = Estimator::Create(in, prof, 2);
+  ASSERT_TRUE(est.ok());
+  TablePlacement dp;
+  dp.option.type = ShardingType::kDataParallel;
+  StepEstimate e = est->Evaluate({dp});
+  const double grad = 1000 * 17 * 4.0;
+  const double u_global = ExpectedDistinct(200, 1000, 1.05);
+  EXPECT_NEAR(e.step.s[kLookup], 100 * 1e-6 + 100 / 1e6, 1e-12);
+  EXPECT_NEAR(e.step.s[kEmbeddingUpdate],
+              100 * 5e-7 + u_global / 1e6 + 3 * grad / 1e9 + 1e-3 + grad / 1e6, 1e-9);
+  // The dense all-reduce: the (empty) dense model's last bucket + the loss all-reduce only.
+  EXPECT_LT(e.step.s[kDenseAllReduce], 3e-3);
+}
+
+TEST(EstimatorTest, TierMemoryIsWhatTheRunAllocates) {
+  // One tiered table of 100k rows x 16 (SGD: value 64 bytes), cache 1000 rows, T = 1, B = 100:
+  // caches = the row cache's slots (64 + 48 bytes) + the memtable's bucket array (2 MiB) + one
+  // entry (64 + 48 bytes) per row written back: the distinct rows outside the 1000 hottest
+  // among S steps' ids; no block cache while the memtable holds the writes.
+  MachineProfile prof = FlatProfile();
+  PlanInputs in = SmallInputs({100000}, 16, 1, 100);
+  in.step.row_state_fixed = 0;
+  in.topology.memory.disk = int64_t{1} << 34;
+  in.step.steps = 20;
+  absl::StatusOr<Estimator> est = Estimator::Create(in, prof, 1);
+  ASSERT_TRUE(est.ok());
+  TablePlacement p = TableWise(0, in.tables[0].config);
+  p.option.tiered = true;
+  p.option.cache_rows_fixed = 1000;
+  StepEstimate e = est->Evaluate({p});
+  const double written = ExpectedDistinct(20 * 100, 100000, 1.05, 1000);
+  const double expect = 1000 * (64 + 48) + (128.0 * (1 << 20)) / 512 * 8 + written * (64 + 48);
+  EXPECT_NEAR(e.memory_detail[0].caches, expect, 1e-6 * expect);
+  // An unbounded run (steps 0): every row written once, still within one write buffer.
+  in.step.steps = 0;
+  absl::StatusOr<Estimator> est0 = Estimator::Create(in, prof, 1);
+  ASSERT_TRUE(est0.ok());
+  const double all = 1000 * (64 + 48) + (128.0 * (1 << 20)) / 512 * 8 + 100000 * (64 + 48);
+  EXPECT_NEAR(est0->Evaluate({p}).memory_detail[0].caches, all, 1e-6 * all);
+}
+
+TEST(EstimatorTest, CommunicatorMemoryOnlyWithPeers) {
+  MachineProfile prof = FlatProfile();
+  prof.devices[0].comm_memory_bytes = 20 << 20;
+  for (int world : {1, 2}) {
+    PlanInputs in = SmallInputs({1000}, 16, world, 100);
+    absl::StatusOr<Estimator> est = Estimator::Create(in, prof, 1);
+    ASSERT_TRUE(est.ok());
+    EXPECT_EQ(est->FixedMemory().base, (1 << 20) + (world > 1 ? 20 << 20 : 0)) << world;
+  }
+}
+
+TEST(EstimatorTest, HotShareFromTheProfilesLlc) {
+  // Hot 2e6 rows/s, cold 1e6: a 1000 x 16 table (64 KB) is within a 1 MiB LLC (all hot); with
+  // a 32 KiB LLC and Zipf 0.525 it is half hot (the blend is by time per row).
+  MachineProfile prof = FlatProfile();
+  prof.devices[0].gather = {{64, 2e6, 1e6}};
+  PlanInputs in = SmallInputs({1000}, 16, 1, 100);
+  in.tables[0].zipf_exponent = 0.525;
+  for (int64_t llc : {int64_t{1} << 20, int64_t{32} << 10}) {
+    prof.devices[0].llc_bytes = llc;
+    absl::StatusOr<Estimator> est = Estimator::Create(in, prof, 1);
+    ASSERT_TRUE(est.ok());
+    const double rate = llc > 64000 ? 2e6 : 1 / (0.5 / 2e6 + 0.5 / 1e6);
+    EXPECT_NEAR(est->Evaluate({TableWise(0, in.tables[0].config)}).step.s[kLookup], 100 / rate,
+                1e-12)
+        << llc;
+  }
 }
 
 TEST(EstimatorTest, IdBytesMatchTheValidatedModel) {

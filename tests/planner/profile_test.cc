@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/hardware.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner/shipped_profiles.h"
@@ -24,6 +25,23 @@ TEST(ProfileTest, ShippedProfilesParse) {
     EXPECT_FALSE(p->source.empty()) << name;
     EXPECT_FALSE(p->devices.empty()) << name;
   }
+}
+
+// core/hardware.h's constants are the shipped default's numbers (2 threads): the two cannot
+// drift apart.
+TEST(ProfileTest, CpuDefaultHoldsHardwareH) {
+  absl::StatusOr<MachineProfile> p;
+  for (const auto& [name, text] : ShippedProfiles()) {
+    if (name == "cpu_default") p = ParseMachineProfile(text, name);
+  }
+  ASSERT_TRUE(p.ok()) << p.status();
+  const DeviceProfile* d = p->device("cpu");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->copy_bytes_per_s, hardware::kCopyBytesPerSec2T);
+  EXPECT_DOUBLE_EQ(GatherRowsPerSec(*d, 64, 1), hardware::kGatherRowsPerSecDim16_2T);
+  EXPECT_DOUBLE_EQ(GatherRowsPerSec(*d, 256, 1), hardware::kGatherRowsPerSecDim64_2T);
+  EXPECT_DOUBLE_EQ(GatherRowsPerSec(*d, 512, 1), hardware::kGatherRowsPerSecDim128_2T);
+  EXPECT_EQ(GemmFlopsPerSec(*d, 2048, 256, 512), hardware::kSgemmFlopsPerSec2T);
 }
 
 TEST(ProfileTest, RoundTrips) {
@@ -81,8 +99,15 @@ TEST(ProfileTest, BadFilesNameFileAndKey) {
     std::string text, expect;
   };
   std::vector<Case> cases = {
-      {Replace(good, "version: 1", "version: 2"), "version"},
-      {Replace(good, "version: 1", "version: 2"), "not supported"},
+      {Replace(good, "version: 2", "version: 3"), "version"},
+      {Replace(good, "version: 2", "version: 3"), "not supported"},
+      // A version-1 file: refused, naming what version 2 added.
+      {Replace(good, "version: 2", "version: 1"), "adds devices[].llc_bytes"},
+      {DropLine(good, "llc_bytes"), "devices[0].llc_bytes: missing"},
+      {DropLine(good, "comm_memory_bytes"), "devices[0].comm_memory_bytes: missing"},
+      {Replace(good, ", bag_s: 0", ""), "gather[0].bag_s: missing"},
+      {Replace(good, ", id_s: 0", ""), "scatter_update[0].id_s: missing"},
+      {SetValue(good, "bag_s", "-1"), "must be >= 0"},
       {DropLine(good, "copy_bytes_per_s"), "devices[0].copy_bytes_per_s: missing"},
       {Replace(good, "threads: 1", "threads: 1\n    colour: red"),
        "devices[0].colour: unknown key"},
@@ -90,7 +115,7 @@ TEST(ProfileTest, BadFilesNameFileAndKey) {
       {SetValue(good, "hot_rows_per_s", "-5"), "must be a positive"},
       {Replace(good, "kind: cpu", "kind: tpu"), "must be cpu or cuda"},
       {Replace(good, "op: all_to_all", "op: scatter"), "unknown collective"},
-      {"version: 1\n", "machine: missing"},
+      {"version: 2\n", "machine: missing"},
       {"[1, 2", "not valid YAML"},
   };
   for (const Case& c : cases) {
@@ -115,6 +140,31 @@ TEST(ProfileTest, Interpolation) {
   d.gemm_peak_flops_per_s = 9e9;
   EXPECT_EQ(GemmFlopsPerSec(d, 12, 10, 9), 1e9);
   EXPECT_EQ(GemmFlopsPerSec(d, 900, 1000, 1000), 5e9);
+  // Per-bag and per-id costs interpolate like the rates.
+  d.gather[0].bag_s = 2e-9;
+  d.gather[1].bag_s = 6e-9;
+  EXPECT_DOUBLE_EQ(GatherBagSeconds(d, 288), 4e-9);
+  EXPECT_DOUBLE_EQ(GatherBagSeconds(d, 4096), 6e-9);
+  d.scatter_update = {{64, 10, 10, 0, 1e-8}};
+  EXPECT_DOUBLE_EQ(ScatterIdSeconds(d, 512), 1e-8);
+}
+
+TEST(ProfileTest, GemmNearestByShapeNotByVolume) {
+  // Three layers of one m n k = 2048 x 64 x 64 volume: forward, input and weight gradient
+  // (calibrate's three points), and a thin output layer.
+  DeviceProfile d;
+  d.gemm = {
+      {2048, 64, 64, 8e10}, {2048, 64, 64 * 1, 8e10}, {64, 64, 2048, 3e10}, {2048, 1, 64, 1e10}};
+  d.gemm_peak_flops_per_s = 9e10;
+  // Nearest by volume would give all of these the first point's 8e10.
+  EXPECT_EQ(GemmFlopsPerSec(d, 64, 64, 2048), 3e10);  // exact shape
+  EXPECT_EQ(GemmFlopsPerSec(d, 64, 70, 2000), 3e10);  // nearest shape
+  EXPECT_EQ(GemmFlopsPerSec(d, 2048, 1, 70), 1e10);   // thin: not the square layer's rate
+  EXPECT_EQ(GemmFlopsPerSec(d, 2048, 64, 64), 8e10);  // ties: the first listed
+  // ln-distance: (4096, 2, 64) is 1 doubling from (2048, 1, 64) in m and n, far from the rest.
+  EXPECT_EQ(GemmFlopsPerSec(d, 4096, 2, 64), 1e10);
+  d.gemm.clear();
+  EXPECT_EQ(GemmFlopsPerSec(d, 1, 2, 3), 9e10);
 }
 
 TEST(ProfileTest, Collectives) {

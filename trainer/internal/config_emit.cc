@@ -219,6 +219,7 @@ std::string ConfigToYaml(const Config& c) {
   Key(e, "bucket_bytes", c.sharding.bucket_bytes);
   Key(e, "comm_dtype", c.sharding.comm_dtype);
   Key(e, "pipeline", c.sharding.pipeline);
+  Key(e, "profile", c.sharding.profile);
   e << YAML::EndMap << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }

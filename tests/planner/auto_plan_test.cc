@@ -1,0 +1,88 @@
+// `sharding.plan: auto` and `sharding.profile` (trainer/auto_plan.h): the profile key is read,
+// resolved and emitted; AutoPlan plans with the profile it names (a shipped name or a file) and
+// refuses an unknown name or a missing file naming sharding.profile.
+#include "trainer/auto_plan.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "trainer/config.h"
+
+namespace tessera {
+namespace {
+
+using ::testing::HasSubstr;
+
+const char kConfig[] = R"(
+model:
+  type: dlrm
+  num_dense: 4
+  embedding_dim: 16
+  bottom_mlp: [16]
+  top_mlp: [16, 1]
+  tables:
+    - {name: a, rows: 1000}
+    - {name: b, rows: 5000}
+data:
+  format: synthetic
+  batch_size: 256
+  synthetic: {pooling: [1, 4]}
+output: {dir: /tmp/tessera_auto_plan_test}
+)";
+
+TEST(AutoPlanTest, ProfileKeyDefaultsToCpuDefaultAndRoundTrips) {
+  absl::StatusOr<Config> c = ParseConfig(kConfig, "/tmp/c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->sharding.profile, "cpu_default");
+  absl::StatusOr<Config> h = ParseConfig(kConfig, "/tmp/c.yaml", {"sharding.profile=h200_cluster"});
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(h->sharding.profile, "h200_cluster");
+  absl::StatusOr<Config> back = ParseConfig(ConfigToYaml(*h), "/tmp/c.yaml");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->sharding.profile, "h200_cluster");
+}
+
+TEST(AutoPlanTest, MissingProfileFileNamesTheKey) {
+  absl::StatusOr<Config> c =
+      ParseConfig(kConfig, "/tmp/c.yaml", {"sharding.profile=no/such/profile.yaml"});
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("sharding.profile"));
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("file not found"));
+}
+
+TEST(AutoPlanTest, UnknownProfileNameListsTheShippedOnes) {
+  absl::StatusOr<Config> c = ParseConfig(kConfig, "/tmp/c.yaml", {"sharding.profile=tpu_pod"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<ShardingPlan> p = AutoPlan(*c, 2);
+  ASSERT_FALSE(p.ok());
+  EXPECT_THAT(std::string(p.status().message()), HasSubstr("sharding.profile"));
+  EXPECT_THAT(std::string(p.status().message()), HasSubstr("cpu_default"));
+  EXPECT_THAT(std::string(p.status().message()), HasSubstr("tpu_pod"));
+}
+
+TEST(AutoPlanTest, PlansWithTheNamedProfile) {
+  // The profile file's bytes and the shipped name give the same plan; AutoPlan's plan is the
+  // one PlanSharding makes with that profile.
+  const std::string dir = (std::filesystem::temp_directory_path() / "tessera_auto_plan").string();
+  std::filesystem::create_directories(dir);
+  absl::StatusOr<planner::MachineProfile> prof = LoadProfileByNameOrPath("cpu_2core_measured");
+  ASSERT_TRUE(prof.ok()) << prof.status();
+  const std::string path = dir + "/mine.yaml";
+  ASSERT_TRUE(planner::SaveMachineProfile(*prof, path).ok());
+  absl::StatusOr<Config> by_name =
+      ParseConfig(kConfig, "/tmp/c.yaml", {"sharding.profile=cpu_2core_measured"});
+  absl::StatusOr<Config> by_file =
+      ParseConfig(kConfig, "/tmp/c.yaml", {"sharding.profile=" + path});
+  ASSERT_TRUE(by_name.ok() && by_file.ok());
+  absl::StatusOr<ShardingPlan> a = AutoPlan(*by_name, 2);
+  absl::StatusOr<ShardingPlan> b = AutoPlan(*by_file, 2);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(ShardingPlanToYaml(*a), ShardingPlanToYaml(*b));
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tessera
