@@ -10,7 +10,10 @@
 // Backward: every id becomes a key (slot << position_bits | position); a stable radix sort on
 // the slot bits groups equal slots while keeping positions in order, so each slot's gradient is
 // summed in (source, bag, position) order by one thread: no float atomics, the same bits for any
-// thread count. The optimizer then runs in parallel over the distinct slots.
+// thread count. The optimizer then runs in parallel over the distinct slots. FusedBackwardUpdate
+// alternates the two over blocks of ~32 runs whose sums stay in an L1-sized buffer (the same
+// SumRunsCpu and UpdateRowsCpu as the unfused path, so the same bits), instead of writing every
+// summed row out and reading it back.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
