@@ -93,8 +93,8 @@ absl::Status ApplyRowUpdates(const DeviceContext& ctx, absl::Span<const int64_t>
                              const float* row_grads, const RowUpdateArgs& args);
 
 // AggregateRowGradients then ApplyRowUpdates: the fused backward of one table, with exactly their
-// bits. A full gradient table never exists: on the CPU each slot's gradient is summed and applied
-// in one pass (the sums are never stored; ws->unique_slots holds the distinct slots afterwards).
+// bits. A full gradient table never exists: on the CPU the slots' gradients are summed into a small
+// buffer and applied block by block (ws->unique_slots holds the distinct slots afterwards).
 absl::Status FusedBackwardUpdate(const DeviceContext& ctx, absl::Span<const BagGradients> sources,
                                  PoolingMode pooling, const RowUpdateArgs& args,
                                  EmbeddingWorkspace* ws);

@@ -186,7 +186,7 @@ void GrowTo(std::vector<T>* v, int64_t n) {
 
 // Steps 1-3 of the backward: sorts the ids of `sources` into runs of equal slots. Writes the
 // distinct slots (increasing) to `unique_slots` and returns, in *runs, the views that sum each
-// run (row_grads and dim left unset). n == 0 (no ids) leaves unique_slots empty.
+// run (its dim left 0). n == 0 (no ids) leaves unique_slots empty.
 absl::Status GroupSlotsCpu(absl::Span<const BagGradients> sources, PoolingMode pooling,
                            EmbeddingWorkspace* ws, std::vector<int64_t>* unique_slots,
                            SumRunsArgs* runs) {
@@ -304,12 +304,13 @@ absl::Status GroupSlotsCpu(absl::Span<const BagGradients> sources, PoolingMode p
   return absl::OkStatus();
 }
 
-// Calls fn(u0, u1) for the runs of `runs` in chunks that split the entries evenly and snap to run
-// starts, so a hot row with a long run does not leave the other threads idle for long.
-// fn(c, u0, u1) gets the chunk's index c in [0, RunChunkCount(runs, unique)) too.
+// The chunks of ForRunChunks.
 int RunChunkCount(const SumRunsArgs& runs, int64_t unique) {
   return NumChunks(runs.run_starts[unique], kSumMinEntries);
 }
+// Calls fn(c, u0, u1) for chunk c in [0, RunChunkCount) of the runs, in parallel: the chunks split
+// the entries evenly and snap to run starts, so a hot row with a long run does not leave the
+// other threads idle for long.
 template <typename Fn>
 void ForRunChunks(const SumRunsArgs& runs, int64_t unique, Fn&& fn) {
   const int64_t n = runs.run_starts[unique];

@@ -55,8 +55,8 @@ void PooledLookupForwardCpu(const PooledLookupArgs& args);
 // row_grads must be non-null when slots is non-empty.
 void ApplyRowUpdatesCpu(absl::Span<const int64_t> slots, const float* row_grads,
                         const RowUpdateArgs& args);
-// AggregateRowGradientsCpu then ApplyRowUpdatesCpu in one pass over the runs, with the same
-// bits: ws->unique_slots gets the distinct slots; ws->row_grads is scratch (not the sums).
+// AggregateRowGradientsCpu then ApplyRowUpdatesCpu, alternating over blocks of runs, with the
+// same bits: ws->unique_slots gets the distinct slots; ws->row_grads is scratch (not the sums).
 [[nodiscard]] absl::Status FusedBackwardUpdateCpu(absl::Span<const BagGradients> sources,
                                                   PoolingMode pooling, const RowUpdateArgs& args,
                                                   EmbeddingWorkspace* ws);
