@@ -184,10 +184,7 @@ absl::Status FusedBackwardUpdate(const DeviceContext& ctx, absl::Span<const BagG
 #endif
   if (ws == nullptr) return absl::InvalidArgumentError(absl::StrCat(kOp, ": null workspace"));
   TESSERA_RETURN_IF_ERROR(CheckHostSources("AggregateRowGradients", sources, args.dim));
-  TESSERA_RETURN_IF_ERROR(ei::AggregateRowGradientsCpu(sources, args.dim, pooling, ws,
-                                                       &ws->unique_slots, &ws->row_grads));
-  ei::ApplyRowUpdatesCpu(ws->unique_slots, ws->row_grads.data(), args);
-  return absl::OkStatus();
+  return ei::FusedBackwardUpdateCpu(sources, pooling, args, ws);
 }
 
 }  // namespace tessera

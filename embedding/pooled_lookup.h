@@ -57,7 +57,7 @@ struct EmbeddingWorkspace {
   std::vector<int64_t> keys;           // (slot << position_bits | position), sorted
   std::vector<int64_t> order;          // start of each unique slot's run in `keys`, + end
   std::vector<int64_t> unique_slots;   // FusedBackwardUpdate's distinct slots
-  std::vector<float> row_grads;        // FusedBackwardUpdate's summed gradients
+  std::vector<float> row_grads;        // summed gradients (FusedBackwardUpdate: its scratch)
   std::vector<int64_t> scratch;        // the other half of the sort's ping-pong buffer
   std::vector<const float*> grad_rows;  // per position: its bag's output-gradient row
   std::vector<float> scales;           // per position: per-id weight / bag length (kMean)
@@ -92,8 +92,9 @@ struct RowUpdateArgs {
 absl::Status ApplyRowUpdates(const DeviceContext& ctx, absl::Span<const int64_t> slots,
                              const float* row_grads, const RowUpdateArgs& args);
 
-// AggregateRowGradients then ApplyRowUpdates: the fused backward of one table. A full gradient
-// table never exists.
+// AggregateRowGradients then ApplyRowUpdates: the fused backward of one table, with exactly their
+// bits. A full gradient table never exists: on the CPU the slots' gradients are summed into a small
+// buffer and applied block by block (ws->unique_slots holds the distinct slots afterwards).
 absl::Status FusedBackwardUpdate(const DeviceContext& ctx, absl::Span<const BagGradients> sources,
                                  PoolingMode pooling, const RowUpdateArgs& args,
                                  EmbeddingWorkspace* ws);

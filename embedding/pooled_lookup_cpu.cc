@@ -10,7 +10,10 @@
 // Backward: every id becomes a key (slot << position_bits | position); a stable radix sort on
 // the slot bits groups equal slots while keeping positions in order, so each slot's gradient is
 // summed in (source, bag, position) order by one thread: no float atomics, the same bits for any
-// thread count. The optimizer then runs in parallel over the distinct slots.
+// thread count. The optimizer then runs in parallel over the distinct slots. FusedBackwardUpdate
+// alternates the two over blocks of ~32 runs whose sums stay in an L1-sized buffer (the same
+// SumRunsCpu and UpdateRowsCpu as the unfused path, so the same bits), instead of writing every
+// summed row out and reading it back.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -33,6 +36,8 @@ constexpr int64_t kKeyMinBags = 256;
 constexpr int64_t kRunMinEntries = 16384;
 constexpr int64_t kSumMinEntries = 1024;
 constexpr int64_t kUpdateMinRows = 128;
+// Summed rows per block of the fused backward: 16 KiB, a third of L1 (32 rows of dim 128).
+constexpr int64_t kFusedBlockBytes = 16384;
 
 // ---------------------------------------------------------------------------------------------
 // Forward.
@@ -118,21 +123,23 @@ struct SumRunsArgs {
   const float* scales;
   int64_t pos_mask;
   int64_t dim;
-  float* row_grads;  // [unique, dim]
 };
 
-// Sums the runs [u0, u1): row_grads[u] = sum over the run's positions p, in position order, of
-// scales[p] * grad_rows[p]. The gradient rows are scattered over the output gradient (one per
-// bag), so they are prefetched two stages ahead: first the per-position pointer, then the row.
+// Sums the runs [u0, u1): out[(u - u0) * dim ..] = sum over run u's positions p, in position
+// order, of scales[p] * grad_rows[p]. The gradient rows are scattered over the output gradient
+// (one per bag), so they are prefetched two stages ahead: first the per-position pointer, then
+// the row; prefetches run on up to the end of run pf_end - 1 (pf_end >= u1), so that a caller
+// summing a long range in blocks keeps the pipeline full across its block boundaries.
 template <int kDim>
-TESSERA_ALWAYS_INLINE void SumRuns(const SumRunsArgs& a, int64_t u0, int64_t u1) {
+TESSERA_ALWAYS_INLINE void SumRuns(const SumRunsArgs& a, int64_t u0, int64_t u1, int64_t pf_end,
+                                   float* row_grads) {
   const int64_t dim = kDim > 0 ? kDim : a.dim;
   const int64_t row_bytes = dim * static_cast<int64_t>(sizeof(float));
   const int64_t ahead = PrefetchRowsAhead(row_bytes);
-  const int64_t e_last = a.run_starts[u1];
+  const int64_t e_last = a.run_starts[pf_end];
   const int64_t mask = a.pos_mask;
   for (int64_t u = u0; u < u1; ++u) {
-    float* __restrict out = a.row_grads + u * dim;
+    float* __restrict out = row_grads + (u - u0) * dim;
     for (int64_t k = 0; k < dim; ++k) out[k] = 0.0f;
     const int64_t eb = a.run_starts[u], ee = a.run_starts[u + 1];
     for (int64_t e = eb; e < ee; ++e) {
@@ -152,22 +159,22 @@ TESSERA_ALWAYS_INLINE void SumRuns(const SumRunsArgs& a, int64_t u0, int64_t u1)
 }
 
 TESSERA_TARGET_CLONES
-void SumRunsCpu(const SumRunsArgs& a, int64_t u0, int64_t u1) {
+void SumRunsCpu(const SumRunsArgs& a, int64_t u0, int64_t u1, int64_t pf_end, float* row_grads) {
   switch (a.dim) {
     case 16:
-      SumRuns<16>(a, u0, u1);
+      SumRuns<16>(a, u0, u1, pf_end, row_grads);
       return;
     case 32:
-      SumRuns<32>(a, u0, u1);
+      SumRuns<32>(a, u0, u1, pf_end, row_grads);
       return;
     case 64:
-      SumRuns<64>(a, u0, u1);
+      SumRuns<64>(a, u0, u1, pf_end, row_grads);
       return;
     case 128:
-      SumRuns<128>(a, u0, u1);
+      SumRuns<128>(a, u0, u1, pf_end, row_grads);
       return;
     default:
-      SumRuns<0>(a, u0, u1);
+      SumRuns<0>(a, u0, u1, pf_end, row_grads);
       return;
   }
 }
@@ -177,12 +184,12 @@ void GrowTo(std::vector<T>* v, int64_t n) {
   if (static_cast<int64_t>(v->size()) < n) v->resize(n);
 }
 
-}  // namespace
-
-absl::Status AggregateRowGradientsCpu(absl::Span<const BagGradients> sources, int64_t dim,
-                                      PoolingMode pooling, EmbeddingWorkspace* ws,
-                                      std::vector<int64_t>* unique_slots,
-                                      std::vector<float>* row_grads) {
+// Steps 1-3 of the backward: sorts the ids of `sources` into runs of equal slots. Writes the
+// distinct slots (increasing) to `unique_slots` and returns, in *runs, the views that sum each
+// run (its dim left 0). n == 0 (no ids) leaves unique_slots empty.
+absl::Status GroupSlotsCpu(absl::Span<const BagGradients> sources, PoolingMode pooling,
+                           EmbeddingWorkspace* ws, std::vector<int64_t>* unique_slots,
+                           SumRunsArgs* runs) {
   constexpr const char* kOp = "AggregateRowGradients";
   int64_t n = 0;
   for (const BagGradients& src : sources) {
@@ -190,7 +197,7 @@ absl::Status AggregateRowGradientsCpu(absl::Span<const BagGradients> sources, in
     n += src.offsets[src.num_bags] - src.offsets[0];
   }
   unique_slots->clear();
-  row_grads->clear();
+  *runs = SumRunsArgs{};
   if (n == 0) return absl::OkStatus();
 
   // 1. One key per id, in (source, bag, position) order, plus its gradient row and scale.
@@ -293,21 +300,50 @@ absl::Status AggregateRowGradientsCpu(absl::Span<const BagGradients> sources, in
   };
   RunChunks(run_chunks, write_runs);
   run_starts[unique] = n;
+  *runs = SumRunsArgs{keys, run_starts, grad_rows, scales, (int64_t{1} << pos_bits) - 1, 0};
+  return absl::OkStatus();
+}
 
-  // 4. Sum each run. Chunks split the entries evenly and snap to run starts, so a hot row with a
-  // long run does not leave the other threads idle for long.
-  row_grads->resize(unique * dim);
-  const SumRunsArgs sum_args{
-      keys, run_starts, grad_rows, scales, (int64_t{1} << pos_bits) - 1, dim, row_grads->data()};
-  const int sum_chunks = NumChunks(n, kSumMinEntries);
-  auto sum = [&](int c) {
+// The chunks of ForRunChunks.
+int RunChunkCount(const SumRunsArgs& runs, int64_t unique) {
+  return NumChunks(runs.run_starts[unique], kSumMinEntries);
+}
+// Calls fn(c, u0, u1) for chunk c in [0, RunChunkCount) of the runs, in parallel: the chunks split
+// the entries evenly and snap to run starts, so a hot row with a long run does not leave the
+// other threads idle for long.
+template <typename Fn>
+void ForRunChunks(const SumRunsArgs& runs, int64_t unique, Fn&& fn) {
+  const int64_t n = runs.run_starts[unique];
+  const int64_t* run_starts = runs.run_starts;
+  const int chunks = RunChunkCount(runs, unique);
+  auto chunk = [&](int c) {
     int64_t eb, ee;
-    ChunkRange(n, sum_chunks, c, &eb, &ee);
+    ChunkRange(n, chunks, c, &eb, &ee);
     const int64_t u0 = std::lower_bound(run_starts, run_starts + unique, eb) - run_starts;
     const int64_t u1 = std::lower_bound(run_starts, run_starts + unique, ee) - run_starts;
-    if (u0 < u1) SumRunsCpu(sum_args, u0, u1);
+    if (u0 < u1) fn(c, u0, u1);
   };
-  RunChunks(sum_chunks, sum);
+  RunChunks(chunks, chunk);
+}
+
+}  // namespace
+
+absl::Status AggregateRowGradientsCpu(absl::Span<const BagGradients> sources, int64_t dim,
+                                      PoolingMode pooling, EmbeddingWorkspace* ws,
+                                      std::vector<int64_t>* unique_slots,
+                                      std::vector<float>* row_grads) {
+  SumRunsArgs runs;
+  row_grads->clear();
+  TESSERA_RETURN_IF_ERROR(GroupSlotsCpu(sources, pooling, ws, unique_slots, &runs));
+  const int64_t unique = static_cast<int64_t>(unique_slots->size());
+  if (unique == 0) return absl::OkStatus();
+  // 4. Sum each run.
+  row_grads->resize(unique * dim);
+  runs.dim = dim;
+  float* sums = row_grads->data();
+  ForRunChunks(runs, unique, [&](int, int64_t u0, int64_t u1) {
+    SumRunsCpu(runs, u0, u1, u1, sums + u0 * dim);
+  });
   return absl::OkStatus();
 }
 
@@ -316,23 +352,24 @@ absl::Status AggregateRowGradientsCpu(absl::Span<const BagGradients> sources, in
 
 namespace {
 
-// Updates rows [u0, u1) of `slots`, prefetching the weights and state of rows further ahead
-// with write intent (they are read, then written).
+// Updates rows [u0, u1) of `slots` with the gradients row_grads[(u - u0) * dim ..], prefetching
+// the weights and state of rows further ahead (up to slot pf_end - 1, pf_end >= u1) with write
+// intent (they are read, then written).
 TESSERA_TARGET_CLONES
 void UpdateRowsCpu(const int64_t* slots, const float* row_grads, const RowUpdateArgs& a, int64_t u0,
-                   int64_t u1) {
+                   int64_t u1, int64_t pf_end) {
   const int64_t dim = a.dim;
   const int64_t sd = RowStateDim(a.optimizer.type, dim);
   const int64_t ahead = PrefetchRowsAhead((dim + sd) * static_cast<int64_t>(sizeof(float)));
   for (int64_t u = u0; u < u1; ++u) {
-    if (u + ahead < u1) {
+    if (u + ahead < pf_end) {
       const int64_t next = slots[u + ahead];
       PrefetchBytes(a.weights + next * dim, dim * sizeof(float), true);
       if (sd > 0) PrefetchBytes(a.state + next * sd, sd * sizeof(float), true);
     }
     const int64_t slot = slots[u];
-    ApplyRowUpdate(a.optimizer, a.lr, a.step, dim, row_grads + u * dim, a.weights + slot * dim,
-                   sd > 0 ? a.state + slot * sd : nullptr);
+    ApplyRowUpdate(a.optimizer, a.lr, a.step, dim, row_grads + (u - u0) * dim,
+                   a.weights + slot * dim, sd > 0 ? a.state + slot * sd : nullptr);
   }
 }
 
@@ -349,8 +386,35 @@ void ApplyRowUpdatesCpu(absl::Span<const int64_t> slots, const float* row_grads,
   } job{slots.data(), row_grads, &args};
   ParallelFor(static_cast<int64_t>(slots.size()), kUpdateMinRows,
               [&job](int64_t u0, int64_t u1, int) {
-                UpdateRowsCpu(job.slots, job.row_grads, *job.args, u0, u1);
+                UpdateRowsCpu(job.slots, job.row_grads + u0 * job.args->dim, *job.args, u0, u1,
+                              u1);
               });
+}
+
+absl::Status FusedBackwardUpdateCpu(absl::Span<const BagGradients> sources, PoolingMode pooling,
+                                    const RowUpdateArgs& args, EmbeddingWorkspace* ws) {
+  SumRunsArgs runs;
+  TESSERA_RETURN_IF_ERROR(GroupSlotsCpu(sources, pooling, ws, &ws->unique_slots, &runs));
+  const int64_t unique = static_cast<int64_t>(ws->unique_slots.size());
+  if (unique == 0) return absl::OkStatus();
+  const int64_t dim = args.dim;
+  runs.dim = dim;
+  // Each chunk sums a block of runs into its own small buffer, which stays in L1, and updates
+  // those rows at once: the same two functions as AggregateRowGradients + ApplyRowUpdates (so
+  // the same bits), without the round trip of all summed rows through memory.
+  const int64_t block = std::max<int64_t>(1, kFusedBlockBytes / (dim * sizeof(float)));
+  GrowTo(&ws->row_grads, RunChunkCount(runs, unique) * block * dim);
+  const int64_t* slots = ws->unique_slots.data();
+  float* scratch = ws->row_grads.data();
+  ForRunChunks(runs, unique, [&](int c, int64_t u0, int64_t u1) {
+    float* sums = scratch + c * block * dim;
+    for (int64_t b0 = u0; b0 < u1; b0 += block) {
+      const int64_t b1 = std::min(u1, b0 + block);
+      SumRunsCpu(runs, b0, b1, u1, sums);
+      UpdateRowsCpu(slots, sums, args, b0, b1, u1);
+    }
+  });
+  return absl::OkStatus();
 }
 
 }  // namespace tessera::embedding_internal

@@ -55,6 +55,11 @@ void PooledLookupForwardCpu(const PooledLookupArgs& args);
 // row_grads must be non-null when slots is non-empty.
 void ApplyRowUpdatesCpu(absl::Span<const int64_t> slots, const float* row_grads,
                         const RowUpdateArgs& args);
+// AggregateRowGradientsCpu then ApplyRowUpdatesCpu, alternating over blocks of runs, with the
+// same bits: ws->unique_slots gets the distinct slots; ws->row_grads is scratch (not the sums).
+[[nodiscard]] absl::Status FusedBackwardUpdateCpu(absl::Span<const BagGradients> sources,
+                                                  PoolingMode pooling, const RowUpdateArgs& args,
+                                                  EmbeddingWorkspace* ws);
 
 // ---- CUDA halves without a public twin (embedding/pooled_lookup_cuda.cu) ---------------------
 // AggregateRowGradients for a CUDA DeviceContext: device sources, host outputs; waits.

@@ -1,0 +1,240 @@
+// The two embedding phases of tessera-bench's mlperf-mini (configs/bench/mlperf_mini.yaml: the
+// 26 MLPerf tables capped at 2M rows, dim 128, the multi-hot sizes halved, batch 1024, Zipf(1.05)
+// synthetic ids, row-wise AdaGrad), each timed beside the machine's limit for the same rows in
+// the same run, interleaved iteration by iteration so that the load of a shared machine hits
+// both alike:
+//   BM_PooledLookup     EmbeddingCollection::Forward (tessera-bench's "lookup" phase) beside
+//                       gather_rows/s: a bare random gather of the same rows into the same pooled
+//                       output (one flat loop over all ids, software prefetch, no checks).
+//   BM_EmbeddingUpdate  EmbeddingCollection::BackwardUpdate ("emb update": sort, segment sums,
+//                       row-wise AdaGrad) beside scatter_rows/s: a bare scatter-update
+//                       w[slot] -= lr * g of one contiguous gradient row per unique slot of the
+//                       same batch, in the same (increasing slot) order, with prefetch.
+// Counters: rows/s (ids looked up, or unique rows updated, per second of the kernel), the
+// limit's rows/s, and of_limit = kernel rate / limit rate (the item-4 goals of issue 12: the
+// lookup >= 0.80, the update >= 1 / 1.5 = 0.67). Needs ~7 GB of memory (the tables and state).
+//   OMP_NUM_THREADS=1 build/bin/embedding_phase_bench --benchmark_filter='/threads:1'
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/parallel.h"
+#include "core/rng.h"
+#include "core/status.h"
+#include "core/timer.h"
+#include "embedding/embedding_collection.h"
+#include "io/batch.h"
+#include "io/synthetic.h"
+#include "trainer/presets.h"  // header-only lists (table rows, multi-hot sizes)
+
+namespace tessera {
+namespace {
+
+constexpr int64_t kDim = 128;
+constexpr int64_t kMaxRows = 2000000;
+constexpr int64_t kBatchSize = 1024;
+// tessera-bench's default --batches: distinct batches cycled.
+constexpr int kBatches = 64;
+constexpr float kLr = 0.005f;
+
+struct Setup {
+  std::unique_ptr<EmbeddingCollection> collection;
+  std::vector<Batch> batches;
+  std::vector<float> out;   // [kBatchSize, output_dim]
+  std::vector<float> d_out;  // same shape: a fixed output gradient
+  // Per batch and table: the distinct ids (increasing) of the batch, for the scatter-update.
+  std::vector<std::vector<std::vector<int64_t>>> unique;
+  std::vector<float> scatter_grad;  // [max unique of a table, kDim]
+  int64_t ids_per_batch = 0;
+};
+
+Setup& GetSetup() {
+  static Setup* s = [] {
+    auto* s = new Setup;
+    const auto rows = *TableRowsPreset("criteo_1tb_mlperf");
+    const auto pooling = *PoolingPreset("mlperf_multi_hot_half");
+    EmbeddingCollectionOptions o;
+    o.num_features = static_cast<int>(rows.size());
+    o.optimizer.type = RowOptimizerType::kRowWiseAdagrad;
+    o.seed = 1;
+    SyntheticDataOptions data;
+    for (int t = 0; t < o.num_features; ++t) {
+      TableConfig table;
+      table.name = absl::StrCat("t", t);
+      table.num_rows = std::min(rows[t], kMaxRows);
+      table.dim = kDim;
+      table.features = {t};
+      o.tables.push_back(table);
+      data.rows_per_feature.push_back(table.num_rows);
+    }
+    data.pooling = pooling;
+    data.zipf_exponent = 1.05;
+    data.seed = 1;
+    auto collection = EmbeddingCollection::Create(o, DeviceContext::Cpu());
+    TESSERA_CHECK_OK(collection.status());
+    s->collection = std::move(collection).value();
+    SyntheticStreamOptions stream;
+    stream.num_samples = kBatchSize * kBatches;
+    stream.batch_size = kBatchSize;
+    auto reader = SyntheticReader::Open(data, stream);
+    TESSERA_CHECK_OK(reader.status());
+    s->batches.resize(kBatches);
+    for (Batch& b : s->batches) TESSERA_CHECK_OK((*reader)->Next(&b).status());
+    s->ids_per_batch = static_cast<int64_t>(s->batches[0].sparse.values.size());
+    const int64_t width = s->collection->output_dim();
+    s->out.resize(kBatchSize * width);
+    s->d_out.resize(kBatchSize * width);
+    CounterRng rng(3, 0);
+    for (float& g : s->d_out) g = (rng.NextUniform() - 0.5f) * 0.02f;
+    size_t max_unique = 0;
+    s->unique.resize(kBatches);
+    for (int i = 0; i < kBatches; ++i) {
+      const KeyedJagged& kj = s->batches[i].sparse;
+      for (int f = 0; f < kj.num_features; ++f) {
+        std::vector<int64_t> u(kj.values.begin() + kj.feature_begin(f),
+                               kj.values.begin() + kj.feature_end(f));
+        std::sort(u.begin(), u.end());
+        u.erase(std::unique(u.begin(), u.end()), u.end());
+        max_unique = std::max(max_unique, u.size());
+        s->unique[i].push_back(std::move(u));
+      }
+    }
+    s->scatter_grad.resize(max_unique * kDim);
+    for (float& g : s->scatter_grad) g = (rng.NextUniform() - 0.5f) * 0.02f;
+    return s;
+  }();
+  return *s;
+}
+
+inline void Prefetch(const float* p, bool write) {
+  for (int k = 0; k < kDim; k += 16) __builtin_prefetch(p + k, write ? 1 : 0, 3);
+}
+
+// The gather limit: every id of the batch, feature by feature, its row added into its bag's
+// output, rows prefetched `ahead` ids ahead. Bags are visited through the same offsets.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void BareGather(Setup& s,
+                                                                           const Batch& b,
+                                                                           int ahead) {
+  EmbeddingCollection& c = *s.collection;
+  const KeyedJagged& kj = b.sparse;
+  const int64_t width = c.output_dim();
+  for (int f = 0; f < kj.num_features; ++f) {
+    const float* w = c.store(f).weights();
+    const int64_t* ids = kj.values.data();
+    const int64_t* off = kj.feature_offsets(f);
+    const int64_t last = off[kj.batch_size];
+    float* out = s.out.data() + c.feature_column(f);
+    for (int64_t bag = 0; bag < kj.batch_size; ++bag) {
+      float acc[kDim] = {};
+      for (int64_t j = off[bag]; j < off[bag + 1]; ++j) {
+        if (j + ahead < last) Prefetch(w + ids[j + ahead] * kDim, false);
+        const float* row = w + ids[j] * kDim;
+        for (int k = 0; k < kDim; ++k) acc[k] += row[k];
+      }
+      std::copy(acc, acc + kDim, out + bag * width);
+    }
+  }
+}
+
+// The scatter-update limit: w[slot] -= lr * g[u] for the batch's distinct slots of each table.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void BareScatter(Setup& s, int batch,
+                                                                            int ahead) {
+  EmbeddingCollection& c = *s.collection;
+  const float* g = s.scatter_grad.data();
+  for (int t = 0; t < c.num_tables(); ++t) {
+    float* w = c.store(t).weights();
+    const std::vector<int64_t>& u = s.unique[batch][t];
+    const int64_t n = static_cast<int64_t>(u.size());
+    for (int64_t i = 0; i < n; ++i) {
+      if (i + ahead < n) Prefetch(w + u[i + ahead] * kDim, true);
+      float* __restrict row = w + u[i] * kDim;
+      const float* __restrict gi = g + i * kDim;
+      for (int k = 0; k < kDim; ++k) row[k] -= kLr * gi[k];
+    }
+  }
+}
+
+int64_t UniqueRows(const Setup& s, int batch) {
+  int64_t n = 0;
+  for (const auto& u : s.unique[batch]) n += static_cast<int64_t>(u.size());
+  return n;
+}
+
+// Args: threads, prefetch distance of the limit's loop (ids).
+void BM_PooledLookup(benchmark::State& state) {
+  Setup& s = GetSetup();
+  SetNumThreads(static_cast<int>(state.range(0)));
+  const int ahead = static_cast<int>(state.range(1));
+  double kernel_s = 0, limit_s = 0;
+  int64_t iter = 0;
+  for (auto _ : state) {
+    // Each batch is seen by both loops once per cycle, half a cycle apart.
+    const Batch& b = s.batches[iter % kBatches];
+    const Batch& l = s.batches[(iter + kBatches / 2) % kBatches];
+    Stopwatch w;
+    TESSERA_CHECK_OK(s.collection->Forward(b.sparse, s.out.data()));
+    const double k = w.ElapsedSeconds();
+    benchmark::DoNotOptimize(s.out.data());
+    w.Reset();
+    BareGather(s, l, ahead);
+    limit_s += w.ElapsedSeconds();
+    benchmark::DoNotOptimize(s.out.data());
+    kernel_s += k;
+    state.SetIterationTime(k);
+    ++iter;
+  }
+  const double ids = double(iter) * s.ids_per_batch;
+  state.counters["rows/s"] = ids / kernel_s;
+  state.counters["gather_rows/s"] = ids / limit_s;
+  state.counters["of_limit"] = limit_s / kernel_s;
+}
+
+void BM_EmbeddingUpdate(benchmark::State& state) {
+  Setup& s = GetSetup();
+  SetNumThreads(static_cast<int>(state.range(0)));
+  const int ahead = static_cast<int>(state.range(1));
+  double kernel_s = 0, limit_s = 0;
+  int64_t iter = 0, rows_k = 0, rows_l = 0;
+  for (auto _ : state) {
+    const int bi = static_cast<int>(iter % kBatches);
+    const int li = static_cast<int>((iter + kBatches / 2) % kBatches);
+    // Both updates follow the Forward of their batch, as in a training step (untimed).
+    TESSERA_CHECK_OK(s.collection->Forward(s.batches[bi].sparse, s.out.data()));
+    Stopwatch w;
+    TESSERA_CHECK_OK(s.collection->BackwardUpdate(s.d_out.data(), kLr, iter + 1));
+    const double k = w.ElapsedSeconds();
+    TESSERA_CHECK_OK(s.collection->Forward(s.batches[li].sparse, s.out.data()));
+    w.Reset();
+    BareScatter(s, li, ahead);
+    limit_s += w.ElapsedSeconds();
+    kernel_s += k;
+    rows_k += UniqueRows(s, bi);
+    rows_l += UniqueRows(s, li);
+    state.SetIterationTime(k);
+    ++iter;
+  }
+  // The pending Forward of the limit's batch ends with the next benchmark's first Forward.
+  state.counters["rows/s"] = rows_k / kernel_s;
+  state.counters["scatter_rows/s"] = rows_l / limit_s;
+  state.counters["of_limit"] = (rows_k / kernel_s) / (rows_l / limit_s);
+  state.counters["ids/row"] = double(iter) * s.ids_per_batch / rows_k;
+}
+
+void Args(benchmark::internal::Benchmark* b) {
+  for (int threads : {1, 2}) {
+    for (int ahead : {4, 8, 16}) b->Args({threads, ahead});
+  }
+  b->ArgNames({"threads", "ahead"})->UseManualTime()->Unit(benchmark::kMillisecond);
+}
+
+BENCHMARK(BM_PooledLookup)->Apply(Args);
+BENCHMARK(BM_EmbeddingUpdate)->Apply(Args);
+
+}  // namespace
+}  // namespace tessera
+
+BENCHMARK_MAIN();
