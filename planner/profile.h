@@ -84,6 +84,14 @@ struct CollectivePoint {
   bool same_node = true;   // all ranks on one node
   double latency_s = 0;    // fixed cost of one call
   double bytes_per_s = 0;  // per-rank bytes sent (all-to-all) / buffer bytes (reduce, gather)
+  // Optional (0 when absent): what one blocking call adds, beyond latency_s and the bytes, when
+  // every rank arrives from its own compute as the trainer's ranks do (no barrier before it):
+  // waiting, busy-polling, for a rank the scheduler took the core from meanwhile; seconds of
+  // wait per second of the compute each rank did since the previous collective (the longer a
+  // rank computes, the likelier it lost its core). About 0 on an idle machine with a core per
+  // rank; a large share when the ranks share cores with other jobs. A call after c seconds of
+  // compute costs latency_s + bytes / bytes_per_s + wait_per_compute x c.
+  double wait_per_compute = 0;
 };
 
 // RocksDB tier cost per row (embedding + optimizer state value), by value size.
@@ -141,6 +149,10 @@ double GemmFlopsPerSec(const DeviceProfile& d, int64_t m, int64_t n, int64_t k);
 struct CollectiveCost {
   double latency_s = 0;
   double bytes_per_s = 0;
+  // CollectivePoint::wait_per_compute, interpolated as latency_s, held beyond.
+  double wait_per_compute = 0;
+  // The wait of one call after `compute_s` of compute on each rank.
+  double Wait(double compute_s) const { return wait_per_compute * compute_s; }
 };
 absl::StatusOr<CollectiveCost> CollectiveAt(const MachineProfile& p, CollectiveOp op,
                                             const std::string& transport, int world_size);
