@@ -506,8 +506,10 @@ PhaseTimes Estimator::StepFromMaxima(const MetricVec& mx, double world_allreduce
     if (world_allreduce_bytes > 0) {
       // Data-parallel tables: DataParallelBackward all-reduces their gradient tables inside the
       // embedding update (blocking, not bucketed or overlapped).
+      // One call of all their bytes: beyond the LLC at the profile's beyond-cache rate.
       p.s[kEmbeddingUpdate] +=
-          ar_world_.latency_s + f * world_allreduce_bytes / ar_world_.bytes_per_s;
+          ar_world_.latency_s +
+          ar_world_.Transfer(f * world_allreduce_bytes, static_cast<double>(dev_->llc_bytes));
     }
   }
   p.s[kDenseAllReduce] = ar;

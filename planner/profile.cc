@@ -241,6 +241,8 @@ absl::StatusOr<MachineProfile> ParseRoot(const YAML::Node& root, const std::stri
     TESSERA_ASSIGN_OR_RETURN(pt.latency_s, c.GetNonNegative("latency_s"));
     TESSERA_ASSIGN_OR_RETURN(pt.bytes_per_s, c.GetPositive("bytes_per_s"));
     TESSERA_ASSIGN_OR_RETURN(pt.wait_per_compute, c.GetNonNegativeOr("wait_per_compute", 0.0));
+    TESSERA_ASSIGN_OR_RETURN(pt.beyond_llc_bytes_per_s,
+                             c.GetNonNegativeOr("beyond_llc_bytes_per_s", 0.0));
     TESSERA_RETURN_IF_ERROR(c.Done());
     if (!p.collectives.empty()) {
       const CollectivePoint& b = p.collectives.back();
@@ -325,11 +327,20 @@ absl::StatusOr<CollectiveCost> CollectiveFrom(const std::vector<const Collective
     out.latency_s = last->latency_s + std::max(0.0, slope) * (x - lx(last));
     out.bytes_per_s = last->bytes_per_s;
     out.wait_per_compute = last->wait_per_compute;
+    out.beyond_llc_bytes_per_s = last->beyond_llc_bytes_per_s;
     return out;
   }
   out.latency_s = Interp(by_size, x, lx, [](const CollectivePoint* p) { return p->latency_s; });
   out.wait_per_compute =
       Interp(by_size, x, lx, [](const CollectivePoint* p) { return p->wait_per_compute; });
+  // Given at every size or at none (a 0 anywhere: bytes_per_s throughout).
+  bool beyond = true;
+  for (const CollectivePoint* p : by_size) beyond = beyond && p->beyond_llc_bytes_per_s > 0;
+  if (beyond) {
+    out.beyond_llc_bytes_per_s = 1.0 / Interp(by_size, x, lx, [](const CollectivePoint* p) {
+                                   return 1.0 / p->beyond_llc_bytes_per_s;
+                                 });
+  }
   // Interpolate time per byte, not bytes per second.
   out.bytes_per_s =
       1.0 / Interp(by_size, x, lx, [](const CollectivePoint* p) { return 1.0 / p->bytes_per_s; });
@@ -439,6 +450,9 @@ std::string MachineProfileToYaml(const MachineProfile& p) {
       << YAML::Value << c.bytes_per_s;
     if (c.wait_per_compute > 0) {
       e << YAML::Key << "wait_per_compute" << YAML::Value << c.wait_per_compute;
+    }
+    if (c.beyond_llc_bytes_per_s > 0) {
+      e << YAML::Key << "beyond_llc_bytes_per_s" << YAML::Value << c.beyond_llc_bytes_per_s;
     }
     e << YAML::EndMap;
   }

@@ -7,7 +7,8 @@
 // latency_s is the time of the call with an 8-byte block; bytes_per_s the slope between that and
 // a 4 MiB buffer (each the fastest of its repetitions, see TimeCollective); wait_per_compute
 // the small all-reduce's mean CPU time unsynchronised after 4 ms of compute, less latency_s,
-// per second of that compute (TimeUnsynced; the same for every op of the world size).
+// per second of that compute (TimeUnsynced; the same for every op of the world size); the
+// all-reduce's beyond_llc_bytes_per_s the slope from 4 to 64 MiB.
 #include <time.h>
 #include <unistd.h>
 
@@ -92,7 +93,7 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
                                   int64_t rss_before_mpi) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, CreateMpiWorldCommunicator());
   const int w = comm->size();
-  const int64_t kSmall = 8, kLarge = int64_t{4} << 20;
+  const int64_t kSmall = 8, kLarge = int64_t{4} << 20, kHuge = int64_t{64} << 20;
   std::ostringstream out;
   // What MPI added: VmRSS after one small call of each collective (the shared-memory segments
   // and the progress engine touched), before any large buffer exists.
@@ -122,6 +123,7 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
   constexpr double kGap = 4e-3;
   double per = 0;
   std::vector<std::string> lines;
+  std::vector<double> large_s;  // per op, the kLarge call's seconds
   for (const char* op : {"all_to_all", "all_reduce", "all_gather"}) {
     double t[2], bytes[2];
     for (int i = 0; i < 2; ++i) {
@@ -158,8 +160,8 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
     const double latency = t[0];
     const double slope = std::max(t[1] - t[0], 1e-9);
     lines.push_back(absl::StrCat(op, " ", w, " ", latency, " ", (bytes[1] - bytes[0]) / slope));
+    large_s.push_back(t[1]);
   }
-  for (const std::string& l : lines) out << l << " " << per << "\n";
   // Large messages make MPI touch more of its shared-memory segments: the peak (VmHWM) after
   // the large calls, less this worker's own buffers, when it is above the small-call figure.
   {
@@ -174,6 +176,20 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
     int64_t large = std::max<int64_t>(0, hwm - rss_before_mpi - buffers);
     TESSERA_RETURN_IF_ERROR(comm->AllGatherV(&large, 8, all.data(), c, d));
     mpi_bytes = std::max(mpi_bytes, *std::max_element(all.begin(), all.end()));
+  }
+  // Beyond the cache (after the memory figure, which is the trainer's buffers' regime): the
+  // all-reduce of kHuge bytes, its slope from the kLarge point (all_reduce only: the one
+  // collective the trainer calls with buffers that large, a data-parallel gradient table).
+  double beyond = 0;
+  {
+    std::vector<float> fl(kHuge / 4, 1.0f);
+    TESSERA_ASSIGN_OR_RETURN(const double t, TimeCollective(*comm, seconds_per_point, [&] {
+      return comm->AllReduce(fl.data(), static_cast<int64_t>(fl.size()), ReduceOp::kSum);
+    }));
+    beyond = static_cast<double>(kHuge - kLarge) / std::max(t - large_s[1], 1e-9);
+  }
+  for (size_t i = 0; i < lines.size(); ++i) {
+    out << lines[i] << " " << per << " " << (i == 1 ? beyond : 0.0) << "\n";
   }
   out << "memory " << mpi_bytes << "\n";
   if (comm->rank() == 0) {
@@ -215,7 +231,7 @@ absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(
     }
     std::string op;
     int size;
-    double latency, bw, wait_per;
+    double latency, bw, wait_per, beyond;
     while (in >> op) {
       if (op == "memory") {
         int64_t m = 0;
@@ -225,7 +241,7 @@ absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(
                                     m / 1048576.0));
         continue;
       }
-      if (!(in >> size >> latency >> bw >> wait_per)) break;
+      if (!(in >> size >> latency >> bw >> wait_per >> beyond)) break;
       planner::CollectivePoint p;
       p.op = op == "all_to_all"   ? planner::CollectiveOp::kAllToAll
              : op == "all_reduce" ? planner::CollectiveOp::kAllReduce
@@ -236,6 +252,7 @@ absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(
       p.latency_s = latency;
       p.bytes_per_s = bw;
       p.wait_per_compute = wait_per;
+      p.beyond_llc_bytes_per_s = beyond;
       points.push_back(p);
       Progress(o, absl::StrFormat("collectives: %s world %d: latency %.1f us, %.2f GB/s, "
                                   "unsynchronised wait %.3f x compute",

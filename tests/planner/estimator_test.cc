@@ -266,6 +266,34 @@ TEST(EstimatorTest, CollectivesWaitInProportionToTheComputeBeforeThem) {
             d->Evaluate({TableWise(0, one.tables[0].config)}).step.total());
 }
 
+TEST(EstimatorTest, DataParallelAllReduceBeyondTheLlcAtItsOwnRate) {
+  // The data-parallel table of 100k x 16 (SGD): its gradient table (100k x 17 x 4 = 6.8 MB)
+  // is one all-reduce call; with beyond_llc_bytes_per_s 2.5e5 the first 1 MiB (the LLC) moves
+  // at 1e6 B/s and the rest at 2.5e5 B/s, so the update grows by exactly that difference.
+  MachineProfile flat = FlatProfile(1e-3);
+  MachineProfile slow = flat;
+  for (CollectivePoint& c : slow.collectives) c.beyond_llc_bytes_per_s = 2.5e5;
+  PlanInputs in = SmallInputs({100000}, 16, 2, 100);
+  in.step.row_state_fixed = 0;
+  absl::StatusOr<Estimator> a = Estimator::Create(in, flat, 2);
+  absl::StatusOr<Estimator> b = Estimator::Create(in, slow, 2);
+  ASSERT_TRUE(a.ok() && b.ok());
+  TablePlacement dp;
+  dp.option.type = ShardingType::kDataParallel;
+  const double grad = 100000 * 17 * 4.0, llc = 1 << 20;
+  const double extra = (grad - llc) / 2.5e5 - (grad - llc) / 1e6;
+  EXPECT_NEAR(b->Evaluate({dp}).step.s[kEmbeddingUpdate] -
+                  a->Evaluate({dp}).step.s[kEmbeddingUpdate],
+              extra, 1e-9);
+  // A gradient table within the LLC: no change.
+  PlanInputs small = SmallInputs({1000}, 16, 2, 100);
+  small.step.row_state_fixed = 0;
+  absl::StatusOr<Estimator> c = Estimator::Create(small, flat, 2);
+  absl::StatusOr<Estimator> d = Estimator::Create(small, slow, 2);
+  ASSERT_TRUE(c.ok() && d.ok());
+  EXPECT_EQ(c->Evaluate({dp}).step.s[kEmbeddingUpdate], d->Evaluate({dp}).step.s[kEmbeddingUpdate]);
+}
+
 TEST(EstimatorTest, TierMemoryIsWhatTheRunAllocates) {
   // One tiered table of 100k rows x 16 (SGD: value 64 bytes), cache 1000 rows, T = 1, B = 100:
   // caches = the row cache's slots (64 + 48 bytes) + the memtable's bucket array (2 MiB) + one

@@ -119,6 +119,24 @@ TEST(ProfileTest, WaitPerComputeIsOptionalAndRoundTrips) {
   EXPECT_EQ(CollectiveAt(*q, CollectiveOp::kAllToAll, "mpi", 4)->wait_per_compute, 0);
 }
 
+TEST(ProfileTest, BeyondLlcRateIsOptionalAndSplitsTheBytes) {
+  MachineProfile p = FlatProfile();
+  for (CollectivePoint& c : p.collectives) c.beyond_llc_bytes_per_s = 2.5e5;
+  const std::string yaml = MachineProfileToYaml(p);
+  EXPECT_THAT(yaml, HasSubstr("beyond_llc_bytes_per_s: 250000"));
+  absl::StatusOr<MachineProfile> q = ParseMachineProfile(yaml, "b");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(MachineProfileToYaml(*q), yaml);
+  absl::StatusOr<CollectiveCost> c = CollectiveAt(*q, CollectiveOp::kAllReduce, "mpi", 4);
+  ASSERT_TRUE(c.ok());
+  // 3 MB with a 1 MB cache: 1 MB at 1e6 B/s + 2 MB at 2.5e5 B/s = 1 + 8 s; 0.5 MB: 0.5 s.
+  EXPECT_DOUBLE_EQ(c->Transfer(3e6, 1e6), 9.0);
+  EXPECT_DOUBLE_EQ(c->Transfer(5e5, 1e6), 0.5);
+  // Absent (FlatProfile): bytes_per_s throughout.
+  absl::StatusOr<CollectiveCost> f = CollectiveAt(FlatProfile(), CollectiveOp::kAllReduce, "mpi", 4);
+  EXPECT_DOUBLE_EQ(f->Transfer(3e6, 1e6), 3.0);
+}
+
 TEST(ProfileTest, BadFilesNameFileAndKey) {
   const std::string good = MachineProfileToYaml(FlatProfile());
   struct Case {
