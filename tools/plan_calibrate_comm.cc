@@ -184,8 +184,9 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
   {
     std::vector<float> fl(kHuge / 4, 1.0f);
     TESSERA_ASSIGN_OR_RETURN(const double t, TimeCollective(*comm, seconds_per_point, [&] {
-      return comm->AllReduce(fl.data(), static_cast<int64_t>(fl.size()), ReduceOp::kSum);
-    }));
+                               return comm->AllReduce(fl.data(), static_cast<int64_t>(fl.size()),
+                                                      ReduceOp::kSum);
+                             }));
     beyond = static_cast<double>(kHuge - kLarge) / std::max(t - large_s[1], 1e-9);
   }
   for (size_t i = 0; i < lines.size(); ++i) {

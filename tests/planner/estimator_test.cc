@@ -226,10 +226,9 @@ TEST(EstimatorTest, DataParallelTableUpdatedAndAllReducedInTheUpdate) {
   const double grad = 1000 * 17 * 4.0;
   const double u_global = ExpectedDistinct(200, 1000, 1.05);
   EXPECT_NEAR(e.step.s[kLookup], 100 * 1e-6 + 100 / 1e6, 1e-12);
-  EXPECT_NEAR(e.step.s[kEmbeddingUpdate],
-              100 * 5e-7 + u_global / 1e6 + (grad + 2 * u_global * 17 * 4) / 1e9 + 1e-3 +
-                  grad / 1e6,
-              1e-9);
+  EXPECT_NEAR(
+      e.step.s[kEmbeddingUpdate],
+      100 * 5e-7 + u_global / 1e6 + (grad + 2 * u_global * 17 * 4) / 1e9 + 1e-3 + grad / 1e6, 1e-9);
   // The dense all-reduce: the (empty) dense model's last bucket + the loss all-reduce only.
   EXPECT_LT(e.step.s[kDenseAllReduce], 3e-3);
 }
@@ -282,9 +281,9 @@ TEST(EstimatorTest, DataParallelAllReduceBeyondTheLlcAtItsOwnRate) {
   dp.option.type = ShardingType::kDataParallel;
   const double grad = 100000 * 17 * 4.0, llc = 1 << 20;
   const double extra = (grad - llc) / 2.5e5 - (grad - llc) / 1e6;
-  EXPECT_NEAR(b->Evaluate({dp}).step.s[kEmbeddingUpdate] -
-                  a->Evaluate({dp}).step.s[kEmbeddingUpdate],
-              extra, 1e-9);
+  EXPECT_NEAR(
+      b->Evaluate({dp}).step.s[kEmbeddingUpdate] - a->Evaluate({dp}).step.s[kEmbeddingUpdate],
+      extra, 1e-9);
   // A gradient table within the LLC: no change.
   PlanInputs small = SmallInputs({1000}, 16, 2, 100);
   small.step.row_state_fixed = 0;

@@ -133,7 +133,8 @@ TEST(ProfileTest, BeyondLlcRateIsOptionalAndSplitsTheBytes) {
   EXPECT_DOUBLE_EQ(c->Transfer(3e6, 1e6), 9.0);
   EXPECT_DOUBLE_EQ(c->Transfer(5e5, 1e6), 0.5);
   // Absent (FlatProfile): bytes_per_s throughout.
-  absl::StatusOr<CollectiveCost> f = CollectiveAt(FlatProfile(), CollectiveOp::kAllReduce, "mpi", 4);
+  absl::StatusOr<CollectiveCost> f =
+      CollectiveAt(FlatProfile(), CollectiveOp::kAllReduce, "mpi", 4);
   EXPECT_DOUBLE_EQ(f->Transfer(3e6, 1e6), 3.0);
 }
 
