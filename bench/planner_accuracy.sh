@@ -13,6 +13,12 @@
 # machine the wall time includes whatever the scheduler gave the other engineers' builds, so it
 # is printed beside it (median of the steps) with the load average, but not what the errors
 # are computed from. MEASURE=wall uses the wall median instead (a quiet machine).
+# Collectives' waiting (WAIT=measure, the default): right before each T > 1 case, the
+# calibrate worker measures the profile's wait_per_compute at that world size now (a small
+# all-reduce after 4 ms of compute per rank, unsynchronised; planner/profile.h), and the case is
+# predicted from a copy of PROFILE carrying it (runs/.../profile_<case>.yaml): how long ranks
+# wait for each other is the load of the moment, not a constant of the machine. WAIT=profile
+# uses PROFILE as it is.
 # Peak memory: the largest VmHWM over the ranks. 64 distinct batches are cycled (as
 # `tessera-plan calibrate` cycles 64 batches of ids): a few batches cycled keep their rows cached.
 set -euo pipefail
@@ -23,6 +29,7 @@ REPS=${REPS:-3}
 STEPS=${STEPS:-12}
 WARMUP=${WARMUP:-4}
 MEASURE=${MEASURE:-cpu}
+WAIT=${WAIT:-measure}
 PROFILE=${PROFILE:-planner/profiles/cpu_2core_measured.yaml}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$(dirname "$OUT")"
@@ -56,6 +63,17 @@ plan_for() {
   "$BIN/tessera-plan" --config "$config" --world_size "$np" --profile "$PROFILE" \
     --set "data.batch_size=$((b * np))" --out "$out" > "${out%.yaml}.txt"
 }
+# A copy of PROFILE whose mpi collectives at world size $2 carry the wait measured now.
+profile_with_wait() {
+  local out=$1 np=$2 coll
+  coll="$(dirname "$OUT")/collectives_$np.txt"
+  mpirun -np "$np" --oversubscribe "$BIN/tessera-plan" calibrate --collectives_worker "$coll" \
+    > /dev/null
+  local per
+  per=$(awk 'NR == 1 { print $5 }' "$coll")
+  sed "s/\(transport: mpi, world_size: $np, .*\)}\$/\1, wait_per_compute: $per}/" "$PROFILE" > "$out"
+  echo "$per"
+}
 CASES=${CASES:-}
 for rep in $(seq 1 "$REPS"); do
   for c in "${ALL_CASES[@]}"; do
@@ -75,7 +93,15 @@ for rep in $(seq 1 "$REPS"); do
     # shellcheck disable=SC2206
     extra_args=($extra)
     load=$(cut -d' ' -f1 /proc/loadavg)
-    echo "== rep $rep $name (load $load)" >&2
+    wait_note=""
+    if [[ "$np" != 1 && "$WAIT" == measure ]]; then
+      prof="$(dirname "$OUT")/profile_${name}.yaml"
+      wait_note=" wait_per_compute $(profile_with_wait "$prof" "$np")"
+      for i in "${!cmd[@]}"; do
+        [[ "${cmd[$i]}" == "$PROFILE" ]] && cmd[$i]=$prof
+      done
+    fi
+    echo "== rep $rep $name (load $load)$wait_note" >&2
     if [[ "$np" == 1 ]]; then
       "${cmd[@]}" "${extra_args[@]}" > /dev/null || echo "FAILED $name" >&2
     else

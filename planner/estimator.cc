@@ -297,9 +297,10 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
     const double state = c.num_rows * StateFloats(st, c.dim) * 4;
     const double grad = c.num_rows * (c.dim + 1) * 4.0;
     if (t_ > 1) {
-      // The dense [rows, dim + 1] gradient table (DataParallelBackward): zeroed, filled, scanned
-      // for touched rows after the world all-reduce (priced in StepFromMaxima): 3 passes.
-      u[kUpdateS] += 3 * grad / dev_->copy_bytes_per_s;
+      // The dense [rows, dim + 1] gradient table (DataParallelBackward), kept across steps:
+      // the touched rows written, the whole table scanned for touched rows after the world
+      // all-reduce (priced in StepFromMaxima), the touched rows cleared.
+      u[kUpdateS] += (grad + 2 * s.distinct_global * (c.dim + 1) * 4.0) / dev_->copy_bytes_per_s;
     }
     u[kMemDevice + kind] = weights + state + 2 * grad;
     out.uniform_memory.weights = weights;
@@ -505,8 +506,10 @@ PhaseTimes Estimator::StepFromMaxima(const MetricVec& mx, double world_allreduce
     if (world_allreduce_bytes > 0) {
       // Data-parallel tables: DataParallelBackward all-reduces their gradient tables inside the
       // embedding update (blocking, not bucketed or overlapped).
+      // One call of all their bytes: beyond the LLC at the profile's beyond-cache rate.
       p.s[kEmbeddingUpdate] +=
-          ar_world_.latency_s + f * world_allreduce_bytes / ar_world_.bytes_per_s;
+          ar_world_.latency_s +
+          ar_world_.Transfer(f * world_allreduce_bytes, static_cast<double>(dev_->llc_bytes));
     }
   }
   p.s[kDenseAllReduce] = ar;
@@ -522,6 +525,25 @@ PhaseTimes Estimator::StepFromMaxima(const MetricVec& mx, double world_allreduce
     p.s[kInputDist] = a2a_lat + exposed;
   }
   p.s[kInputDist] += mx[kPackS];
+  // Waiting in the blocking collectives for ranks the scheduler took the core from (profile
+  // wait_per_compute): each collective, in the trainer's order, waits its rate x the compute
+  // since the one before it (the update's compute for the last, and the next step's packing).
+  {
+    double since = mx[kPackS];
+    auto wait = [&](const CollectiveCost& c, Phase ph) {
+      p.s[ph] += c.Wait(since);
+      since = 0;
+    };
+    if (n_ > 1) wait(a2a_group_, kInputDist);
+    since += mx[kLookupS];
+    if (n_ > 1) wait(a2a_group_, kOutputDist);
+    since += dense_fwd_s_ + dense_bwd_s_;
+    if (n_ > 1) wait(a2a_group_, kBackwardDist);
+    since += mx[kUpdateS] + mx[kTierWriteS];
+    if (m_ > 1 && in_->step.replica_sync == ReplicaSync::kExact) wait(ag_replica_, kReplicaSync);
+    if (t_ > 1 && world_allreduce_bytes > 0) wait(ar_world_, kEmbeddingUpdate);
+    if (t_ > 1) wait(ar_world_, kDenseAllReduce);
+  }
   // Tier reads are prefetched during the previous step (its compute and communication).
   const double rest = p.total();
   p.s[kTierMisses] = std::max(mx[kTierS] > 0 ? 0.1 * mx[kTierS] : 0.0, mx[kTierS] - rest);

@@ -66,6 +66,13 @@ class MapReader {
     return v;
   }
 
+  // An optional key: `fallback` when absent, else as GetNonNegative.
+  absl::StatusOr<double> GetNonNegativeOr(const std::string& key, double fallback) {
+    seen_.insert(key);
+    if (!node_[key]) return fallback;
+    return GetNonNegative(key);
+  }
+
   absl::StatusOr<YAML::Node> Node(const std::string& key) {
     seen_.insert(key);
     YAML::Node n = node_[key];
@@ -233,6 +240,9 @@ absl::StatusOr<MachineProfile> ParseRoot(const YAML::Node& root, const std::stri
     TESSERA_ASSIGN_OR_RETURN(pt.same_node, c.Get<bool>("same_node"));
     TESSERA_ASSIGN_OR_RETURN(pt.latency_s, c.GetNonNegative("latency_s"));
     TESSERA_ASSIGN_OR_RETURN(pt.bytes_per_s, c.GetPositive("bytes_per_s"));
+    TESSERA_ASSIGN_OR_RETURN(pt.wait_per_compute, c.GetNonNegativeOr("wait_per_compute", 0.0));
+    TESSERA_ASSIGN_OR_RETURN(pt.beyond_llc_bytes_per_s,
+                             c.GetNonNegativeOr("beyond_llc_bytes_per_s", 0.0));
     TESSERA_RETURN_IF_ERROR(c.Done());
     if (!p.collectives.empty()) {
       const CollectivePoint& b = p.collectives.back();
@@ -316,9 +326,21 @@ absl::StatusOr<CollectiveCost> CollectiveFrom(const std::vector<const Collective
     double slope = (last->latency_s - prev->latency_s) / (lx(last) - lx(prev));
     out.latency_s = last->latency_s + std::max(0.0, slope) * (x - lx(last));
     out.bytes_per_s = last->bytes_per_s;
+    out.wait_per_compute = last->wait_per_compute;
+    out.beyond_llc_bytes_per_s = last->beyond_llc_bytes_per_s;
     return out;
   }
   out.latency_s = Interp(by_size, x, lx, [](const CollectivePoint* p) { return p->latency_s; });
+  out.wait_per_compute =
+      Interp(by_size, x, lx, [](const CollectivePoint* p) { return p->wait_per_compute; });
+  // Given at every size or at none (a 0 anywhere: bytes_per_s throughout).
+  bool beyond = true;
+  for (const CollectivePoint* p : by_size) beyond = beyond && p->beyond_llc_bytes_per_s > 0;
+  if (beyond) {
+    out.beyond_llc_bytes_per_s = 1.0 / Interp(by_size, x, lx, [](const CollectivePoint* p) {
+                                   return 1.0 / p->beyond_llc_bytes_per_s;
+                                 });
+  }
   // Interpolate time per byte, not bytes per second.
   out.bytes_per_s =
       1.0 / Interp(by_size, x, lx, [](const CollectivePoint* p) { return 1.0 / p->bytes_per_s; });
@@ -425,7 +447,14 @@ std::string MachineProfileToYaml(const MachineProfile& p) {
       << YAML::Key << "transport" << YAML::Value << c.transport << YAML::Key << "world_size"
       << YAML::Value << c.world_size << YAML::Key << "same_node" << YAML::Value << c.same_node
       << YAML::Key << "latency_s" << YAML::Value << c.latency_s << YAML::Key << "bytes_per_s"
-      << YAML::Value << c.bytes_per_s << YAML::EndMap;
+      << YAML::Value << c.bytes_per_s;
+    if (c.wait_per_compute > 0) {
+      e << YAML::Key << "wait_per_compute" << YAML::Value << c.wait_per_compute;
+    }
+    if (c.beyond_llc_bytes_per_s > 0) {
+      e << YAML::Key << "beyond_llc_bytes_per_s" << YAML::Value << c.beyond_llc_bytes_per_s;
+    }
+    e << YAML::EndMap;
   }
   e << YAML::EndSeq;
   e << YAML::Key << "tier" << YAML::Value << YAML::BeginSeq;

@@ -84,6 +84,18 @@ struct CollectivePoint {
   bool same_node = true;   // all ranks on one node
   double latency_s = 0;    // fixed cost of one call
   double bytes_per_s = 0;  // per-rank bytes sent (all-to-all) / buffer bytes (reduce, gather)
+  // Optional (0 when absent): what one blocking call adds, beyond latency_s and the bytes, when
+  // every rank arrives from its own compute as the trainer's ranks do (no barrier before it):
+  // waiting, busy-polling, for a rank the scheduler took the core from meanwhile; seconds of
+  // wait per second of the compute each rank did since the previous collective (the longer a
+  // rank computes, the likelier it lost its core). About 0 on an idle machine with a core per
+  // rank; a large share when the ranks share cores with other jobs. A call after c seconds of
+  // compute costs latency_s + bytes / bytes_per_s + wait_per_compute x c.
+  double wait_per_compute = 0;
+  // Optional (0 when absent: bytes_per_s throughout): the rate of a call's bytes beyond the
+  // device's llc_bytes (bytes_per_s is measured with a 4 MiB buffer, which stays in cache; a
+  // buffer larger than the cache moves at memory speed, several times slower).
+  double beyond_llc_bytes_per_s = 0;
 };
 
 // RocksDB tier cost per row (embedding + optimizer state value), by value size.
@@ -141,6 +153,17 @@ double GemmFlopsPerSec(const DeviceProfile& d, int64_t m, int64_t n, int64_t k);
 struct CollectiveCost {
   double latency_s = 0;
   double bytes_per_s = 0;
+  // CollectivePoint::wait_per_compute, interpolated as latency_s, held beyond.
+  double wait_per_compute = 0;
+  double beyond_llc_bytes_per_s = 0;  // interpolated as bytes_per_s; 0: bytes_per_s
+  // The wait of one call after `compute_s` of compute on each rank.
+  double Wait(double compute_s) const { return wait_per_compute * compute_s; }
+  // Seconds to move `bytes` in one call (no latency): up to `llc_bytes` at bytes_per_s, the
+  // rest at beyond_llc_bytes_per_s when given.
+  double Transfer(double bytes, double llc_bytes) const {
+    if (beyond_llc_bytes_per_s <= 0 || bytes <= llc_bytes) return bytes / bytes_per_s;
+    return llc_bytes / bytes_per_s + (bytes - llc_bytes) / beyond_llc_bytes_per_s;
+  }
 };
 absl::StatusOr<CollectiveCost> CollectiveAt(const MachineProfile& p, CollectiveOp op,
                                             const std::string& transport, int world_size);

@@ -5,7 +5,11 @@
 //   all_reduce   the buffer's bytes (floats x 4)
 //   all_gather   the gathered buffer's bytes (world size x each rank's block)
 // latency_s is the time of the call with an 8-byte block; bytes_per_s the slope between that and
-// a 4 MiB buffer (each the fastest of its repetitions, see TimeCollective).
+// a 4 MiB buffer (each the fastest of its repetitions, see TimeCollective); wait_per_compute
+// the small all-reduce's mean CPU time unsynchronised after 4 ms of compute, less latency_s,
+// per second of that compute (TimeUnsynced; the same for every op of the world size); the
+// all-reduce's beyond_llc_bytes_per_s the slope from 4 to 64 MiB.
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -51,13 +55,45 @@ absl::StatusOr<double> TimeCollective(Communicator& comm, double min_seconds,
   return med;
 }
 
+// The mean CPU seconds of `call` (the slowest rank's) when every rank comes to it from
+// `compute_s` of its own busy compute, as the trainer's ranks come to theirs (no barrier): what
+// a descheduled rank makes the others wait, busy-polling, on top of the synchronised fastest
+// call. 250 calls.
+absl::StatusOr<double> TimeUnsynced(Communicator& comm, double compute_s,
+                                    const std::function<absl::Status()>& call) {
+  const double kComputeS = compute_s;
+  constexpr int kCalls = 250;
+  auto cpu_now = [] {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+  };
+  TESSERA_RETURN_IF_ERROR(comm.Barrier());
+  double sum = 0;
+  volatile double sink = 0;
+  for (int i = 0; i < kCalls; ++i) {
+    const double until = cpu_now() + kComputeS;
+    while (cpu_now() < until) sink = sink + 1.0;
+    const double t0 = cpu_now();
+    TESSERA_RETURN_IF_ERROR(call());
+    sum += cpu_now() - t0;
+  }
+  double mean = sum / kCalls;
+  const int w = comm.size();
+  std::vector<double> all(w);
+  std::vector<int64_t> counts(w, 8), displs(w);
+  for (int r = 0; r < w; ++r) displs[r] = 8 * r;
+  TESSERA_RETURN_IF_ERROR(comm.AllGatherV(&mean, 8, all.data(), counts, displs));
+  return *std::max_element(all.begin(), all.end());
+}
+
 }  // namespace
 
 absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_per_point,
                                   int64_t rss_before_mpi) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, CreateMpiWorldCommunicator());
   const int w = comm->size();
-  const int64_t kSmall = 8, kLarge = int64_t{4} << 20;
+  const int64_t kSmall = 8, kLarge = int64_t{4} << 20, kHuge = int64_t{64} << 20;
   std::ostringstream out;
   // What MPI added: VmRSS after one small call of each collective (the shared-memory segments
   // and the progress engine touched), before any large buffer exists.
@@ -84,6 +120,10 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
   }
   // All-to-all: `block` bytes to every rank (own block included, as the trainer's calls do).
   int64_t buffers = 0;  // the largest bytes of this worker's own buffers alive at once
+  constexpr double kGap = 4e-3;
+  double per = 0;
+  std::vector<std::string> lines;
+  std::vector<double> large_s;  // per op, the kLarge call's seconds
   for (const char* op : {"all_to_all", "all_reduce", "all_gather"}) {
     double t[2], bytes[2];
     for (int i = 0; i < 2; ++i) {
@@ -110,10 +150,17 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
         call = [&] { return comm->AllGatherV(send.data(), block, recv.data(), counts, displs); };
       }
       TESSERA_ASSIGN_OR_RETURN(t[i], TimeCollective(*comm, seconds_per_point, call));
+      // The wait (the scheduler's, not the op's: measured once, with the small all-reduce):
+      // that call unsynchronised after kGap of compute, per second of compute.
+      if (i == 0 && std::string(op) == "all_reduce") {
+        TESSERA_ASSIGN_OR_RETURN(const double wait, TimeUnsynced(*comm, kGap, call));
+        per = std::max(0.0, wait - t[0]) / kGap;
+      }
     }
     const double latency = t[0];
     const double slope = std::max(t[1] - t[0], 1e-9);
-    out << op << " " << w << " " << latency << " " << (bytes[1] - bytes[0]) / slope << "\n";
+    lines.push_back(absl::StrCat(op, " ", w, " ", latency, " ", (bytes[1] - bytes[0]) / slope));
+    large_s.push_back(t[1]);
   }
   // Large messages make MPI touch more of its shared-memory segments: the peak (VmHWM) after
   // the large calls, less this worker's own buffers, when it is above the small-call figure.
@@ -129,6 +176,21 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
     int64_t large = std::max<int64_t>(0, hwm - rss_before_mpi - buffers);
     TESSERA_RETURN_IF_ERROR(comm->AllGatherV(&large, 8, all.data(), c, d));
     mpi_bytes = std::max(mpi_bytes, *std::max_element(all.begin(), all.end()));
+  }
+  // Beyond the cache (after the memory figure, which is the trainer's buffers' regime): the
+  // all-reduce of kHuge bytes, its slope from the kLarge point (all_reduce only: the one
+  // collective the trainer calls with buffers that large, a data-parallel gradient table).
+  double beyond = 0;
+  {
+    std::vector<float> fl(kHuge / 4, 1.0f);
+    TESSERA_ASSIGN_OR_RETURN(const double t, TimeCollective(*comm, seconds_per_point, [&] {
+                               return comm->AllReduce(fl.data(), static_cast<int64_t>(fl.size()),
+                                                      ReduceOp::kSum);
+                             }));
+    beyond = static_cast<double>(kHuge - kLarge) / std::max(t - large_s[1], 1e-9);
+  }
+  for (size_t i = 0; i < lines.size(); ++i) {
+    out << lines[i] << " " << per << " " << (i == 1 ? beyond : 0.0) << "\n";
   }
   out << "memory " << mpi_bytes << "\n";
   if (comm->rank() == 0) {
@@ -170,7 +232,7 @@ absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(
     }
     std::string op;
     int size;
-    double latency, bw;
+    double latency, bw, wait_per, beyond;
     while (in >> op) {
       if (op == "memory") {
         int64_t m = 0;
@@ -180,7 +242,7 @@ absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(
                                     m / 1048576.0));
         continue;
       }
-      if (!(in >> size >> latency >> bw)) break;
+      if (!(in >> size >> latency >> bw >> wait_per >> beyond)) break;
       planner::CollectivePoint p;
       p.op = op == "all_to_all"   ? planner::CollectiveOp::kAllToAll
              : op == "all_reduce" ? planner::CollectiveOp::kAllReduce
@@ -190,9 +252,12 @@ absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(
       p.same_node = true;
       p.latency_s = latency;
       p.bytes_per_s = bw;
+      p.wait_per_compute = wait_per;
+      p.beyond_llc_bytes_per_s = beyond;
       points.push_back(p);
-      Progress(o, absl::StrFormat("collectives: %s world %d: latency %.1f us, %.2f GB/s", op, size,
-                                  latency * 1e6, bw / 1e9));
+      Progress(o, absl::StrFormat("collectives: %s world %d: latency %.1f us, %.2f GB/s, "
+                                  "unsynchronised wait %.3f x compute",
+                                  op, size, latency * 1e6, bw / 1e9, wait_per));
     }
   }
   std::sort(points.begin(), points.end(), [](const auto& a, const auto& b) {

@@ -148,6 +148,10 @@ struct ShardedEmbeddingCollection::Impl {
   std::vector<float> send_f, recv_f;
   std::vector<uint16_t> send_h, recv_h;  // 16-bit payloads (options.comm_dtype)
   std::vector<int64_t> send_counts, send_displs, recv_counts, recv_displs;
+  // Data-parallel tables' dense [rows, dim + 1] gradient tables (DataParallelBackward), kept
+  // across steps and all zero between them (the rows a step wrote are cleared after its update),
+  // so a step neither allocates nor page-faults the whole table again.
+  std::vector<float> dp_buf;
 
   // internal/sharded_sync.cc
   absl::Status ExactReplicaSync();

@@ -96,7 +96,18 @@ absl::Status ShardedEmbeddingCollection::Impl::ExactReplicaSync() {
   for (size_t q = 0; q < local.size(); ++q) {
     total += static_cast<int64_t>(unions[q].size()) * local[q].width;
   }
-  std::vector<float> buf(total, 0.0f);
+  // Zero between steps: cleared row by row below after the update (the rows the all-reduce made
+  // nonzero are exactly those with a nonzero count), so only the first step allocates.
+  std::vector<float>& buf = dp_buf;
+  if (static_cast<int64_t>(buf.size()) != total) buf.assign(total, 0.0f);
+  // An error part way leaves rows set: drop the buffer then, so the next step starts from zero.
+  struct DropOnError {
+    std::vector<float>* buf;
+    bool done = false;
+    ~DropOnError() {
+      if (!done) buf->clear();
+    }
+  } guard{&buf};
   int64_t at = 0;
   for (size_t q = 0; q < local.size(); ++q) {
     LocalShard& ls = local[q];
@@ -244,7 +255,18 @@ absl::Status ShardedEmbeddingCollection::Impl::DataParallelBackward(const float*
     base[i] = total;
     total += tables[dp[i].table].num_rows * (tables[dp[i].table].dim + 1);
   }
-  std::vector<float> buf(total, 0.0f);
+  // Zero between steps: cleared row by row below after the update (the rows the all-reduce made
+  // nonzero are exactly those with a nonzero count), so only the first step allocates.
+  std::vector<float>& buf = dp_buf;
+  if (static_cast<int64_t>(buf.size()) != total) buf.assign(total, 0.0f);
+  // An error part way leaves rows set: drop the buffer then, so the next step starts from zero.
+  struct DropOnError {
+    std::vector<float>* buf;
+    bool done = false;
+    ~DropOnError() {
+      if (!done) buf->clear();
+    }
+  } guard{&buf};
   std::vector<int64_t> uslots;
   std::vector<float> grads;
   for (size_t i = 0; i < dp.size(); ++i) {
@@ -276,10 +298,11 @@ absl::Status ShardedEmbeddingCollection::Impl::DataParallelBackward(const float*
     std::vector<int64_t> rows;
     std::vector<float> g;
     for (int64_t r = 0; r < cfg.num_rows; ++r) {
-      const float* row = buf.data() + base[i] + r * (cfg.dim + 1);
+      float* row = buf.data() + base[i] + r * (cfg.dim + 1);
       if (row[cfg.dim] == 0.0f) continue;
       rows.push_back(r);
       g.insert(g.end(), row, row + cfg.dim);
+      std::fill(row, row + cfg.dim + 1, 0.0f);
     }
     if (rows.empty()) continue;
     std::vector<int64_t> slots(rows.size());
@@ -293,6 +316,7 @@ absl::Status ShardedEmbeddingCollection::Impl::DataParallelBackward(const float*
     a.step = step;
     TESSERA_RETURN_IF_ERROR(ApplyRowUpdates(ctx, slots, g.data(), a));
   }
+  guard.done = true;
   return absl::OkStatus();
 }
 

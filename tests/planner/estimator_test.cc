@@ -211,9 +211,10 @@ TEST(EstimatorTest, ExactSyncPaysThreeReplicaCollectivesPerStep) {
 
 TEST(EstimatorTest, DataParallelTableUpdatedAndAllReducedInTheUpdate) {
   // T = 2, one data-parallel table of 1000 x 16 (SGD): every rank gathers its 100 ids, sorts
-  // them (id_s), updates the world's distinct rows, makes three passes over the 1000 x 17 x 4
-  // gradient table at 1e9 B/s, and all-reduces it (2 (T-1)/T x bytes at 1e6 B/s + latency)
-  // inside the update, not in the dense all-reduce.
+  // them (id_s), updates the world's distinct rows, writes the touched rows of the kept
+  // 1000 x 17 x 4 gradient table, scans it whole and clears the touched rows (1e9 B/s), and
+  // all-reduces it (2 (T-1)/T x bytes at 1e6 B/s + latency) inside the update, not in the
+  // dense all-reduce.
   MachineProfile prof = CostedProfile(1e-3);
   PlanInputs in = SmallInputs({1000}, 16, 2, 100);
   in.step.row_state_fixed = 0;
@@ -225,10 +226,71 @@ TEST(EstimatorTest, DataParallelTableUpdatedAndAllReducedInTheUpdate) {
   const double grad = 1000 * 17 * 4.0;
   const double u_global = ExpectedDistinct(200, 1000, 1.05);
   EXPECT_NEAR(e.step.s[kLookup], 100 * 1e-6 + 100 / 1e6, 1e-12);
-  EXPECT_NEAR(e.step.s[kEmbeddingUpdate],
-              100 * 5e-7 + u_global / 1e6 + 3 * grad / 1e9 + 1e-3 + grad / 1e6, 1e-9);
+  EXPECT_NEAR(
+      e.step.s[kEmbeddingUpdate],
+      100 * 5e-7 + u_global / 1e6 + (grad + 2 * u_global * 17 * 4) / 1e9 + 1e-3 + grad / 1e6, 1e-9);
   // The dense all-reduce: the (empty) dense model's last bucket + the loss all-reduce only.
   EXPECT_LT(e.step.s[kDenseAllReduce], 3e-3);
+}
+
+TEST(EstimatorTest, CollectivesWaitInProportionToTheComputeBeforeThem) {
+  // T = 2, two tables table-wise, wait_per_compute 0.5 on every collective: each collective
+  // waits 0.5 x the compute since the previous one, in the trainer's order: input dist after
+  // the packing (0: id_s = 0), output dist after the lookup (200 ids at 1e6/s), backward dist
+  // after the dense model (none here: 0), the dense all-reduce after the update (the distinct
+  // rows of 200 ids at 1e6/s). Every other phase as without the wait.
+  MachineProfile flat = FlatProfile();
+  MachineProfile waiting = FlatProfile();
+  for (CollectivePoint& c : waiting.collectives) c.wait_per_compute = 0.5;
+  PlanInputs in = SmallInputs({1000, 1000}, 16, /*world=*/2, /*batch=*/100);
+  in.step.row_state_fixed = 0;
+  absl::StatusOr<Estimator> a = Estimator::Create(in, flat, 2);
+  absl::StatusOr<Estimator> b = Estimator::Create(in, waiting, 2);
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::vector<TablePlacement> p = {TableWise(0, in.tables[0].config),
+                                   TableWise(1, in.tables[1].config)};
+  StepEstimate ea = a->Evaluate(p), eb = b->Evaluate(p);
+  const double lookup = 200 / 1e6, update = ExpectedDistinct(200, 1000, 1.05) / 1e6;
+  EXPECT_NEAR(eb.step.s[kInputDist] - ea.step.s[kInputDist], 0, 1e-15);
+  EXPECT_NEAR(eb.step.s[kOutputDist] - ea.step.s[kOutputDist], 0.5 * lookup, 1e-12);
+  EXPECT_NEAR(eb.step.s[kBackwardDist] - ea.step.s[kBackwardDist], 0, 1e-15);
+  EXPECT_NEAR(eb.step.s[kDenseAllReduce] - ea.step.s[kDenseAllReduce], 0.5 * update, 1e-12);
+  EXPECT_NEAR(eb.step.total() - ea.step.total(), 0.5 * (lookup + update), 1e-12);
+  // T = 1: no collectives, no wait.
+  PlanInputs one = SmallInputs({1000}, 16, /*world=*/1, /*batch=*/100);
+  absl::StatusOr<Estimator> c = Estimator::Create(one, flat, 1);
+  absl::StatusOr<Estimator> d = Estimator::Create(one, waiting, 1);
+  ASSERT_TRUE(c.ok() && d.ok());
+  EXPECT_EQ(c->Evaluate({TableWise(0, one.tables[0].config)}).step.total(),
+            d->Evaluate({TableWise(0, one.tables[0].config)}).step.total());
+}
+
+TEST(EstimatorTest, DataParallelAllReduceBeyondTheLlcAtItsOwnRate) {
+  // The data-parallel table of 100k x 16 (SGD): its gradient table (100k x 17 x 4 = 6.8 MB)
+  // is one all-reduce call; with beyond_llc_bytes_per_s 2.5e5 the first 1 MiB (the LLC) moves
+  // at 1e6 B/s and the rest at 2.5e5 B/s, so the update grows by exactly that difference.
+  MachineProfile flat = FlatProfile(1e-3);
+  MachineProfile slow = flat;
+  for (CollectivePoint& c : slow.collectives) c.beyond_llc_bytes_per_s = 2.5e5;
+  PlanInputs in = SmallInputs({100000}, 16, 2, 100);
+  in.step.row_state_fixed = 0;
+  absl::StatusOr<Estimator> a = Estimator::Create(in, flat, 2);
+  absl::StatusOr<Estimator> b = Estimator::Create(in, slow, 2);
+  ASSERT_TRUE(a.ok() && b.ok());
+  TablePlacement dp;
+  dp.option.type = ShardingType::kDataParallel;
+  const double grad = 100000 * 17 * 4.0, llc = 1 << 20;
+  const double extra = (grad - llc) / 2.5e5 - (grad - llc) / 1e6;
+  EXPECT_NEAR(
+      b->Evaluate({dp}).step.s[kEmbeddingUpdate] - a->Evaluate({dp}).step.s[kEmbeddingUpdate],
+      extra, 1e-9);
+  // A gradient table within the LLC: no change.
+  PlanInputs small = SmallInputs({1000}, 16, 2, 100);
+  small.step.row_state_fixed = 0;
+  absl::StatusOr<Estimator> c = Estimator::Create(small, flat, 2);
+  absl::StatusOr<Estimator> d = Estimator::Create(small, slow, 2);
+  ASSERT_TRUE(c.ok() && d.ok());
+  EXPECT_EQ(c->Evaluate({dp}).step.s[kEmbeddingUpdate], d->Evaluate({dp}).step.s[kEmbeddingUpdate]);
 }
 
 TEST(EstimatorTest, TierMemoryIsWhatTheRunAllocates) {

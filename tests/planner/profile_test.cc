@@ -93,6 +93,51 @@ std::string DropLine(std::string s, const std::string& key) {
   return s.erase(b, e - b);
 }
 
+TEST(ProfileTest, WaitPerComputeIsOptionalAndRoundTrips) {
+  // Absent: 0 (files written before the key stay valid); present: parsed and written back;
+  // negative: refused naming the key.
+  MachineProfile p = FlatProfile(1e-5);
+  absl::StatusOr<MachineProfile> absent = ParseMachineProfile(MachineProfileToYaml(p), "a");
+  ASSERT_TRUE(absent.ok()) << absent.status();
+  EXPECT_EQ(absent->collectives[0].wait_per_compute, 0);
+  p.collectives[0].wait_per_compute = 0.25;  // all_to_all at world size 2
+  const std::string yaml = MachineProfileToYaml(p);
+  EXPECT_THAT(yaml, HasSubstr("wait_per_compute: 0.25"));
+  absl::StatusOr<MachineProfile> q = ParseMachineProfile(yaml, "b");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->collectives[0].wait_per_compute, 0.25);
+  EXPECT_EQ(MachineProfileToYaml(*q), yaml);
+  absl::StatusOr<MachineProfile> bad =
+      ParseMachineProfile(Replace(yaml, "wait_per_compute: 0.25", "wait_per_compute: -1"), "c");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("wait_per_compute: must be >= 0"));
+  // Per world size (0.25 at 2, 0 at 4); Wait(c) = wait_per_compute x c.
+  absl::StatusOr<CollectiveCost> at2 = CollectiveAt(*q, CollectiveOp::kAllToAll, "mpi", 2);
+  ASSERT_TRUE(at2.ok());
+  EXPECT_DOUBLE_EQ(at2->wait_per_compute, 0.25);
+  EXPECT_DOUBLE_EQ(at2->Wait(0.004), 0.001);
+  EXPECT_EQ(CollectiveAt(*q, CollectiveOp::kAllToAll, "mpi", 4)->wait_per_compute, 0);
+}
+
+TEST(ProfileTest, BeyondLlcRateIsOptionalAndSplitsTheBytes) {
+  MachineProfile p = FlatProfile();
+  for (CollectivePoint& c : p.collectives) c.beyond_llc_bytes_per_s = 2.5e5;
+  const std::string yaml = MachineProfileToYaml(p);
+  EXPECT_THAT(yaml, HasSubstr("beyond_llc_bytes_per_s: 250000"));
+  absl::StatusOr<MachineProfile> q = ParseMachineProfile(yaml, "b");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(MachineProfileToYaml(*q), yaml);
+  absl::StatusOr<CollectiveCost> c = CollectiveAt(*q, CollectiveOp::kAllReduce, "mpi", 4);
+  ASSERT_TRUE(c.ok());
+  // 3 MB with a 1 MB cache: 1 MB at 1e6 B/s + 2 MB at 2.5e5 B/s = 1 + 8 s; 0.5 MB: 0.5 s.
+  EXPECT_DOUBLE_EQ(c->Transfer(3e6, 1e6), 9.0);
+  EXPECT_DOUBLE_EQ(c->Transfer(5e5, 1e6), 0.5);
+  // Absent (FlatProfile): bytes_per_s throughout.
+  absl::StatusOr<CollectiveCost> f =
+      CollectiveAt(FlatProfile(), CollectiveOp::kAllReduce, "mpi", 4);
+  EXPECT_DOUBLE_EQ(f->Transfer(3e6, 1e6), 3.0);
+}
+
 TEST(ProfileTest, BadFilesNameFileAndKey) {
   const std::string good = MachineProfileToYaml(FlatProfile());
   struct Case {
