@@ -64,7 +64,7 @@ absl::Status CheckDenseMemory(const Config& config, const DenseArchOptions& opti
     if (absl::StartsWith(msg, "DenseArchOptions.")) msg = "model." + msg.substr(17);
     return absl::Status(f.status().code(), where + msg);
   }
-  if (config.device != "cpu" || available.bytes < 0) return absl::OkStatus();
+  if (config.device != Device::kCpu || available.bytes < 0) return absl::OkStatus();
   int64_t state = 0;  // optimizer state tensors per parameter
   if (config.optimizer.dense.type == DenseOptimizerType::kAdagrad) state = 1;
   if (config.optimizer.dense.type == DenseOptimizerType::kAdam) state = 2;
