@@ -64,11 +64,11 @@ class JsonParser {
       std::string key;
       TESSERA_RETURN_IF_ERROR(ParseString(&key));
       for (const auto& m : out->members)
-        if (m.first == key) return Error(absl::StrCat("duplicate key \"", key, "\""));
+        if (m.key == key) return Error(absl::StrCat("duplicate key \"", key, "\""));
       if (!Consume(':')) return Error("expected ':'");
       Json value;
       TESSERA_RETURN_IF_ERROR(ParseValue(&value, depth + 1));
-      out->members.emplace_back(std::move(key), std::move(value));
+      out->members.push_back(Json::Member{std::move(key), std::move(value)});
     } while (Consume(','));
     if (!Consume('}')) return Error("expected ',' or '}'");
     return absl::OkStatus();
