@@ -387,7 +387,10 @@ absl::Status SafetensorsFile::Parse(std::string_view bytes) {
     uint64_t begin, end;
   };
   std::vector<Pending> pending;
-  for (const auto& [name, value] : root.members) {
+  for (const internal::Json::Member& member : root.members) {
+    // Plain references, not a structured binding: clang 14 cannot capture one in a lambda.
+    const std::string& name = member.key;
+    const internal::Json& value = member.value;
     if (name == "__metadata__") {
       if (value.kind != internal::Json::kObject) return loss("__metadata__ is not an object");
       for (const auto& [k, v] : value.members) {
