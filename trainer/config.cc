@@ -565,7 +565,7 @@ absl::Status ApplyOverride(const std::string& source, const std::string& text, Y
   try {
     value = value_text.empty() ? YAML::Node(std::string()) : YAML::Load(value_text);
   } catch (const YAML::Exception& e) {
-    return bad(absl::StrCat("the value is not valid YAML: ", e.msg));
+    return bad(absl::StrCat("the value is not valid YAML: ", EscapeBytes(e.msg, 200)));
   }
   YAML::Node cur;
   cur.reset(*root);  // rebind, never assign: Node::operator= copies into the referenced node
@@ -613,7 +613,8 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
       root = YAML::Load(yaml_text);
     } catch (const YAML::ParserException& e) {
       return absl::InvalidArgumentError(absl::StrCat(source_name, ":", e.mark.line + 1,
-                                                     ": YAML syntax error: ", e.msg));
+                                                     ": YAML syntax error: ",
+                                                     EscapeBytes(e.msg, 200)));
     }
     if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
     if (!root.IsMap())
@@ -644,7 +645,8 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
     return c;
   } catch (const YAML::Exception& e) {
     // Reads guard against yaml-cpp's throwing accessors; this is the backstop.
-    return absl::InvalidArgumentError(absl::StrCat(source_name, ":", e.mark.line + 1, ": ", e.msg));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source_name, ":", e.mark.line + 1, ": ", EscapeBytes(e.msg, 200)));
   }
 }
 
