@@ -9,6 +9,7 @@
 #include "io/mlperf_npy.h"
 #include "io/prefetch.h"
 #include "io/synthetic.h"
+#include "trainer/internal/memory_check.h"
 
 namespace tessera {
 namespace {
@@ -108,6 +109,9 @@ absl::StatusOr<DataSources> OpenDataSources(const Config& config, int shard_inde
   const int64_t eval_batch = d.eval_batch_size > 0 ? d.eval_batch_size : d.batch_size;
   DataSources out;
   if (d.format == DataFormat::kSynthetic) {
+    // Before the generator or a reader thread allocates anything the config sizes.
+    TESSERA_RETURN_IF_ERROR(
+        internal::CheckSyntheticInputMemory(config, internal::AvailableHostMemory()));
     SyntheticDataOptions o;
     o.rows_per_feature = RowsPerFeature(config);
     if (!d.synthetic.pooling.empty()) o.pooling = d.synthetic.pooling;

@@ -34,4 +34,15 @@ HostMemory AvailableHostMemory();
 [[nodiscard]] absl::Status CheckDenseMemory(const Config& config, const DenseArchOptions& options,
                                             const HostMemory& available);
 
+// The sparse ids of synthetic batches, which the config sizes alone: batch (the larger of
+// data.batch_size and data.eval_batch_size) x ids per sample (data.synthetic.pooling summed over
+// the features) x 8 bytes, for each batch in flight (data.prefetch_batches + 1). A lower bound
+// of what the reader allocates, checked before it is opened (OpenDataSources). OK for other
+// formats (their ids per sample come from the files) or when available.bytes < 0, unless the
+// estimate exceeds 2^60 bytes (no machine has that); ResourceExhausted
+// "<source>: data.synthetic.pooling: synthetic batches need N bytes (...) but M bytes are
+// available (<where>)", naming data.batch_size instead when every bag holds one id.
+[[nodiscard]] absl::Status CheckSyntheticInputMemory(const Config& config,
+                                                     const HostMemory& available);
+
 }  // namespace tessera::internal
