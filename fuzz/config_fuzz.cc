@@ -48,7 +48,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   limit.source = "fuzz";
   absl::Status fits = internal::CheckDenseMemory(*c, DenseOptionsFromConfig(*c), limit);
   if (!fits.ok()) fuzz::CheckMessage(fits);
-  absl::Status input_fits = internal::CheckSyntheticInputMemory(*c, limit);
+  absl::Status input_fits = internal::CheckInputMemory(*c, limit);
   if (!input_fits.ok()) fuzz::CheckMessage(input_fits);
   return 0;
 }

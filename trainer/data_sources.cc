@@ -108,10 +108,9 @@ absl::StatusOr<DataSources> OpenDataSources(const Config& config, int shard_inde
   const DataConfig& d = config.data;
   const int64_t eval_batch = d.eval_batch_size > 0 ? d.eval_batch_size : d.batch_size;
   DataSources out;
+  // Before the generator or a reader thread allocates a batch the config sizes.
+  TESSERA_RETURN_IF_ERROR(internal::CheckInputMemory(config, internal::AvailableHostMemory()));
   if (d.format == DataFormat::kSynthetic) {
-    // Before the generator or a reader thread allocates anything the config sizes.
-    TESSERA_RETURN_IF_ERROR(
-        internal::CheckSyntheticInputMemory(config, internal::AvailableHostMemory()));
     SyntheticDataOptions o;
     o.rows_per_feature = RowsPerFeature(config);
     if (!d.synthetic.pooling.empty()) o.pooling = d.synthetic.pooling;
