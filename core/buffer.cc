@@ -40,8 +40,6 @@ const char* DTypeName(DType dtype) {
   return "?";
 }
 
-const char* DeviceName(Device device) { return device == Device::kCpu ? "cpu" : "cuda"; }
-
 void* AllocateHost(size_t bytes) {
   if (bytes == 0) bytes = 64;
   if (bytes >= kHugePageBytes) {

@@ -16,16 +16,23 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/enum_names.h"
 
 namespace tessera {
 
 enum class Device { kCpu, kCuda };
+inline constexpr EnumName<Device> kDeviceNames[] = {{Device::kCpu, "cpu"}, {Device::kCuda, "cuda"}};
+// "cpu" / "cuda" (the config's `device`); ParseDevice: InvalidArgument naming the value otherwise.
+inline const char* DeviceName(Device device) { return NameIn(kDeviceNames, device); }
+inline absl::StatusOr<Device> ParseDevice(const std::string& name) {
+  return ParseIn(kDeviceNames, name, "device");
+}
+
 enum class DType { kF32, kF16, kBF16, kI32, kI64, kU8 };
 
 // Bytes per element of `dtype`.
 size_t DTypeSize(DType dtype);
 const char* DTypeName(DType dtype);
-const char* DeviceName(Device device);
 
 class Buffer {
  public:

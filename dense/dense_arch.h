@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "core/buffer.h"
 #include "core/device.h"
+#include "core/enum_names.h"
 #include "dense/cross_network.h"
 #include "dense/mlp.h"
 #include "dense/parameter.h"
@@ -25,6 +26,15 @@
 namespace tessera {
 
 enum class InteractionType { kDot, kDcn };
+// The config's model.type spells them "dlrm" (dot interaction) and "dcnv2".
+inline constexpr EnumName<InteractionType> kInteractionTypeNames[] = {
+    {InteractionType::kDot, "dlrm"}, {InteractionType::kDcn, "dcnv2"}};
+inline const char* InteractionTypeName(InteractionType t) {
+  return NameIn(kInteractionTypeNames, t);
+}
+inline absl::StatusOr<InteractionType> ParseInteractionType(const std::string& name) {
+  return ParseIn(kInteractionTypeNames, name, "model type");
+}
 
 struct DenseArchOptions {
   int64_t num_dense = 13;

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "core/buffer.h"
 #include "core/device.h"
+#include "core/enum_names.h"
 #include "dense/parameter.h"
 
 namespace tessera {
@@ -24,6 +25,13 @@ namespace tessera {
 enum class Activation { kNone, kRelu };
 // The GEMM input precision of Linear layers (model.dense_dtype).
 enum class DenseDtype { kFp32, kBf16 };
+inline constexpr EnumName<DenseDtype> kDenseDtypeNames[] = {{DenseDtype::kFp32, "fp32"},
+                                                            {DenseDtype::kBf16, "bf16"}};
+// "fp32" / "bf16"; Parse: InvalidArgument naming the value otherwise.
+inline const char* DenseDtypeName(DenseDtype d) { return NameIn(kDenseDtypeNames, d); }
+inline absl::StatusOr<DenseDtype> ParseDenseDtype(const std::string& name) {
+  return ParseIn(kDenseDtypeNames, name, "dense dtype");
+}
 
 namespace dense_internal {
 struct Bf16Operands;

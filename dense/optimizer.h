@@ -18,11 +18,23 @@
 
 #include "absl/status/statusor.h"
 #include "core/device.h"
+#include "core/enum_names.h"
 #include "dense/parameter.h"
 
 namespace tessera {
 
 enum class DenseOptimizerType { kSgd, kAdagrad, kAdam };
+inline constexpr EnumName<DenseOptimizerType> kDenseOptimizerTypeNames[] = {
+    {DenseOptimizerType::kSgd, "sgd"},
+    {DenseOptimizerType::kAdagrad, "adagrad"},
+    {DenseOptimizerType::kAdam, "adam"}};
+// "sgd" / "adagrad" / "adam" (optimizer.dense.type); Parse: InvalidArgument naming the value.
+inline const char* DenseOptimizerTypeName(DenseOptimizerType t) {
+  return NameIn(kDenseOptimizerTypeNames, t);
+}
+inline absl::StatusOr<DenseOptimizerType> ParseDenseOptimizerType(const std::string& name) {
+  return ParseIn(kDenseOptimizerTypeNames, name, "dense optimizer type");
+}
 
 struct DenseOptimizerOptions {
   DenseOptimizerType type = DenseOptimizerType::kSgd;

@@ -5,7 +5,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 
+#include "absl/status/statusor.h"
+#include "core/enum_names.h"
 #include "core/hd.h"
 #include "core/rng.h"
 
@@ -16,6 +19,14 @@ enum class RowInitType {
   kNormal,   // N(0, scale^2)
   kZero,
 };
+inline constexpr EnumName<RowInitType> kRowInitTypeNames[] = {
+    {RowInitType::kUniform, "uniform"}, {RowInitType::kNormal, "normal"},
+    {RowInitType::kZero, "zero"}};
+// "uniform" / "normal" / "zero" (model.tables[].init.type); Parse: InvalidArgument otherwise.
+inline const char* RowInitTypeName(RowInitType t) { return NameIn(kRowInitTypeNames, t); }
+inline absl::StatusOr<RowInitType> ParseRowInitType(const std::string& name) {
+  return ParseIn(kRowInitTypeNames, name, "row init type");
+}
 
 struct RowInit {
   RowInitType type = RowInitType::kUniform;

@@ -14,12 +14,26 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 
+#include "absl/status/statusor.h"
+#include "core/enum_names.h"
 #include "core/hd.h"
 
 namespace tessera {
 
 enum class RowOptimizerType { kSgd, kRowWiseAdagrad, kAdam };
+inline constexpr EnumName<RowOptimizerType> kRowOptimizerTypeNames[] = {
+    {RowOptimizerType::kSgd, "sgd"},
+    {RowOptimizerType::kRowWiseAdagrad, "rowwise_adagrad"},
+    {RowOptimizerType::kAdam, "adam"}};
+// "sgd" / "rowwise_adagrad" / "adam" (optimizer.embedding.type); Parse: InvalidArgument otherwise.
+inline const char* RowOptimizerTypeName(RowOptimizerType t) {
+  return NameIn(kRowOptimizerTypeNames, t);
+}
+inline absl::StatusOr<RowOptimizerType> ParseRowOptimizerType(const std::string& name) {
+  return ParseIn(kRowOptimizerTypeNames, name, "embedding optimizer type");
+}
 
 struct RowOptimizerOptions {
   RowOptimizerType type = RowOptimizerType::kRowWiseAdagrad;

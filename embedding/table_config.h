@@ -9,19 +9,36 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "core/enum_names.h"
 #include "embedding/row_init.h"
 
 namespace tessera {
 
 // How a bag's rows are combined (embedding/pooled_lookup.h runs it).
 enum class PoolingMode { kSum, kMean };
+inline constexpr EnumName<PoolingMode> kPoolingModeNames[] = {{PoolingMode::kSum, "sum"},
+                                                              {PoolingMode::kMean, "mean"}};
+// "sum" / "mean" (model.tables[].pooling); Parse: InvalidArgument naming the value otherwise.
+inline const char* PoolingModeName(PoolingMode p) { return NameIn(kPoolingModeNames, p); }
+inline absl::StatusOr<PoolingMode> ParsePoolingMode(const std::string& name) {
+  return ParseIn(kPoolingModeNames, name, "pooling");
+}
 
-// The RocksDB tier's cache replacement (embedding/tiered_row_store.h runs it; ParseCachePolicy
-// and CachePolicyName live there).
+// The RocksDB tier's cache replacement (embedding/tiered_row_store.h runs it).
 enum class CachePolicy {
   kLru,  // evict the row least recently used (by step)
   kLfu,  // evict the row used in the fewest steps since it was cached; ties: least recent
 };
+inline constexpr EnumName<CachePolicy> kCachePolicyNames[] = {{CachePolicy::kLru, "lru"},
+                                                              {CachePolicy::kLfu, "lfu"}};
+// "lru" / "lfu" (the config's storage.policy); Parse: InvalidArgument naming the value otherwise.
+inline const char* CachePolicyName(CachePolicy policy) {
+  return NameIn(kCachePolicyNames, policy);
+}
+inline absl::StatusOr<CachePolicy> ParseCachePolicy(const std::string& name) {
+  return ParseIn(kCachePolicyNames, name, "cache policy");
+}
 
 // Where a table's rows live (the config's `model.tables[i].storage`). EmbeddingCollection::Create
 // ignores it (always in memory); the trainer's store factory (trainer/stores.h) reads it and
@@ -30,6 +47,13 @@ enum class StorageTier {
   kMemory,   // the whole table in host memory (CreateInMemoryRowStore)
   kRocksDb,  // rows in RocksDB, hot rows cached (TieredRowStore, embedding/tiered_row_store.h)
 };
+inline constexpr EnumName<StorageTier> kStorageTierNames[] = {{StorageTier::kMemory, "memory"},
+                                                              {StorageTier::kRocksDb, "rocksdb"}};
+// "memory" / "rocksdb" (storage.tier); Parse: InvalidArgument naming the value otherwise.
+inline const char* StorageTierName(StorageTier t) { return NameIn(kStorageTierNames, t); }
+inline absl::StatusOr<StorageTier> ParseStorageTier(const std::string& name) {
+  return ParseIn(kStorageTierNames, name, "storage tier");
+}
 
 struct TableStorage {
   StorageTier tier = StorageTier::kMemory;  // Default: memory

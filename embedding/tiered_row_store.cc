@@ -14,17 +14,6 @@
 
 namespace tessera {
 
-absl::StatusOr<CachePolicy> ParseCachePolicy(const std::string& name) {
-  if (name == "lru") return CachePolicy::kLru;
-  if (name == "lfu") return CachePolicy::kLfu;
-  return absl::InvalidArgumentError(
-      absl::StrCat("cache policy '", name, "' is not one of: lru, lfu"));
-}
-
-const char* CachePolicyName(CachePolicy policy) {
-  return policy == CachePolicy::kLru ? "lru" : "lfu";
-}
-
 TieredRowStore::~TieredRowStore() = default;
 
 namespace internal {

@@ -53,9 +53,7 @@ class Env;
 
 namespace tessera {
 
-// Parses "lru" / "lfu" (the config's `policy`). InvalidArgument names the bad value.
-absl::StatusOr<CachePolicy> ParseCachePolicy(const std::string& name);
-const char* CachePolicyName(CachePolicy policy);
+// ParseCachePolicy / CachePolicyName ("lru" / "lfu") live beside CachePolicy in table_config.h.
 
 struct TieredRowStoreOptions {
   // Directory of the working RocksDB database. Created if missing; an existing database is

@@ -1,7 +1,10 @@
 // The YAML config with --set overrides. The input is split at NUL bytes: the first piece is the
 // config file's text, each later piece one "dotted.key=value" override. A config that parses is
-// also written back (ConfigToYaml), parsed again, and checked against the memory estimate.
+// also written back (ConfigToYaml), parsed again (it must give the same config: a difference
+// aborts), and checked against the memory estimate.
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,12 +34,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz::CheckMessage(c.status());
     return 0;
   }
-  absl::StatusOr<Config> again = ParseConfig(ConfigToYaml(*c), source);
-  if (!again.ok()) fuzz::CheckMessage(again.status());
+  // ConfigToYaml's contract: what it writes parses back to the same config.
+  const std::string yaml_out = ConfigToYaml(*c);
+  absl::StatusOr<Config> again = ParseConfig(yaml_out, source);
+  if (!again.ok() || ConfigToYaml(*again) != yaml_out) {
+    std::fprintf(stderr, "ConfigToYaml does not round-trip: %s\n%s\n",
+                 again.ok() ? "different config" : again.status().ToString().c_str(),
+                 yaml_out.c_str());
+    std::abort();
+  }
   internal::HostMemory limit;
   limit.bytes = int64_t{1} << 30;
   limit.source = "fuzz";
   absl::Status fits = internal::CheckDenseMemory(*c, DenseOptionsFromConfig(*c), limit);
   if (!fits.ok()) fuzz::CheckMessage(fits);
+  absl::Status input_fits = internal::CheckInputMemory(*c, limit);
+  if (!input_fits.ok()) fuzz::CheckMessage(input_fits);
   return 0;
 }

@@ -105,23 +105,6 @@ void CopyIdsAny(const Matrix& m, int64_t r0, int64_t n, int64_t c0, int64_t h, i
 
 }  // namespace
 
-absl::StatusOr<MlperfSplit> ParseMlperfSplit(absl::string_view name) {
-  if (name == "all") return MlperfSplit::kAll;
-  if (name == "val") return MlperfSplit::kVal;
-  if (name == "test") return MlperfSplit::kTest;
-  return absl::InvalidArgumentError(
-      absl::StrCat("split '", name, "' is not all, val or test"));
-}
-
-const char* MlperfSplitName(MlperfSplit split) {
-  switch (split) {
-    case MlperfSplit::kAll: return "all";
-    case MlperfSplit::kVal: return "val";
-    case MlperfSplit::kTest: return "test";
-  }
-  return "all";
-}
-
 absl::StatusOr<std::vector<int>> ParseDayList(absl::string_view text) {
   std::vector<int> days;
   const auto bad = [&](const std::string& why) {

@@ -35,6 +35,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/enum_names.h"
 #include "io/reader.h"
 
 namespace tessera {
@@ -42,8 +43,12 @@ namespace tessera {
 // Which part of the stream a reader reads.
 enum class MlperfSplit { kAll, kVal, kTest };
 // "all" | "val" | "test"; InvalidArgument naming the value otherwise.
-absl::StatusOr<MlperfSplit> ParseMlperfSplit(absl::string_view name);
-const char* MlperfSplitName(MlperfSplit split);
+inline constexpr EnumName<MlperfSplit> kMlperfSplitNames[] = {
+    {MlperfSplit::kAll, "all"}, {MlperfSplit::kVal, "val"}, {MlperfSplit::kTest, "test"}};
+inline absl::StatusOr<MlperfSplit> ParseMlperfSplit(absl::string_view name) {
+  return ParseIn(kMlperfSplitNames, name, "split");
+}
+inline const char* MlperfSplitName(MlperfSplit split) { return NameIn(kMlperfSplitNames, split); }
 
 // "0-22", "23", "0,2,5-7": the days in that order. InvalidArgument for anything else (empty,
 // negative, a range that runs backwards).

@@ -8,11 +8,21 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "core/enum_names.h"
 #include "io/batch.h"
 
 namespace tessera {
 
 enum class BadRecordPolicy { kFail, kSkip };
+inline constexpr EnumName<BadRecordPolicy> kBadRecordPolicyNames[] = {
+    {BadRecordPolicy::kFail, "fail"}, {BadRecordPolicy::kSkip, "skip"}};
+// "fail" / "skip" (data.on_bad_record); Parse: InvalidArgument naming the value otherwise.
+inline const char* BadRecordPolicyName(BadRecordPolicy p) {
+  return NameIn(kBadRecordPolicyNames, p);
+}
+inline absl::StatusOr<BadRecordPolicy> ParseBadRecordPolicy(const std::string& name) {
+  return ParseIn(kBadRecordPolicyNames, name, "bad record policy");
+}
 
 struct ReaderStats {
   int64_t records = 0;              // records delivered in batches

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/escape.h"
 #include "core/status.h"
 #include "yaml-cpp/yaml.h"
 
@@ -378,12 +379,14 @@ absl::StatusOr<MachineProfile> ParseMachineProfile(const std::string& text,
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(
-        absl::StrCat(source, ":", e.mark.line + 1, ": not valid YAML: ", e.msg));
+        absl::StrCat(source, ":", e.mark.line + 1, ": not valid YAML: ",
+                     EscapeBytes(e.msg, 200)));
   }
   try {
     return ParseRoot(root, source);
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ":", e.mark.line + 1, ": ", e.msg));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ":", e.mark.line + 1, ": ", EscapeBytes(e.msg, 200)));
   }
 }
 

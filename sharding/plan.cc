@@ -348,7 +348,8 @@ absl::StatusOr<ShardingPlan> ParseShardingPlan(const std::string& yaml_text,
     root = YAML::Load(yaml_text);
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(
-        absl::StrCat(source, ":", e.mark.line + 1, ": YAML syntax error: ", e.msg));
+        absl::StrCat(source, ":", e.mark.line + 1, ": YAML syntax error: ",
+                     EscapeBytes(e.msg, 200)));
   }
   TESSERA_ASSIGN_OR_RETURN(ShardingPlan plan, ParsePlanNode(root, source, tables));
   return ValidateShardingPlan(std::move(plan), tables, group_size, source);
@@ -397,7 +398,8 @@ absl::StatusOr<int> ReadPlanGroupSize(const std::string& path) {
     root = YAML::Load(ss.str());
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ":", e.mark.line + 1, ": YAML syntax error: ", e.msg));
+        absl::StrCat(path, ":", e.mark.line + 1, ": YAML syntax error: ",
+                     EscapeBytes(e.msg, 200)));
   }
   if (!root.IsMap() || !root["group_size"]) return 0;
   TESSERA_ASSIGN_OR_RETURN(int n, As<int>(path, root["group_size"], "group_size"));

@@ -5,18 +5,6 @@
 
 namespace tessera {
 
-absl::StatusOr<GridLayout> ParseGridLayout(const std::string& name) {
-  if (name == "replicas_adjacent") return GridLayout::kReplicasAdjacent;
-  if (name == "groups_contiguous") return GridLayout::kGroupsContiguous;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "sharding.layout: unknown layout '", name,
-      "' (expected replicas_adjacent or groups_contiguous)"));
-}
-
-const char* GridLayoutName(GridLayout layout) {
-  return layout == GridLayout::kReplicasAdjacent ? "replicas_adjacent" : "groups_contiguous";
-}
-
 absl::StatusOr<GridShape> GridShape::Make(int world_size, int group_size, GridLayout layout) {
   if (world_size <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("world size must be positive, got ",

@@ -18,15 +18,21 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/enum_names.h"
 #include "sharding/communicator.h"
 
 namespace tessera {
 
 enum class GridLayout { kReplicasAdjacent, kGroupsContiguous };
+inline constexpr EnumName<GridLayout> kGridLayoutNames[] = {
+    {GridLayout::kReplicasAdjacent, "replicas_adjacent"},
+    {GridLayout::kGroupsContiguous, "groups_contiguous"}};
 
 // "replicas_adjacent" / "groups_contiguous"; InvalidArgument naming the value otherwise.
-absl::StatusOr<GridLayout> ParseGridLayout(const std::string& name);
-const char* GridLayoutName(GridLayout layout);
+inline absl::StatusOr<GridLayout> ParseGridLayout(const std::string& name) {
+  return ParseIn(kGridLayoutNames, name, "sharding.layout");
+}
+inline const char* GridLayoutName(GridLayout layout) { return NameIn(kGridLayoutNames, layout); }
 
 struct ProcessGridOptions {
   // N, ranks per sharding group. Default: 0 = the whole world (one group).

@@ -25,20 +25,6 @@ using internal::MakeStore;
 using internal::NumFeatures;
 using internal::Request;
 
-absl::StatusOr<ReplicaSync> ParseReplicaSync(const std::string& name) {
-  if (name == "exact") return ReplicaSync::kExact;
-  if (name == "average") return ReplicaSync::kAverage;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "sharding.replica_sync: unknown mode '", name, "' (expected exact or average)"));
-}
-
-absl::StatusOr<SyncRows> ParseSyncRows(const std::string& name) {
-  if (name == "touched") return SyncRows::kTouched;
-  if (name == "all") return SyncRows::kAll;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "sharding.sync_rows: unknown value '", name, "' (expected touched or all)"));
-}
-
 ShardedEmbeddingCollection::~ShardedEmbeddingCollection() = default;
 
 

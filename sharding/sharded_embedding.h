@@ -56,6 +56,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/device.h"
+#include "core/enum_names.h"
 #include "core/keyed_jagged.h"
 #include "core/timer.h"
 #include "embedding/embedding_collection.h"
@@ -65,20 +66,35 @@
 namespace tessera {
 
 enum class ReplicaSync { kExact, kAverage };
+inline constexpr EnumName<ReplicaSync> kReplicaSyncNames[] = {{ReplicaSync::kExact, "exact"},
+                                                              {ReplicaSync::kAverage, "average"}};
 // "exact" / "average"; InvalidArgument naming the value otherwise.
-absl::StatusOr<ReplicaSync> ParseReplicaSync(const std::string& name);
+inline absl::StatusOr<ReplicaSync> ParseReplicaSync(const std::string& name) {
+  return ParseIn(kReplicaSyncNames, name, "sharding.replica_sync");
+}
+inline const char* ReplicaSyncName(ReplicaSync s) { return NameIn(kReplicaSyncNames, s); }
 
 // Which rows average mode's sync sends: those touched (by any replica) since the last sync, or
 // the whole local shard (fixed bytes: shard bytes / k per step, as in the 2D sparse parallelism
 // paper).
 enum class SyncRows { kTouched, kAll };
+inline constexpr EnumName<SyncRows> kSyncRowsNames[] = {{SyncRows::kTouched, "touched"},
+                                                        {SyncRows::kAll, "all"}};
 // "touched" / "all"; InvalidArgument naming the value otherwise.
-absl::StatusOr<SyncRows> ParseSyncRows(const std::string& name);
+inline absl::StatusOr<SyncRows> ParseSyncRows(const std::string& name) {
+  return ParseIn(kSyncRowsNames, name, "sharding.sync_rows");
+}
+inline const char* SyncRowsName(SyncRows s) { return NameIn(kSyncRowsNames, s); }
 
 // Element type of the pooled-embedding all-to-alls (forward partial sums, backward gradients).
 enum class PayloadDType { kF32, kF16, kBF16 };
+inline constexpr EnumName<PayloadDType> kPayloadDTypeNames[] = {
+    {PayloadDType::kF32, "fp32"}, {PayloadDType::kF16, "fp16"}, {PayloadDType::kBF16, "bf16"}};
 // "fp32" / "fp16" / "bf16"; InvalidArgument naming the value otherwise.
-absl::StatusOr<PayloadDType> ParsePayloadDType(const std::string& name);
+inline absl::StatusOr<PayloadDType> ParsePayloadDType(const std::string& name) {
+  return ParseIn(kPayloadDTypeNames, name, "sharding.comm_dtype");
+}
+inline const char* PayloadDTypeName(PayloadDType t) { return NameIn(kPayloadDTypeNames, t); }
 
 struct ShardedEmbeddingOptions {
   // Tables, features, row optimizer and seed, exactly as for EmbeddingCollection.

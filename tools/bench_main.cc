@@ -235,7 +235,7 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
               ctx.is_cuda() ? ("GPU " + std::to_string(ctx.cuda_device)).c_str() : "the CPU");
   if (world->grid.has_value()) {
     std::printf(" (%d groups x %d ranks, %s)", world->grid->num_groups(),
-                world->grid->group_size(), c.sharding.layout.c_str());
+                world->grid->group_size(), GridLayoutName(c.sharding.layout));
   }
   std::printf(", %d threads each, batch %lld per rank, %d steps after %d warm-up\n",
               NumThreads(), static_cast<long long>(c.data.batch_size), steps, warmup);
@@ -256,7 +256,7 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
 
   JsonLine j;
   j.Add("name", name)
-      .Add("device", c.device)
+      .Add("device", DeviceName(c.device))
       .Add("ranks", static_cast<int64_t>(world->size()))
       .Add("group_size", static_cast<int64_t>(world->grid ? world->grid->group_size() : 1))
       .Add("threads", static_cast<int64_t>(NumThreads()))

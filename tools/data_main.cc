@@ -25,6 +25,7 @@
 #include "io/criteo_gzip.h"
 #include "io/criteo_text.h"
 #include "io/mlperf_npy.h"
+#include "io/reader.h"
 
 ABSL_FLAG(std::string, input, "", "convert: Criteo text file(s), comma-separated, read in order");
 ABSL_FLAG(std::string, output, "", "convert: the binary record file to write");
@@ -100,13 +101,12 @@ int Convert() {
     return Usage("--format must be tsv or csv, got '" + format + "'");
   }
   const std::string policy = absl::GetFlag(FLAGS_on_bad_record);
-  if (policy == "fail") {
-    o.on_bad_record = BadRecordPolicy::kFail;
-  } else if (policy == "skip") {
-    o.on_bad_record = BadRecordPolicy::kSkip;
-  } else {
-    return Usage("--on-bad-record must be fail or skip, got '" + policy + "'");
+  absl::StatusOr<BadRecordPolicy> parsed_policy = ParseBadRecordPolicy(policy);
+  if (!parsed_policy.ok()) {
+    return Usage("--on-bad-record must be " + NameList(kBadRecordPolicyNames, ", ", " or ") +
+                 ", got '" + policy + "'");
   }
+  o.on_bad_record = *parsed_policy;
   o.max_bad_records = absl::GetFlag(FLAGS_max_bad_records);
   Stopwatch watch;
   auto stats = ConvertCriteoTextToBinary(o, output);

@@ -167,7 +167,7 @@ int Run(int argc, char** argv) {
   topo.world_size = world;
   topo.ranks_per_node =
       absl::GetFlag(FLAGS_ranks_per_node) > 0 ? absl::GetFlag(FLAGS_ranks_per_node) : world;
-  const bool cuda = config->device == "cuda";
+  const bool cuda = config->device == Device::kCuda;
   std::string profile_name = absl::GetFlag(FLAGS_profile);
   if (profile_name.empty()) profile_name = cuda ? "h200_cluster" : "cpu_default";
   absl::StatusOr<planner::MachineProfile> profile = LoadProfileByNameOrPath(profile_name);

@@ -64,11 +64,12 @@ planner::PlanInputs PlanInputsFromConfig(const Config& config, const planner::To
   planner::StepSettings& s = in.step;
   const int t = std::max(1, topology.world_size);
   s.batch_per_rank = std::max<int64_t>(1, config.data.batch_size / t);
-  s.payload_bytes = config.sharding.comm_dtype == "fp32" ? 4 : 2;
-  s.replica_sync = config.sharding.replica_sync == "average" ? planner::ReplicaSync::kAverage
-                                                             : planner::ReplicaSync::kExact;
+  s.payload_bytes = config.sharding.comm_dtype == PayloadDType::kF32 ? 4 : 2;
+  s.replica_sync = config.sharding.replica_sync == ReplicaSync::kAverage
+                       ? planner::ReplicaSync::kAverage
+                       : planner::ReplicaSync::kExact;
   s.sync_every = config.sharding.sync_every;
-  s.sync_all_rows = config.sharding.sync_rows == "all";
+  s.sync_all_rows = config.sharding.sync_rows == SyncRows::kAll;
   s.pipeline = config.sharding.pipeline;
   s.bucket_bytes = config.sharding.bucket_bytes;
   switch (config.optimizer.embedding.type) {
@@ -87,7 +88,7 @@ planner::PlanInputs PlanInputsFromConfig(const Config& config, const planner::To
   }
   s.steps = config.train.steps;
   s.threads = config.threads;
-  s.device = config.device;
+  s.device = DeviceName(config.device);
   return in;
 }
 

@@ -25,7 +25,9 @@ namespace {
 using internal::ConfigReader;
 using internal::SchemaSection;
 
-const std::vector<SchemaSection>& Schema() {
+}  // namespace
+
+const std::vector<SchemaSection>& internal::ConfigSchema() {
   static const auto* schema = new std::vector<SchemaSection>{
       {"", {"seed", "threads", "device", "model", "data", "optimizer", "train", "output",
             "sharding"}},
@@ -54,6 +56,8 @@ const std::vector<SchemaSection>& Schema() {
   };
   return *schema;
 }
+
+namespace {
 
 constexpr int64_t kMaxInt = int64_t{1} << 30;  // bound for fields stored as int
 const auto kPositive = [](int64_t v) { return v > 0; };
@@ -88,14 +92,6 @@ absl::Status ReadFloat(const ConfigReader& r, const YAML::Node& map, const std::
   double v = *out;
   TESSERA_RETURN_IF_ERROR(r.ReadDouble(map, path, key, expected, valid, &v));
   *out = static_cast<float>(v);
-  return absl::OkStatus();
-}
-template <typename E>
-absl::Status ReadEnumInto(const ConfigReader& r, const YAML::Node& map, const std::string& path,
-                          const char* key, const std::vector<std::string>& names, E* out) {
-  int v = static_cast<int>(*out);
-  TESSERA_RETURN_IF_ERROR(r.ReadEnum(map, path, key, names, &v));
-  *out = static_cast<E>(v);
   return absl::OkStatus();
 }
 
@@ -196,7 +192,7 @@ absl::Status ParseTables(const ConfigReader& r, const YAML::Node& model, ModelCo
         r.ReadInt(entry, path, "rows", "a positive integer", kPositive, &t.num_rows));
     if (t.num_rows < 0) return r.Error(YAML::Node(), entry, path + ".rows", "required");
     TESSERA_RETURN_IF_ERROR(r.ReadInt(entry, path, "dim", "a positive integer", kPositive, &t.dim));
-    TESSERA_RETURN_IF_ERROR(ReadEnumInto(r, entry, path, "pooling", {"sum", "mean"}, &t.pooling));
+    TESSERA_RETURN_IF_ERROR(r.ReadEnum(entry, path, "pooling", kPoolingModeNames, &t.pooling));
     std::vector<int64_t> features = {static_cast<int64_t>(i)};
     TESSERA_RETURN_IF_ERROR(r.ReadIntList(entry, path, "features",
                                           "a feature index in [0, 65536)",
@@ -205,8 +201,8 @@ absl::Status ParseTables(const ConfigReader& r, const YAML::Node& model, ModelCo
     t.features.assign(features.begin(), features.end());
     YAML::Node init = Child(entry, "init");
     TESSERA_RETURN_IF_ERROR(r.CheckMap(init, entry, path + ".init", "model.tables[].init"));
-    TESSERA_RETURN_IF_ERROR(ReadEnumInto(r, init, path + ".init", "type",
-                                         {"uniform", "normal", "zero"}, &t.init.type));
+    TESSERA_RETURN_IF_ERROR(
+        r.ReadEnum(init, path + ".init", "type", kRowInitTypeNames, &t.init.type));
     TESSERA_RETURN_IF_ERROR(ReadFloat(r, init, path + ".init", "scale", "a positive number",
                                       kPositiveD, &t.init.scale));
     TESSERA_RETURN_IF_ERROR(internal::ParseTableStorage(r, entry, path, &t.storage));
@@ -228,9 +224,8 @@ absl::Status ParseModel(const ConfigReader& r, const YAML::Node& root, const std
   if (!model.IsDefined() || model.IsNull())
     return r.Error(YAML::Node(), root, "model", "required");
   const std::string p = "model";
-  TESSERA_RETURN_IF_ERROR(ReadEnumInto(r, model, p, "type", {"dlrm", "dcnv2"}, &m->interaction));
-  TESSERA_RETURN_IF_ERROR(ReadEnumInto(r, model, p, "dense_dtype", {"fp32", "bf16"},
-                                       &m->dense_dtype));
+  TESSERA_RETURN_IF_ERROR(r.ReadEnum(model, p, "type", kInteractionTypeNames, &m->interaction));
+  TESSERA_RETURN_IF_ERROR(r.ReadEnum(model, p, "dense_dtype", kDenseDtypeNames, &m->dense_dtype));
   TESSERA_RETURN_IF_ERROR(
       r.ReadInt(model, p, "num_dense", "a positive integer", kPositive, &m->num_dense));
   TESSERA_RETURN_IF_ERROR(
@@ -316,7 +311,7 @@ absl::Status ParseMlperfKeys(const ConfigReader& r, const YAML::Node& data, Data
   struct Key {
     const char* key;
     const char* fallback;
-  } keys[] = {{"train_days", "0-22"}, {"eval_days", "23"}, {"eval_split", "val"}};
+  } keys[] = {{"train_days", "0-22"}, {"eval_days", "23"}, {"eval_split", nullptr}};
   for (const Key& k : keys) {
     YAML::Node node = Child(data, k.key);
     const bool given = node.IsDefined() && !node.IsNull();
@@ -324,14 +319,12 @@ absl::Status ParseMlperfKeys(const ConfigReader& r, const YAML::Node& data, Data
       return r.Error(node, data, internal::JoinKey("data", k.key),
                      "only used with data.format mlperf_npy");
     if (!npy) continue;
-    std::string text = k.fallback;
-    TESSERA_RETURN_IF_ERROR(r.ReadString(data, "data", k.key, &text));
-    if (std::string(k.key) == "eval_split") {
-      auto split = ParseMlperfSplit(text);
-      if (!split.ok()) return r.Error(node, data, "data.eval_split", "expected val, test or all");
-      d->eval_split = *split;
+    if (k.fallback == nullptr) {  // eval_split; DataConfig's default (val) stands when absent
+      TESSERA_RETURN_IF_ERROR(r.ReadEnum(data, "data", k.key, kMlperfSplitNames, &d->eval_split));
       continue;
     }
+    std::string text = k.fallback;
+    TESSERA_RETURN_IF_ERROR(r.ReadString(data, "data", k.key, &text));
     auto days = ParseDayList(text);
     if (!days.ok())
       return r.Error(node, data, internal::JoinKey("data", k.key),
@@ -346,10 +339,7 @@ absl::Status ParseData(const ConfigReader& r, const YAML::Node& root, const std:
   YAML::Node data = Child(root, "data");
   const std::string p = "data";
   TESSERA_RETURN_IF_ERROR(r.CheckMap(data, root, p, "data"));
-  TESSERA_RETURN_IF_ERROR(ReadEnumInto(r, data, p, "format",
-                                       {"synthetic", "criteo_tsv", "criteo_csv", "binary",
-                                        "mlperf_npy"},
-                                       &d->format));
+  TESSERA_RETURN_IF_ERROR(r.ReadEnum(data, p, "format", kDataFormatNames, &d->format));
   TESSERA_RETURN_IF_ERROR(ParseMlperfKeys(r, data, d));
   TESSERA_RETURN_IF_ERROR(r.ReadString(data, p, "train", &d->train_path));
   TESSERA_RETURN_IF_ERROR(r.ReadString(data, p, "eval", &d->eval_path));
@@ -360,7 +350,7 @@ absl::Status ParseData(const ConfigReader& r, const YAML::Node& root, const std:
                                     &d->eval_batch_size));
   TESSERA_RETURN_IF_ERROR(r.ReadBool(data, p, "shuffle", &d->shuffle));
   TESSERA_RETURN_IF_ERROR(
-      ReadEnumInto(r, data, p, "on_bad_record", {"fail", "skip"}, &d->on_bad_record));
+      r.ReadEnum(data, p, "on_bad_record", kBadRecordPolicyNames, &d->on_bad_record));
   TESSERA_RETURN_IF_ERROR(r.ReadInt(data, p, "max_bad_records", "a non-negative integer",
                                     kNonNegative, &d->max_bad_records));
   TESSERA_RETURN_IF_ERROR(ReadInto(r, data, p, "prefetch_batches", "a non-negative integer",
@@ -435,8 +425,7 @@ absl::Status ParseOptimizer(const ConfigReader& r, const YAML::Node& root, Optim
   YAML::Node emb = Child(opt, "embedding");
   std::string p = "optimizer.embedding";
   TESSERA_RETURN_IF_ERROR(r.CheckMap(emb, opt, p, p));
-  TESSERA_RETURN_IF_ERROR(ReadEnumInto(r, emb, p, "type", {"sgd", "rowwise_adagrad", "adam"},
-                                       &o->embedding.type));
+  TESSERA_RETURN_IF_ERROR(r.ReadEnum(emb, p, "type", kRowOptimizerTypeNames, &o->embedding.type));
   TESSERA_RETURN_IF_ERROR(ReadFloat(r, emb, p, "lr", "a positive number", kPositiveD,
                                     &o->embedding_lr));
   TESSERA_RETURN_IF_ERROR(ReadFloat(r, emb, p, "eps", "a positive number", kPositiveD,
@@ -452,7 +441,7 @@ absl::Status ParseOptimizer(const ConfigReader& r, const YAML::Node& root, Optim
   p = "optimizer.dense";
   TESSERA_RETURN_IF_ERROR(r.CheckMap(dense, opt, p, p));
   TESSERA_RETURN_IF_ERROR(
-      ReadEnumInto(r, dense, p, "type", {"sgd", "adagrad", "adam"}, &o->dense.type));
+      r.ReadEnum(dense, p, "type", kDenseOptimizerTypeNames, &o->dense.type));
   TESSERA_RETURN_IF_ERROR(ReadFloat(r, dense, p, "lr", "a positive number", kPositiveD,
                                     &o->dense_lr));
   TESSERA_RETURN_IF_ERROR(ReadFloat(r, dense, p, "eps", "a positive number", kPositiveD,
@@ -495,9 +484,7 @@ absl::Status ParseRest(const ConfigReader& r, const YAML::Node& root, const std:
   TESSERA_RETURN_IF_ERROR(ReadInto(r, root, "", "threads",
                                    "a non-negative integer (0 = all cores)", kNonNegativeInt,
                                    &c->threads));
-  int device = c->device == "cuda" ? 1 : 0;
-  TESSERA_RETURN_IF_ERROR(r.ReadEnum(root, "", "device", {"cpu", "cuda"}, &device));
-  c->device = device == 1 ? "cuda" : "cpu";
+  TESSERA_RETURN_IF_ERROR(r.ReadEnum(root, "", "device", kDeviceNames, &c->device));
 
   YAML::Node train = Child(root, "train");
   std::string p = "train";
@@ -519,7 +506,7 @@ absl::Status ParseRest(const ConfigReader& r, const YAML::Node& root, const std:
                                     &c->train.checkpoint_every));
   TESSERA_RETURN_IF_ERROR(r.ReadBool(train, p, "resume", &c->train.resume));
   TESSERA_RETURN_IF_ERROR(
-      ReadEnumInto(r, train, p, "nonfinite", {"stop", "skip"}, &c->train.nonfinite));
+      r.ReadEnum(train, p, "nonfinite", kNonFinitePolicyNames, &c->train.nonfinite));
 
   YAML::Node out = Child(root, "output");
   p = "output";
@@ -539,24 +526,18 @@ absl::Status ParseRest(const ConfigReader& r, const YAML::Node& root, const std:
   TESSERA_RETURN_IF_ERROR(ReadInto(r, sh, p, "group_size",
                                    "a non-negative integer (0 = the whole world)",
                                    kNonNegativeInt, &c->sharding.group_size));
-  int layout = c->sharding.layout == "groups_contiguous" ? 1 : 0;
+  TESSERA_RETURN_IF_ERROR(r.ReadEnum(sh, p, "layout", kGridLayoutNames, &c->sharding.layout));
   TESSERA_RETURN_IF_ERROR(
-      r.ReadEnum(sh, p, "layout", {"replicas_adjacent", "groups_contiguous"}, &layout));
-  c->sharding.layout = layout == 1 ? "groups_contiguous" : "replicas_adjacent";
-  int sync = c->sharding.replica_sync == "average" ? 1 : 0;
-  TESSERA_RETURN_IF_ERROR(r.ReadEnum(sh, p, "replica_sync", {"exact", "average"}, &sync));
-  c->sharding.replica_sync = sync == 1 ? "average" : "exact";
+      r.ReadEnum(sh, p, "replica_sync", kReplicaSyncNames, &c->sharding.replica_sync));
   TESSERA_RETURN_IF_ERROR(r.ReadInt(sh, p, "sync_every", "a positive integer", kPositive,
                                     &c->sharding.sync_every));
-  int sync_rows = c->sharding.sync_rows == "all" ? 1 : 0;
-  TESSERA_RETURN_IF_ERROR(r.ReadEnum(sh, p, "sync_rows", {"touched", "all"}, &sync_rows));
-  c->sharding.sync_rows = sync_rows == 1 ? "all" : "touched";
+  TESSERA_RETURN_IF_ERROR(
+      r.ReadEnum(sh, p, "sync_rows", kSyncRowsNames, &c->sharding.sync_rows));
   TESSERA_RETURN_IF_ERROR(r.ReadString(sh, p, "plan", &c->sharding.plan));
   TESSERA_RETURN_IF_ERROR(r.ReadInt(sh, p, "bucket_bytes", "a positive integer", kPositive,
                                     &c->sharding.bucket_bytes));
-  int dtype = c->sharding.comm_dtype == "fp16" ? 1 : c->sharding.comm_dtype == "bf16" ? 2 : 0;
-  TESSERA_RETURN_IF_ERROR(r.ReadEnum(sh, p, "comm_dtype", {"fp32", "fp16", "bf16"}, &dtype));
-  c->sharding.comm_dtype = dtype == 1 ? "fp16" : dtype == 2 ? "bf16" : "fp32";
+  TESSERA_RETURN_IF_ERROR(
+      r.ReadEnum(sh, p, "comm_dtype", kPayloadDTypeNames, &c->sharding.comm_dtype));
   TESSERA_RETURN_IF_ERROR(r.ReadBool(sh, p, "pipeline", &c->sharding.pipeline));
   TESSERA_RETURN_IF_ERROR(r.ReadString(sh, p, "profile", &c->sharding.profile));
   if (c->sharding.profile.empty())
@@ -596,7 +577,7 @@ absl::Status ApplyOverride(const std::string& source, const std::string& text, Y
   try {
     value = value_text.empty() ? YAML::Node(std::string()) : YAML::Load(value_text);
   } catch (const YAML::Exception& e) {
-    return bad(absl::StrCat("the value is not valid YAML: ", e.msg));
+    return bad(absl::StrCat("the value is not valid YAML: ", EscapeBytes(e.msg, 200)));
   }
   YAML::Node cur;
   cur.reset(*root);  // rebind, never assign: Node::operator= copies into the referenced node
@@ -644,7 +625,8 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
       root = YAML::Load(yaml_text);
     } catch (const YAML::ParserException& e) {
       return absl::InvalidArgumentError(absl::StrCat(source_name, ":", e.mark.line + 1,
-                                                     ": YAML syntax error: ", e.msg));
+                                                     ": YAML syntax error: ",
+                                                     EscapeBytes(e.msg, 200)));
     }
     if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
     if (!root.IsMap())
@@ -657,7 +639,7 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
       TESSERA_RETURN_IF_ERROR(ApplyOverride(source_name, o, &root, &key));
       applied.emplace_back(key, o);
     }
-    ConfigReader r(source_name, std::move(applied), Schema());
+    ConfigReader r(source_name, std::move(applied), internal::ConfigSchema());
     TESSERA_RETURN_IF_ERROR(r.CheckMap(root, root, "", ""));
     std::filesystem::path dir = std::filesystem::path(source_name).parent_path();
     const std::string base = dir.empty() ? "." : dir.string();
@@ -675,12 +657,9 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
     return c;
   } catch (const YAML::Exception& e) {
     // Reads guard against yaml-cpp's throwing accessors; this is the backstop.
-    return absl::InvalidArgumentError(absl::StrCat(source_name, ":", e.mark.line + 1, ": ", e.msg));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source_name, ":", e.mark.line + 1, ": ", EscapeBytes(e.msg, 200)));
   }
-}
-
-const char* NonFinitePolicyName(NonFinitePolicy p) {
-  return p == NonFinitePolicy::kSkip ? "skip" : "stop";
 }
 
 absl::StatusOr<Config> LoadConfig(const std::string& path,

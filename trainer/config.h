@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/buffer.h"
+#include "core/enum_names.h"
 #include "dense/dense_arch.h"
 #include "dense/lr_schedule.h"
 #include "dense/optimizer.h"
@@ -16,10 +18,23 @@
 #include "embedding/row_optimizer.h"
 #include "io/mlperf_npy.h"
 #include "io/reader.h"
+#include "sharding/process_grid.h"
+#include "sharding/sharded_embedding.h"
 
 namespace tessera {
 
+// Every enum the config reads has its spellings in one EnumName table beside its declaration
+// (core/enum_names.h); the reader and ConfigToYaml both go through that table.
 enum class DataFormat { kSynthetic, kCriteoTsv, kCriteoCsv, kBinary, kMlperfNpy };
+inline constexpr EnumName<DataFormat> kDataFormatNames[] = {
+    {DataFormat::kSynthetic, "synthetic"},   {DataFormat::kCriteoTsv, "criteo_tsv"},
+    {DataFormat::kCriteoCsv, "criteo_csv"},  {DataFormat::kBinary, "binary"},
+    {DataFormat::kMlperfNpy, "mlperf_npy"}};
+// data.format's spelling; Parse: InvalidArgument naming the value otherwise.
+inline const char* DataFormatName(DataFormat f) { return NameIn(kDataFormatNames, f); }
+inline absl::StatusOr<DataFormat> ParseDataFormat(const std::string& name) {
+  return ParseIn(kDataFormatNames, name, "data.format");
+}
 
 // data.synthetic: power-law ids and a planted model (io/synthetic.h).
 struct SyntheticDataConfig {
@@ -81,7 +96,14 @@ enum class NonFinitePolicy {
   kStop,  // "stop": the run fails, naming the step and the batch's place in the data
   kSkip,  // "skip": the step is skipped (logged with the same detail) and training goes on
 };
-const char* NonFinitePolicyName(NonFinitePolicy p);
+inline constexpr EnumName<NonFinitePolicy> kNonFinitePolicyNames[] = {
+    {NonFinitePolicy::kStop, "stop"}, {NonFinitePolicy::kSkip, "skip"}};
+inline const char* NonFinitePolicyName(NonFinitePolicy p) {
+  return NameIn(kNonFinitePolicyNames, p);
+}
+inline absl::StatusOr<NonFinitePolicy> ParseNonFinitePolicy(const std::string& name) {
+  return ParseIn(kNonFinitePolicyNames, name, "train.nonfinite");
+}
 
 struct TrainConfig {
   int64_t steps = 0;                     // train.steps; 0 = epochs over the training data
@@ -105,16 +127,18 @@ struct OutputConfig {
                                          // "" = <output.dir>/checkpoints; see CheckpointDir
 };
 
-// Reserved for 2D sharding (sharding/); a world of one ignores it.
+// 2D sharding (sharding/); a world of one ignores it.
 struct ShardingConfig {
   int group_size = 0;                    // sharding.group_size (N); 0 = the whole world
-  std::string layout = "replicas_adjacent";  // sharding.layout: replicas_adjacent|groups_contiguous
-  std::string replica_sync = "exact";    // sharding.replica_sync: exact|average
+  GridLayout layout = GridLayout::kReplicasAdjacent;  // sharding.layout:
+                                         // replicas_adjacent|groups_contiguous
+  ReplicaSync replica_sync = ReplicaSync::kExact;  // sharding.replica_sync: exact|average
   int64_t sync_every = 1;                // sharding.sync_every (k, average mode)
-  std::string sync_rows = "touched";     // sharding.sync_rows: touched|all (average mode)
+  SyncRows sync_rows = SyncRows::kTouched;  // sharding.sync_rows: touched|all (average mode)
   std::string plan;                      // sharding.plan: plan file (YAML); "" = default plan
   int64_t bucket_bytes = int64_t{25} << 20;  // sharding.bucket_bytes: dense all-reduce bucket
-  std::string comm_dtype = "fp32";       // sharding.comm_dtype: fp32|fp16|bf16 (pooled all-to-alls)
+  PayloadDType comm_dtype = PayloadDType::kF32;  // sharding.comm_dtype: fp32|fp16|bf16 (pooled
+                                         // all-to-alls)
   bool pipeline = true;                  // sharding.pipeline: next batch's input dist overlaps
   // sharding.profile: the machine profile `sharding.plan: auto` plans with: a shipped name
   // (planner/profiles/) or a file (a value with '/' or ending .yaml/.json, relative to the
@@ -126,7 +150,7 @@ struct Config {
   std::string source;                    // the file it was read from
   uint64_t seed = 1234;                  // seed
   int threads = 0;                       // threads; 0 = OMP_NUM_THREADS or all cores
-  std::string device = "cpu";            // device: cpu|cuda
+  Device device = Device::kCpu;          // device: cpu|cuda
   ModelConfig model;
   DataConfig data;
   OptimizerConfig optimizer;

@@ -9,6 +9,7 @@
 #include "io/mlperf_npy.h"
 #include "io/prefetch.h"
 #include "io/synthetic.h"
+#include "trainer/internal/memory_check.h"
 
 namespace tessera {
 namespace {
@@ -107,6 +108,8 @@ absl::StatusOr<DataSources> OpenDataSources(const Config& config, int shard_inde
   const DataConfig& d = config.data;
   const int64_t eval_batch = d.eval_batch_size > 0 ? d.eval_batch_size : d.batch_size;
   DataSources out;
+  // Before the generator or a reader thread allocates a batch the config sizes.
+  TESSERA_RETURN_IF_ERROR(internal::CheckInputMemory(config, internal::AvailableHostMemory()));
   if (d.format == DataFormat::kSynthetic) {
     SyntheticDataOptions o;
     o.rows_per_feature = RowsPerFeature(config);

@@ -46,7 +46,7 @@ DenseArchOptions DenseOptionsFromConfig(const Config& config) {
 
 absl::StatusOr<std::unique_ptr<CudaContext>> CreateDeviceForConfig(const Config& config,
                                                                    int local_rank) {
-  if (config.device != "cuda") return std::unique_ptr<CudaContext>();
+  if (config.device != Device::kCuda) return std::unique_ptr<CudaContext>();
   const std::string where = config.source.empty() ? "" : config.source + ": ";
   if (!CudaCompiled()) {
     return absl::FailedPreconditionError(

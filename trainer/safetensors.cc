@@ -140,13 +140,13 @@ absl::StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Create(
     const TensorSpec& t = tensors[i];
     if (t.name.empty() || t.name == "__metadata__")
       return absl::InvalidArgumentError(
-          absl::StrCat(path, ": invalid tensor name '", t.name, "'"));
+          absl::StrCat(path, ": invalid tensor name '", EscapeBytes(t.name), "'"));
     if (i > 0 && tensors[i - 1].name == t.name)
       return absl::InvalidArgumentError(
-          absl::StrCat(path, ": tensor '", t.name, "' declared twice"));
+          absl::StrCat(path, ": tensor '", EscapeBytes(t.name), "' declared twice"));
     if (CheckedElements(t.shape) < 0)
       return absl::InvalidArgumentError(absl::StrCat(
-          path, ": tensor '", t.name, "': negative or overflowing shape"));
+          path, ": tensor '", EscapeBytes(t.name), "': negative or overflowing shape"));
     int64_t bytes = t.num_bytes();
     if (header.size() > 1) header += ',';
     internal::AppendJsonString(t.name, &header);
@@ -207,7 +207,7 @@ absl::Status SafetensorsWriter::Write(std::string_view name, int64_t offset, con
     auto it = entries_.find(name);
     if (it == entries_.end())
       return absl::InvalidArgumentError(
-          absl::StrCat(path_, ": no tensor '", Av(name), "' was declared"));
+          absl::StrCat(path_, ": no tensor '", EscapeBytes(name), "' was declared"));
     Entry& e = it->second;
     if (offset < 0 || num_bytes < 0 || offset + num_bytes > e.size)
       return absl::InvalidArgumentError(absl::StrCat(path_, ": tensor '", Av(name), "': bytes [",
@@ -250,7 +250,7 @@ absl::Status SafetensorsWriter::WriteTensor(std::string_view name, const void* d
   auto it = entries_.find(name);
   if (it == entries_.end())
     return absl::InvalidArgumentError(
-        absl::StrCat(path_, ": no tensor '", Av(name), "' was declared"));
+        absl::StrCat(path_, ": no tensor '", EscapeBytes(name), "' was declared"));
   return Write(name, 0, data, it->second.size);
 }
 
@@ -260,7 +260,7 @@ absl::Status SafetensorsWriter::WriteRows(std::string_view name, int64_t row_beg
                          [&](const TensorSpec& t) { return t.name == name; });
   if (it == tensors_.end())
     return absl::InvalidArgumentError(
-        absl::StrCat(path_, ": no tensor '", Av(name), "' was declared"));
+        absl::StrCat(path_, ": no tensor '", EscapeBytes(name), "' was declared"));
   if (it->shape.empty())
     return absl::InvalidArgumentError(
         absl::StrCat(path_, ": tensor '", Av(name), "' is a scalar; it has no rows"));
@@ -284,8 +284,8 @@ absl::Status SafetensorsWriter::Finish() {
     if (!st.ok()) break;
     const Entry& e = entries_.find(t.name)->second;
     if (e.written_bytes != e.size)
-      st = absl::FailedPreconditionError(absl::StrCat(path_, ": tensor '", t.name, "' has ",
-                                                      e.written_bytes, " of ", e.size,
+      st = absl::FailedPreconditionError(absl::StrCat(path_, ": tensor '", EscapeBytes(t.name),
+                                                      "' has ", e.written_bytes, " of ", e.size,
                                                       " bytes written"));
   }
   if (st.ok() && ::fsync(fd_) != 0) st = Errno("fsync", tmp_path_);
@@ -387,7 +387,10 @@ absl::Status SafetensorsFile::Parse(std::string_view bytes) {
     uint64_t begin, end;
   };
   std::vector<Pending> pending;
-  for (const auto& [name, value] : root.members) {
+  for (const internal::Json::Member& member : root.members) {
+    // Plain references, not a structured binding: clang 14 cannot capture one in a lambda.
+    const std::string& name = member.key;
+    const internal::Json& value = member.value;
     if (name == "__metadata__") {
       if (value.kind != internal::Json::kObject) return loss("__metadata__ is not an object");
       for (const auto& [k, v] : value.members) {
@@ -489,7 +492,8 @@ absl::StatusOr<const TensorView*> SafetensorsFile::Get(std::string_view name,
                                                        SafetensorsDtype dtype,
                                                        const std::vector<int64_t>& shape) const {
   const TensorView* t = Find(name);
-  if (t == nullptr) return absl::NotFoundError(absl::StrCat(path_, ": no tensor '", Av(name), "'"));
+  if (t == nullptr)
+    return absl::NotFoundError(absl::StrCat(path_, ": no tensor '", EscapeBytes(name), "'"));
   auto shape_str = [](const std::vector<int64_t>& s) {
     std::string out = "[";
     for (size_t i = 0; i < s.size(); ++i) absl::StrAppend(&out, i ? ", " : "", s[i]);
@@ -497,8 +501,8 @@ absl::StatusOr<const TensorView*> SafetensorsFile::Get(std::string_view name,
   };
   if (t->dtype != dtype || t->shape != shape)
     return absl::InvalidArgumentError(absl::StrCat(
-        path_, ": tensor '", Av(name), "' is ", Av(DtypeName(t->dtype)), " ", shape_str(t->shape),
-        ", expected ", Av(DtypeName(dtype)), " ", shape_str(shape)));
+        path_, ": tensor '", EscapeBytes(name), "' is ", Av(DtypeName(t->dtype)), " ",
+        shape_str(t->shape), ", expected ", Av(DtypeName(dtype)), " ", shape_str(shape)));
   return t;
 }
 

@@ -25,7 +25,7 @@ absl::StatusOr<World> CreateWorld(const Config& config) {
       // A plan file from tessera-plan states the group size it chose.
       TESSERA_ASSIGN_OR_RETURN(o.group_size, ReadPlanGroupSize(config.sharding.plan));
     }
-    TESSERA_ASSIGN_OR_RETURN(o.layout, ParseGridLayout(config.sharding.layout));
+    o.layout = config.sharding.layout;
     absl::StatusOr<ProcessGrid> grid = ProcessGrid::Create(w.comm, o);
     if (!grid.ok()) {
       return absl::InvalidArgumentError(
@@ -63,10 +63,10 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModelForWorld(const Config& config,
     TableStorage& st = o.collection.tables[t].storage;
     if (st.tier == StorageTier::kRocksDb) st.path = TableStoragePath(config, t);
   }
-  TESSERA_ASSIGN_OR_RETURN(o.replica_sync, ParseReplicaSync(config.sharding.replica_sync));
+  o.replica_sync = config.sharding.replica_sync;
   o.sync_every = config.sharding.sync_every;
-  TESSERA_ASSIGN_OR_RETURN(o.sync_rows, ParseSyncRows(config.sharding.sync_rows));
-  TESSERA_ASSIGN_OR_RETURN(o.comm_dtype, ParsePayloadDType(config.sharding.comm_dtype));
+  o.sync_rows = config.sharding.sync_rows;
+  o.comm_dtype = config.sharding.comm_dtype;
   o.pipeline_input_dist = config.sharding.pipeline;
   TESSERA_ASSIGN_OR_RETURN(auto sharded, ShardedEmbeddingCollection::Create(o, *world.grid, ctx));
   auto sparse = std::make_unique<ShardedSparseArch>(std::move(sharded));

@@ -316,12 +316,4 @@ absl::Status ShardedEmbeddingCollection::Impl::ExchangeFloats(
   return absl::OkStatus();
 }
 
-absl::StatusOr<PayloadDType> ParsePayloadDType(const std::string& name) {
-  if (name == "fp32") return PayloadDType::kF32;
-  if (name == "fp16") return PayloadDType::kF16;
-  if (name == "bf16") return PayloadDType::kBF16;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "sharding.comm_dtype: unknown type '", name, "' (expected fp32, fp16 or bf16)"));
-}
-
 }  // namespace tessera

@@ -179,7 +179,7 @@ TEST_F(TrainerCudaTest, TrainerRunMatchesCpu) {
     TrainSummary s[2];
     for (int d = 0; d < 2; ++d) {
       Config c = MakeConfig(type, std::string(type) + (d ? "_cuda" : "_cpu"));
-      c.device = d ? "cuda" : "cpu";
+      c.device = d ? Device::kCuda : Device::kCpu;
       c.output.export_path = "model.safetensors";
       auto trainer = Trainer::Create(c);
       ASSERT_TRUE(trainer.ok()) << trainer.status();
@@ -202,7 +202,7 @@ TEST_F(TrainerCudaTest, RefusesWhatItCannotRunYet) {
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.status().message().find("table 't0'"), std::string::npos) << m.status();
   Config k = MakeConfig("dlrm");
-  k.device = "cuda";
+  k.device = Device::kCuda;
   k.train.checkpoint_every = 5;
   auto t = Trainer::Create(k);
   ASSERT_FALSE(t.ok());

@@ -167,13 +167,13 @@ TEST(SyncRowsConfigTest, ParsesEmitsAndRejects) {
       "  replica_sync: average\n";
   auto def = ParseConfig(base, "t.yaml");
   ASSERT_TRUE(def.ok()) << def.status();
-  EXPECT_EQ(def->sharding.sync_rows, "touched");
+  EXPECT_EQ(def->sharding.sync_rows, SyncRows::kTouched);
   auto all = ParseConfig(base + "  sync_rows: all\n", "t.yaml");
   ASSERT_TRUE(all.ok()) << all.status();
-  EXPECT_EQ(all->sharding.sync_rows, "all");
+  EXPECT_EQ(all->sharding.sync_rows, SyncRows::kAll);
   auto again = ParseConfig(ConfigToYaml(*all), "t.yaml");
   ASSERT_TRUE(again.ok()) << again.status();
-  EXPECT_EQ(again->sharding.sync_rows, "all");
+  EXPECT_EQ(again->sharding.sync_rows, SyncRows::kAll);
   auto bad = ParseConfig(base + "  sync_rows: some\n", "t.yaml");
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(),

@@ -48,10 +48,16 @@ expect_exit1 overflowing_layers "model.bottom_mlp: the layer sizes give more tha
 expect_exit1 memory_limit "bytes (0.0 GiB) are available (TESSERA_MEMORY_LIMIT_BYTES)" \
   env TESSERA_MEMORY_LIMIT_BYTES=1000 "$bin/tessera-train" --config "$tmp/q.yaml" \
   --set "output.dir=$tmp/out7"
+# Synthetic ids too many for the host: this threw std::bad_alloc on the reader thread (exit 134).
+expect_exit1 huge_pooling "data.synthetic.pooling: input batches need" "$bin/tessera-train" \
+  --config "$tmp/q.yaml" --set data.synthetic.pooling=100000000 --set "output.dir=$tmp/out9"
+expect_exit1 huge_criteo_batch "data.batch_size: input batches need" "$bin/tessera-train" \
+  --config "$src/configs/criteo_sample.yaml" --set data.batch_size=1000000000000 \
+  --set "output.dir=$tmp/out10"
 # Control bytes in an override are escaped in the message.
 expect_exit1 escaped_override "override 'model.bottom_mlp=[1,\\x01]'" "$bin/tessera-train" \
   --config "$tmp/q.yaml" --set "$(printf 'model.bottom_mlp=[1,\001]')" --set "output.dir=$tmp/out8"
-for d in out1 out2 out3 out4 out5 out6 out7 out8; do
+for d in out1 out2 out3 out4 out5 out6 out7 out8 out9 out10; do
   if [ -e "$tmp/$d/model.safetensors" ]; then failed=$((failed + 1)); echo "FAIL $d has a model"; fi
 done
 echo "$passed passed, $failed failed"

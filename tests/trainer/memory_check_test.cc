@@ -69,5 +69,36 @@ TEST(MemoryCheckTest, OverflowIsInvalidArgumentNamingTheKey) {
       << s;
 }
 
+// data.synthetic.pooling=100000000 (and a Criteo config with data.batch_size=1000000000000)
+// threw std::bad_alloc on the reader thread (exit 134) before this check.
+TEST(MemoryCheckTest, InputBatchesTooLargeAreResourceExhausted) {
+  Config c = Parse({"data.synthetic.pooling=100000000"});
+  absl::Status s = CheckInputMemory(c, Limit(int64_t{24} << 30));
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  // Per sample: 4 x (13 dense + label) + 8 x 3 offsets + 8 x 3e8 ids = 2400000080 bytes;
+  // x 2048 samples x 5 batches in flight.
+  EXPECT_EQ(std::string(s.message()),
+            "test.yaml: data.synthetic.pooling: input batches need 24576000819200 bytes (2048 "
+            "samples (data.batch_size) x 2400000080 bytes per sample: 13 dense values and the "
+            "label, 300000000 sparse ids (data.synthetic.pooling) over 3 features; 5 batches in "
+            "flight (data.prefetch_batches + 1)) but 25769803776 bytes (24.0 GiB) are available "
+            "(the test's limit); lower the pooling or the batch");
+  // One id per bag: the batch is to blame.
+  c = Parse({"data.batch_size=1000000000000"});
+  s = CheckInputMemory(c, Limit(int64_t{24} << 30));
+  EXPECT_NE(s.message().find("test.yaml: data.batch_size: input batches need"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.message().find("; lower the batch"), std::string::npos) << s;
+  // Beyond any machine, even when the available memory is unknown (and no int64 overflows).
+  c = Parse({"data.synthetic.pooling=[9223372036854775807, 9223372036854775807, 1]"});
+  s = CheckInputMemory(c, HostMemory{});
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("no machine has that much"), std::string::npos) << s;
+  // The default config fits.
+  EXPECT_TRUE(CheckInputMemory(Parse({}), Limit(int64_t{1} << 30)).ok());
+  EXPECT_TRUE(CheckInputMemory(Parse({}), AvailableHostMemory()).ok());
+}
+
 }  // namespace
 }  // namespace tessera::internal

@@ -37,47 +37,16 @@ void IntList(YAML::Emitter& e, const char* key, const std::vector<int64_t>& v) {
   e << YAML::EndSeq;
 }
 
-const char* Name(InteractionType t) { return t == InteractionType::kDcn ? "dcnv2" : "dlrm"; }
-const char* Name(PoolingMode p) { return p == PoolingMode::kMean ? "mean" : "sum"; }
-const char* Name(RowInitType t) {
-  switch (t) {
-    case RowInitType::kUniform: return "uniform";
-    case RowInitType::kNormal: return "normal";
-    case RowInitType::kZero: return "zero";
-  }
-  return "?";
-}
-const char* Name(DataFormat f) {
-  switch (f) {
-    case DataFormat::kSynthetic: return "synthetic";
-    case DataFormat::kCriteoTsv: return "criteo_tsv";
-    case DataFormat::kCriteoCsv: return "criteo_csv";
-    case DataFormat::kBinary: return "binary";
-    case DataFormat::kMlperfNpy: return "mlperf_npy";
-  }
-  return "?";
-}
-const char* Name(BadRecordPolicy p) { return p == BadRecordPolicy::kSkip ? "skip" : "fail"; }
-const char* Name(RowOptimizerType t) {
-  switch (t) {
-    case RowOptimizerType::kSgd: return "sgd";
-    case RowOptimizerType::kRowWiseAdagrad: return "rowwise_adagrad";
-    case RowOptimizerType::kAdam: return "adam";
-  }
-  return "?";
-}
-const char* Name(DenseOptimizerType t) {
-  switch (t) {
-    case DenseOptimizerType::kSgd: return "sgd";
-    case DenseOptimizerType::kAdagrad: return "adagrad";
-    case DenseOptimizerType::kAdam: return "adam";
-  }
-  return "?";
+// Enum values are written with the same EnumName table the reader parses them with (the one
+// beside each enum's declaration), so what is written reads back to the same value.
+template <typename E, size_t N>
+void Key(YAML::Emitter& e, const char* key, const EnumName<E> (&names)[N], E value) {
+  e << YAML::Key << key << YAML::Value << NameIn(names, value);
 }
 
 void EmitModel(YAML::Emitter& e, const ModelConfig& m) {
   e << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
-  Key(e, "type", Name(m.interaction));
+  Key(e, "type", kInteractionTypeNames, m.interaction);
   Key(e, "num_dense", m.num_dense);
   Key(e, "embedding_dim", m.embedding_dim);
   IntList(e, "bottom_mlp", m.bottom_mlp);
@@ -88,28 +57,29 @@ void EmitModel(YAML::Emitter& e, const ModelConfig& m) {
   e << YAML::EndMap;
   Key(e, "max_table_rows", m.max_table_rows);
   Key(e, "init_from", m.init_from);
+  Key(e, "dense_dtype", kDenseDtypeNames, m.dense_dtype);
   e << YAML::Key << "tables" << YAML::Value << YAML::BeginSeq;
   for (const TableConfig& t : m.tables) {
     e << YAML::Flow << YAML::BeginMap;
     Key(e, "name", t.name);
     Key(e, "rows", t.num_rows);
     Key(e, "dim", t.dim);
-    Key(e, "pooling", Name(t.pooling));
+    Key(e, "pooling", kPoolingModeNames, t.pooling);
     e << YAML::Key << "features" << YAML::Value << YAML::Flow << YAML::BeginSeq;
     for (int f : t.features) e << f;
     e << YAML::EndSeq;
     e << YAML::Key << "init" << YAML::Value << YAML::Flow << YAML::BeginMap;
-    Key(e, "type", Name(t.init.type));
+    Key(e, "type", kRowInitTypeNames, t.init.type);
     if (t.init.scale > 0) Key(e, "scale", t.init.scale);  // absent = sqrt(1 / rows)
     e << YAML::EndMap;
     if (t.storage.tier == StorageTier::kRocksDb) {
       const TableStorage& st = t.storage;
       e << YAML::Key << "storage" << YAML::Value << YAML::Flow << YAML::BeginMap;
-      Key(e, "tier", "rocksdb");
+      Key(e, "tier", kStorageTierNames, st.tier);
       Key(e, "path", st.path);
       if (st.cache_rows > 0) Key(e, "cache_rows", st.cache_rows);
       if (st.cache_rows <= 0) Key(e, "cache_bytes", st.cache_bytes);
-      Key(e, "policy", CachePolicyName(st.policy));
+      Key(e, "policy", kCachePolicyNames, st.policy);
       Key(e, "reader_threads", st.reader_threads);
       Key(e, "prefetch", st.prefetch);
       e << YAML::EndMap;
@@ -121,7 +91,7 @@ void EmitModel(YAML::Emitter& e, const ModelConfig& m) {
 
 void EmitData(YAML::Emitter& e, const DataConfig& d) {
   e << YAML::Key << "data" << YAML::Value << YAML::BeginMap;
-  Key(e, "format", Name(d.format));
+  Key(e, "format", kDataFormatNames, d.format);
   if (d.format != DataFormat::kSynthetic) {
     Key(e, "train", d.train_path);
     Key(e, "eval", d.eval_path);
@@ -129,12 +99,12 @@ void EmitData(YAML::Emitter& e, const DataConfig& d) {
   if (d.format == DataFormat::kMlperfNpy) {
     Key(e, "train_days", absl::StrJoin(d.train_days, ","));
     Key(e, "eval_days", absl::StrJoin(d.eval_days, ","));
-    Key(e, "eval_split", std::string(MlperfSplitName(d.eval_split)));
+    Key(e, "eval_split", kMlperfSplitNames, d.eval_split);
   }
   Key(e, "batch_size", d.batch_size);
   Key(e, "eval_batch_size", d.eval_batch_size);
   Key(e, "shuffle", d.shuffle);
-  Key(e, "on_bad_record", Name(d.on_bad_record));
+  Key(e, "on_bad_record", kBadRecordPolicyNames, d.on_bad_record);
   Key(e, "max_bad_records", d.max_bad_records);
   Key(e, "prefetch_batches", d.prefetch_batches);
   if (d.format == DataFormat::kSynthetic) {
@@ -154,7 +124,7 @@ void EmitData(YAML::Emitter& e, const DataConfig& d) {
 void EmitOptimizer(YAML::Emitter& e, const OptimizerConfig& o) {
   e << YAML::Key << "optimizer" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "embedding" << YAML::Value << YAML::BeginMap;
-  Key(e, "type", Name(o.embedding.type));
+  Key(e, "type", kRowOptimizerTypeNames, o.embedding.type);
   Key(e, "lr", o.embedding_lr);
   Key(e, "eps", o.embedding.eps);
   Key(e, "beta1", o.embedding.beta1);
@@ -162,7 +132,7 @@ void EmitOptimizer(YAML::Emitter& e, const OptimizerConfig& o) {
   Key(e, "adagrad_initial", o.embedding.adagrad_initial);
   e << YAML::EndMap;
   e << YAML::Key << "dense" << YAML::Value << YAML::BeginMap;
-  Key(e, "type", Name(o.dense.type));
+  Key(e, "type", kDenseOptimizerTypeNames, o.dense.type);
   Key(e, "lr", o.dense_lr);
   Key(e, "eps", o.dense.eps);
   Key(e, "beta1", o.dense.beta1);
@@ -187,7 +157,7 @@ std::string ConfigToYaml(const Config& c) {
   e << YAML::BeginMap;
   Key(e, "seed", c.seed);
   Key(e, "threads", c.threads);
-  Key(e, "device", c.device);
+  Key(e, "device", kDeviceNames, c.device);
   EmitModel(e, c.model);
   EmitData(e, c.data);
   EmitOptimizer(e, c.optimizer);
@@ -199,7 +169,7 @@ std::string ConfigToYaml(const Config& c) {
   Key(e, "log_every", c.train.log_every);
   Key(e, "checkpoint_every", c.train.checkpoint_every);
   Key(e, "resume", c.train.resume);
-  Key(e, "nonfinite", std::string(NonFinitePolicyName(c.train.nonfinite)));
+  Key(e, "nonfinite", kNonFinitePolicyNames, c.train.nonfinite);
   e << YAML::EndMap;
   e << YAML::Key << "output" << YAML::Value << YAML::BeginMap;
   Key(e, "dir", c.output.dir);
@@ -211,13 +181,13 @@ std::string ConfigToYaml(const Config& c) {
   e << YAML::EndMap;
   e << YAML::Key << "sharding" << YAML::Value << YAML::BeginMap;
   Key(e, "group_size", c.sharding.group_size);
-  Key(e, "layout", c.sharding.layout);
-  Key(e, "replica_sync", c.sharding.replica_sync);
+  Key(e, "layout", kGridLayoutNames, c.sharding.layout);
+  Key(e, "replica_sync", kReplicaSyncNames, c.sharding.replica_sync);
   Key(e, "sync_every", c.sharding.sync_every);
-  Key(e, "sync_rows", c.sharding.sync_rows);
+  Key(e, "sync_rows", kSyncRowsNames, c.sharding.sync_rows);
   Key(e, "plan", c.sharding.plan);
   Key(e, "bucket_bytes", c.sharding.bucket_bytes);
-  Key(e, "comm_dtype", c.sharding.comm_dtype);
+  Key(e, "comm_dtype", kPayloadDTypeNames, c.sharding.comm_dtype);
   Key(e, "pipeline", c.sharding.pipeline);
   Key(e, "profile", c.sharding.profile);
   e << YAML::EndMap << YAML::EndMap;

@@ -249,21 +249,23 @@ absl::Status ConfigReader::ReadIntList(const YAML::Node& map, const std::string&
   return absl::OkStatus();
 }
 
-absl::Status ConfigReader::ReadEnum(const YAML::Node& map, const std::string& path,
-                                    const char* key, const std::vector<std::string>& names,
-                                    int* out) const {
+absl::Status ConfigReader::ReadChoice(const YAML::Node& map, const std::string& path,
+                                      const char* key,
+                                      const std::vector<absl::string_view>& spellings,
+                                      int* index) const {
+  *index = -1;
   YAML::Node n = map[key];
   if (!n.IsDefined() || n.IsNull()) return absl::OkStatus();
   if (n.IsScalar()) {
-    for (size_t i = 0; i < names.size(); ++i) {
-      if (n.Scalar() == names[i]) {
-        *out = static_cast<int>(i);
+    for (size_t i = 0; i < spellings.size(); ++i) {
+      if (n.Scalar() == spellings[i]) {
+        *index = static_cast<int>(i);
         return absl::OkStatus();
       }
     }
   }
   return Error(n, map, JoinKey(path, key),
-               absl::StrCat("expected one of ", absl::StrJoin(names, ", ")));
+               absl::StrCat("expected one of ", absl::StrJoin(spellings, ", ")));
 }
 
 }  // namespace tessera::internal

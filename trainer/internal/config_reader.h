@@ -6,6 +6,7 @@
 // Not thread-safe; one per parse.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -14,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "core/enum_names.h"
 #include "yaml-cpp/yaml.h"
 
 namespace tessera::internal {
@@ -30,6 +32,10 @@ struct SchemaSection {
   std::string path;  // list entries are written "<list>[]"
   std::vector<std::string> keys;
 };
+
+// ParseConfig's schema (defined in trainer/config.cc): every section and key the config knows.
+// tests/trainer/config_enums_test.cc checks that ConfigToYaml writes every one of them.
+const std::vector<SchemaSection>& ConfigSchema();
 
 class ConfigReader {
  public:
@@ -73,9 +79,19 @@ class ConfigReader {
   absl::Status ReadIntList(const YAML::Node& map, const std::string& path, const char* key,
                            const char* expected, const std::function<bool(int64_t)>& valid,
                            bool allow_scalar, std::vector<int64_t>* out) const;
-  // One of `names`; *out gets the matching index.
+  // One of the spellings in `names`, the EnumName table declared beside the enum
+  // (core/enum_names.h), which ConfigToYaml writes with too; *out gets that entry's value. The
+  // error lists the spellings in table order: "expected one of a, b, c".
+  template <typename E, size_t N>
   absl::Status ReadEnum(const YAML::Node& map, const std::string& path, const char* key,
-                        const std::vector<std::string>& names, int* out) const;
+                        const EnumName<E> (&names)[N], E* out) const {
+    std::vector<absl::string_view> spellings;
+    for (const EnumName<E>& n : names) spellings.emplace_back(n.name);
+    int index = -1;
+    if (absl::Status st = ReadChoice(map, path, key, spellings, &index); !st.ok()) return st;
+    if (index >= 0) *out = names[index].value;
+    return absl::OkStatus();
+  }
 
   // Parses one scalar element (used for list elements read by the caller).
   absl::Status ParseInt(const YAML::Node& node, const YAML::Node& fallback,
@@ -83,6 +99,9 @@ class ConfigReader {
                         const std::function<bool(int64_t)>& valid, int64_t* out) const;
 
  private:
+  // ReadEnum's untyped half: *index = the position of map[key] in `spellings`, -1 when absent.
+  absl::Status ReadChoice(const YAML::Node& map, const std::string& path, const char* key,
+                          const std::vector<absl::string_view>& spellings, int* index) const;
   // The override that set `key` or one of its parents or children, or nullptr.
   const std::pair<std::string, std::string>* OverrideFor(const std::string& key) const;
   std::string Suggest(const std::string& path, const std::string& section,

@@ -71,9 +71,7 @@ absl::Status ParseTableStorage(const ConfigReader& r, const YAML::Node& entry,
   const std::string p = table_path + ".storage";
   TESSERA_RETURN_IF_ERROR(r.CheckMap(st, entry, p, "model.tables[].storage"));
   if (!st.IsDefined() || st.IsNull()) return absl::OkStatus();
-  int tier = static_cast<int>(out->tier);
-  TESSERA_RETURN_IF_ERROR(r.ReadEnum(st, p, "tier", {"memory", "rocksdb"}, &tier));
-  out->tier = static_cast<StorageTier>(tier);
+  TESSERA_RETURN_IF_ERROR(r.ReadEnum(st, p, "tier", kStorageTierNames, &out->tier));
   if (out->tier == StorageTier::kMemory) {
     for (const std::string& key : StorageKeys()) {
       if (key == "tier") continue;
@@ -96,9 +94,7 @@ absl::Status ParseTableStorage(const ConfigReader& r, const YAML::Node& entry,
     return r.Error(YAML::Node(), st, p + ".cache_rows",
                    "required with storage.tier rocksdb (or cache_bytes): the cache must hold "
                    "at least one step's distinct rows");
-  int policy = out->policy == CachePolicy::kLfu ? 1 : 0;
-  TESSERA_RETURN_IF_ERROR(r.ReadEnum(st, p, "policy", {"lru", "lfu"}, &policy));
-  out->policy = policy == 1 ? CachePolicy::kLfu : CachePolicy::kLru;
+  TESSERA_RETURN_IF_ERROR(r.ReadEnum(st, p, "policy", kCachePolicyNames, &out->policy));
   int64_t threads = out->reader_threads;
   TESSERA_RETURN_IF_ERROR(r.ReadInt(st, p, "reader_threads", "an integer in [1, 256]",
                                     [](int64_t v) { return v >= 1 && v <= 256; }, &threads));

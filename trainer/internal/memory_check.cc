@@ -64,7 +64,7 @@ absl::Status CheckDenseMemory(const Config& config, const DenseArchOptions& opti
     if (absl::StartsWith(msg, "DenseArchOptions.")) msg = "model." + msg.substr(17);
     return absl::Status(f.status().code(), where + msg);
   }
-  if (config.device != "cpu" || available.bytes < 0) return absl::OkStatus();
+  if (config.device != Device::kCpu || available.bytes < 0) return absl::OkStatus();
   int64_t state = 0;  // optimizer state tensors per parameter
   if (config.optimizer.dense.type == DenseOptimizerType::kAdagrad) state = 1;
   if (config.optimizer.dense.type == DenseOptimizerType::kAdam) state = 2;
@@ -103,6 +103,45 @@ absl::Status CheckDenseMemory(const Config& config, const DenseArchOptions& opti
       where, big->key, need, Gib(static_cast<int64_t>(std::min(need, 9.0e18))), f->params(),
       state, param_bytes, batch, act_bytes, available.bytes, Gib(available.bytes),
       available.source));
+}
+
+absl::Status CheckInputMemory(const Config& config, const HostMemory& available) {
+  const DataConfig& d = config.data;
+  const bool synthetic = d.format == DataFormat::kSynthetic;
+  int64_t num_features = 0;
+  for (const TableConfig& t : config.model.tables)
+    num_features += static_cast<int64_t>(t.features.size());
+  // Doubles: pooling values and the batch size are any positive int64 the config accepts, so
+  // their product may not fit in 64 bits; the estimate only has to be compared.
+  double ids_per_sample = 0;
+  for (int64_t f = 0; f < num_features; ++f) {
+    const size_t i = d.synthetic.pooling.size() == 1 ? 0 : static_cast<size_t>(f);
+    ids_per_sample += synthetic && i < d.synthetic.pooling.size()
+                          ? static_cast<double>(d.synthetic.pooling[i]) : 1.0;
+  }
+  const double per_sample = 4.0 * static_cast<double>(config.model.num_dense + 1) +
+                            8.0 * static_cast<double>(num_features) + 8.0 * ids_per_sample;
+  const int64_t batch = std::max<int64_t>({int64_t{1}, d.batch_size, d.eval_batch_size});
+  const int64_t in_flight = int64_t{d.prefetch_batches} + 1;
+  const double need = per_sample * static_cast<double>(batch) * static_cast<double>(in_flight);
+  const bool absurd = need > 0x1p60;
+  if (!absurd && (available.bytes < 0 || need <= static_cast<double>(available.bytes)))
+    return absl::OkStatus();
+  const std::string where = config.source.empty() ? "" : config.source + ": ";
+  const bool pooling = synthetic && ids_per_sample > static_cast<double>(num_features);
+  const char* key = pooling ? "data.synthetic.pooling" : "data.batch_size";
+  const std::string have =
+      available.bytes < 0
+          ? std::string("no machine has that much")
+          : absl::StrFormat("%d bytes (%s) are available (%s)", available.bytes,
+                            Gib(available.bytes), available.source);
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "%s%s: input batches need %.0f bytes (%d samples (data.batch_size) x %.0f bytes per "
+      "sample: %d dense values and the label, %.0f sparse ids (%s) over %d features; %d "
+      "batches in flight (data.prefetch_batches + 1)) but %s; lower the %s",
+      where, key, need, batch, per_sample, config.model.num_dense, ids_per_sample,
+      synthetic ? "data.synthetic.pooling" : "one per feature at least", num_features,
+      in_flight, have, pooling ? "pooling or the batch" : "batch"));
 }
 
 }  // namespace tessera::internal

@@ -34,4 +34,16 @@ HostMemory AvailableHostMemory();
 [[nodiscard]] absl::Status CheckDenseMemory(const Config& config, const DenseArchOptions& options,
                                             const HostMemory& available);
 
+// The input batches a reader fills, as the config sizes them: batch (the larger of
+// data.batch_size and data.eval_batch_size) x bytes per sample (4 per dense value and the label,
+// 8 per sparse id and 8 per bag offset; ids per sample: data.synthetic.pooling summed over the
+// features for synthetic data, one per feature otherwise, a lower bound for multi-hot files),
+// for each batch in flight (data.prefetch_batches + 1). A lower bound of what the readers
+// allocate, checked before they are opened (OpenDataSources). OK when it fits or when
+// available.bytes < 0, unless the estimate exceeds 2^60 bytes (no machine has that);
+// ResourceExhausted "<source>: <key>: input batches need N bytes (...) but M bytes are available
+// (<where>)", <key> data.synthetic.pooling when synthetic bags hold more than one id on average,
+// else data.batch_size.
+[[nodiscard]] absl::Status CheckInputMemory(const Config& config, const HostMemory& available);
+
 }  // namespace tessera::internal

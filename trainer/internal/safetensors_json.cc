@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/escape.h"
 #include "core/status.h"
 
 namespace tessera::internal {
@@ -51,7 +52,8 @@ class JsonParser {
       return ParseString(&out->str);
     }
     if (c >= '0' && c <= '9') return ParseInt(out);
-    return Error(absl::StrCat("unexpected character '", std::string(1, c), "'"));
+    return Error(
+        absl::StrCat("unexpected character '", EscapeBytes(std::string_view(&c, 1)), "'"));
   }
 
   absl::Status ParseObject(Json* out, int depth) {
@@ -64,11 +66,11 @@ class JsonParser {
       std::string key;
       TESSERA_RETURN_IF_ERROR(ParseString(&key));
       for (const auto& m : out->members)
-        if (m.first == key) return Error(absl::StrCat("duplicate key \"", key, "\""));
+        if (m.key == key) return Error(absl::StrCat("duplicate key \"", EscapeBytes(key), "\""));
       if (!Consume(':')) return Error("expected ':'");
       Json value;
       TESSERA_RETURN_IF_ERROR(ParseValue(&value, depth + 1));
-      out->members.emplace_back(std::move(key), std::move(value));
+      out->members.push_back(Json::Member{std::move(key), std::move(value)});
     } while (Consume(','));
     if (!Consume('}')) return Error("expected ',' or '}'");
     return absl::OkStatus();

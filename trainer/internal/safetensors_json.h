@@ -14,11 +14,19 @@
 namespace tessera::internal {
 
 struct Json {
+  // A named struct, not std::pair<std::string, Json>: pair's constructor constraints need Json
+  // complete while Json is being defined, which clang with libstdc++ 12 rejects (a vector of an
+  // incomplete element type is fine).
+  struct Member;
   enum Kind { kObject, kArray, kString, kInt } kind = kInt;
-  std::vector<std::pair<std::string, Json>> members;  // object, in file order
-  std::vector<Json> items;                            // array
-  std::string str;                                    // string (UTF-8)
-  uint64_t num = 0;                                   // integer
+  std::vector<Member> members;  // object, in file order
+  std::vector<Json> items;      // array
+  std::string str;              // string (UTF-8)
+  uint64_t num = 0;             // integer
+};
+struct Json::Member {
+  std::string key;
+  Json value;
 };
 
 // Parses `text` as one JSON value. DataLoss "header JSON at byte <i>: <problem>" on error
