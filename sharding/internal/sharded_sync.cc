@@ -96,18 +96,9 @@ absl::Status ShardedEmbeddingCollection::Impl::ExactReplicaSync() {
   for (size_t q = 0; q < local.size(); ++q) {
     total += static_cast<int64_t>(unions[q].size()) * local[q].width;
   }
-  // Zero between steps: cleared row by row below after the update (the rows the all-reduce made
-  // nonzero are exactly those with a nonzero count), so only the first step allocates.
-  std::vector<float>& buf = dp_buf;
-  if (static_cast<int64_t>(buf.size()) != total) buf.assign(total, 0.0f);
-  // An error part way leaves rows set: drop the buffer then, so the next step starts from zero.
-  struct DropOnError {
-    std::vector<float>* buf;
-    bool done = false;
-    ~DropOnError() {
-      if (!done) buf->clear();
-    }
-  } guard{&buf};
+  // Its own buffer: the union's gradients are copied out of it below, and dp_buf (the
+  // data-parallel tables' kept gradient table) must stay all zero between steps.
+  std::vector<float> buf(total, 0.0f);
   int64_t at = 0;
   for (size_t q = 0; q < local.size(); ++q) {
     LocalShard& ls = local[q];
