@@ -88,7 +88,8 @@ for rep in $(seq 1 "$REPS"); do
     if [[ "$extra" == PLANNER ]]; then
       plan="$(dirname "$OUT")/plan_${name}.yaml"
       [[ -f "$plan" && "$rep" != 1 ]] || plan_for "$config" "$np" "$plan"
-      extra="--set sharding.plan=$PWD/$plan"
+      case "$plan" in /*) ;; *) plan="$PWD/$plan" ;; esac  # OUT may be absolute
+      extra="--set sharding.plan=$plan"
     fi
     # shellcheck disable=SC2206
     extra_args=($extra)
