@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "batch_slice.h"
 #include "gtest/gtest.h"
 #include "io/synthetic.h"
 #include "mpi_test_main.h"
@@ -86,28 +87,6 @@ std::vector<Batch> GlobalBatches(const Config& c) {
   return out;
 }
 
-// Samples [begin, end) of `b` as a batch of their own.
-Batch Slice(const Batch& b, int64_t begin, int64_t end) {
-  Batch s;
-  s.batch_size = end - begin;
-  s.num_dense = b.num_dense;
-  s.dense.assign(b.dense.begin() + begin * b.num_dense, b.dense.begin() + end * b.num_dense);
-  s.labels.assign(b.labels.begin() + begin, b.labels.begin() + end);
-  s.sparse.num_features = b.sparse.num_features;
-  s.sparse.batch_size = s.batch_size;
-  s.sparse.offsets = {0};
-  for (int f = 0; f < b.sparse.num_features; ++f) {
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t bag = f * b.batch_size + i;
-      for (int64_t j = b.sparse.offsets[bag]; j < b.sparse.offsets[bag + 1]; ++j) {
-        s.sparse.values.push_back(b.sparse.values[j]);
-      }
-      s.sparse.offsets.push_back(static_cast<int64_t>(s.sparse.values.size()));
-    }
-  }
-  return s;
-}
-
 std::vector<std::vector<float>> Parameters(Model& m) {
   std::vector<std::vector<float>> out;
   for (int t = 0; t < m.sparse().num_tables(); ++t) {
@@ -141,7 +120,7 @@ void TrainAndCompare(const Config& config, const std::shared_ptr<Communicator>& 
   const int r = comm->rank();
   int step = 0;
   for (const Batch& global : GlobalBatches(config)) {
-    auto ld = (*dist)->TrainStep(Slice(global, r * local, (r + 1) * local), step);
+    auto ld = (*dist)->TrainStep(testing::SliceBatch(global, r * local, (r + 1) * local), step);
     ASSERT_TRUE(ld.ok()) << what << ": " << ld.status();
     auto ls = (*single)->TrainStep(global, step);
     ASSERT_TRUE(ls.ok()) << ls.status();
