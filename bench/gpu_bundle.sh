@@ -4,7 +4,7 @@
 # (docs/CUDA.md, "The GPU bundle"). The GPU machine has the CUDA driver, nvcc 13, Python with
 # PyTorch and pip's cuBLAS/NCCL, but none of our Debian libraries.
 #
-#   bench/gpu_bundle.sh   # -> build-bundle/gpu-bundle/ (~73 MiB) and gpu-bundle.tar.gz (~25 MiB)
+#   bench/gpu_bundle.sh   # -> build-bundle/gpu-bundle/ (~111 MiB) and gpu-bundle.tar.gz (~36 MiB)
 #
 # What the device tool carries is the tarball, build-bundle/gpu-bundle.tar.gz (one path; the
 # unpacked folder is over the 64 MiB a call carries, OpenBLAS alone being 36 MiB);
