@@ -330,6 +330,8 @@ absl::Status ShardedEmbeddingCollection::Forward(const KeyedJagged& batch, float
     ScopedPhase phase(s.times, "lookup");
     TESSERA_RETURN_IF_ERROR(s.LookupReceived(*in, &rc, &rd));
   }
+  // Average mode: the next sync's rows are known now when this step's update syncs.
+  TESSERA_RETURN_IF_ERROR(s.StartSyncAhead());
   s.in_use.reset();
 
   // 4. Output dist: partial sums back to the requesters.
@@ -345,6 +347,7 @@ absl::Status ShardedEmbeddingCollection::Forward(const KeyedJagged& batch, float
   s.recv_f.resize(sd[n - 1] + sc[n - 1]);
   // Sending what this rank computed (rc/rd) and receiving what it asked for (sc/sd).
   TESSERA_RETURN_IF_ERROR(s.ExchangeFloats(s.send_f.data(), rc, rd, s.recv_f.data(), sc, sd));
+  TESSERA_RETURN_IF_ERROR(s.AdvanceSyncAhead());
 
   const int64_t b = s.batch, od = s.output_dim;
   if (b > 0) std::fill(out, out + b * od, 0.0f);
@@ -407,6 +410,9 @@ absl::Status ShardedEmbeddingCollection::Forward(const KeyedJagged& batch, float
       }
     }
   }
+  // The sync's rows first, then the next batch's: a store stages its two latest hints, and the
+  // sync hands over the next batch's rows again (AverageSync) after resolving its own.
+  TESSERA_RETURN_IF_ERROR(s.FinishSyncAhead());
   // The next batch's payload has usually landed during this step's all-to-alls: hand its rows
   // to the tiered shards now, so their reads overlap the dense work (else BackwardUpdate waits).
   TESSERA_RETURN_IF_ERROR(s.HintNextRows(/*wait=*/false));
