@@ -148,7 +148,7 @@ class ShardedEmbeddingCollection {
   // Average mode with tiered shards (storage.prefetch on) and M > 1: when this Forward's
   // BackwardUpdate will sync, it also exchanges over the replica group the rows each replica
   // touched since the last sync, this batch's included (two nonblocking all-to-alls under the
-  // lookup and output dist), and hands each shard store the union and the rows of the delayed
+  // output dist), and hands each shard store the union and the rows of the delayed
   // state average (TieredRowStore::Prefetch), so the sync's misses are read during the dense
   // work; the sync then uses that union. An evaluation Forward's exchange is simply dropped.
   absl::Status Forward(const KeyedJagged& local_batch, float* out);

@@ -93,7 +93,7 @@ struct InflightInput {
 // Average mode's next sync, read ahead (Impl::StartSyncAhead / FinishSyncAhead): the Forward of
 // a step whose update syncs exchanges each replica's rows touched through that step (the rows
 // the sync will average) over the replica group, two nonblocking all-to-alls (counts, then ids)
-// overlapping the lookup and the output dist, so the tiered shards can read the union's misses
+// under the output dist, so the tiered shards can read the union's misses
 // during the dense work instead of in the sync's Resolve.
 struct SyncAhead {
   // Per local shard: what this replica sent (touched since the last sync plus the rows of this
