@@ -282,6 +282,8 @@ absl::Status ShardedEmbeddingCollection::Forward(const KeyedJagged& batch, float
   // 2. Payload: the prefetched one when every rank of the group has its batch in flight,
   // otherwise the blocking all-to-all (a prefetch some ranks could not use is dropped).
   const internal::ReceivedInput* in = nullptr;
+  // A batch in flight that this Forward does not use (an evaluation's) stays for a later one.
+  const bool keeps_inflight = s.inflight != nullptr && !any_use;
   if (all_use) {
     s.in_use = std::move(s.inflight);
     TESSERA_RETURN_IF_ERROR(s.in_use->pending->Wait());
@@ -411,8 +413,9 @@ absl::Status ShardedEmbeddingCollection::Forward(const KeyedJagged& batch, float
     }
   }
   // The sync's rows first, then the next batch's: a store stages its two latest hints, and the
-  // sync hands over the next batch's rows again (AverageSync) after resolving its own.
-  TESSERA_RETURN_IF_ERROR(s.FinishSyncAhead());
+  // sync hands over the next batch's rows again (AverageSync) after resolving its own. Not while
+  // a batch in flight was kept: its rows, staged already, must stay staged for its Forward.
+  TESSERA_RETURN_IF_ERROR(s.FinishSyncAhead(/*hint=*/!keeps_inflight));
   // The next batch's payload has usually landed during this step's all-to-alls: hand its rows
   // to the tiered shards now, so their reads overlap the dense work (else BackwardUpdate waits).
   TESSERA_RETURN_IF_ERROR(s.HintNextRows(/*wait=*/false));

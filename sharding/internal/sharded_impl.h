@@ -187,9 +187,11 @@ struct ShardedEmbeddingCollection::Impl {
   absl::Status AdvanceSyncAhead();
   // At the end of that Forward (before HintNextRows, so that the next batch's hint is the later
   // of a store's two staged batches): waits for the ids, forms the unions and hands each tiered
-  // shard's union and its delayed-state rows (pending_rows) to RowStore::Prefetch; kAll hands
-  // the whole shard. AverageSync then uses these unions instead of exchanging ids itself.
-  absl::Status FinishSyncAhead();
+  // shard's union and its delayed-state rows (pending_rows) to RowStore::Prefetch (only with
+  // `hint`; Forward passes false when it kept a batch in flight that it did not use, an
+  // evaluation's, whose staged rows another hint would drop); kAll hands the whole shard.
+  // AverageSync then uses these unions instead of exchanging ids itself.
+  absl::Status FinishSyncAhead(bool hint);
 
   // internal/sharded_input_dist.cc
   // The owner's half of Forward: unpacks `in`, resolves ids once per local shard and pools each

@@ -389,7 +389,7 @@ absl::Status ShardedEmbeddingCollection::Impl::AdvanceSyncAhead() {
   return absl::OkStatus();
 }
 
-absl::Status ShardedEmbeddingCollection::Impl::FinishSyncAhead() {
+absl::Status ShardedEmbeddingCollection::Impl::FinishSyncAhead(bool hint) {
   internal::SyncAhead& a = sync_ahead;
   if (a.phase == 0) return absl::OkStatus();
   TESSERA_RETURN_IF_ERROR(AdvanceSyncAhead());
@@ -415,6 +415,7 @@ absl::Status ShardedEmbeddingCollection::Impl::FinishSyncAhead() {
   }
   // The sync resolves the union and the rows of the delayed state average (pending_rows);
   // Prefetch skips those resident, so the misses are read during the dense work.
+  if (!hint) return absl::OkStatus();
   std::vector<int64_t> rows;
   for (int64_t q = 0; q < nl; ++q) {
     LocalShard& ls = local[q];
