@@ -5,6 +5,10 @@
 #   1p        one process, batch B
 #   1p-2B     one process, batch 2B (the sharded run's global batch)
 #   2p        mpirun -np 2, one sharding group of 2 ranks, batch B per rank
+#   2p-avg-kK mpirun -np 2, two replicas of one rank (sharding.group_size 1), average replica
+#             sync every K = 1 and 4 steps (sync_rows touched), batch B per rank; caches at 40%
+#             of the rows touched (the sync pins the rows both replicas touched in K steps and
+#             the previous sync's rows: 10% is too small for that)
 # each with the tier's prefetch on and off (storage.prefetch: false in a copy of the config).
 # Prints, per run, the stalls per step (rows Resolve read from RocksDB itself, and the ms Resolve
 # waited for them and for prefetch reads in flight, all tables, summed over ranks), rows read from RocksDB and ms
@@ -25,7 +29,8 @@ json="$out/sharded_prefetch.jsonl"
 off_cfg="$out/small_tiered_noprefetch.yaml"
 sed 's/reader_threads: 2}/reader_threads: 2, prefetch: false}/' configs/bench/small_tiered.yaml > "$off_cfg"
 grep -q "prefetch: false" "$off_cfg" || { echo "could not turn prefetch off in $off_cfg" >&2; exit 1; }
-common=(--threads 1 --batches 64 --warmup 64 --steps 48 --tier_cache_fraction 0.1)
+base=(--threads 1 --batches 64 --warmup 64 --steps 48)
+common=("${base[@]}" --tier_cache_fraction 0.1)
 for r in $(seq "$runs"); do
   for pf in on off; do
     cfg=configs/bench/small_tiered.yaml
@@ -37,9 +42,15 @@ for r in $(seq "$runs"); do
     mpirun -np 2 --oversubscribe "$bench" --config "$cfg" "${common[@]}" \
       --set data.batch_size="$batch" --set sharding.group_size=2 --set output.dir="$out/db_2p" \
       --name "2p prefetch=$pf" --json "$json" > /dev/null
+    for k in 1 4; do
+      mpirun -np 2 --oversubscribe "$bench" --config "$cfg" "${base[@]}" \
+        --tier_cache_fraction 0.4 --set data.batch_size="$batch" --set sharding.group_size=1 \
+        --set sharding.replica_sync=average --set sharding.sync_every=$k \
+        --set output.dir="$out/db_2pa" --name "2p-avg-k$k prefetch=$pf" --json "$json" > /dev/null
+    done
   done
 done
-rm -rf "$out"/db_1p "$out"/db_1p2 "$out"/db_2p
+rm -rf "$out"/db_1p "$out"/db_1p2 "$out"/db_2p "$out"/db_2pa
 python3 - "$json" <<'EOF'
 import json, statistics, sys
 rows = {}

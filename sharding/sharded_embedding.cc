@@ -282,6 +282,8 @@ absl::Status ShardedEmbeddingCollection::Forward(const KeyedJagged& batch, float
   // 2. Payload: the prefetched one when every rank of the group has its batch in flight,
   // otherwise the blocking all-to-all (a prefetch some ranks could not use is dropped).
   const internal::ReceivedInput* in = nullptr;
+  // A batch in flight that this Forward does not use (an evaluation's) stays for a later one.
+  const bool keeps_inflight = s.inflight != nullptr && !any_use;
   if (all_use) {
     s.in_use = std::move(s.inflight);
     TESSERA_RETURN_IF_ERROR(s.in_use->pending->Wait());
@@ -330,6 +332,8 @@ absl::Status ShardedEmbeddingCollection::Forward(const KeyedJagged& batch, float
     ScopedPhase phase(s.times, "lookup");
     TESSERA_RETURN_IF_ERROR(s.LookupReceived(*in, &rc, &rd));
   }
+  // Average mode: the next sync's rows are known now when this step's update syncs.
+  TESSERA_RETURN_IF_ERROR(s.StartSyncAhead());
   s.in_use.reset();
 
   // 4. Output dist: partial sums back to the requesters.
@@ -345,6 +349,7 @@ absl::Status ShardedEmbeddingCollection::Forward(const KeyedJagged& batch, float
   s.recv_f.resize(sd[n - 1] + sc[n - 1]);
   // Sending what this rank computed (rc/rd) and receiving what it asked for (sc/sd).
   TESSERA_RETURN_IF_ERROR(s.ExchangeFloats(s.send_f.data(), rc, rd, s.recv_f.data(), sc, sd));
+  TESSERA_RETURN_IF_ERROR(s.AdvanceSyncAhead());
 
   const int64_t b = s.batch, od = s.output_dim;
   if (b > 0) std::fill(out, out + b * od, 0.0f);
@@ -407,6 +412,10 @@ absl::Status ShardedEmbeddingCollection::Forward(const KeyedJagged& batch, float
       }
     }
   }
+  // The sync's rows first, then the next batch's: a store stages its two latest hints, and the
+  // sync hands over the next batch's rows again (AverageSync) after resolving its own. Not while
+  // a batch in flight was kept: its rows, staged already, must stay staged for its Forward.
+  TESSERA_RETURN_IF_ERROR(s.FinishSyncAhead(/*hint=*/!keeps_inflight));
   // The next batch's payload has usually landed during this step's all-to-alls: hand its rows
   // to the tiered shards now, so their reads overlap the dense work (else BackwardUpdate waits).
   TESSERA_RETURN_IF_ERROR(s.HintNextRows(/*wait=*/false));

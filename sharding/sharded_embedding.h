@@ -145,6 +145,12 @@ class ShardedEmbeddingCollection {
   const ShardingPlan& plan() const;
 
   // Pooled lookup of this rank's `local_batch` into out [local batch size, output_dim()].
+  // Average mode with tiered shards (storage.prefetch on) and M > 1: when this Forward's
+  // BackwardUpdate will sync, it also exchanges over the replica group the rows each replica
+  // touched since the last sync, this batch's included (two nonblocking all-to-alls under the
+  // output dist), and hands each shard store the union and the rows of the delayed
+  // state average (TieredRowStore::Prefetch), so the sync's misses are read during the dense
+  // work; the sync then uses that union. An evaluation Forward's exchange is simply dropped.
   absl::Status Forward(const KeyedJagged& local_batch, float* out);
   // Not collective: packs `next` (this rank's next local batch) for the input dist. At the next
   // Forward, when every rank of the sharding group has a batch packed, its id payload all-to-all

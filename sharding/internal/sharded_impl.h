@@ -90,6 +90,22 @@ struct InflightInput {
   bool hinted = false;
 };
 
+// Average mode's next sync, read ahead (Impl::StartSyncAhead / FinishSyncAhead): the Forward of
+// a step whose update syncs exchanges each replica's rows touched through that step (the rows
+// the sync will average) over the replica group, two nonblocking all-to-alls (counts, then ids)
+// under the output dist, so the tiered shards can read the union's misses
+// during the dense work instead of in the sync's Resolve.
+struct SyncAhead {
+  // Per local shard: what this replica sent (touched since the last sync plus the rows of this
+  // step's batch, increasing) and, once finished, the union over the replica group.
+  std::vector<std::vector<int64_t>> sent, unions;
+  std::vector<int64_t> send_counts, recv_counts;  // [m][local shards], replicated per peer
+  std::vector<int64_t> send_ids, recv_ids;
+  std::unique_ptr<PendingCollective> pending;
+  int phase = 0;       // 0 none, 1 counts in flight, 2 ids in flight, 3 unions ready
+  int64_t for_update = -1;  // Impl::updates when started: the update whose sync it serves
+};
+
 struct TableRoute {
   bool data_parallel = false;
   int dp = -1;                        // index in Impl::dp
@@ -141,6 +157,7 @@ struct ShardedEmbeddingCollection::Impl {
   // batch's rows (ExactReplicaSync), handed to the stores once this step's update resolved its
   // rows (BackwardUpdate).
   std::vector<std::vector<int64_t>> replica_next;
+  internal::SyncAhead sync_ahead;   // average mode: the next sync's rows (StartSyncAhead)
   internal::PackedInput fresh;      // the current batch when it was not prefetched
   internal::ReceivedInput fresh_in;
 
@@ -160,6 +177,21 @@ struct ShardedEmbeddingCollection::Impl {
   absl::Status ApplyUpdates(float lr, int64_t step);
   absl::Status DataParallelBackward(const float* d_out, float lr, int64_t step);
   absl::Status AverageSync();
+  // Average mode with tiered shards that read ahead (ReadsAhead), M > 1: called by Forward once
+  // LookupReceived filled the local shards' urows. When this Forward's update will sync (the
+  // next BackwardUpdate reaches a multiple of sync_every), sync_rows kTouched starts the
+  // exchange of SyncAhead (collective over the replica group, nonblocking); otherwise, and for
+  // kAll, nothing. Any earlier SyncAhead (an evaluation Forward's) is dropped first.
+  absl::Status StartSyncAhead();
+  // Moves the exchange on: waits for the counts and starts the ids (a no-op in other phases).
+  absl::Status AdvanceSyncAhead();
+  // At the end of that Forward (before HintNextRows, so that the next batch's hint is the later
+  // of a store's two staged batches): waits for the ids, forms the unions and hands each tiered
+  // shard's union and its delayed-state rows (pending_rows) to RowStore::Prefetch (only with
+  // `hint`; Forward passes false when it kept a batch in flight that it did not use, an
+  // evaluation's, whose staged rows another hint would drop); kAll hands the whole shard.
+  // AverageSync then uses these unions instead of exchanging ids itself.
+  absl::Status FinishSyncAhead(bool hint);
 
   // internal/sharded_input_dist.cc
   // The owner's half of Forward: unpacks `in`, resolves ids once per local shard and pools each

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
+#include <numeric>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -311,11 +313,136 @@ absl::Status ShardedEmbeddingCollection::Impl::DataParallelBackward(const float*
   return absl::OkStatus();
 }
 
+absl::Status ShardedEmbeddingCollection::Impl::StartSyncAhead() {
+  internal::SyncAhead& a = sync_ahead;
+  a.pending.reset();  // only left by a Forward that failed part way (fatal for the run anyway)
+  a.phase = 0;
+  a.for_update = -1;
+  if (options.replica_sync != ReplicaSync::kAverage || m == 1) return absl::OkStatus();
+  if ((updates + 1) % options.sync_every != 0) return absl::OkStatus();
+  bool any_tiered = false;
+  for (const auto& ls : local) any_tiered |= internal::ReadsAhead(*this, ls);
+  if (!any_tiered) return absl::OkStatus();
+  a.for_update = updates;
+  if (options.sync_rows == SyncRows::kAll) {
+    a.phase = 3;  // every row of the shard: nothing to exchange
+    return absl::OkStatus();
+  }
+  // The rows this step's update will touch are exactly the distinct rows of its batch (every
+  // unique id a sender routed here has a position, so it gets a gradient); AverageSync checks
+  // that what was sent is its touched set.
+  const int64_t nl = static_cast<int64_t>(local.size());
+  a.sent.resize(nl);
+  std::vector<int64_t> step_rows;
+  for (int64_t q = 0; q < nl; ++q) {
+    const LocalShard& ls = local[q];
+    step_rows.assign(ls.urows.begin(), ls.urows.end());
+    std::sort(step_rows.begin(), step_rows.end());
+    step_rows.erase(std::unique(step_rows.begin(), step_rows.end()), step_rows.end());
+    a.sent[q].clear();
+    std::set_union(ls.touched.begin(), ls.touched.end(), step_rows.begin(), step_rows.end(),
+                   std::back_inserter(a.sent[q]));
+  }
+  // An all-gather as an all-to-all (the nonblocking collective there is), the block repeated
+  // per peer.
+  a.send_counts.resize(m * nl);
+  a.recv_counts.resize(m * nl);
+  for (int r = 0; r < m; ++r) {
+    for (int64_t q = 0; q < nl; ++q) a.send_counts[r * nl + q] = a.sent[q].size();
+  }
+  std::vector<int64_t> bytes(m, nl * 8), displs(m);
+  for (int r = 0; r < m; ++r) displs[r] = r * nl * 8;
+  TESSERA_ASSIGN_OR_RETURN(a.pending,
+                           replica->StartAllToAllV(a.send_counts.data(), bytes, displs,
+                                                   a.recv_counts.data(), bytes, displs));
+  a.phase = 1;
+  return absl::OkStatus();
+}
+
+absl::Status ShardedEmbeddingCollection::Impl::AdvanceSyncAhead() {
+  internal::SyncAhead& a = sync_ahead;
+  if (a.phase != 1) return absl::OkStatus();
+  TESSERA_RETURN_IF_ERROR(a.pending->Wait());
+  a.pending.reset();
+  const int64_t nl = static_cast<int64_t>(local.size());
+  int64_t mine = 0;
+  for (const auto& v : a.sent) mine += static_cast<int64_t>(v.size());
+  a.send_ids.clear();
+  a.send_ids.reserve(m * mine);
+  for (int r = 0; r < m; ++r) {
+    for (const auto& v : a.sent) a.send_ids.insert(a.send_ids.end(), v.begin(), v.end());
+  }
+  std::vector<int64_t> sb(m, mine * 8), sd(m), rb(m), rd(m);
+  int64_t at = 0;
+  for (int r = 0; r < m; ++r) {
+    sd[r] = r * mine * 8;
+    int64_t n = 0;
+    for (int64_t q = 0; q < nl; ++q) n += a.recv_counts[r * nl + q];
+    rb[r] = n * 8;
+    rd[r] = at;
+    at += n * 8;
+  }
+  a.recv_ids.resize(at / 8);
+  TESSERA_ASSIGN_OR_RETURN(a.pending, replica->StartAllToAllV(a.send_ids.data(), sb, sd,
+                                                              a.recv_ids.data(), rb, rd));
+  a.phase = 2;
+  return absl::OkStatus();
+}
+
+absl::Status ShardedEmbeddingCollection::Impl::FinishSyncAhead(bool hint) {
+  internal::SyncAhead& a = sync_ahead;
+  if (a.phase == 0) return absl::OkStatus();
+  TESSERA_RETURN_IF_ERROR(AdvanceSyncAhead());
+  const int64_t nl = static_cast<int64_t>(local.size());
+  if (a.phase == 2) {
+    TESSERA_RETURN_IF_ERROR(a.pending->Wait());
+    a.pending.reset();
+    a.unions.resize(nl);
+    for (auto& u : a.unions) u.clear();
+    const int64_t* p = a.recv_ids.data();
+    for (int r = 0; r < m; ++r) {
+      for (int64_t q = 0; q < nl; ++q) {
+        const int64_t c = a.recv_counts[r * nl + q];
+        a.unions[q].insert(a.unions[q].end(), p, p + c);
+        p += c;
+      }
+    }
+    for (auto& u : a.unions) {
+      std::sort(u.begin(), u.end());
+      u.erase(std::unique(u.begin(), u.end()), u.end());
+    }
+    a.phase = 3;
+  }
+  // The sync resolves the union and the rows of the delayed state average (pending_rows);
+  // Prefetch skips those resident, so the misses are read during the dense work.
+  if (!hint) return absl::OkStatus();
+  std::vector<int64_t> rows;
+  for (int64_t q = 0; q < nl; ++q) {
+    LocalShard& ls = local[q];
+    if (!internal::ReadsAhead(*this, ls)) continue;
+    if (options.sync_rows == SyncRows::kAll) {
+      rows.resize(ls.rect.num_rows());
+      std::iota(rows.begin(), rows.end(), int64_t{0});
+    } else {
+      rows.clear();
+      std::set_union(a.unions[q].begin(), a.unions[q].end(), ls.pending_rows.begin(),
+                     ls.pending_rows.end(), std::back_inserter(rows));
+    }
+    if (!rows.empty()) ls.store->Prefetch(rows);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ShardedEmbeddingCollection::Impl::AverageSync() {
   if (m == 1) {
     for (auto& ls : local) ls.touched.clear();
     return absl::OkStatus();
   }
+  // The exchange this step's Forward did (StartSyncAhead), if any.
+  internal::SyncAhead& a = sync_ahead;
+  const bool ahead = a.phase == 3 && a.for_update == updates - 1;
+  a.phase = 0;
+  a.for_update = -1;
   // The rows to average: kTouched, the union over the replica group of the rows touched since
   // the last sync; kAll, every row of the shard (known to all replicas, so no id exchange and a
   // fixed payload of shard bytes per sync).
@@ -326,6 +453,14 @@ absl::Status ShardedEmbeddingCollection::Impl::AverageSync() {
       unions[q].resize(local[q].rect.num_rows());
       for (int64_t r = 0; r < local[q].rect.num_rows(); ++r) unions[q][r] = r;
     }
+  } else if (ahead) {
+    for (size_t q = 0; q < local.size(); ++q) {
+      TESSERA_CHECK(local[q].touched == a.sent[q])
+          << "table '" << options.collection.tables[local[q].table].name
+          << "': the rows exchanged ahead of the sync are not the rows the updates touched";
+    }
+    unions = std::move(a.unions);
+    a.unions.clear();
   } else {
     std::vector<const std::vector<int64_t>*> rows;
     for (auto& ls : local) rows.push_back(&ls.touched);
@@ -391,6 +526,14 @@ absl::Status ShardedEmbeddingCollection::Impl::AverageSync() {
     }
     at += u * (w + sd);
     ls.touched.clear();
+    // The next batch's rows once more, now that the sync resolved its own (the store keeps its
+    // two latest hints: the next batch's and this one). Those the step evicted sit in the
+    // write-back buffer that this EndStep drops, so Prefetch copies them into staging now; with
+    // one EndStep per step they would still be in it at the next Resolve.
+    if (internal::ReadsAhead(*this, ls) && inflight != nullptr && inflight->hinted &&
+        !hint_rows[q].empty()) {
+      ls.store->Prefetch(hint_rows[q]);
+    }
     TESSERA_RETURN_IF_ERROR(ls.store->EndStep());
   }
   return absl::OkStatus();
