@@ -566,6 +566,7 @@ PhaseTimes Estimator::StepFromMaxima(const MetricVec& mx, double world_allreduce
   // Tier reads are prefetched during the previous step (its compute and communication).
   const double rest = p.total();
   p.s[kTierMisses] = std::max(mx[kTierS] > 0 ? 0.1 * mx[kTierS] : 0.0, mx[kTierS] - rest);
+  p.background_s = std::max(0.0, mx[kTierS] - p.s[kTierMisses]);
   return p;
 }
 

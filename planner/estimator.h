@@ -126,6 +126,10 @@ struct Contribution {
 
 struct PhaseTimes {
   std::array<double, kNumPhases> s{};
+  // Seconds of work off the critical path: the tier's prefetch reads the step hides (run by the
+  // tier's threads during the previous step). Not in total() (the wall step), but on the process
+  // CPU clock, which counts every thread: total() + background_s is the step's CPU time.
+  double background_s = 0;
   double total() const;
 };
 

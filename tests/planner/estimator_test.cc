@@ -384,6 +384,39 @@ TEST(EstimatorTest, TierMemoryIsWhatTheRunAllocates) {
   EXPECT_NEAR(est0->Evaluate({p}).memory_detail[0].caches, all, 1e-6 * all);
 }
 
+TEST(EstimatorTest, HiddenTierReadsCountOnTheCpuClock) {
+  // One tiered table (cache 1000 of 100k rows), T = 1, B = 100: the step's misses (distinct
+  // rows outside the 1000 hottest among 100 ids) read from the page cache at 1e-5 s each. The
+  // step hides them behind its other phases (`rest`), at most all but 10% (the wall step's tier
+  // phase); what it hides is background_s, which the process CPU clock counts.
+  MachineProfile prof = FlatProfile();
+  PlanInputs in = SmallInputs({100000}, 16, 1, 100);
+  in.step.row_state_fixed = 0;
+  in.topology.memory.disk = int64_t{1} << 34;
+  absl::StatusOr<Estimator> est = Estimator::Create(in, prof, 1);
+  ASSERT_TRUE(est.ok());
+  TablePlacement p = TableWise(0, in.tables[0].config);
+  p.option.tiered = true;
+  p.option.cache_rows_fixed = 1000;
+  const double misses = ExpectedDistinct(100, 100000, 1.05, 1000);
+  StepEstimate e = est->Evaluate({p});
+  const double reads = misses * 1e-5;
+  const double rest = e.step.total() - e.step.s[kTierMisses];
+  ASSERT_LT(rest, 0.9 * reads);  // longer than the step: only `rest` is hidden
+  EXPECT_NEAR(e.step.s[kTierMisses], reads - rest, 1e-12);
+  EXPECT_NEAR(e.step.background_s, rest, 1e-12);
+  // Reads 100x cheaper: hidden but 10%.
+  for (TierPoint& t : prof.tier) t.read_cached_s = 1e-7;
+  absl::StatusOr<Estimator> cheap = Estimator::Create(in, prof, 1);
+  ASSERT_TRUE(cheap.ok());
+  StepEstimate ec = cheap->Evaluate({p});
+  ASSERT_GT(ec.step.total() - ec.step.s[kTierMisses], 0.9 * misses * 1e-7);
+  EXPECT_NEAR(ec.step.s[kTierMisses], 0.1 * misses * 1e-7, 1e-13);
+  EXPECT_NEAR(ec.step.background_s, 0.9 * misses * 1e-7, 1e-13);
+  // In memory: nothing in the background.
+  EXPECT_EQ(est->Evaluate({TableWise(0, in.tables[0].config)}).step.background_s, 0);
+}
+
 TEST(EstimatorTest, CommunicatorMemoryOnlyWithPeers) {
   MachineProfile prof = FlatProfile();
   prof.devices[0].comm_memory_bytes = 20 << 20;
