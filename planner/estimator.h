@@ -8,7 +8,8 @@
 //                  sharding.pipeline it travels during the previous step's other collectives
 //                  (MPI progresses only inside MPI calls) or its whole step (NCCL); the packing
 //                  (PackInput: ids bucketed per destination, deduplicated) is on the critical
-//                  path whenever T > 1, priced per id at the profile's scatter_update id_s
+//                  path whenever T > 1, priced per id at the profile's pack_id_s (scatter_update
+//                  id_s when absent)
 //   lookup         per shard: N B bags x gather bag_s + the owner's ids (N B ids-per-sample x
 //                  share of rows) / gather rate at the shard's row bytes, hot/cold blended by
 //                  the id skew (a table within the profile's llc_bytes is all hot)

@@ -157,6 +157,7 @@ absl::StatusOr<DeviceProfile> ReadDevice(const YAML::Node& n, const std::string&
   TESSERA_ASSIGN_OR_RETURN(d.copy_bytes_per_s, r.GetPositive("copy_bytes_per_s"));
   TESSERA_ASSIGN_OR_RETURN(d.pack_bytes_per_s, r.GetNonNegativeOr("pack_bytes_per_s", 0.0));
   TESSERA_ASSIGN_OR_RETURN(d.search_step_s, r.GetNonNegativeOr("search_step_s", 0.0));
+  TESSERA_ASSIGN_OR_RETURN(d.pack_id_s, r.GetNonNegativeOr("pack_id_s", 0.0));
   TESSERA_ASSIGN_OR_RETURN(double llc, r.GetPositive("llc_bytes"));
   d.llc_bytes = static_cast<int64_t>(llc);
   TESSERA_ASSIGN_OR_RETURN(d.gather, ReadRowRates(r, "gather", "bag_s"));
@@ -435,6 +436,7 @@ std::string MachineProfileToYaml(const MachineProfile& p) {
     if (d.search_step_s > 0) {
       e << YAML::Key << "search_step_s" << YAML::Value << d.search_step_s;
     }
+    if (d.pack_id_s > 0) e << YAML::Key << "pack_id_s" << YAML::Value << d.pack_id_s;
     e << YAML::Key << "llc_bytes" << YAML::Value << d.llc_bytes;
     rates("gather", d.gather, true);
     rates("scatter_update", d.scatter_update, false);

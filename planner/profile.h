@@ -61,6 +61,10 @@ struct DeviceProfile {
   // sorted array of row ids (std::lower_bound, the array in cache), as column-split row-wise
   // AdaGrad finds each row among its sibling shards' rows: log2(rows) steps per search.
   double search_step_s = 0;
+  // Optional (0 when absent: scatter_update id_s): seconds per id of the input dist's packing
+  // (PackInput: each id of a shard's rows deduplicated in a hash map, its position and bag
+  // length recorded), whenever T > 1.
+  double pack_id_s = 0;
   // Last-level cache bytes a rank's tables compete for: a table no larger gathers at the hot
   // rate; the hot share of a larger one is the Zipf coverage of its llc_bytes hottest rows.
   int64_t llc_bytes = 0;

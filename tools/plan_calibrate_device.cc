@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/buffer.h"
@@ -376,6 +377,53 @@ absl::Status MeasureSearch(const CalibrateOptions& o, const DeviceContext& ctx,
   return absl::OkStatus();
 }
 
+// The input dist's packing (CPU only), as sharding/internal/sharded_setup.cc's BucketIds does
+// it per request: 8 tables x 2048 bags of one Zipf(1.05) id over 2^17 rows, each id looked up
+// in (or added to) the request's hash map of unique ids, cleared per call, its position and the
+// bag's length recorded; 8 distinct batches cycled. Seconds per id.
+absl::Status MeasurePackIds(const CalibrateOptions& o, const DeviceContext& ctx,
+                            planner::DeviceProfile* d) {
+  if (ctx.is_cuda()) return absl::OkStatus();
+  constexpr int64_t kTables = 8, kBags = 2048, kRows = int64_t{1} << 17, kBatches = 8;
+  std::vector<KeyedJagged> batches;
+  for (int64_t i = 0; i < kBatches * kTables; ++i) {
+    batches.push_back(MakeBatch(kRows, kBags, 1, true, 1.05, 100 + i));
+  }
+  struct Req {
+    std::vector<int64_t> uids;
+    absl::flat_hash_map<int64_t, int32_t> index;
+    std::vector<int32_t> lengths, pos;
+  };
+  std::vector<Req> reqs(kTables);
+  int64_t call = 0;
+  TESSERA_ASSIGN_OR_RETURN(
+      double s, MedianSeconds(o.seconds_per_point / 4, [&]() -> absl::StatusOr<double> {
+        const int64_t first = (call++ % kBatches) * kTables;
+        IntervalTimer w(o.cpu_clock);
+        for (int64_t t = 0; t < kTables; ++t) {
+          const KeyedJagged& kj = batches[first + t];
+          Req& r = reqs[t];
+          r.uids.clear();
+          r.index.clear();
+          r.lengths.assign(kBags, 0);
+          r.pos.clear();
+          for (int64_t bag = 0; bag < kBags; ++bag) {
+            for (int64_t j = kj.offsets[bag]; j < kj.offsets[bag + 1]; ++j) {
+              auto [it, fresh] =
+                  r.index.try_emplace(kj.values[j], static_cast<int32_t>(r.uids.size()));
+              if (fresh) r.uids.push_back(kj.values[j]);
+              r.pos.push_back(it->second);
+              r.lengths[bag] += 1;
+            }
+          }
+        }
+        return w.Seconds();
+      }));
+  d->pack_id_s = s / (kTables * kBags);
+  Progress(o, absl::StrFormat("%s input packing %.1f ns per id", d->kind, 1e9 * d->pack_id_s));
+  return absl::OkStatus();
+}
+
 using Shape = std::tuple<int64_t, int64_t, int64_t>;
 
 // (batch, in, out) of every Linear layer of the configs' dense arch, and (batch, F, d) of their
@@ -533,6 +581,7 @@ absl::StatusOr<planner::DeviceProfile> MeasureDevice(const CalibrateOptions& o,
   TESSERA_RETURN_IF_ERROR(MeasureCopy(o, ctx, &d));
   TESSERA_RETURN_IF_ERROR(MeasurePack(o, ctx, &d));
   TESSERA_RETURN_IF_ERROR(MeasureSearch(o, ctx, &d));
+  TESSERA_RETURN_IF_ERROR(MeasurePackIds(o, ctx, &d));
   TESSERA_RETURN_IF_ERROR(MeasureLaunchOverhead(o, ctx, &d));
   d.llc_bytes = LlcBytes(o, ctx);
   Progress(o, absl::StrFormat("%s last-level cache %.1f MiB", d.kind, d.llc_bytes / 1048576.0));

@@ -254,6 +254,13 @@ TEST(EstimatorTest, InputPackingIsOnTheCriticalPath) {
   StepEstimate e =
       est->Evaluate({TableWise(0, in.tables[0].config), TableWise(1, in.tables[1].config)});
   EXPECT_NEAR(e.step.s[kInputDist], 2 * 100 * 5e-7, 1e-12);
+  // With the profile's pack_id_s (the hash-map deduplication measured), that rate instead.
+  prof.devices[0].pack_id_s = 2e-6;
+  absl::StatusOr<Estimator> est2 = Estimator::Create(in, prof, 2);
+  ASSERT_TRUE(est2.ok());
+  StepEstimate e2 =
+      est2->Evaluate({TableWise(0, in.tables[0].config), TableWise(1, in.tables[1].config)});
+  EXPECT_NEAR(e2.step.s[kInputDist], 2 * 100 * 2e-6, 1e-12);
 }
 
 TEST(EstimatorTest, ExactSyncPaysThreeReplicaCollectivesPerStep) {

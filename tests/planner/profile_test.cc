@@ -147,6 +147,12 @@ TEST(ProfileTest, PackRateAndSearchStepAreOptionalAndRoundTrip) {
   absl::StatusOr<MachineProfile> r = ParseMachineProfile(MachineProfileToYaml(p), "d");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->devices[0].search_step_s, 7.5e-9);
+  // pack_id_s too.
+  EXPECT_EQ(absent->devices[0].pack_id_s, 0);
+  p.devices[0].pack_id_s = 3.5e-8;
+  absl::StatusOr<MachineProfile> t = ParseMachineProfile(MachineProfileToYaml(p), "e");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->devices[0].pack_id_s, 3.5e-8);
 }
 
 TEST(ProfileTest, BeyondLlcRateIsOptionalAndSplitsTheBytes) {
