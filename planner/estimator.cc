@@ -270,6 +270,11 @@ double Estimator::A2aSeconds(double bytes, bool intra) const {
   return bytes / c.bytes_per_s;
 }
 
+double Estimator::PackSeconds(double bytes) const {
+  const double rate = dev_->pack_bytes_per_s > 0 ? dev_->pack_bytes_per_s : dev_->copy_bytes_per_s;
+  return bytes / rate;
+}
+
 Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
   const PlanTable& tab = in_->tables[t];
   const TableStats& s = stats_[t];
@@ -363,6 +368,12 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
                     owner_ids / GatherRowsPerSec(*dev_, row_bytes, s.hot);
       d[kUpdateS] =
           owner_ids * id_s + updated_rows / ScatterUpdateRowsPerSec(*dev_, row_bytes, s.hot);
+      if (column_split_adagrad && dev_->search_step_s > 0) {
+        // Every updated row's squared-gradient sum gathers the partials of its col_pieces
+        // sibling shards, each found by a binary search over that shard's updated rows.
+        d[kUpdateS] += updated_rows * col_pieces * std::log2(std::max(2.0, updated_rows)) *
+                       dev_->search_step_s;
+      }
       if (column_split_adagrad && ag_group_.bytes_per_s > 0) {
         d[kSyncS] +=
             ag_group_.latency_s + touched_group * 4 * (col_pieces - 1) / ag_group_.bytes_per_s;
@@ -442,10 +453,16 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
     }
     // PackInput on every rank (T > 1): the ids of the shard's row range bucketed per
     // destination and deduplicated, on the critical path (the pipeline hides only the
-    // transfer). Priced per id at the profile's sort rate (scatter_update id_s).
+    // transfer). Priced per id at the profile's pack_id_s (scatter_update id_s when absent).
     if (t_ > 1) {
-      u[kPackS] += static_cast<double>(rows_i) / c.num_rows * s.ids_local *
-                   ScatterIdSeconds(*dev_, cols * 4);
+      const double pack_id_s =
+          dev_->pack_id_s > 0 ? dev_->pack_id_s : ScatterIdSeconds(*dev_, cols * 4);
+      u[kPackS] += static_cast<double>(rows_i) / c.num_rows * s.ids_local * pack_id_s;
+      // Every rank's share of the shard's B bags x cols per feature: received partial sums
+      // added into the output (read, read-modify-write), output gradients packed (read, write).
+      const double block = bags * cols * 4.0;
+      u[kUnpackS] += PackSeconds(3 * block);
+      u[kGradPackS] += PackSeconds(2 * block);
     }
     u[kInSend] += memo_in_s;
     u[kOutRecv] += memo_out_s;
@@ -462,6 +479,9 @@ MetricVec Estimator::FixedPerRank() const {
   MemoryBreakdown m = FixedMemory();
   v[kMemDevice + static_cast<int>(table_kind_)] += m.activations + m.dense;
   v[kMemHost] += m.base;
+  // The sharded collection (T > 1) zeroes its [B, output dim] output before adding the
+  // received blocks into it.
+  if (t_ > 1) v[kUnpackS] += PackSeconds(in_->step.batch_per_rank * emb_out_dim_ * 4.0);
   return v;
 }
 
@@ -479,8 +499,8 @@ PhaseTimes Estimator::StepFromMaxima(const MetricVec& mx, double world_allreduce
   PhaseTimes p;
   const double a2a_lat = n_ > 1 ? a2a_group_.latency_s : 0;
   const double out_s = n_ > 1 ? a2a_lat + std::max(mx[kOutSend], mx[kOutRecv]) : 0;
-  p.s[kOutputDist] = out_s;
-  p.s[kBackwardDist] = out_s;
+  p.s[kOutputDist] = out_s + mx[kUnpackS];
+  p.s[kBackwardDist] = out_s + mx[kGradPackS];
   p.s[kLookup] = mx[kLookupS];
   p.s[kDenseForward] = dense_fwd_s_;
   p.s[kDenseBackward] = dense_bwd_s_;
@@ -537,7 +557,7 @@ PhaseTimes Estimator::StepFromMaxima(const MetricVec& mx, double world_allreduce
     if (n_ > 1) wait(a2a_group_, kInputDist);
     since += mx[kLookupS];
     if (n_ > 1) wait(a2a_group_, kOutputDist);
-    since += dense_fwd_s_ + dense_bwd_s_;
+    since += mx[kUnpackS] + dense_fwd_s_ + dense_bwd_s_ + mx[kGradPackS];
     if (n_ > 1) wait(a2a_group_, kBackwardDist);
     since += mx[kUpdateS] + mx[kTierWriteS];
     if (m_ > 1 && in_->step.replica_sync == ReplicaSync::kExact) wait(ag_replica_, kReplicaSync);
@@ -547,6 +567,7 @@ PhaseTimes Estimator::StepFromMaxima(const MetricVec& mx, double world_allreduce
   // Tier reads are prefetched during the previous step (its compute and communication).
   const double rest = p.total();
   p.s[kTierMisses] = std::max(mx[kTierS] > 0 ? 0.1 * mx[kTierS] : 0.0, mx[kTierS] - rest);
+  p.background_s = std::max(0.0, mx[kTierS] - p.s[kTierMisses]);
   return p;
 }
 

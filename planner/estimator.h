@@ -8,20 +8,29 @@
 //                  sharding.pipeline it travels during the previous step's other collectives
 //                  (MPI progresses only inside MPI calls) or its whole step (NCCL); the packing
 //                  (PackInput: ids bucketed per destination, deduplicated) is on the critical
-//                  path whenever T > 1, priced per id at the profile's scatter_update id_s
+//                  path whenever T > 1, priced per id at the profile's pack_id_s (scatter_update
+//                  id_s when absent)
 //   lookup         per shard: N B bags x gather bag_s + the owner's ids (N B ids-per-sample x
 //                  share of rows) / gather rate at the shard's row bytes, hot/cold blended by
 //                  the id skew (a table within the profile's llc_bytes is all hot)
 //   output dist    each shard sends B bags x cols x e to every other rank (row and grid shards
-//                  return partial sums of every bag); the all-to-all ends with its slowest rank
+//                  return partial sums of every bag); the all-to-all ends with its slowest rank;
+//                  then every rank (T > 1) zeroes its [B, output dim] output and adds each
+//                  received block into it: B x od x 4 bytes written, and per (shard, feature)
+//                  B x cols x 4 read and 2 x that read-modify-written, at the profile's
+//                  pack_bytes_per_s (copy_bytes_per_s when absent)
 //   dense fwd/bwd  GEMMs of the bottom MLP, the interaction (dot: batched (F+1)^2 d; DCNv2:
 //                  cross layers) and the top MLP, each at the profile's rate for its shape
 //                  (forward, input gradient and weight gradient shapes separately), plus
 //                  elementwise passes at the copy rate
-//   backward dist  the output dist's bytes in reverse
+//   backward dist  the output dist's bytes in reverse, after every rank (T > 1) packs the
+//                  output gradient per owner: per (shard, feature) B x cols x 4 read + written
+//                  at pack_bytes_per_s
 //   update         the owner's ids x scatter_update id_s (sort, gradient sums) + its distinct
 //                  rows (with exact replica sync: the union over the replicas) / the update
-//                  rate; column-split row-wise AdaGrad adds a group all-gather of per-row sums;
+//                  rate; column-split row-wise AdaGrad adds a group all-gather of per-row sums
+//                  and, per updated row, one binary search per column piece over the
+//                  sibling's updated rows (log2 rows steps at the profile's search_step_s);
 //                  data-parallel tables: their own ids, the world's distinct rows, three passes
 //                  over the rows x (dim + 1) gradient table and its world all-reduce (blocking)
 //   dense all-red  2 (T-1)/T x 4 P bytes over the world, bucketed: overlapped with the backward
@@ -91,6 +100,8 @@ enum Metric {
   kTierWriteS,  // tier write-back
   kSyncS,       // replica sync + column-split AdaGrad all-gathers
   kPackS,       // input dist packing (PackInput), on the critical path
+  kUnpackS,     // output dist: received partial sums added into the output (requester side)
+  kGradPackS,   // backward dist: the output gradient packed per owner (requester side)
   kMemDevice,
   kMemHost,
   kMemDisk,
@@ -116,6 +127,10 @@ struct Contribution {
 
 struct PhaseTimes {
   std::array<double, kNumPhases> s{};
+  // Seconds of work off the critical path: the tier's prefetch reads the step hides (run by the
+  // tier's threads during the previous step). Not in total() (the wall step), but on the process
+  // CPU clock, which counts every thread: total() + background_s is the step's CPU time.
+  double background_s = 0;
   double total() const;
 };
 
@@ -183,6 +198,7 @@ class Estimator {
     double exponent = 1.05;
   };
   double A2aSeconds(double bytes, bool intra) const;
+  double PackSeconds(double bytes) const;
   // Host bytes of a tiered shard's RocksDB (memtable + block cache) as the run allocates them.
   double TierDbMemoryBytes(const PlanTable& tab, double frac, double rows, double value_bytes,
                            double table_hot, double misses) const;

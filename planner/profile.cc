@@ -155,6 +155,9 @@ absl::StatusOr<DeviceProfile> ReadDevice(const YAML::Node& n, const std::string&
   TESSERA_ASSIGN_OR_RETURN(d.memory_bytes, r.Get<int64_t>("memory_bytes"));
   if (d.memory_bytes <= 0) return r.Error(n["memory_bytes"], r.Key("memory_bytes"), "must be > 0");
   TESSERA_ASSIGN_OR_RETURN(d.copy_bytes_per_s, r.GetPositive("copy_bytes_per_s"));
+  TESSERA_ASSIGN_OR_RETURN(d.pack_bytes_per_s, r.GetNonNegativeOr("pack_bytes_per_s", 0.0));
+  TESSERA_ASSIGN_OR_RETURN(d.search_step_s, r.GetNonNegativeOr("search_step_s", 0.0));
+  TESSERA_ASSIGN_OR_RETURN(d.pack_id_s, r.GetNonNegativeOr("pack_id_s", 0.0));
   TESSERA_ASSIGN_OR_RETURN(double llc, r.GetPositive("llc_bytes"));
   d.llc_bytes = static_cast<int64_t>(llc);
   TESSERA_ASSIGN_OR_RETURN(d.gather, ReadRowRates(r, "gather", "bag_s"));
@@ -427,6 +430,13 @@ std::string MachineProfileToYaml(const MachineProfile& p) {
     e << YAML::Key << "threads" << YAML::Value << d.threads;
     e << YAML::Key << "memory_bytes" << YAML::Value << d.memory_bytes;
     e << YAML::Key << "copy_bytes_per_s" << YAML::Value << d.copy_bytes_per_s;
+    if (d.pack_bytes_per_s > 0) {
+      e << YAML::Key << "pack_bytes_per_s" << YAML::Value << d.pack_bytes_per_s;
+    }
+    if (d.search_step_s > 0) {
+      e << YAML::Key << "search_step_s" << YAML::Value << d.search_step_s;
+    }
+    if (d.pack_id_s > 0) e << YAML::Key << "pack_id_s" << YAML::Value << d.pack_id_s;
     e << YAML::Key << "llc_bytes" << YAML::Value << d.llc_bytes;
     rates("gather", d.gather, true);
     rates("scatter_update", d.scatter_update, false);

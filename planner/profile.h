@@ -52,6 +52,19 @@ struct DeviceProfile {
   int threads = 1;              // threads the CPU numbers were measured with (1 for cuda)
   int64_t memory_bytes = 0;     // capacity seen at calibration (host RAM or HBM)
   double copy_bytes_per_s = 0;  // streaming copy bandwidth (elementwise passes, activations)
+  // Optional (0 when absent: copy_bytes_per_s): bytes read + written per second when rows of a
+  // few hundred bytes are copied between a [bags, output dim] matrix and a packed buffer, as the
+  // sharded collection packs gradients for the backward dist and adds received partial sums
+  // into its output (row by row, strided on one side); measured, not the streaming rate.
+  double pack_bytes_per_s = 0;
+  // Optional (0 when absent: not priced): seconds per halving step of a binary search over a
+  // sorted array of row ids (std::lower_bound, the array in cache), as column-split row-wise
+  // AdaGrad finds each row among its sibling shards' rows: log2(rows) steps per search.
+  double search_step_s = 0;
+  // Optional (0 when absent: scatter_update id_s): seconds per id of the input dist's packing
+  // (PackInput: each id of a shard's rows deduplicated in a hash map, its position and bag
+  // length recorded), whenever T > 1.
+  double pack_id_s = 0;
   // Last-level cache bytes a rank's tables compete for: a table no larger gathers at the hot
   // rate; the hot share of a larger one is the Zipf coverage of its llc_bytes hottest rows.
   int64_t llc_bytes = 0;

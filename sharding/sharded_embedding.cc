@@ -513,6 +513,14 @@ absl::Status ShardedEmbeddingCollection::BackwardUpdate(const float* d_out, floa
       ls.rows.clear();
       ls.grads.clear();
       if (sources[q].empty()) continue;
+      if (ls.uslots == ls.urows) {
+        // Slots are the rows (in-memory stores): AggregateRowGradients's distinct slots, in
+        // increasing order, are already the rows ordered by row; aggregate in place.
+        TESSERA_RETURN_IF_ERROR(AggregateRowGradients(s.ctx, sources[q], ls.width,
+                                                      PoolingMode::kSum, &s.ws, &ls.rows,
+                                                      &ls.grads));
+        continue;
+      }
       std::vector<float> grads;
       TESSERA_RETURN_IF_ERROR(AggregateRowGradients(s.ctx, sources[q], ls.width,
                                                     PoolingMode::kSum, &s.ws, &uslots, &grads));

@@ -7,13 +7,16 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <set>
 #include <tuple>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/buffer.h"
@@ -303,6 +306,124 @@ absl::Status MeasureCopy(const CalibrateOptions& o, const DeviceContext& ctx,
   return absl::OkStatus();
 }
 
+// The sharded collection's row-by-row copies (CPU only; the CUDA entry keeps 0: the copy rate):
+// a [2048, 8 x 64] float output whose 8 feature blocks of 64 columns are packed row by row into
+// a buffer (the backward dist's gradient pack: read + write) and added back into the zeroed
+// output (the output dist's unpack: zero, then read the block + read-modify-write the output),
+// as sharding/sharded_embedding.cc does them; bytes read + written per second of both, each
+// half timed after the cache eviction (in a step the dense work runs between them).
+absl::Status MeasurePack(const CalibrateOptions& o, const DeviceContext& ctx,
+                         planner::DeviceProfile* d) {
+  if (ctx.is_cuda()) return absl::OkStatus();
+  constexpr int64_t kBags = 2048, kFeatures = 8, kWidth = 64, kOd = kFeatures * kWidth;
+  std::vector<float> out(kBags * kOd), packed(kBags * kOd), flush;
+  for (int64_t i = 0; i < kBags * kOd; ++i) out[i] = static_cast<float>(i & 1023);
+  TESSERA_ASSIGN_OR_RETURN(
+      double s, MedianSeconds(o.seconds_per_point / 2, [&]() -> absl::StatusOr<double> {
+        EvictCaches(o, ctx, &flush);
+        double t = 0;
+        {
+          IntervalTimer w(o.cpu_clock);
+          float* p = packed.data();
+          for (int64_t f = 0; f < kFeatures; ++f) {
+            for (int64_t i = 0; i < kBags; ++i) {
+              std::memcpy(p, out.data() + i * kOd + f * kWidth, kWidth * sizeof(float));
+              p += kWidth;
+            }
+          }
+          t = w.Seconds();
+        }
+        EvictCaches(o, ctx, &flush);
+        IntervalTimer w(o.cpu_clock);
+        std::fill(out.begin(), out.end(), 0.0f);
+        for (int64_t f = 0; f < kFeatures; ++f) {
+          const float* src = packed.data() + f * kBags * kWidth;
+          float* dst = out.data() + f * kWidth;
+          for (int64_t i = 0; i < kBags; ++i) {
+            for (int64_t c = 0; c < kWidth; ++c) dst[i * kOd + c] += src[i * kWidth + c];
+          }
+        }
+        return t + w.Seconds();
+      }));
+  // Pack: read + write of every value; unpack: the zeroing write, then 3 accesses per value.
+  const double bytes = (2.0 + 1.0 + 3.0) * kBags * kOd * 4;
+  d->pack_bytes_per_s = bytes / s;
+  Progress(o, absl::StrFormat("%s row pack/unpack %.1f GB/s", d->kind, d->pack_bytes_per_s / 1e9));
+  return absl::OkStatus();
+}
+
+// Binary search (CPU only): std::lower_bound of 4096 present keys, in a shuffled order, over a
+// sorted array of 4096 distinct row ids (column-split row-wise AdaGrad's sibling lookup in
+// sharding/internal/sharded_sync.cc), as seconds per halving step (12 per search).
+absl::Status MeasureSearch(const CalibrateOptions& o, const DeviceContext& ctx,
+                           planner::DeviceProfile* d) {
+  if (ctx.is_cuda()) return absl::OkStatus();
+  constexpr int64_t kRows = 4096;
+  std::vector<int64_t> rows(kRows), keys(kRows);
+  for (int64_t i = 0; i < kRows; ++i) rows[i] = 3 * i + (i * 7919) % 3;
+  CounterRng rng(13, 0);
+  for (int64_t i = 0; i < kRows; ++i) keys[i] = rows[rng.NextBelow(kRows)];
+  volatile int64_t sink = 0;
+  TESSERA_ASSIGN_OR_RETURN(
+      double s, MedianSeconds(o.seconds_per_point / 4, [&]() -> absl::StatusOr<double> {
+        IntervalTimer w(o.cpu_clock);
+        int64_t sum = 0;
+        for (int64_t k : keys) sum += std::lower_bound(rows.begin(), rows.end(), k) - rows.begin();
+        sink = sink + sum;
+        return w.Seconds();
+      }));
+  d->search_step_s = s / (kRows * std::log2(static_cast<double>(kRows)));
+  Progress(o, absl::StrFormat("%s binary search %.2f ns per step", d->kind, 1e9 * d->search_step_s));
+  return absl::OkStatus();
+}
+
+// The input dist's packing (CPU only), as sharding/internal/sharded_setup.cc's BucketIds does
+// it per request: 8 tables x 2048 bags of one Zipf(1.05) id over 2^17 rows, each id looked up
+// in (or added to) the request's hash map of unique ids, cleared per call, its position and the
+// bag's length recorded; 8 distinct batches cycled. Seconds per id.
+absl::Status MeasurePackIds(const CalibrateOptions& o, const DeviceContext& ctx,
+                            planner::DeviceProfile* d) {
+  if (ctx.is_cuda()) return absl::OkStatus();
+  constexpr int64_t kTables = 8, kBags = 2048, kRows = int64_t{1} << 17, kBatches = 8;
+  std::vector<KeyedJagged> batches;
+  for (int64_t i = 0; i < kBatches * kTables; ++i) {
+    batches.push_back(MakeBatch(kRows, kBags, 1, true, 1.05, 100 + i));
+  }
+  struct Req {
+    std::vector<int64_t> uids;
+    absl::flat_hash_map<int64_t, int32_t> index;
+    std::vector<int32_t> lengths, pos;
+  };
+  std::vector<Req> reqs(kTables);
+  int64_t call = 0;
+  TESSERA_ASSIGN_OR_RETURN(
+      double s, MedianSeconds(o.seconds_per_point / 4, [&]() -> absl::StatusOr<double> {
+        const int64_t first = (call++ % kBatches) * kTables;
+        IntervalTimer w(o.cpu_clock);
+        for (int64_t t = 0; t < kTables; ++t) {
+          const KeyedJagged& kj = batches[first + t];
+          Req& r = reqs[t];
+          r.uids.clear();
+          r.index.clear();
+          r.lengths.assign(kBags, 0);
+          r.pos.clear();
+          for (int64_t bag = 0; bag < kBags; ++bag) {
+            for (int64_t j = kj.offsets[bag]; j < kj.offsets[bag + 1]; ++j) {
+              auto [it, fresh] =
+                  r.index.try_emplace(kj.values[j], static_cast<int32_t>(r.uids.size()));
+              if (fresh) r.uids.push_back(kj.values[j]);
+              r.pos.push_back(it->second);
+              r.lengths[bag] += 1;
+            }
+          }
+        }
+        return w.Seconds();
+      }));
+  d->pack_id_s = s / (kTables * kBags);
+  Progress(o, absl::StrFormat("%s input packing %.1f ns per id", d->kind, 1e9 * d->pack_id_s));
+  return absl::OkStatus();
+}
+
 using Shape = std::tuple<int64_t, int64_t, int64_t>;
 
 // (batch, in, out) of every Linear layer of the configs' dense arch, and (batch, F, d) of their
@@ -458,6 +579,9 @@ absl::StatusOr<planner::DeviceProfile> MeasureDevice(const CalibrateOptions& o,
   d.threads = ctx.is_cuda() ? 1 : o.threads;
   d.memory_bytes = memory_bytes;
   TESSERA_RETURN_IF_ERROR(MeasureCopy(o, ctx, &d));
+  TESSERA_RETURN_IF_ERROR(MeasurePack(o, ctx, &d));
+  TESSERA_RETURN_IF_ERROR(MeasureSearch(o, ctx, &d));
+  TESSERA_RETURN_IF_ERROR(MeasurePackIds(o, ctx, &d));
   TESSERA_RETURN_IF_ERROR(MeasureLaunchOverhead(o, ctx, &d));
   d.llc_bytes = LlcBytes(o, ctx);
   Progress(o, absl::StrFormat("%s last-level cache %.1f MiB", d.kind, d.llc_bytes / 1048576.0));

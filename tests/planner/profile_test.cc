@@ -119,6 +119,42 @@ TEST(ProfileTest, WaitPerComputeIsOptionalAndRoundTrips) {
   EXPECT_EQ(CollectiveAt(*q, CollectiveOp::kAllToAll, "mpi", 4)->wait_per_compute, 0);
 }
 
+TEST(ProfileTest, PackRateAndSearchStepAreOptionalAndRoundTrip) {
+  // Absent (files written before the keys): 0, so the estimator prices packing at
+  // copy_bytes_per_s and no sibling search; present:
+  // parsed and written back; negative: refused naming the key.
+  MachineProfile p = FlatProfile();
+  p.devices[0].pack_bytes_per_s = 0;
+  const std::string without = MachineProfileToYaml(p);
+  EXPECT_THAT(without, ::testing::Not(HasSubstr("pack_bytes_per_s")));
+  absl::StatusOr<MachineProfile> absent = ParseMachineProfile(without, "a");
+  ASSERT_TRUE(absent.ok()) << absent.status();
+  EXPECT_EQ(absent->devices[0].pack_bytes_per_s, 0);
+  p.devices[0].pack_bytes_per_s = 1.25e10;
+  const std::string yaml = MachineProfileToYaml(p);
+  EXPECT_THAT(yaml, HasSubstr("pack_bytes_per_s: 1.25e+10"));
+  absl::StatusOr<MachineProfile> q = ParseMachineProfile(yaml, "b");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->devices[0].pack_bytes_per_s, 1.25e10);
+  EXPECT_EQ(MachineProfileToYaml(*q), yaml);
+  absl::StatusOr<MachineProfile> bad = ParseMachineProfile(
+      Replace(yaml, "pack_bytes_per_s: 1.25e+10", "pack_bytes_per_s: -1"), "c");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("pack_bytes_per_s: must be >= 0"));
+  // search_step_s the same way.
+  EXPECT_EQ(absent->devices[0].search_step_s, 0);
+  p.devices[0].search_step_s = 7.5e-9;
+  absl::StatusOr<MachineProfile> r = ParseMachineProfile(MachineProfileToYaml(p), "d");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->devices[0].search_step_s, 7.5e-9);
+  // pack_id_s too.
+  EXPECT_EQ(absent->devices[0].pack_id_s, 0);
+  p.devices[0].pack_id_s = 3.5e-8;
+  absl::StatusOr<MachineProfile> t = ParseMachineProfile(MachineProfileToYaml(p), "e");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->devices[0].pack_id_s, 3.5e-8);
+}
+
 TEST(ProfileTest, BeyondLlcRateIsOptionalAndSplitsTheBytes) {
   MachineProfile p = FlatProfile();
   for (CollectivePoint& c : p.collectives) c.beyond_llc_bytes_per_s = 2.5e5;

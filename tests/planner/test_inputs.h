@@ -11,7 +11,8 @@
 namespace tessera::planner {
 
 // One cpu device: every gather / update rate flat 1e6 rows/s (hot and cold), no per-bag or
-// per-id extra (bag_s = id_s = 0), LLC 1 MiB, copy 1e9 B/s, GEMM 1e9 flop/s, no launch
+// per-id extra (bag_s = id_s = 0), LLC 1 MiB, copy 1e9 B/s (row packing free: 1e18 B/s; the
+// tests of the pack terms set their own rate), GEMM 1e9 flop/s, no launch
 // overhead, base memory 1 MiB, no communicator memory; MPI collectives at every size: no
 // latency, 1e6 bytes/s; tier: 1e-4 s per read from disk, 1e-5 from cache, 1e-6 per write.
 inline MachineProfile FlatProfile(double latency_s = 0) {
@@ -25,6 +26,7 @@ inline MachineProfile FlatProfile(double latency_s = 0) {
   d.threads = 1;
   d.memory_bytes = int64_t{1} << 34;
   d.copy_bytes_per_s = 1e9;
+  d.pack_bytes_per_s = 1e18;  // the output dist's unpack and the gradient pack free
   d.llc_bytes = 1 << 20;
   d.gather = {{64, 1e6, 1e6}, {512, 1e6, 1e6}};
   d.scatter_update = {{64, 1e6, 1e6}, {512, 1e6, 1e6}};
