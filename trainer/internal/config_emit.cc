@@ -72,10 +72,19 @@ void EmitModel(YAML::Emitter& e, const ModelConfig& m) {
     Key(e, "type", kRowInitTypeNames, t.init.type);
     if (t.init.scale > 0) Key(e, "scale", t.init.scale);  // absent = sqrt(1 / rows)
     e << YAML::EndMap;
+    if (t.storage.tier == StorageTier::kMemory && t.storage.dtype != RowDtype::kF32) {
+      e << YAML::Key << "storage" << YAML::Value << YAML::Flow << YAML::BeginMap;
+      Key(e, "tier", kStorageTierNames, t.storage.tier);
+      Key(e, "dtype", kRowDtypeNames, t.storage.dtype);
+      Key(e, "rounding", kRowRoundingNames, t.storage.rounding);
+      e << YAML::EndMap;
+    }
     if (t.storage.tier == StorageTier::kRocksDb) {
       const TableStorage& st = t.storage;
       e << YAML::Key << "storage" << YAML::Value << YAML::Flow << YAML::BeginMap;
       Key(e, "tier", kStorageTierNames, st.tier);
+      Key(e, "dtype", kRowDtypeNames, st.dtype);
+      Key(e, "rounding", kRowRoundingNames, st.rounding);
       Key(e, "path", st.path);
       if (st.cache_rows > 0) Key(e, "cache_rows", st.cache_rows);
       if (st.cache_rows <= 0) Key(e, "cache_bytes", st.cache_bytes);
