@@ -14,6 +14,10 @@
 // alternates the two over blocks of ~32 runs whose sums stay in an L1-sized buffer (the same
 // SumRunsCpu and UpdateRowsCpu as the unfused path, so the same bits), instead of writing every
 // summed row out and reading it back.
+//
+// 16-bit tables (weight_dtype fp16 / bf16) take the same loops' structure in
+// embedding/internal/pooled_lookup_16bit.cc: the forward's per-bag gather and UpdateRowsCpu's
+// per-row update dispatch there; the sort and segment sums are shared.
 #include <algorithm>
 #include <cstdint>
 #include <limits>

@@ -14,6 +14,7 @@
 // are not fused in either; each lane uses the scalar formulas of row_dtype.h; a block of 16
 // holding a value outside the vector path's range -- NaN, Inf, beyond fp16's 65504 -- runs the
 // scalar code), so the result depends neither on the CPU nor on the thread count.
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -215,13 +216,53 @@ TESSERA_AVX512 void PoolBagsAvx512(const PooledLookupArgs& a, int64_t b0, int64_
   }
 }
 
+// RowSumOfSquares(g, kDim) in registers, with its exact order of terms: lane l of `part` is
+// partial l (columns k = l mod 16, increasing k), then the pairwise tree 8, 4, 2, 1.
+template <int kDim>
+TESSERA_AVX512 inline float SumOfSquares16(const float* g) {
+  __m512 part = _mm512_setzero_ps();
+  for (int c = 0; c < kDim / 16; ++c) {
+    const __m512 x = _mm512_loadu_ps(g + 16 * c);
+    part = _mm512_add_ps(part, _mm512_mul_ps(x, x));
+  }
+  const __m256 p8 = _mm256_add_ps(_mm512_castps512_ps256(part),
+                                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(part), 1)));
+  const __m128 p4 = _mm_add_ps(_mm256_castps256_ps128(p8), _mm256_extractf128_ps(p8, 1));
+  const __m128 p2 = _mm_add_ps(p4, _mm_movehl_ps(p4, p4));
+  const __m128 p1 = _mm_add_ss(p2, _mm_shuffle_ps(p2, p2, 1));
+  return _mm_cvtss_f32(p1);
+}
+
+// SGD and row-wise AdaGrad on one row kept in registers (no round trip through memory between
+// widening, the update and the rounding): ApplyRowUpdate's formulas, term for term.
+template <int kDim, RowDtype kD>
+TESSERA_AVX512 inline void UpdateRowInRegisters(const RowUpdateArgs& a, uint32_t key,
+                                                const float* g, uint16_t* row, float* s) {
+  constexpr int kVecs = kDim / 16;
+  float scale = a.lr;
+  if (a.optimizer.type == RowOptimizerType::kRowWiseAdagrad) {
+    s[0] += SumOfSquares16<kDim>(g) / static_cast<float>(kDim);
+    scale = a.lr / (sqrtf(s[0] / a.optimizer.adagrad_divisor) + a.optimizer.eps);
+  }
+  const __m512 sc = _mm512_set1_ps(scale);
+  alignas(64) float w[16];
+  for (int c = 0; c < kVecs; ++c) {
+    const __m512 x = _mm512_sub_ps(Load16<kD>(row + 16 * c),
+                                   _mm512_mul_ps(sc, _mm512_loadu_ps(g + 16 * c)));
+    _mm512_store_ps(w, x);
+    if (!Store16<kD>(a.rounding, key, w, row + 16 * c)) {
+      NarrowValues<kD>(a.rounding, key, w, 16, row + 16 * c);
+    }
+  }
+}
+
 template <int kDim, RowDtype kD>
 TESSERA_AVX512 void UpdateRowsAvx512(const int64_t* slots, const float* row_grads,
                                      const RowUpdateArgs& a, int64_t u0, int64_t u1,
                                      int64_t pf_end) {
   constexpr int kVecs = kDim / 16;
   const int64_t sd = RowStateDim(a.optimizer.type, kDim);
-  const int64_t ahead = PrefetchRowsAhead(kDim * 2 + sd * static_cast<int64_t>(sizeof(float)));
+  const int64_t ahead = PrefetchRowsAhead(kDim * 4 + sd * static_cast<int64_t>(sizeof(float)));
   uint16_t* weights = static_cast<uint16_t*>(a.weights);
   const uint32_t key = rd::StochasticKey(a.rounding_seed, a.step);
   alignas(64) float w[kDim];
@@ -233,6 +274,10 @@ TESSERA_AVX512 void UpdateRowsAvx512(const int64_t* slots, const float* row_grad
     }
     uint16_t* row = weights + slots[u] * kDim;
     float* s = sd > 0 ? a.state + slots[u] * sd : nullptr;
+    if (a.optimizer.type != RowOptimizerType::kAdam) {
+      UpdateRowInRegisters<kDim, kD>(a, key, row_grads + (u - u0) * kDim, row, s);
+      continue;
+    }
     for (int c = 0; c < kVecs; ++c) _mm512_store_ps(w + 16 * c, Load16<kD>(row + 16 * c));
     ApplyRowUpdate(a.optimizer, a.lr, a.step, kDim, row_grads + (u - u0) * kDim, w, s);
     for (int c = 0; c < kVecs; ++c) {
