@@ -13,7 +13,14 @@
 // Counters: rows/s (ids looked up, or unique rows updated, per second of the kernel), the
 // limit's rows/s, and of_limit = kernel rate / limit rate (the item-4 goals of issue 12: the
 // lookup >= 0.80, the update >= 1 / 1.5 = 0.67). Needs ~7 GB of memory (the tables and state).
+//   BM_Phases16         16-bit tables (storage.dtype fp16 / bf16, issue 12 item 3) against the
+//                       fp32 tables above, interleaved: each iteration runs one batch's lookup
+//                       and update on the fp32 collection, then the same batch on a collection
+//                       of the same tables stored in 16 bits, each phase timed on the process
+//                       CPU clock. Counters: each side's lookup and update ms per batch and the
+//                       speedups (fp32 time / 16-bit time). Needs ~3.5 GB more.
 //   OMP_NUM_THREADS=1 build/bin/embedding_phase_bench --benchmark_filter='/threads:1'
+//   OMP_NUM_THREADS=1 build/bin/embedding_phase_bench --benchmark_filter='BM_Phases16'
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -42,6 +49,7 @@ constexpr int kBatches = 64;
 constexpr float kLr = 0.005f;
 
 struct Setup {
+  EmbeddingCollectionOptions options;  // the fp32 collection's
   std::unique_ptr<EmbeddingCollection> collection;
   std::vector<Batch> batches;
   std::vector<float> out;   // [kBatchSize, output_dim]
@@ -74,6 +82,7 @@ Setup& GetSetup() {
     data.pooling = pooling;
     data.zipf_exponent = 1.05;
     data.seed = 1;
+    s->options = o;
     auto collection = EmbeddingCollection::Create(o, DeviceContext::Cpu());
     TESSERA_CHECK_OK(collection.status());
     s->collection = std::move(collection).value();
@@ -224,6 +233,60 @@ void BM_EmbeddingUpdate(benchmark::State& state) {
   state.counters["ids/row"] = double(iter) * s.ids_per_batch / rows_k;
 }
 
+// The same tables stored as `dtype` (created on first use, one at a time).
+EmbeddingCollection& Collection16(RowDtype dtype) {
+  static std::unique_ptr<EmbeddingCollection> c;
+  static RowDtype have = RowDtype::kF32;
+  if (c == nullptr || have != dtype) {
+    c.reset();
+    EmbeddingCollectionOptions o = GetSetup().options;
+    for (TableConfig& t : o.tables) t.storage.dtype = dtype;
+    auto made = EmbeddingCollection::Create(o, DeviceContext::Cpu());
+    TESSERA_CHECK_OK(made.status());
+    c = std::move(made).value();
+    have = dtype;
+  }
+  return *c;
+}
+
+double CpuNow() { return PhaseTimes::Now(PhaseTimes::Clock::kProcessCpu); }
+
+// Args: dtype (1 = fp16, 2 = bf16), threads.
+void BM_Phases16(benchmark::State& state) {
+  Setup& s = GetSetup();
+  const RowDtype dtype = state.range(0) == 1 ? RowDtype::kF16 : RowDtype::kBf16;
+  EmbeddingCollection& c16 = Collection16(dtype);
+  SetNumThreads(static_cast<int>(state.range(1)));
+  double t[2][2] = {{0, 0}, {0, 0}};  // [fp32, 16-bit][lookup, update]
+  int64_t iter = 0;
+  for (auto _ : state) {
+    const Batch& b = s.batches[iter % kBatches];
+    const double before16 = t[1][0] + t[1][1];
+    EmbeddingCollection* sides[2] = {s.collection.get(), &c16};
+    for (int side = 0; side < 2; ++side) {
+      const double t0 = CpuNow();
+      TESSERA_CHECK_OK(sides[side]->Forward(b.sparse, s.out.data()));
+      const double t1 = CpuNow();
+      TESSERA_CHECK_OK(sides[side]->BackwardUpdate(s.d_out.data(), kLr, iter + 1));
+      const double t2 = CpuNow();
+      benchmark::DoNotOptimize(s.out.data());
+      t[side][0] += t1 - t0;
+      t[side][1] += t2 - t1;
+    }
+    state.SetIterationTime(t[1][0] + t[1][1] - before16);  // the 16-bit side's CPU time
+    ++iter;
+  }
+  const double ms = 1e3 / static_cast<double>(iter);
+  state.counters["f32_lookup_ms"] = t[0][0] * ms;
+  state.counters["f32_update_ms"] = t[0][1] * ms;
+  state.counters["x16_lookup_ms"] = t[1][0] * ms;
+  state.counters["x16_update_ms"] = t[1][1] * ms;
+  state.counters["lookup_speedup"] = t[0][0] / t[1][0];
+  state.counters["update_speedup"] = t[0][1] / t[1][1];
+  state.counters["phases_speedup"] = (t[0][0] + t[0][1]) / (t[1][0] + t[1][1]);
+  state.SetLabel(RowDtypeName(dtype));
+}
+
 void Args(benchmark::internal::Benchmark* b) {
   for (int threads : {1, 2}) {
     for (int ahead : {4, 8, 16}) b->Args({threads, ahead});
@@ -233,6 +296,12 @@ void Args(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_PooledLookup)->Apply(Args);
 BENCHMARK(BM_EmbeddingUpdate)->Apply(Args);
+BENCHMARK(BM_Phases16)
+    ->ArgsProduct({{1, 2}, {1, 2}})
+    ->ArgNames({"dtype", "threads"})
+    ->UseManualTime()
+    ->Iterations(64)
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace tessera

@@ -32,6 +32,7 @@ absl::StatusOr<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::Create
     so.seed = options.seed;
     so.table_id = static_cast<uint64_t>(t);
     so.name = table.name;
+    so.dtype = table.storage.dtype;
     TESSERA_ASSIGN_OR_RETURN(auto store, CreateInMemoryRowStore(so));
     stores.push_back(std::move(store));
   }
@@ -59,6 +60,11 @@ absl::StatusOr<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::Create
                        s == nullptr ? ""
                                     : absl::StrCat(s->num_rows(), " rows, dim ", s->dim(),
                                                    ", state_dim ", s->state_dim(), ")")));
+    }
+    if (s->weight_dtype() != table.storage.dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          TableLabel(table, t), ": store holds ", RowDtypeName(s->weight_dtype()),
+          " weights but the table's storage.dtype is ", RowDtypeName(table.storage.dtype)));
     }
   }
   std::unique_ptr<EmbeddingCollection> c(new EmbeddingCollection());
@@ -153,7 +159,8 @@ absl::Status EmbeddingCollection::Forward(const KeyedJagged& batch, float* out) 
     RowStore& store = *stores_[t];
     for (int f : table.features) {
       PooledLookupArgs args;
-      args.weights = store.weights();
+      args.weights = store.weight_data();
+      args.weight_dtype = store.weight_dtype();
       args.dim = table.dim;
       args.offsets = batch.feature_offsets(f);
       args.indices = slots_.data();
@@ -217,12 +224,15 @@ absl::Status EmbeddingCollection::BackwardUpdate(const float* d_out, float lr, i
       sources_.push_back(g);
     }
     RowUpdateArgs args;
-    args.weights = store.weights();
+    args.weights = store.weight_data();
+    args.weight_dtype = store.weight_dtype();
     args.state = store.state();
     args.dim = table.dim;
     args.optimizer = options_.optimizer;
     args.lr = lr;
     args.step = step;
+    args.rounding = table.storage.rounding;
+    args.rounding_seed = options_.seed;
     absl::Status st = FusedBackwardUpdate(ctx_, sources_, table.pooling, args, &ws_);
     if (!st.ok()) {
       return absl::Status(st.code(), absl::StrCat(TableLabel(table, t), ": ", st.message()));

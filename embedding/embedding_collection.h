@@ -31,14 +31,15 @@ struct EmbeddingCollectionOptions {
 
 class EmbeddingCollection {
  public:
-  // Creates tables with in-memory stores (table t's rows initialised from (seed, t, row)).
+  // Creates tables with in-memory stores (table t's rows initialised from (seed, t, row), stored
+  // as the table's storage.dtype; 16-bit tables round updates by storage.rounding, keyed by seed).
   // Returns InvalidArgument naming the table for bad sizes, an empty or repeated name, or a
   // feature out of range, served twice or not at all.
   static absl::StatusOr<std::unique_ptr<EmbeddingCollection>> Create(
       const EmbeddingCollectionOptions& options, const DeviceContext& ctx);
   // Same, with caller-made stores (one per table, e.g. the RocksDB tier); takes ownership.
-  // Also InvalidArgument when a store's num_rows, dim or state_dim (RowStateDim of the
-  // optimizer) disagrees with its table.
+  // Also InvalidArgument when a store's num_rows, dim, state_dim (RowStateDim of the
+  // optimizer) or weight_dtype (the table's storage.dtype) disagrees with its table.
   static absl::StatusOr<std::unique_ptr<EmbeddingCollection>> CreateWithStores(
       const EmbeddingCollectionOptions& options, std::vector<std::unique_ptr<RowStore>> stores,
       const DeviceContext& ctx);

@@ -4,6 +4,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/buffer.h"
@@ -31,7 +32,7 @@ class InMemoryRowStore final : public RowStore {
 
   absl::Status Allocate() {
     // AllocateHost maps tables >= 2 MiB with MADV_HUGEPAGE and zero-fills lazily.
-    weights_ = static_cast<float*>(AllocateHost(WeightBytes()));
+    weights_ = static_cast<char*>(AllocateHost(WeightBytes()));
     if (weights_ == nullptr) {
       return absl::ResourceExhaustedError(
           absl::StrCat(label_, ": allocating ", WeightBytes(), " bytes of weights failed"));
@@ -49,12 +50,22 @@ class InMemoryRowStore final : public RowStore {
   // Initialises in parallel over rows: each row depends on (seed, table, row) only, and the
   // first touch of a page happens on the thread that later reads it most (no NUMA effect on
   // these machines, but it spreads the page faults over the threads).
+  // A 16-bit table rounds each InitRow value to nearest.
   void Initialize() {
     const int64_t dim = options_.dim, sd = options_.state_dim;
+    const int64_t row_bytes = RowBytes();
     ParallelFor(options_.num_rows, 4096, [&](int64_t begin, int64_t end, int) {
+      std::vector<float> row(options_.dtype == RowDtype::kF32 ? 0 : dim);
       for (int64_t r = begin; r < end; ++r) {
-        InitRow(options_.init, options_.seed, options_.table_id, options_.num_rows, r, dim,
-                weights_ + r * dim);
+        char* dst = weights_ + r * row_bytes;
+        if (options_.dtype == RowDtype::kF32) {
+          InitRow(options_.init, options_.seed, options_.table_id, options_.num_rows, r, dim,
+                  reinterpret_cast<float*>(dst));
+        } else {
+          InitRow(options_.init, options_.seed, options_.table_id, options_.num_rows, r, dim,
+                  row.data());
+          RowValuesFromFloat(options_.dtype, row.data(), dim, dst);
+        }
       }
       if (sd > 0 && options_.state_init != 0.0f) {
         std::fill(state_ + begin * sd, state_ + end * sd, options_.state_init);
@@ -91,16 +102,20 @@ class InMemoryRowStore final : public RowStore {
     return absl::OkStatus();
   }
 
-  float* weights() override { return weights_; }
+  RowDtype weight_dtype() const override { return options_.dtype; }
+  void* weight_data() override { return weights_; }
   float* state() override { return state_; }
 
-  absl::Status ReadRows(int64_t begin, int64_t count, float* weights_out,
-                        float* state_out) override {
+  absl::Status ReadRowBytes(int64_t begin, int64_t count, void* weights_out,
+                            float* state_out) override {
     TESSERA_RETURN_IF_ERROR(CheckRange("ReadRows", begin, count));
     if (count > 0 && weights_out == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(label_, ": ReadRows with null weights_out"));
     }
-    std::memcpy(weights_out, weights_ + begin * options_.dim, RowsBytes(count, options_.dim));
+    if (count > 0) {
+      std::memcpy(weights_out, weights_ + begin * RowBytes(),
+                  static_cast<size_t>(count * RowBytes()));
+    }
     if (state_out != nullptr && options_.state_dim > 0) {
       std::memcpy(state_out, state_ + begin * options_.state_dim,
                   RowsBytes(count, options_.state_dim));
@@ -108,13 +123,15 @@ class InMemoryRowStore final : public RowStore {
     return absl::OkStatus();
   }
 
-  absl::Status WriteRows(int64_t begin, int64_t count, const float* weights,
-                         const float* state) override {
+  absl::Status WriteRowBytes(int64_t begin, int64_t count, const void* weights,
+                             const float* state) override {
     TESSERA_RETURN_IF_ERROR(CheckRange("WriteRows", begin, count));
     if (count > 0 && weights == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(label_, ": WriteRows with null weights"));
     }
-    std::memcpy(weights_ + begin * options_.dim, weights, RowsBytes(count, options_.dim));
+    if (count > 0) {
+      std::memcpy(weights_ + begin * RowBytes(), weights, static_cast<size_t>(count * RowBytes()));
+    }
     if (state != nullptr && options_.state_dim > 0) {
       std::memcpy(state_ + begin * options_.state_dim, state, RowsBytes(count, options_.state_dim));
     }
@@ -125,7 +142,10 @@ class InMemoryRowStore final : public RowStore {
   static size_t RowsBytes(int64_t rows, int64_t width) {
     return static_cast<size_t>(rows) * static_cast<size_t>(width) * sizeof(float);
   }
-  size_t WeightBytes() const { return RowsBytes(options_.num_rows, options_.dim); }
+  int64_t RowBytes() const { return options_.dim * RowDtypeBytes(options_.dtype); }
+  size_t WeightBytes() const {
+    return static_cast<size_t>(options_.num_rows) * static_cast<size_t>(RowBytes());
+  }
   size_t StateBytes() const { return RowsBytes(options_.num_rows, options_.state_dim); }
 
   absl::Status CheckRange(const char* what, int64_t begin, int64_t count) const {
@@ -139,7 +159,7 @@ class InMemoryRowStore final : public RowStore {
 
   const InMemoryRowStoreOptions options_;
   const std::string label_;
-  float* weights_ = nullptr;
+  char* weights_ = nullptr;
   float* state_ = nullptr;
 };
 

@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(kThreads) PoolKernel(PooledLookupArgs a, int l
   const int64_t groups = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> lanes_log2;
   for (int64_t bag = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> lanes_log2;
        bag < a.num_bags; bag += groups) {
-    PoolBag<kVec4>(a.weights, a.dim, a.indices, a.per_id_weights, a.offsets[bag],
+    PoolBag<kVec4>(static_cast<const float*>(a.weights), a.dim, a.indices, a.per_id_weights, a.offsets[bag],
                    a.offsets[bag + 1], a.pooling, a.out + bag * a.out_stride, lane, lanes);
   }
 }
@@ -111,6 +111,7 @@ absl::Status PooledLookupForwardCuda(const DeviceContext& ctx, const PooledLooku
   TESSERA_RETURN_IF_ERROR(CheckContext(ctx, "PooledLookupForward"));
   constexpr const char* kOp = "PooledLookupForward";
   TESSERA_RETURN_IF_ERROR(embedding_internal::CheckForwardArgs(kOp, a));
+  TESSERA_RETURN_IF_ERROR(embedding_internal::CheckFp32ForCuda(kOp, a.weight_dtype));
   if (a.num_bags == 0) return absl::OkStatus();
   if (a.indices == nullptr || a.weights == nullptr) {
     return absl::InvalidArgumentError(

@@ -85,6 +85,14 @@ absl::Status CheckGradientSources(const char* op, absl::Span<const BagGradients>
   return absl::OkStatus();
 }
 
+absl::Status CheckFp32ForCuda(const char* op, RowDtype dtype) {
+  if (dtype == RowDtype::kF32) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      op, ": ", RowDtypeName(dtype),
+      " embedding storage is not supported on CUDA yet (use storage.dtype fp32 with device "
+      "cuda, or run on the CPU)"));
+}
+
 absl::Status CheckRowUpdate(const char* op, const RowUpdateArgs& a) {
   if (a.dim <= 0) return absl::InvalidArgumentError(absl::StrCat(op, ": dim ", a.dim));
   if (a.step < 1) {
@@ -120,7 +128,10 @@ absl::Status PooledLookupForward(const DeviceContext& ctx, const PooledLookupArg
   constexpr const char* kOp = "PooledLookupForward";
   TESSERA_RETURN_IF_ERROR(ei::CheckForwardArgs(kOp, args));
 #if TESSERA_HAVE_CUDA
-  if (ctx.is_cuda()) return PooledLookupForwardCuda(ctx, args);
+  if (ctx.is_cuda()) {
+    TESSERA_RETURN_IF_ERROR(ei::CheckFp32ForCuda(kOp, args.weight_dtype));
+    return PooledLookupForwardCuda(ctx, args);
+  }
 #else
   if (ctx.is_cuda()) return NoCudaPath(kOp);
 #endif
@@ -160,6 +171,7 @@ absl::Status ApplyRowUpdates(const DeviceContext& ctx, absl::Span<const int64_t>
   }
 #if TESSERA_HAVE_CUDA
   if (ctx.is_cuda()) {
+    TESSERA_RETURN_IF_ERROR(ei::CheckFp32ForCuda(kOp, args.weight_dtype));
     return ApplyRowUpdatesCuda(ctx, slots.data(), nullptr, static_cast<int64_t>(slots.size()),
                                row_grads, args);
   }
@@ -178,7 +190,10 @@ absl::Status FusedBackwardUpdate(const DeviceContext& ctx, absl::Span<const BagG
   TESSERA_RETURN_IF_ERROR(ei::CheckRowUpdate("ApplyRowUpdates", args));
   TESSERA_RETURN_IF_ERROR(ei::CheckGradientSources("AggregateRowGradients", sources, args.dim));
 #if TESSERA_HAVE_CUDA
-  if (ctx.is_cuda()) return ei::FusedBackwardUpdateCudaOnce(ctx, sources, pooling, args);
+  if (ctx.is_cuda()) {
+    TESSERA_RETURN_IF_ERROR(ei::CheckFp32ForCuda(kOp, args.weight_dtype));
+    return ei::FusedBackwardUpdateCudaOnce(ctx, sources, pooling, args);
+  }
 #else
   if (ctx.is_cuda()) return NoCudaPath(kOp);
 #endif

@@ -5,7 +5,12 @@
 //
 // Bags are CSR: bag i holds indices[offsets[i] .. offsets[i + 1]) (offsets are absolute into
 // `indices`, so a feature's slice of a KeyedJagged can be passed without rebasing). Indices are
-// slots of a RowStore (row r of the table at weights + r * dim).
+// slots of a RowStore (row r of the table at weights + r * dim values of `weight_dtype`).
+//
+// 16-bit tables (weight_dtype kF16 / kBf16, embedding/row_dtype.h): the forward widens each row
+// to fp32 as it gathers it and pools in fp32; the update widens the row, applies the fp32
+// ApplyRowUpdate and writes the row back rounded (RowUpdateArgs::rounding). The CPU twin only:
+// a CUDA context returns InvalidArgument for a 16-bit table.
 #pragma once
 
 #include <cstdint>
@@ -14,13 +19,14 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "core/device.h"
+#include "embedding/row_dtype.h"
 #include "embedding/row_optimizer.h"
 #include "embedding/table_config.h"  // PoolingMode
 
 namespace tessera {
 
 struct PooledLookupArgs {
-  const float* weights = nullptr;       // [slots, dim]
+  const void* weights = nullptr;        // [slots, dim] values of weight_dtype
   int64_t dim = 0;
   const int64_t* offsets = nullptr;     // [num_bags + 1]
   const int64_t* indices = nullptr;     // slots
@@ -32,6 +38,7 @@ struct PooledLookupArgs {
   // When >= 0, every index is checked to lie in [0, num_slots) first (one extra sequential pass
   // over `indices`). Default: -1 (unchecked; the caller's Resolve already checked).
   int64_t num_slots = -1;
+  RowDtype weight_dtype = RowDtype::kF32;  // Default: fp32
 };
 
 // out[bag] = pool_{j in bag} w_j * weights[indices[j]] (w_j = 1 without per-id weights); an
@@ -77,12 +84,17 @@ absl::Status AggregateRowGradients(const DeviceContext& ctx, absl::Span<const Ba
                                    std::vector<float>* row_grads);
 
 struct RowUpdateArgs {
-  float* weights = nullptr;  // [slots, dim]
-  float* state = nullptr;    // [slots, state_dim]
+  void* weights = nullptr;   // [slots, dim] values of weight_dtype
+  float* state = nullptr;    // [slots, state_dim] floats
   int64_t dim = 0;
   RowOptimizerOptions optimizer;
   float lr = 0.0f;
   int64_t step = 1;          // global 1-based step
+  RowDtype weight_dtype = RowDtype::kF32;  // Default: fp32
+  // 16-bit tables: how an updated row is rounded back, and the seed of stochastic rounding's
+  // random bits (with `step`: row_dtype::StochasticKey). Defaults: stochastic, 0.
+  RowRounding rounding = RowRounding::kStochastic;
+  uint64_t rounding_seed = 0;
 };
 
 // Applies ApplyRowUpdate to each of `slots` with the matching row of `row_grads` ([slots, dim]),

@@ -14,6 +14,10 @@
 // alternates the two over blocks of ~32 runs whose sums stay in an L1-sized buffer (the same
 // SumRunsCpu and UpdateRowsCpu as the unfused path, so the same bits), instead of writing every
 // summed row out and reading it back.
+//
+// 16-bit tables (weight_dtype fp16 / bf16) take the same loops' structure in
+// embedding/internal/pooled_lookup_16bit.cc: the forward's per-bag gather and UpdateRowsCpu's
+// per-row update dispatch there; the sort and segment sums are shared.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -48,7 +52,7 @@ TESSERA_ALWAYS_INLINE void PoolBags(const PooledLookupArgs& a, int64_t b0, int64
   const int64_t dim = kDim > 0 ? kDim : a.dim;
   const int64_t row_bytes = dim * static_cast<int64_t>(sizeof(float));
   const int64_t ahead = PrefetchRowsAhead(row_bytes);
-  const float* weights = a.weights;
+  const float* weights = static_cast<const float*>(a.weights);
   const int64_t* idx = a.indices;
   const float* pw = a.per_id_weights;
   const int64_t j_last = a.offsets[b1];
@@ -107,6 +111,11 @@ void PoolBagsCpu(const PooledLookupArgs& a, int64_t b0, int64_t b1) {
 }  // namespace
 
 void PooledLookupForwardCpu(const PooledLookupArgs& a) {
+  if (a.weight_dtype != RowDtype::kF32) {
+    ParallelFor(a.num_bags, kForwardMinBags,
+                [&a](int64_t b0, int64_t b1, int) { PoolBags16Cpu(a, b0, b1); });
+    return;
+  }
   ParallelFor(a.num_bags, kForwardMinBags,
               [&a](int64_t b0, int64_t b1, int) { PoolBagsCpu(a, b0, b1); });
 }
@@ -356,20 +365,30 @@ namespace {
 // the weights and state of rows further ahead (up to slot pf_end - 1, pf_end >= u1) with write
 // intent (they are read, then written).
 TESSERA_TARGET_CLONES
-void UpdateRowsCpu(const int64_t* slots, const float* row_grads, const RowUpdateArgs& a, int64_t u0,
-                   int64_t u1, int64_t pf_end) {
+void UpdateRowsF32Cpu(const int64_t* slots, const float* row_grads, const RowUpdateArgs& a,
+                      int64_t u0, int64_t u1, int64_t pf_end) {
+  float* weights = static_cast<float*>(a.weights);
   const int64_t dim = a.dim;
   const int64_t sd = RowStateDim(a.optimizer.type, dim);
   const int64_t ahead = PrefetchRowsAhead((dim + sd) * static_cast<int64_t>(sizeof(float)));
   for (int64_t u = u0; u < u1; ++u) {
     if (u + ahead < pf_end) {
       const int64_t next = slots[u + ahead];
-      PrefetchBytes(a.weights + next * dim, dim * sizeof(float), true);
+      PrefetchBytes(weights + next * dim, dim * sizeof(float), true);
       if (sd > 0) PrefetchBytes(a.state + next * sd, sd * sizeof(float), true);
     }
     const int64_t slot = slots[u];
     ApplyRowUpdate(a.optimizer, a.lr, a.step, dim, row_grads + (u - u0) * dim,
-                   a.weights + slot * dim, sd > 0 ? a.state + slot * sd : nullptr);
+                   weights + slot * dim, sd > 0 ? a.state + slot * sd : nullptr);
+  }
+}
+
+void UpdateRowsCpu(const int64_t* slots, const float* row_grads, const RowUpdateArgs& a, int64_t u0,
+                   int64_t u1, int64_t pf_end) {
+  if (a.weight_dtype == RowDtype::kF32) {
+    UpdateRowsF32Cpu(slots, row_grads, a, u0, u1, pf_end);
+  } else {
+    UpdateRows16Cpu(slots, row_grads, a, u0, u1, pf_end);
   }
 }
 

@@ -708,12 +708,13 @@ absl::Status ApplyRowUpdatesCuda(const DeviceContext& ctx, const int64_t* slots,
   TESSERA_RETURN_IF_ERROR(CheckContext(ctx, "ApplyRowUpdates"));
   constexpr const char* kOp = "ApplyRowUpdates";
   TESSERA_RETURN_IF_ERROR(embedding_internal::CheckRowUpdate(kOp, args));
+  TESSERA_RETURN_IF_ERROR(embedding_internal::CheckFp32ForCuda(kOp, args.weight_dtype));
   if (max_rows <= 0) return absl::OkStatus();
   if (slots == nullptr || row_grads == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(kOp, ": null slots or row_grads"));
   }
   RowTables one;
-  one.weights[0] = args.weights;
+  one.weights[0] = static_cast<float*>(args.weights);
   one.state[0] = args.state;
   // One warp (32 threads) per row.
   UpdateRowsKernel<<<GridFor(max_rows * 32, kThreads), kThreads, 0, ComputeStream(ctx)>>>(

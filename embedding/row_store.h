@@ -1,6 +1,7 @@
 // RowStore: where one embedding table's rows (weights and per-row optimizer state) live. The
-// kernels never see the store: they see a flat weight array of `slots` (rows of `dim` floats) and
-// a parallel state array (rows of `state_dim` floats), and ids already translated to slots.
+// kernels never see the store: they see a flat weight array of `slots` (rows of `dim` values of
+// the store's weight_dtype(): fp32, fp16 or bf16), a parallel fp32 state array (rows of
+// `state_dim` floats), and ids already translated to slots.
 //   - InMemoryRowStore: slot == row; the whole table in host (or device) memory.
 //   - The RocksDB tier (tiered_row_store.h): slots are cache lines over RocksDB; Resolve
 //     brings rows in (fetching misses, lazily initialising rows never written) and pins them.
@@ -8,9 +9,12 @@
 // Step protocol (one training step, one table):
 //   1. Prefetch(next batch ids)      optional, may start background I/O
 //   2. Resolve(ids) -> slots         rows pinned and resident until EndStep
-//   3. lookup/backward kernels read and update weights()/state() at those slots
+//   3. lookup/backward kernels read and update weight_data()/state() at those slots
 //   4. EndStep()                     unpins; the tier writes back dirty evicted rows
 //      (EndReadOnlyStep() when the step only read its rows: nothing becomes dirty)
+// Row copies come in two forms: ReadRowBytes/WriteRowBytes move the stored bytes (checkpoints,
+// the tier: a 16-bit table round-trips bit for bit), ReadRows/WriteRows move fp32 (export,
+// tests, fp32 checkpoints loaded into a 16-bit table: rounded to nearest).
 // Thread-safety: one caller at a time (the training loop); a store may run its own threads.
 #pragma once
 
@@ -20,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "embedding/row_dtype.h"
 #include "embedding/row_init.h"
 
 namespace tessera {
@@ -38,10 +43,18 @@ class RowStore {
   // Returns InvalidArgument for an id out of range; the tier may return I/O errors.
   virtual absl::Status Resolve(absl::Span<const int64_t> ids, absl::Span<int64_t> slots) = 0;
 
-  // Base of the slot arrays: slot s has weights at weights() + s * dim() and state at
+  // How weights are stored (state is always fp32), and the bytes of one slot's weights:
+  // dim() * RowDtypeBytes(weight_dtype()).
+  virtual RowDtype weight_dtype() const = 0;
+  int64_t weight_row_bytes() const { return dim() * RowDtypeBytes(weight_dtype()); }
+
+  // Base of the slot arrays: slot s has its weights at
+  // static_cast<char*>(weight_data()) + s * weight_row_bytes() and its state at
   // state() + s * state_dim(). Valid until the next Resolve.
-  virtual float* weights() = 0;
+  virtual void* weight_data() = 0;
   virtual float* state() = 0;
+  // weight_data() as floats. REQUIRES weight_dtype() == kF32 (checked: a bug otherwise).
+  float* weights();
 
   // Hints that `ids` will be resolved next; default: nothing.
   virtual void Prefetch(absl::Span<const int64_t> ids) {}
@@ -51,13 +64,22 @@ class RowStore {
   // without marking them dirty, so the tier writes nothing back for them. Default: EndStep().
   virtual absl::Status EndReadOnlyStep() { return EndStep(); }
 
-  // Copies rows [begin, begin + count) in row order into `weights_out` (count * dim floats) and,
-  // when non-null, `state_out` (count * state_dim floats). For export and checkpoints.
-  virtual absl::Status ReadRows(int64_t begin, int64_t count, float* weights_out,
-                                float* state_out) = 0;
-  // Overwrites rows [begin, begin + count); `state` may be null (state left unchanged).
-  virtual absl::Status WriteRows(int64_t begin, int64_t count, const float* weights,
-                                 const float* state) = 0;
+  // Copies rows [begin, begin + count) in row order into `weights_out` (count *
+  // weight_row_bytes() bytes, the stored values) and, when non-null, `state_out` (count *
+  // state_dim floats). For checkpoints. InvalidArgument for a range outside the table.
+  virtual absl::Status ReadRowBytes(int64_t begin, int64_t count, void* weights_out,
+                                    float* state_out) = 0;
+  // Overwrites rows [begin, begin + count) with stored values (count * weight_row_bytes()
+  // bytes); `state` may be null (state left unchanged).
+  virtual absl::Status WriteRowBytes(int64_t begin, int64_t count, const void* weights,
+                                     const float* state) = 0;
+
+  // ReadRowBytes with the weights widened to fp32 (`weights_out`: count * dim floats; exact).
+  // For export and tests.
+  absl::Status ReadRows(int64_t begin, int64_t count, float* weights_out, float* state_out);
+  // WriteRowBytes from fp32 weights (count * dim floats), rounded to nearest even into a 16-bit
+  // dtype (exact for values a ReadRows of the same dtype returned).
+  absl::Status WriteRows(int64_t begin, int64_t count, const float* weights, const float* state);
 };
 
 struct InMemoryRowStoreOptions {
@@ -71,6 +93,8 @@ struct InMemoryRowStoreOptions {
   uint64_t table_id = 0;
   // Table name used in error messages. Default: empty ("table <table_id>").
   std::string name;
+  // How weights are stored; InitRow's fp32 values are rounded to nearest. Default: fp32.
+  RowDtype dtype = RowDtype::kF32;
 };
 
 // The whole table in host memory (huge pages), initialised eagerly with InitRow in parallel:

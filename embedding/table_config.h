@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/enum_names.h"
+#include "embedding/row_dtype.h"
 #include "embedding/row_init.h"
 
 namespace tessera {
@@ -65,6 +66,10 @@ struct TableStorage {
   CachePolicy policy = CachePolicy::kLru;  // Default: LRU
   int reader_threads = 8;                  // Default: 8 (MultiGets in flight for misses)
   bool prefetch = true;                    // Default: true (read the next batch's misses ahead)
+  // How the weights are stored (any tier): fp32, or 16 bits (fp16 / bf16) pooled and updated in
+  // fp32 and rounded on write (embedding/row_dtype.h). Optimizer state stays fp32.
+  RowDtype dtype = RowDtype::kF32;                 // Default: fp32
+  RowRounding rounding = RowRounding::kStochastic;  // Default: stochastic (16-bit tables only)
 };
 
 struct TableConfig {

@@ -89,11 +89,9 @@ absl::Status TieredRowStoreImpl::Resolve(absl::Span<const int64_t> ids,
     auto [it, inserted] = pending_.index.try_emplace(evicted_row, pending_.rows.size());
     if (inserted) {
       pending_.rows.push_back(evicted_row);
-      pending_.values.resize(pending_.values.size() + row_floats_);
+      pending_.values.resize(pending_.values.size() + value_bytes_);
     }
-    float* dst = pending_.values.data() + it->second * row_floats_;
-    std::memcpy(dst, SlotWeights(slot), options_.dim * sizeof(float));
-    std::memcpy(dst + options_.dim, SlotState(slot), options_.state_dim * sizeof(float));
+    GetSlot(slot, pending_.values.data() + it->second * value_bytes_);
   }
   m_.misses += misses;
 
@@ -116,7 +114,7 @@ absl::Status TieredRowStoreImpl::Resolve(absl::Span<const int64_t> ids,
     }
     ++m_.prefetch_used;
     if (batch->found[index]) {
-      SetSlot(miss_slots_[m], batch->values.data() + index * row_floats_);
+      SetSlot(miss_slots_[m], batch->values.data() + index * value_bytes_);
     } else {
       InitValue(miss_rows_[m], SlotWeights(miss_slots_[m]), SlotState(miss_slots_[m]));
       ++m_.rows_initialized;
@@ -145,8 +143,8 @@ absl::Status TieredRowStoreImpl::FillFromDb(
   rows.reserve(rows_slots.size());
   slots.reserve(rows_slots.size());
   for (const auto& [row, slot] : rows_slots) {
-    const float* v = pending_.Find(row, row_floats_);
-    if (v == nullptr) v = writing_.Find(row, row_floats_);
+    const char* v = pending_.Find(row, value_bytes_);
+    if (v == nullptr) v = writing_.Find(row, value_bytes_);
     if (v != nullptr) {
       SetSlot(slot, v);
       continue;
@@ -167,7 +165,7 @@ absl::Status TieredRowStoreImpl::FillFromDb(
   TESSERA_RETURN_IF_ERROR(reader_->Read(
       sorted_rows,
       [&](int64_t i, const char* value) {
-        SetSlot(slots[order[i]], reinterpret_cast<const float*>(value));
+        SetSlot(slots[order[i]], value);
         found[i] = 1;
       },
       &n_found));
@@ -203,7 +201,7 @@ void TieredRowStoreImpl::PrefetchLoop() {
     absl::Status s = reader_->Read(
         absl::MakeConstSpan(batch->rows.data(), batch->db_rows),
         [&](int64_t i, const char* value) {
-          std::memcpy(batch->values.data() + i * row_floats_, value, row_floats_ * sizeof(float));
+          std::memcpy(batch->values.data() + i * value_bytes_, value, value_bytes_);
           batch->found[i] = 1;
         },
         &found);
@@ -268,7 +266,7 @@ void TieredRowStoreImpl::Prefetch(absl::Span<const int64_t> ids) {
     spare_batch_ = std::move(batch);
     return;
   }
-  batch->values.resize(batch->rows.size() * row_floats_);  // every found row is overwritten
+  batch->values.resize(batch->rows.size() * value_bytes_);  // every found row is overwritten
   batch->found.assign(batch->rows.size(), 0);
   for (size_t i = 0; i < batch->rows.size(); ++i) {
     staged_[batch->rows[i]] = Staged{batch.get(), static_cast<int64_t>(i)};
@@ -276,8 +274,8 @@ void TieredRowStoreImpl::Prefetch(absl::Span<const int64_t> ids) {
   // The writer thread only reads writing_ while its write is in flight: copying is safe.
   for (size_t k = 0; k < copied_rows_.size(); ++k) {
     const size_t i = batch->db_rows + k;
-    std::memcpy(batch->values.data() + i * row_floats_, writing_.Find(copied_rows_[k], row_floats_),
-                row_floats_ * sizeof(float));
+    std::memcpy(batch->values.data() + i * value_bytes_, writing_.Find(copied_rows_[k], value_bytes_),
+                value_bytes_);
     batch->found[i] = 1;
   }
   m_.prefetched_rows += static_cast<int64_t>(batch->rows.size());
@@ -296,11 +294,11 @@ void TieredRowStoreImpl::Prefetch(absl::Span<const int64_t> ids) {
 }
 
 absl::Status TieredRowStoreImpl::WriteValues(const std::vector<int64_t>& rows,
-                                             const float* values, double* seconds) {
+                                             const char* values, double* seconds) {
   constexpr size_t kRowsPerBatch = 16384;
   Stopwatch watch;
   char key[kRowKeyBytes];
-  const size_t value_bytes = static_cast<size_t>(row_floats_) * sizeof(float);
+  const size_t value_bytes = static_cast<size_t>(value_bytes_);
   for (size_t b = 0; b < rows.size(); b += kRowsPerBatch) {
     rocksdb::WriteBatch& wb = write_batch_;
     wb.Clear();  // keeps its buffer: no new allocation per step
@@ -309,8 +307,7 @@ absl::Status TieredRowStoreImpl::WriteValues(const std::vector<int64_t>& rows,
       EncodeRowKey(options_.table_id, rows[i], key);
       TESSERA_RETURN_IF_ERROR(internal::FromRocksAt(
           wb.Put(rocksdb::Slice(key, kRowKeyBytes),
-                 rocksdb::Slice(reinterpret_cast<const char*>(values + i * row_floats_),
-                                value_bytes)),
+                 rocksdb::Slice(values + i * value_bytes, value_bytes)),
           label_, "batching rows"));
     }
     TESSERA_RETURN_IF_ERROR(
@@ -408,7 +405,8 @@ absl::StatusOr<std::unique_ptr<TieredRowStore>> TieredRowStore::Open(
   int64_t cache_rows = o.cache_rows;
   if (cache_rows <= 0) {
     // Slot data plus the per-slot bookkeeping (row, links, counts, flags, map entry).
-    int64_t per_row = (o.dim + o.state_dim) * static_cast<int64_t>(sizeof(float)) + 48;
+    int64_t per_row = o.dim * RowDtypeBytes(o.dtype) +
+                      o.state_dim * static_cast<int64_t>(sizeof(float)) + 48;
     cache_rows = o.cache_bytes / per_row;
     if (cache_rows <= 0) {
       return bad(absl::StrCat("cache_rows is ", o.cache_rows, " and cache_bytes ", o.cache_bytes,
@@ -424,7 +422,8 @@ absl::StatusOr<std::unique_ptr<TieredRowStore>> TieredRowStore::Open(
   if (!store->allocated()) {
     return absl::ResourceExhaustedError(absl::StrCat(
         internal::TableLabel(o), ": cannot allocate a cache of ", cache_rows,
-        " rows x ", o.dim + o.state_dim, " floats"));
+        " rows x (", o.dim, " ", RowDtypeName(o.dtype), " weights + ", o.state_dim,
+        " state floats)"));
   }
   return std::unique_ptr<TieredRowStore>(std::move(store));
 }

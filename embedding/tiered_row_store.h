@@ -2,11 +2,12 @@
 // hot rows cached in host memory. A table may be far larger than memory (2^31 rows × dim 128 is
 // 1 TiB); its memory footprint is the cache, its disk footprint the rows ever written.
 //
-// Layout. The cache is `cache_rows` slots: weights() is [cache_rows × dim] floats and state() is
-// [cache_rows × state_dim] floats, so the lookup and backward kernels run on it exactly as on an
-// in-memory table. A hash map translates row -> slot. RocksDB holds one value per written row,
-// the row's dim weights then its state_dim state floats (fp32, native little-endian), under the
-// 16-byte key (table_id, row) both big-endian, so keys sort by row and a row range is one scan.
+// Layout. The cache is `cache_rows` slots: weight_data() is [cache_rows × dim] values of `dtype`
+// and state() is [cache_rows × state_dim] floats, so the lookup and backward kernels run on it
+// exactly as on an in-memory table. A hash map translates row -> slot. RocksDB holds one value
+// per written row: the row's dim weights as stored (fp32, or the cache's 16-bit bytes for a
+// 16-bit `dtype`) then its state_dim fp32 state floats, native little-endian, under the 16-byte
+// key (table_id, row) both big-endian, so keys sort by row and a row range is one scan.
 //
 // Determinism. A row never written reads as InitRow(init, seed, table_id, num_rows, row, dim)
 // with every state float = state_init: exactly what CreateInMemoryRowStore holds for that row.
@@ -76,6 +77,8 @@ struct TieredRowStoreOptions {
   int64_t num_rows = 0;   // logical rows, up to 2^62
   int64_t dim = 0;        // weights per row, > 0
   int64_t state_dim = 0;  // optimizer state floats per row, >= 0
+  // How weights are stored in the cache and in RocksDB (state stays fp32). Default: fp32.
+  RowDtype dtype = RowDtype::kF32;
   // Initial value of every state float of a row never written. Default: 0.
   float state_init = 0.0f;
   RowInit init;

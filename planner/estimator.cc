@@ -291,7 +291,8 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
 
   const int64_t full_row_bytes = c.dim * 4;
   if (o.type == ShardingType::kDataParallel) {
-    const double row_bytes = c.dim * 4.0;
+    // Stored bytes per row: 2 per weight for a 16-bit table (storage.dtype).
+    const double row_bytes = static_cast<double>(c.dim * RowDtypeBytes(c.storage.dtype));
     MetricVec& u = out.uniform;
     u[kLookupS] = bags * GatherBagSeconds(*dev_, full_row_bytes) +
                   s.ids_local / GatherRowsPerSec(*dev_, full_row_bytes, s.hot);
@@ -354,7 +355,7 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
       const int64_t row_bytes = cols * 4;
       const double rows = static_cast<double>(rows_i);
       const double state_floats = StateFloats(st, cols);
-      const double value_bytes = (cols + state_floats) * 4;
+      const double value_bytes = cols * RowDtypeBytes(c.storage.dtype) + state_floats * 4;
       const double touched_group = frac * s.distinct_group;
       // Rows the update writes: the group's distinct rows, or with exact replica sync the union
       // over the M replicas (every replica applies the summed gradients of all of them).
@@ -438,7 +439,7 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
         d[kMemHost] += mem.caches;
         d[kMemDisk] += mem.disk;
       } else {
-        mem.weights = rows * cols * 4;
+        mem.weights = rows * cols * RowDtypeBytes(c.storage.dtype);
         mem.optimizer_state = rows * state_floats * 4;
         d[kMemDevice + kind] += mem.weights + mem.optimizer_state;
       }

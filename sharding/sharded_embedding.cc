@@ -71,6 +71,16 @@ absl::StatusOr<std::unique_ptr<ShardedEmbeddingCollection>> ShardedEmbeddingColl
     TESSERA_ASSIGN_OR_RETURN(s.plan, ValidateShardingPlan(options.plan, co.tables, s.n,
                                                           "sharding plan"));
   }
+  // 16-bit tables (storage.dtype fp16 / bf16) run the row update of embedding/pooled_lookup.h;
+  // the two paths that update rows themselves take fp32 tables only for now.
+  for (const TableConfig& cfg : co.tables) {
+    if (cfg.storage.dtype == RowDtype::kF32) continue;
+    if (options.replica_sync == ReplicaSync::kAverage && s.m > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table '", cfg.name, "': storage.dtype ", RowDtypeName(cfg.storage.dtype),
+          " is not supported with sharding.replica_sync average yet (use exact, or fp32)"));
+    }
+  }
   s.update_opt = co.optimizer;
   if (options.replica_sync == ReplicaSync::kAverage) {
     s.update_opt.adagrad_divisor =
@@ -135,6 +145,13 @@ absl::StatusOr<std::unique_ptr<ShardedEmbeddingCollection>> ShardedEmbeddingColl
       r.rect = sh;
       r.owner = sh.rank;
       r.col_split = sh.num_cols() != cfg.dim;
+      if (r.col_split && cfg.storage.dtype != RowDtype::kF32 &&
+          co.optimizer.type == RowOptimizerType::kRowWiseAdagrad) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "table '", cfg.name, "': storage.dtype ", RowDtypeName(cfg.storage.dtype),
+            " with a column split (column_wise / grid sharding) and rowwise_adagrad is not "
+            "supported yet; shard it by rows or tables, or use fp32"));
+      }
       const int index = static_cast<int>(s.requests.size());
       for (size_t b = 0; b + 1 < bounds.size(); ++b) {
         if (bounds[b] >= sh.row_begin && bounds[b] < sh.row_end) {
@@ -376,7 +393,8 @@ absl::Status ShardedEmbeddingCollection::Forward(const KeyedJagged& batch, float
       }
       for (int f : cfg.features) {
         PooledLookupArgs a;
-        a.weights = store.weights();
+        a.weights = store.weight_data();
+        a.weight_dtype = store.weight_dtype();
         a.dim = cfg.dim;
         a.offsets = batch.feature_offsets(f);
         a.indices = s.dp_slots.data();

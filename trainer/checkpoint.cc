@@ -50,7 +50,8 @@ absl::Status WriteState(Model& model, EmbeddingCollection& c, const TrainPositio
   for (int t = 0; t < c.num_tables(); ++t) {
     if (dynamic_cast<TieredRowStore*>(&c.store(t)) != nullptr) continue;
     const TableConfig& tc = c.table(t);
-    specs.push_back({WeightName(tc), SafetensorsDtype::kF32, {tc.num_rows, tc.dim}});
+    specs.push_back({WeightName(tc), internal::StoredTensorDtype(c.store(t).weight_dtype()),
+                     {tc.num_rows, tc.dim}});
     if (c.store(t).state_dim() > 0) {
       specs.push_back({StateName(tc), SafetensorsDtype::kF32, {tc.num_rows, c.store(t).state_dim()}});
     }
@@ -64,7 +65,8 @@ absl::Status WriteState(Model& model, EmbeddingCollection& c, const TrainPositio
       {"dense_optimizer_steps", std::to_string(model.dense_optimizer().steps_taken())},
       {"seed", std::to_string(model.config().seed)}};
   TESSERA_ASSIGN_OR_RETURN(auto writer, SafetensorsWriter::Create(file.string(), specs, meta));
-  std::vector<float> w, s;
+  std::vector<char> w;
+  std::vector<float> s;
   for (int t = 0; t < c.num_tables(); ++t) {
     RowStore& store = c.store(t);
     if (dynamic_cast<TieredRowStore*>(&store) != nullptr) continue;
@@ -72,9 +74,9 @@ absl::Status WriteState(Model& model, EmbeddingCollection& c, const TrainPositio
     const int64_t sd = store.state_dim();
     for (int64_t r = 0; r < tc.num_rows; r += kCheckpointChunkRows) {
       const int64_t n = std::min(kCheckpointChunkRows, tc.num_rows - r);
-      w.resize(static_cast<size_t>(n * tc.dim));
+      w.resize(static_cast<size_t>(n * store.weight_row_bytes()));
       s.resize(static_cast<size_t>(n * sd));
-      TESSERA_RETURN_IF_ERROR(store.ReadRows(r, n, w.data(), sd > 0 ? s.data() : nullptr));
+      TESSERA_RETURN_IF_ERROR(store.ReadRowBytes(r, n, w.data(), sd > 0 ? s.data() : nullptr));
       TESSERA_RETURN_IF_ERROR(writer->WriteRows(WeightName(tc), r, r + n, w.data()));
       if (sd > 0) TESSERA_RETURN_IF_ERROR(writer->WriteRows(StateName(tc), r, r + n, s.data()));
     }
@@ -170,7 +172,8 @@ absl::StatusOr<TrainPosition> RestoreCheckpoint(Model& model, const std::string&
     }
     const int64_t sd = store.state_dim();
     TESSERA_ASSIGN_OR_RETURN(const TensorView* w,
-                             file->Get(WeightName(tc), SafetensorsDtype::kF32, {tc.num_rows, tc.dim}));
+                             internal::GetTableWeights(*file, WeightName(tc), store.weight_dtype(),
+                                                       {tc.num_rows, tc.dim}));
     const TensorView* s = nullptr;
     ++expected;
     if (sd > 0) {
@@ -180,7 +183,7 @@ absl::StatusOr<TrainPosition> RestoreCheckpoint(Model& model, const std::string&
     for (int64_t r = 0; r < tc.num_rows; r += kCheckpointChunkRows) {
       const int64_t n = std::min(kCheckpointChunkRows, tc.num_rows - r);
       TESSERA_RETURN_IF_ERROR(
-          store.WriteRows(r, n, w->f32() + r * tc.dim, s ? s->f32() + r * sd : nullptr));
+          internal::WriteTableRows(store, *w, r, r, n, s ? s->f32() + r * sd : nullptr));
     }
   }
   TESSERA_RETURN_IF_ERROR(internal::ReadDenseTensors(model, *file, &expected));

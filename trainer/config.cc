@@ -32,7 +32,8 @@ const std::vector<SchemaSection>& internal::ConfigSchema() {
       {"", {"seed", "threads", "device", "model", "data", "optimizer", "train", "output",
             "sharding"}},
       {"model", {"type", "num_dense", "embedding_dim", "bottom_mlp", "top_mlp", "dcn", "tables",
-                 "table_rows", "max_table_rows", "init_from", "dense_dtype"}},
+                 "table_rows", "max_table_rows", "init_from", "dense_dtype",
+                 "embedding_dtype", "embedding_rounding"}},
       {"model.dcn", {"num_layers", "low_rank"}},
       {"model.tables[]", {"name", "rows", "dim", "pooling", "features", "init", "storage"}},
       {"model.tables[].init", {"type", "scale"}},
@@ -168,6 +169,8 @@ absl::Status ParseTables(const ConfigReader& r, const YAML::Node& model, ModelCo
       t.num_rows = counts[i];
       t.dim = m->embedding_dim;
       t.features = {static_cast<int>(i)};
+      t.storage.dtype = m->embedding_dtype;
+      t.storage.rounding = m->embedding_rounding;
       m->tables.push_back(std::move(t));
     }
     return absl::OkStatus();
@@ -183,6 +186,8 @@ absl::Status ParseTables(const ConfigReader& r, const YAML::Node& model, ModelCo
     t.name = absl::StrCat("t", i);
     t.dim = m->embedding_dim;
     t.num_rows = -1;
+    t.storage.dtype = m->embedding_dtype;  // storage.dtype / rounding override these
+    t.storage.rounding = m->embedding_rounding;
     TESSERA_RETURN_IF_ERROR(r.ReadString(entry, path, "name", &t.name));
     if (!ValidTableName(t.name))
       return r.Error(Child(entry, "name"), entry, path + ".name",
@@ -226,6 +231,10 @@ absl::Status ParseModel(const ConfigReader& r, const YAML::Node& root, const std
   const std::string p = "model";
   TESSERA_RETURN_IF_ERROR(r.ReadEnum(model, p, "type", kInteractionTypeNames, &m->interaction));
   TESSERA_RETURN_IF_ERROR(r.ReadEnum(model, p, "dense_dtype", kDenseDtypeNames, &m->dense_dtype));
+  TESSERA_RETURN_IF_ERROR(
+      r.ReadEnum(model, p, "embedding_dtype", kRowDtypeNames, &m->embedding_dtype));
+  TESSERA_RETURN_IF_ERROR(
+      r.ReadEnum(model, p, "embedding_rounding", kRowRoundingNames, &m->embedding_rounding));
   TESSERA_RETURN_IF_ERROR(
       r.ReadInt(model, p, "num_dense", "a positive integer", kPositive, &m->num_dense));
   TESSERA_RETURN_IF_ERROR(
@@ -485,6 +494,17 @@ absl::Status ParseRest(const ConfigReader& r, const YAML::Node& root, const std:
                                    "a non-negative integer (0 = all cores)", kNonNegativeInt,
                                    &c->threads));
   TESSERA_RETURN_IF_ERROR(r.ReadEnum(root, "", "device", kDeviceNames, &c->device));
+  if (c->device == Device::kCuda) {
+    for (size_t i = 0; i < c->model.tables.size(); ++i) {
+      const TableConfig& t = c->model.tables[i];
+      if (t.storage.dtype == RowDtype::kF32) continue;
+      return r.Error(Child(root, "device"), root, "device",
+                     absl::StrCat("table '", t.name, "' has storage.dtype ",
+                                  RowDtypeName(t.storage.dtype),
+                                  ": 16-bit embedding storage runs on the CPU only for now (use "
+                                  "device: cpu, or model.embedding_dtype fp32)"));
+    }
+  }
 
   YAML::Node train = Child(root, "train");
   std::string p = "train";

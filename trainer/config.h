@@ -79,6 +79,10 @@ struct ModelConfig {
   std::string init_from;                 // model.init_from: safetensors file to start from
   DenseDtype dense_dtype = DenseDtype::kFp32;  // model.dense_dtype: fp32|bf16 (MLP GEMM inputs;
                                          // bf16 is CPU only, fp32 accumulation and weights)
+  // model.embedding_dtype / embedding_rounding: every table's storage.dtype / storage.rounding
+  // unless the table sets its own (fp32 | fp16 | bf16; stochastic | nearest).
+  RowDtype embedding_dtype = RowDtype::kF32;
+  RowRounding embedding_rounding = RowRounding::kStochastic;
 };
 
 struct OptimizerConfig {

@@ -56,6 +56,7 @@ absl::StatusOr<std::vector<std::unique_ptr<RowStore>>> CreateTableStores(const C
       so.seed = config.seed;
       so.table_id = static_cast<uint64_t>(t);
       so.name = table.name;
+      so.dtype = table.storage.dtype;
       TESSERA_ASSIGN_OR_RETURN(auto store, CreateInMemoryRowStore(so));
       stores.push_back(std::move(store));
       continue;
@@ -73,6 +74,7 @@ absl::StatusOr<std::vector<std::unique_ptr<RowStore>>> CreateTableStores(const C
     so.seed = config.seed;
     so.table_id = static_cast<uint64_t>(t);
     so.name = table.name;
+    so.dtype = table.storage.dtype;
     so.cache_rows = st.cache_rows;
     so.cache_bytes = st.cache_bytes;
     so.policy = st.policy;

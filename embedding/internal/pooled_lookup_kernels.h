@@ -41,6 +41,9 @@ namespace tessera::embedding_internal {
                                                 absl::Span<const BagGradients> sources,
                                                 int64_t dim);
 
+// InvalidArgument for a 16-bit weight_dtype: the CUDA twins run fp32 tables only.
+[[nodiscard]] absl::Status CheckFp32ForCuda(const char* op, RowDtype dtype);
+
 // Row update: dim > 0, step >= 1, non-null weights, non-null state when the optimizer keeps state.
 [[nodiscard]] absl::Status CheckRowUpdate(const char* op, const RowUpdateArgs& args);
 
@@ -60,6 +63,13 @@ void ApplyRowUpdatesCpu(absl::Span<const int64_t> slots, const float* row_grads,
 [[nodiscard]] absl::Status FusedBackwardUpdateCpu(absl::Span<const BagGradients> sources,
                                                   PoolingMode pooling, const RowUpdateArgs& args,
                                                   EmbeddingWorkspace* ws);
+
+// ---- 16-bit tables (embedding/internal/pooled_lookup_16bit.cc), called by the twins above
+// for weight_dtype kF16 / kBf16: pools bags [b0, b1), updates rows [u0, u1) of `slots` (as
+// pooled_lookup_cpu.cc's fp32 loops, prefetching rows up to slot pf_end - 1).
+void PoolBags16Cpu(const PooledLookupArgs& args, int64_t b0, int64_t b1);
+void UpdateRows16Cpu(const int64_t* slots, const float* row_grads, const RowUpdateArgs& args,
+                     int64_t u0, int64_t u1, int64_t pf_end);
 
 // ---- CUDA halves without a public twin (embedding/pooled_lookup_cuda.cu) ---------------------
 // AggregateRowGradients for a CUDA DeviceContext: device sources, host outputs; waits.

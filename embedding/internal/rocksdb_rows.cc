@@ -66,7 +66,7 @@ std::map<std::string, std::string> ParseRecord(const std::string& text) {
 std::string LayoutRecord(const TieredRowStoreOptions& o) {
   // Floats are recorded by their bits: a scale that differs in the last bit changes every lazily
   // initialised row, and that must be caught, not rounded away.
-  return absl::StrCat("format=1\n", "dtype=fp32\n", "table_id=", o.table_id, "\n",
+  return absl::StrCat("format=1\n", "dtype=", RowDtypeName(o.dtype), "\n", "table_id=", o.table_id, "\n",
                       "dim=", o.dim, "\n", "state_dim=", o.state_dim, "\n",
                       "num_rows=", o.num_rows, "\n", "seed=", o.seed, "\n",
                       "init_type=", static_cast<int>(o.init.type), "\n",

@@ -40,24 +40,24 @@ struct PrefetchBatch {
   // EndStep, before the Resolve this batch is for). Distinct over the whole vector.
   std::vector<int64_t> rows;
   int64_t db_rows = 0;
-  std::vector<float> values;  // rows.size() × (dim + state_dim)
+  std::vector<char> values;  // rows.size() × the stored value (weights, then fp32 state)
   std::vector<uint8_t> found;
   absl::Status status;
   bool done = false;
 };
 
-// Rows evicted dirty, waiting to be written: row -> its value (dim weights + state floats).
+// Rows evicted dirty, waiting to be written: row -> its stored value (weights + state).
 struct WriteBack {
   absl::flat_hash_map<int64_t, int64_t> index;  // row -> position in rows/values
   std::vector<int64_t> rows;
-  std::vector<float> values;
+  std::vector<char> values;
   // Results of the background write (set by the writer thread before done).
   absl::Status status;
   double seconds = 0;
 
-  const float* Find(int64_t row, int64_t row_floats) const {
+  const char* Find(int64_t row, int64_t value_bytes) const {
     auto it = index.find(row);
-    return it == index.end() ? nullptr : values.data() + it->second * row_floats;
+    return it == index.end() ? nullptr : values.data() + it->second * value_bytes;
   }
   void Clear() {
     index.clear();
@@ -75,17 +75,18 @@ class TieredRowStoreImpl final : public TieredRowStore {
                      int64_t cache_rows)
       : options_(options),
         label_(TableLabel(options)),
-        row_floats_(options.dim + options.state_dim),
+        weight_bytes_(options.dim * RowDtypeBytes(options.dtype)),
+        value_bytes_(weight_bytes_ + options.state_dim * static_cast<int64_t>(sizeof(float))),
         db_(std::move(db)),
         reader_(std::make_unique<internal::RowReader>(
             db_.get(), label_, options.table_id,
-            static_cast<size_t>(row_floats_) * sizeof(float), options.reader_threads,
+            static_cast<size_t>(value_bytes_), options.reader_threads,
             options.multiget_batch)),
         cache_(cache_rows, options.policy) {
-    weights_bytes_ = static_cast<size_t>(cache_rows * options_.dim) * sizeof(float);
+    weights_bytes_ = static_cast<size_t>(cache_rows * weight_bytes_);
     state_bytes_ = static_cast<size_t>(cache_rows * std::max<int64_t>(1, options_.state_dim)) *
                    sizeof(float);
-    weights_ = static_cast<float*>(AllocateHost(weights_bytes_));
+    weights_ = static_cast<char*>(AllocateHost(weights_bytes_));
     state_ = static_cast<float*>(AllocateHost(state_bytes_));
     if (options_.prefetch) prefetch_thread_ = std::thread([this] { PrefetchLoop(); });
     writer_thread_ = std::thread([this] { WriterLoop(); });
@@ -131,7 +132,8 @@ class TieredRowStoreImpl final : public TieredRowStore {
   int64_t num_rows() const override { return options_.num_rows; }
   int64_t dim() const override { return options_.dim; }
   int64_t state_dim() const override { return options_.state_dim; }
-  float* weights() override { return weights_; }
+  RowDtype weight_dtype() const override { return options_.dtype; }
+  void* weight_data() override { return weights_; }
   float* state() override { return state_; }
   const TieredRowStoreOptions& options() const override { return options_; }
 
@@ -139,10 +141,10 @@ class TieredRowStoreImpl final : public TieredRowStore {
   void Prefetch(absl::Span<const int64_t> ids) override;
   absl::Status EndStep() override { return FinishStep(/*rows_updated=*/true); }
   absl::Status EndReadOnlyStep() override { return FinishStep(/*rows_updated=*/false); }
-  absl::Status ReadRows(int64_t begin, int64_t count, float* weights_out,
-                        float* state_out) override;
-  absl::Status WriteRows(int64_t begin, int64_t count, const float* weights,
-                         const float* state) override;
+  absl::Status ReadRowBytes(int64_t begin, int64_t count, void* weights_out,
+                            float* state_out) override;
+  absl::Status WriteRowBytes(int64_t begin, int64_t count, const void* weights,
+                             const float* state) override;
   absl::Status Flush() override;
   absl::Status Checkpoint(const std::string& dir) override;
   absl::Status Restore(const std::string& dir) override;
@@ -153,26 +155,36 @@ class TieredRowStoreImpl final : public TieredRowStore {
   }
 
  private:
-  float* SlotWeights(int32_t slot) { return weights_ + int64_t{slot} * options_.dim; }
+  char* SlotWeights(int32_t slot) { return weights_ + int64_t{slot} * weight_bytes_; }
   float* SlotState(int32_t slot) { return state_ + int64_t{slot} * options_.state_dim; }
-  // Writes a row's initial value (InitRow + state_init), as CreateInMemoryRowStore does.
-  void InitValue(int64_t row, float* w, float* s) const {
-    if (options_.init_dim == 0 || (options_.init_dim == options_.dim &&
-                                   options_.init_col_begin == 0)) {
+  // Writes a row's initial value (InitRow + state_init), as CreateInMemoryRowStore does (a
+  // 16-bit table rounds InitRow's values to nearest). `w`: weight_bytes_ bytes.
+  void InitValue(int64_t row, char* w, float* s) const {
+    const bool whole = options_.init_dim == 0 ||
+                       (options_.init_dim == options_.dim && options_.init_col_begin == 0);
+    if (whole && options_.dtype == RowDtype::kF32) {
       InitRow(options_.init, options_.seed, options_.table_id, options_.num_rows,
-              options_.row_offset + row, options_.dim, w);
+              options_.row_offset + row, options_.dim, reinterpret_cast<float*>(w));
     } else {
-      // A column slice of a wider logical row: the counter stream runs over the full width.
-      std::vector<float> full(options_.init_dim);
+      // A column slice of a wider logical row (the counter stream runs over the full width),
+      // or a 16-bit row: computed in fp32 first.
+      thread_local std::vector<float> full;
+      full.resize(whole ? options_.dim : options_.init_dim);
       InitRow(options_.init, options_.seed, options_.table_id, options_.num_rows,
-              options_.row_offset + row, options_.init_dim, full.data());
-      std::memcpy(w, full.data() + options_.init_col_begin, options_.dim * sizeof(float));
+              options_.row_offset + row, static_cast<int64_t>(full.size()), full.data());
+      RowValuesFromFloat(options_.dtype, full.data() + (whole ? 0 : options_.init_col_begin),
+                         options_.dim, w);
     }
     if (s != nullptr) std::fill(s, s + options_.state_dim, options_.state_init);
   }
-  void SetSlot(int32_t slot, const float* value) {
-    std::memcpy(SlotWeights(slot), value, options_.dim * sizeof(float));
-    std::memcpy(SlotState(slot), value + options_.dim, options_.state_dim * sizeof(float));
+  // A stored value (weights, then fp32 state) into `slot`, and back.
+  void SetSlot(int32_t slot, const char* value) {
+    std::memcpy(SlotWeights(slot), value, weight_bytes_);
+    std::memcpy(SlotState(slot), value + weight_bytes_, options_.state_dim * sizeof(float));
+  }
+  void GetSlot(int32_t slot, char* value) {
+    std::memcpy(value, SlotWeights(slot), weight_bytes_);
+    std::memcpy(value + weight_bytes_, SlotState(slot), options_.state_dim * sizeof(float));
   }
   absl::Status CheckRange(int64_t begin, int64_t count, const char* what) const;
   // EndStep / EndReadOnlyStep: unpins the step's rows (dirty when `rows_updated`) and hands the
@@ -188,7 +200,7 @@ class TieredRowStoreImpl final : public TieredRowStore {
   void PrefetchLoop();
   // Writes (key, value) pairs to RocksDB in WriteBatches of bounded size.
   // Adds the rows written and the seconds taken to `*seconds`.
-  absl::Status WriteValues(const std::vector<int64_t>& rows, const float* values,
+  absl::Status WriteValues(const std::vector<int64_t>& rows, const char* values,
                            double* seconds);
   // The background writer: writes writing_ (one WriteBatch) while the next step trains.
   void WriterLoop();
@@ -198,11 +210,12 @@ class TieredRowStoreImpl final : public TieredRowStore {
 
   const TieredRowStoreOptions options_;
   const std::string label_;
-  const int64_t row_floats_;
+  const int64_t weight_bytes_;  // stored weights per row: dim * RowDtypeBytes(dtype)
+  const int64_t value_bytes_;   // a RocksDB value: weights, then state_dim fp32 floats
   std::unique_ptr<rocksdb::DB> db_;
   std::unique_ptr<internal::RowReader> reader_;
   internal::SlotCache cache_;
-  float* weights_ = nullptr;
+  char* weights_ = nullptr;
   float* state_ = nullptr;
   size_t weights_bytes_ = 0, state_bytes_ = 0;
   // Once an I/O error has left the cache inconsistent, every call returns it.

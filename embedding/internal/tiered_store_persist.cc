@@ -34,15 +34,11 @@ absl::Status TieredRowStoreImpl::Flush() {
     slots.push_back(slot);
   }
   constexpr size_t kChunk = 16384;
-  std::vector<float> values;
+  std::vector<char> values;
   for (size_t b = 0; b < rows.size(); b += kChunk) {
     size_t e = std::min(rows.size(), b + kChunk);
-    values.resize((e - b) * row_floats_);
-    for (size_t i = b; i < e; ++i) {
-      float* dst = values.data() + (i - b) * row_floats_;
-      std::memcpy(dst, SlotWeights(slots[i]), options_.dim * sizeof(float));
-      std::memcpy(dst + options_.dim, SlotState(slots[i]), options_.state_dim * sizeof(float));
-    }
+    values.resize((e - b) * value_bytes_);
+    for (size_t i = b; i < e; ++i) GetSlot(slots[i], values.data() + (i - b) * value_bytes_);
     std::vector<int64_t> chunk_rows(rows.begin() + b, rows.begin() + e);
     absl::Status s = WriteValues(chunk_rows, values.data(), &m_.write_seconds);
     if (!s.ok()) {
@@ -97,14 +93,14 @@ absl::Status TieredRowStoreImpl::Restore(const std::string& dir) {
   }
   db_ = *std::move(db);
   reader_ = std::make_unique<RowReader>(db_.get(), label_, options_.table_id,
-                                        static_cast<size_t>(row_floats_) * sizeof(float),
+                                        static_cast<size_t>(value_bytes_),
                                         options_.reader_threads, options_.multiget_batch);
   broken_ = absl::OkStatus();
   return absl::OkStatus();
 }
 
-absl::Status TieredRowStoreImpl::ReadRows(int64_t begin, int64_t count, float* weights_out,
-                                          float* state_out) {
+absl::Status TieredRowStoreImpl::ReadRowBytes(int64_t begin, int64_t count, void* weights_out,
+                                              float* state_out) {
   TESSERA_RETURN_IF_ERROR(broken_);
   TESSERA_RETURN_IF_ERROR(CheckRange(begin, count, "ReadRows"));
   if (count == 0) return absl::OkStatus();
@@ -114,11 +110,13 @@ absl::Status TieredRowStoreImpl::ReadRows(int64_t begin, int64_t count, float* w
     broken_ = ws;
     return ws;
   }
-  const int64_t d = options_.dim, sd = options_.state_dim;
+  const int64_t wb = weight_bytes_, sd = options_.state_dim;
+  char* w_out = static_cast<char*>(weights_out);
   std::vector<uint8_t> covered(count, 0);
-  auto put = [&](int64_t row, const float* w, const float* s) {
+  // `s` may be unaligned (a RocksDB value's state follows 16-bit weights): copied as bytes.
+  auto put = [&](int64_t row, const char* w, const void* s) {
     int64_t i = row - begin;
-    std::memcpy(weights_out + i * d, w, d * sizeof(float));
+    std::memcpy(w_out + i * wb, w, wb);
     if (state_out != nullptr) std::memcpy(state_out + i * sd, s, sd * sizeof(float));
     covered[i] = 1;
   };
@@ -132,7 +130,7 @@ absl::Status TieredRowStoreImpl::ReadRows(int64_t begin, int64_t count, float* w
   // An export scan would evict the hot blocks of training reads from the block cache.
   ro.fill_cache = false;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
-  const size_t value_bytes = static_cast<size_t>(row_floats_) * sizeof(float);
+  const size_t value_bytes = static_cast<size_t>(value_bytes_);
   for (it->Seek(rocksdb::Slice(lo, kRowKeyBytes)); it->Valid(); it->Next()) {
     int64_t row;
     if (!internal::DecodeRowKey(it->key(), options_.table_id, &row)) continue;
@@ -142,15 +140,15 @@ absl::Status TieredRowStoreImpl::ReadRows(int64_t begin, int64_t count, float* w
                                               " has ", it->value().size(),
                                               " bytes, expected ", value_bytes));
     }
-    const float* v = reinterpret_cast<const float*>(it->value().data());
-    put(row, v, v + d);
+    const char* v = it->value().data();
+    put(row, v, v + wb);
   }
   TESSERA_RETURN_IF_ERROR(internal::FromRocksAt(it->status(), label_, "scanning rows"));
   for (size_t p = 0; p < pending_.rows.size(); ++p) {
     int64_t row = pending_.rows[p];
     if (row < begin || row >= begin + count) continue;
-    const float* v = pending_.values.data() + p * row_floats_;
-    put(row, v, v + d);
+    const char* v = pending_.values.data() + p * value_bytes_;
+    put(row, v, v + wb);
   }
   if (count < cache_.resident()) {
     for (int64_t row = begin; row < begin + count; ++row) {
@@ -165,54 +163,55 @@ absl::Status TieredRowStoreImpl::ReadRows(int64_t begin, int64_t count, float* w
   }
   for (int64_t i = 0; i < count; ++i) {
     if (!covered[i]) {
-      InitValue(begin + i, weights_out + i * d, state_out ? state_out + i * sd : nullptr);
+      InitValue(begin + i, w_out + i * wb, state_out ? state_out + i * sd : nullptr);
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status TieredRowStoreImpl::WriteRows(int64_t begin, int64_t count, const float* weights,
-                                           const float* state) {
+absl::Status TieredRowStoreImpl::WriteRowBytes(int64_t begin, int64_t count,
+                                               const void* weights_in, const float* state) {
   TESSERA_RETURN_IF_ERROR(broken_);
   TESSERA_RETURN_IF_ERROR(CheckRange(begin, count, "WriteRows"));
   // Staged copies of these rows would be stale; drop all staging (WriteRows is for restores).
   DropAllStaged();
-  const int64_t d = options_.dim, sd = options_.state_dim;
+  const int64_t wb = weight_bytes_, sd = options_.state_dim;
+  const char* weights = static_cast<const char*>(weights_in);
   constexpr int64_t kChunk = 16384;
   std::vector<float> current_state;
-  std::vector<float> scratch_w;
-  std::vector<float> values;
+  std::vector<char> scratch_w;
+  std::vector<char> values;
   std::vector<int64_t> rows;
   for (int64_t b = begin; b < begin + count; b += kChunk) {
     int64_t n = std::min(kChunk, begin + count - b);
     if (state == nullptr && sd > 0) {
       // Rows not cached keep their current state: read it (RocksDB, write-back, init).
       current_state.resize(n * sd);
-      scratch_w.resize(n * d);
-      TESSERA_RETURN_IF_ERROR(ReadRows(b, n, scratch_w.data(), current_state.data()));
+      scratch_w.resize(n * wb);
+      TESSERA_RETURN_IF_ERROR(ReadRowBytes(b, n, scratch_w.data(), current_state.data()));
     }
     rows.clear();
     values.clear();
     for (int64_t i = 0; i < n; ++i) {
       int64_t row = b + i, src = row - begin;
-      const float* w = weights + src * d;
+      const char* w = weights + src * wb;
       const float* s = state ? state + src * sd : current_state.data() + i * sd;
       int32_t slot = cache_.Find(row);
       if (slot >= 0) {
-        std::memcpy(SlotWeights(slot), w, d * sizeof(float));
+        std::memcpy(SlotWeights(slot), w, wb);
         if (state != nullptr) std::memcpy(SlotState(slot), s, sd * sizeof(float));
         cache_.set_dirty(slot, true);
         continue;
       }
       rows.push_back(row);
-      values.insert(values.end(), w, w + d);
-      values.insert(values.end(), s, s + sd);
+      values.insert(values.end(), w, w + wb);
+      values.insert(values.end(), reinterpret_cast<const char*>(s),
+                    reinterpret_cast<const char*>(s + sd));
       // A pending write-back of this row would overwrite the new value at EndStep.
       auto it = pending_.index.find(row);
       if (it != pending_.index.end()) {
-        std::memcpy(pending_.values.data() + it->second * row_floats_,
-                    values.data() + (rows.size() - 1) * row_floats_,
-                    row_floats_ * sizeof(float));
+        std::memcpy(pending_.values.data() + it->second * value_bytes_,
+                    values.data() + (rows.size() - 1) * value_bytes_, value_bytes_);
       }
     }
     // ReadRows above (or this) waited for any write in flight, so this write lands after it.

@@ -234,7 +234,8 @@ absl::Status ShardedEmbeddingCollection::Impl::LookupReceived(const internal::Re
       const int64_t nf = NumFeatures(s, ls.table);
       for (int64_t fi = 0; fi < nf; ++fi) {
         PooledLookupArgs a;
-        a.weights = ls.store->weights();
+        a.weights = ls.store->weight_data();
+        a.weight_dtype = ls.store->weight_dtype();
         a.dim = ls.width;
         a.offsets = ls.offsets.data() + ls.offsets_start[src * nf + fi];
         a.indices = ls.slots.data();

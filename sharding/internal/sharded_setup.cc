@@ -54,6 +54,7 @@ absl::StatusOr<std::unique_ptr<RowStore>> MakeTieredShardStore(
   so.seed = o.seed;
   so.table_id = static_cast<uint64_t>(t);
   so.name = absl::StrCat(cfg.name, " shard ", shard);
+  so.dtype = cfg.storage.dtype;
   so.row_offset = r0;
   if (c1 - c0 != cfg.dim) {
     so.init_dim = cfg.dim;
@@ -96,6 +97,7 @@ absl::StatusOr<std::unique_ptr<RowStore>> MakeStore(const EmbeddingCollectionOpt
   so.seed = o.seed;
   so.table_id = static_cast<uint64_t>(t);
   so.name = cfg.name;
+  so.dtype = cfg.storage.dtype;
   TESSERA_ASSIGN_OR_RETURN(auto store, CreateInMemoryRowStore(so));
   constexpr int64_t kChunk = 4096;
   std::vector<float> buf;

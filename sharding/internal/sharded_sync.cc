@@ -225,7 +225,10 @@ absl::Status ShardedEmbeddingCollection::Impl::ApplyUpdates(float lr, int64_t st
       continue;
     }
     RowUpdateArgs a;
-    a.weights = ls.store->weights();
+    a.weights = ls.store->weight_data();
+    a.weight_dtype = ls.store->weight_dtype();
+    a.rounding = tables[ls.table].storage.rounding;
+    a.rounding_seed = options.collection.seed;
     a.state = ls.store->state();
     a.dim = ls.width;
     a.optimizer = update_opt;
@@ -301,7 +304,10 @@ absl::Status ShardedEmbeddingCollection::Impl::DataParallelBackward(const float*
     std::vector<int64_t> slots(rows.size());
     TESSERA_RETURN_IF_ERROR(dp[i].store->Resolve(rows, absl::MakeSpan(slots)));
     RowUpdateArgs a;
-    a.weights = dp[i].store->weights();
+    a.weights = dp[i].store->weight_data();
+    a.weight_dtype = dp[i].store->weight_dtype();
+    a.rounding = cfg.storage.rounding;
+    a.rounding_seed = options.collection.seed;
     a.state = dp[i].store->state();
     a.dim = cfg.dim;
     a.optimizer = options.collection.optimizer;

@@ -55,6 +55,30 @@ TEST_F(ConfigStorageTest, ReadsStorageAndResolvesPaths) {
   EXPECT_EQ(ConfigToYaml(*again), ConfigToYaml(*c));
 }
 
+// storage.dtype / rounding per table (any tier), model.embedding_dtype / embedding_rounding as
+// the defaults, the effective-config round trip, and the errors.
+TEST_F(ConfigStorageTest, SixteenBitStorageKeys) {
+  std::string yaml = tiertest::SmallTierYaml(
+                         {"{dtype: fp16, rounding: nearest}", "{tier: rocksdb, cache_rows: 500}"},
+                         "rowwise_adagrad", "sgd") +
+                     absl::StrCat("output: {dir: ", (dir_ / "out").string(), "}\n");
+  auto c = ParseConfig(yaml, (dir_ / "s.yaml").string(), {"model.embedding_dtype=bf16"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model.tables[0].storage.dtype, RowDtype::kF16);
+  EXPECT_EQ(c->model.tables[0].storage.rounding, RowRounding::kNearest);
+  EXPECT_EQ(c->model.tables[1].storage.dtype, RowDtype::kBf16);  // the model default
+  EXPECT_EQ(c->model.tables[1].storage.rounding, RowRounding::kStochastic);
+  EXPECT_EQ(c->model.tables[2].storage.dtype, RowDtype::kBf16);
+  auto again = ParseConfig(ConfigToYaml(*c), (dir_ / "s.yaml").string());
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << ConfigToYaml(*c);
+  EXPECT_EQ(ConfigToYaml(*again), ConfigToYaml(*c));
+  EXPECT_EQ(again->model.tables[0].storage.dtype, RowDtype::kF16);
+
+  EXPECT_THAT(Error("{dtype: fp8}"), HasSubstr("model.tables[0].storage.dtype"));
+  EXPECT_THAT(Error("{dtype: bf16, rounding: up}"), HasSubstr("storage.rounding"));
+  EXPECT_THAT(Error("{dtype: bf16}", "device: cuda\n"), HasSubstr("CPU only"));
+}
+
 TEST_F(ConfigStorageTest, CheckpointKeys) {
   std::string yaml = tiertest::SmallTierYaml({}, "rowwise_adagrad", "sgd") +
                      "train: {checkpoint_every: 50, resume: false}\noutput: {dir: " +

@@ -233,4 +233,33 @@ absl::StatusOr<uint64_t> DenseFingerprint(Model& model) {
   return h;
 }
 
+SafetensorsDtype StoredTensorDtype(RowDtype dtype) {
+  switch (dtype) {
+    case RowDtype::kF32: return SafetensorsDtype::kF32;
+    case RowDtype::kF16: return SafetensorsDtype::kF16;
+    case RowDtype::kBf16: return SafetensorsDtype::kBF16;
+  }
+  return SafetensorsDtype::kF32;
+}
+
+absl::StatusOr<const TensorView*> GetTableWeights(const SafetensorsFile& file,
+                                                  std::string_view name, RowDtype dtype,
+                                                  const std::vector<int64_t>& shape) {
+  const TensorView* t = file.Find(name);
+  if (t != nullptr && t->dtype == SafetensorsDtype::kF32) {
+    return file.Get(name, SafetensorsDtype::kF32, shape);
+  }
+  return file.Get(name, StoredTensorDtype(dtype), shape);
+}
+
+absl::Status WriteTableRows(RowStore& store, const TensorView& w, int64_t src, int64_t dst,
+                            int64_t n, const float* state) {
+  const int64_t width = store.dim();
+  if (w.dtype == StoredTensorDtype(store.weight_dtype())) {
+    const char* bytes = static_cast<const char*>(w.data) + src * store.weight_row_bytes();
+    return store.WriteRowBytes(dst, n, bytes, state);
+  }
+  return store.WriteRows(dst, n, w.f32() + src * width, state);
+}
+
 }  // namespace tessera::internal

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "embedding/row_store.h"
 #include "trainer/model.h"
 #include "trainer/safetensors.h"
 
@@ -44,6 +45,21 @@ absl::StatusOr<std::string> PublishCheckpoint(const std::filesystem::path& dir,
 
 // Non-negative integer metadata `key` of `f`; DataLoss naming the file and key otherwise.
 absl::StatusOr<int64_t> MetaInt(const SafetensorsFile& f, const std::string& key);
+
+// Embedding weights in a checkpoint are written in the table's stored dtype (F32, F16 or BF16:
+// the same bytes as the store and the RocksDB tier hold, so a resume is bit-identical).
+SafetensorsDtype StoredTensorDtype(RowDtype dtype);
+// The weights tensor `name` of shape `shape` for a table stored as `dtype`: in the stored dtype,
+// or F32 (a checkpoint of an fp32 table, or written before 16-bit storage existed).
+// NotFound / InvalidArgument as SafetensorsFile::Get.
+absl::StatusOr<const TensorView*> GetTableWeights(const SafetensorsFile& file,
+                                                  std::string_view name, RowDtype dtype,
+                                                  const std::vector<int64_t>& shape);
+// Writes rows [src, src + n) of `w` (a GetTableWeights tensor of the store's width) into rows
+// [dst, dst + n) of `store`: the bytes as they are when the dtypes agree, else F32 values
+// rounded to nearest into the store's dtype. `state`: n * state_dim floats, or null.
+absl::Status WriteTableRows(RowStore& store, const TensorView& w, int64_t src, int64_t dst,
+                            int64_t n, const float* state);
 
 // The dense model in a checkpoint: "dense.<param>" and "dense_optimizer.<param>.<state>".
 void AppendDenseSpecs(Model& model, std::vector<TensorSpec>* specs);

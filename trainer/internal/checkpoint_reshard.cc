@@ -99,8 +99,9 @@ class PieceReader {
     r->sd_ = RowStateDim(o.optimizer.type, cols);
     if (!p.file.empty()) {
       TESSERA_ASSIGN_OR_RETURN(r->file_, SafetensorsFile::Open(p.file));
-      TESSERA_ASSIGN_OR_RETURN(r->w_, r->file_->Get(p.weight_tensor, SafetensorsDtype::kF32,
-                                                    {rows, cols}));
+      TESSERA_ASSIGN_OR_RETURN(r->w_, GetTableWeights(*r->file_, p.weight_tensor,
+                                                       cfg.storage.dtype, {rows, cols}));
+      r->dtype_ = r->w_->dtype == SafetensorsDtype::kF32 ? RowDtype::kF32 : cfg.storage.dtype;
       if (r->sd_ > 0) {
         TESSERA_ASSIGN_OR_RETURN(r->s_, r->file_->Get(p.state_tensor, SafetensorsDtype::kF32,
                                                       {rows, r->sd_}));
@@ -122,6 +123,7 @@ class PieceReader {
     so.seed = o.seed;
     so.table_id = static_cast<uint64_t>(table);
     so.name = absl::StrCat(cfg.name, " (checkpoint piece ", p.db, ")");
+    so.dtype = cfg.storage.dtype;
     if (p.sharded_db_layout) {
       if (so.init.scale <= 0) so.init.scale = sqrtf(1.0f / static_cast<float>(cfg.num_rows));
       so.row_offset = p.rect.row_begin;
@@ -148,7 +150,10 @@ class PieceReader {
     w->resize(static_cast<size_t>(n * cols));
     s->resize(static_cast<size_t>(n * sd_));
     if (db_ != nullptr) return db_->ReadRows(at, n, w->data(), sd_ > 0 ? s->data() : nullptr);
-    std::memcpy(w->data(), w_->f32() + at * cols, n * cols * sizeof(float));
+    // Widened exactly; the target store's WriteRows rounds them back to the same bits.
+    RowValuesToFloat(dtype_,
+                     static_cast<const char*>(w_->data) + at * cols * RowDtypeBytes(dtype_),
+                     n * cols, w->data());
     if (sd_ > 0) std::memcpy(s->data(), s_->f32() + at * sd_, n * sd_ * sizeof(float));
     return absl::OkStatus();
   }
@@ -157,6 +162,7 @@ class PieceReader {
   PieceReader() = default;
   CheckpointPiece piece_;
   int64_t sd_ = 0;
+  RowDtype dtype_ = RowDtype::kF32;  // the file tensor's dtype
   std::unique_ptr<SafetensorsFile> file_;
   const TensorView* w_ = nullptr;
   const TensorView* s_ = nullptr;

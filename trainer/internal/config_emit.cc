@@ -58,6 +58,8 @@ void EmitModel(YAML::Emitter& e, const ModelConfig& m) {
   Key(e, "max_table_rows", m.max_table_rows);
   Key(e, "init_from", m.init_from);
   Key(e, "dense_dtype", kDenseDtypeNames, m.dense_dtype);
+  Key(e, "embedding_dtype", kRowDtypeNames, m.embedding_dtype);
+  Key(e, "embedding_rounding", kRowRoundingNames, m.embedding_rounding);
   e << YAML::Key << "tables" << YAML::Value << YAML::BeginSeq;
   for (const TableConfig& t : m.tables) {
     e << YAML::Flow << YAML::BeginMap;
@@ -72,10 +74,24 @@ void EmitModel(YAML::Emitter& e, const ModelConfig& m) {
     Key(e, "type", kRowInitTypeNames, t.init.type);
     if (t.init.scale > 0) Key(e, "scale", t.init.scale);  // absent = sqrt(1 / rows)
     e << YAML::EndMap;
+    // A memory table's storage is written whenever it is not fp32 or the model's defaults are
+    // not fp32 / stochastic, so that rereading never applies the model default instead.
+    const bool default_storage = t.storage.dtype == RowDtype::kF32 &&
+                                 m.embedding_dtype == RowDtype::kF32 &&
+                                 t.storage.rounding == m.embedding_rounding;
+    if (t.storage.tier == StorageTier::kMemory && !default_storage) {
+      e << YAML::Key << "storage" << YAML::Value << YAML::Flow << YAML::BeginMap;
+      Key(e, "tier", kStorageTierNames, t.storage.tier);
+      Key(e, "dtype", kRowDtypeNames, t.storage.dtype);
+      Key(e, "rounding", kRowRoundingNames, t.storage.rounding);
+      e << YAML::EndMap;
+    }
     if (t.storage.tier == StorageTier::kRocksDb) {
       const TableStorage& st = t.storage;
       e << YAML::Key << "storage" << YAML::Value << YAML::Flow << YAML::BeginMap;
       Key(e, "tier", kStorageTierNames, st.tier);
+      Key(e, "dtype", kRowDtypeNames, st.dtype);
+      Key(e, "rounding", kRowRoundingNames, st.rounding);
       Key(e, "path", st.path);
       if (st.cache_rows > 0) Key(e, "cache_rows", st.cache_rows);
       if (st.cache_rows <= 0) Key(e, "cache_bytes", st.cache_bytes);

@@ -72,9 +72,11 @@ absl::Status ParseTableStorage(const ConfigReader& r, const YAML::Node& entry,
   TESSERA_RETURN_IF_ERROR(r.CheckMap(st, entry, p, "model.tables[].storage"));
   if (!st.IsDefined() || st.IsNull()) return absl::OkStatus();
   TESSERA_RETURN_IF_ERROR(r.ReadEnum(st, p, "tier", kStorageTierNames, &out->tier));
+  TESSERA_RETURN_IF_ERROR(r.ReadEnum(st, p, "dtype", kRowDtypeNames, &out->dtype));
+  TESSERA_RETURN_IF_ERROR(r.ReadEnum(st, p, "rounding", kRowRoundingNames, &out->rounding));
   if (out->tier == StorageTier::kMemory) {
     for (const std::string& key : StorageKeys()) {
-      if (key == "tier") continue;
+      if (key == "tier" || key == "dtype" || key == "rounding") continue;
       YAML::Node n = Child(st, key.c_str());
       if (n.IsDefined() && !n.IsNull())
         return r.Error(n, st, JoinKey(p, key), "only used with storage.tier rocksdb");

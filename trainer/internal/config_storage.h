@@ -17,12 +17,14 @@ namespace tessera::internal {
 // Keys of a `storage` map (schema section "model.tables[].storage").
 inline const std::vector<std::string>& StorageKeys() {
   static const auto* keys = new std::vector<std::string>{
-      "tier", "path", "cache_rows", "cache_bytes", "policy", "reader_threads", "prefetch"};
+      "tier",   "path",     "cache_rows", "cache_bytes", "policy", "reader_threads",
+      "prefetch", "dtype", "rounding"};
   return *keys;
 }
 
 // Reads entry["storage"] of the table at `table_path` ("model.tables[2]") into *out.
-// Rules: tier memory takes no other key; tier rocksdb needs exactly one of cache_rows /
+// dtype / rounding (any tier) override the model.embedding_dtype / embedding_rounding defaults
+// already in *out. Rules: tier memory takes no other key but those two; tier rocksdb needs exactly one of cache_rows /
 // cache_bytes (> 0); reader_threads in [1, 256].
 absl::Status ParseTableStorage(const ConfigReader& r, const YAML::Node& entry,
                                const std::string& table_path, TableStorage* out);

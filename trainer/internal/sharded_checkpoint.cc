@@ -151,7 +151,8 @@ absl::Status WriteRankPart(Tables& tables, const TrainPosition& pos, const fs::p
     const int64_t sd = sh.store->state_dim();
     if (!IsTiered(sh.store)) {
       const int64_t rows = sh.rect.num_rows();
-      specs.push_back({pre + "weight", SafetensorsDtype::kF32, {rows, sh.rect.num_cols()}});
+      specs.push_back({pre + "weight", StoredTensorDtype(sh.store->weight_dtype()),
+                       {rows, sh.rect.num_cols()}});
       if (sd > 0) specs.push_back({pre + "state", SafetensorsDtype::kF32, {rows, sd}});
     }
     if (!average) continue;
@@ -167,8 +168,8 @@ absl::Status WriteRankPart(Tables& tables, const TrainPosition& pos, const fs::p
     RowStore* dp = tables.data_parallel_store(t);
     if (dp == nullptr) continue;
     const TableConfig& tc = tables.table(t);
-    specs.push_back(
-        {"table." + tc.name + ".weight", SafetensorsDtype::kF32, {tc.num_rows, tc.dim}});
+    specs.push_back({"table." + tc.name + ".weight", StoredTensorDtype(dp->weight_dtype()),
+                     {tc.num_rows, tc.dim}});
     if (dp->state_dim() > 0) {
       specs.push_back({"table." + tc.name + ".state", SafetensorsDtype::kF32,
                        {tc.num_rows, dp->state_dim()}});
@@ -185,15 +186,16 @@ absl::Status WriteRankPart(Tables& tables, const TrainPosition& pos, const fs::p
       {"sync_clock", std::to_string(tables.sync_clock())}};
   const fs::path file = tmp / RankFile(rank);
   TESSERA_ASSIGN_OR_RETURN(auto writer, SafetensorsWriter::Create(file.string(), specs, meta));
-  std::vector<float> w, s;
+  std::vector<char> w;
+  std::vector<float> s;
   auto copy_rows = [&](RowStore& store, const std::string& wname, const std::string& sname,
                        int64_t rows, int64_t width) -> absl::Status {
     const int64_t sd = store.state_dim();
     for (int64_t r = 0; r < rows; r += kCheckpointChunkRows) {
       const int64_t n = std::min(kCheckpointChunkRows, rows - r);
-      w.resize(static_cast<size_t>(n * width));
+      w.resize(static_cast<size_t>(n * width * RowDtypeBytes(store.weight_dtype())));
       s.resize(static_cast<size_t>(n * sd));
-      TESSERA_RETURN_IF_ERROR(store.ReadRows(r, n, w.data(), sd > 0 ? s.data() : nullptr));
+      TESSERA_RETURN_IF_ERROR(store.ReadRowBytes(r, n, w.data(), sd > 0 ? s.data() : nullptr));
       TESSERA_RETURN_IF_ERROR(writer->WriteRows(wname, r, r + n, w.data()));
       if (sd > 0) TESSERA_RETURN_IF_ERROR(writer->WriteRows(sname, r, r + n, s.data()));
     }
@@ -349,7 +351,7 @@ absl::StatusOr<TrainPosition> RestoreRankPart(Model& model, Tables& tables,
                        int64_t rows, int64_t width) -> absl::Status {
     const int64_t sd = store.state_dim();
     TESSERA_ASSIGN_OR_RETURN(const TensorView* w,
-                             file->Get(wname, SafetensorsDtype::kF32, {rows, width}));
+                             GetTableWeights(*file, wname, store.weight_dtype(), {rows, width}));
     const TensorView* s = nullptr;
     ++expected;
     if (sd > 0) {
@@ -359,7 +361,7 @@ absl::StatusOr<TrainPosition> RestoreRankPart(Model& model, Tables& tables,
     for (int64_t r = 0; r < rows; r += kCheckpointChunkRows) {
       const int64_t n = std::min(kCheckpointChunkRows, rows - r);
       TESSERA_RETURN_IF_ERROR(
-          store.WriteRows(r, n, w->f32() + r * width, s ? s->f32() + r * sd : nullptr));
+          WriteTableRows(store, *w, r, r, n, s ? s->f32() + r * sd : nullptr));
     }
     return absl::OkStatus();
   };
