@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
-#include "sharding/internal/half.h"
+#include "embedding/row_dtype.h"
 #include "sharding/internal/sharded_impl.h"
 
 namespace tessera::internal {
@@ -303,16 +303,16 @@ absl::Status ShardedEmbeddingCollection::Impl::ExchangeFloats(
   send_h.resize(ns);
   recv_h.resize(nr);
   if (dt == PayloadDType::kF16) {
-    for (int64_t i = 0; i < ns; ++i) send_h[i] = internal::FloatToHalf(send[i]);
+    for (int64_t i = 0; i < ns; ++i) send_h[i] = row_dtype::FloatToHalf(send[i]);
   } else {
-    for (int64_t i = 0; i < ns; ++i) send_h[i] = internal::FloatToBf16(send[i]);
+    for (int64_t i = 0; i < ns; ++i) send_h[i] = row_dtype::FloatToBf16(send[i]);
   }
   TESSERA_RETURN_IF_ERROR(
       group->AllToAllV<uint16_t>(send_h.data(), sc, sd, recv_h.data(), rc, rd));
   if (dt == PayloadDType::kF16) {
-    for (int64_t i = 0; i < nr; ++i) recv[i] = internal::HalfToFloat(recv_h[i]);
+    for (int64_t i = 0; i < nr; ++i) recv[i] = row_dtype::HalfToFloat(recv_h[i]);
   } else {
-    for (int64_t i = 0; i < nr; ++i) recv[i] = internal::Bf16ToFloat(recv_h[i]);
+    for (int64_t i = 0; i < nr; ++i) recv[i] = row_dtype::Bf16ToFloat(recv_h[i]);
   }
   return absl::OkStatus();
 }

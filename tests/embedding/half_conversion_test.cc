@@ -1,7 +1,8 @@
-// The fp16 / bf16 conversions of the 16-bit all-to-all payloads: every 16-bit value survives a
-// round trip, and a float goes to the nearest representable value (ties to even), checked
-// against the neighbours in double precision.
-#include "sharding/internal/half.h"
+// The round-to-nearest fp16 / bf16 conversions of embedding/row_dtype.h, which 16-bit tables and
+// the 16-bit all-to-all payloads (sharding.comm_dtype) share: every 16-bit value survives a round
+// trip, and a float goes to the nearest representable value (ties to even), checked against the
+// neighbours in double precision.
+#include "embedding/row_dtype.h"
 
 #include <cmath>
 #include <cstdint>
@@ -9,7 +10,7 @@
 #include "core/rng.h"
 #include "gtest/gtest.h"
 
-namespace tessera::internal {
+namespace tessera::row_dtype {
 namespace {
 
 bool IsNan16(uint16_t h, bool bf16) {
@@ -81,4 +82,4 @@ TEST(HalfTest, RoundsToNearestEven) {
 }
 
 }  // namespace
-}  // namespace tessera::internal
+}  // namespace tessera::row_dtype
