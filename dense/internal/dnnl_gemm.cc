@@ -7,8 +7,10 @@
 #include <memory>
 #include <mutex>
 #include <tuple>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/logging.h"
 
 #ifdef TESSERA_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.hpp>
@@ -54,13 +56,30 @@ using Key = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int6
 struct Cached {
   dnnl::memory::desc a, b, c;
   dnnl::matmul prim;
+  // bf16 inputs on a CPU where oneDNN has no bf16 matmul: the operands are widened to fp32 (exact)
+  // and go through the fp32 primitive `prim`.
+  bool widen = false;
 };
+
+// The number of elements a row-major operand of logical shape [rows, cols] with leading
+// dimension ld spans (transposed: stored [cols, rows]).
+int64_t Extent(bool trans, int64_t rows, int64_t cols, int64_t ld) {
+  return trans ? (cols - 1) * ld + rows : (rows - 1) * ld + cols;
+}
+
+void WidenBf16(const void* src, int64_t n, std::vector<float>* out) {
+  out->resize(static_cast<size_t>(n));
+  const uint16_t* s = static_cast<const uint16_t*>(src);
+  for (int64_t i = 0; i < n; ++i) (*out)[static_cast<size_t>(i)] = Bf16ToFloat(s[i]);
+}
 
 struct Engine {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   std::mutex mu;
   std::map<Key, std::unique_ptr<Cached>> cache;
+  std::vector<float> wide_a, wide_b;  // the widened operands of a `widen` primitive
+  bool warned = false;
 };
 
 Engine& GetEngine() {
@@ -84,25 +103,53 @@ absl::Status DnnlGemm(GemmInput type, bool trans_a, bool trans_b, int64_t m, int
     auto it = e.cache.find(key);
     if (it == e.cache.end()) {
       const dt in = type == GemmInput::kBf16 ? dt::bf16 : dt::f32;
-      auto entry = std::make_unique<Cached>();
-      // Logical A [m, k] and B [k, n] with the strides of their row-major storage.
-      entry->a = dnnl::memory::desc({m, k}, in,
-                                    trans_a ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1});
-      entry->b = dnnl::memory::desc({k, n}, in,
-                                    trans_b ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1});
-      entry->c = dnnl::memory::desc({m, n}, dt::f32, dnnl::memory::dims{ldc, 1});
-      dnnl::primitive_attr attr;
-      if (accumulate) {
-        dnnl::post_ops ops;
-        ops.append_sum(1.0f);
-        attr.set_post_ops(ops);
+      auto make = [&](dt t) {
+        auto entry = std::make_unique<Cached>();
+        // Logical A [m, k] and B [k, n] with the strides of their row-major storage.
+        entry->a = dnnl::memory::desc(
+            {m, k}, t, trans_a ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1});
+        entry->b = dnnl::memory::desc(
+            {k, n}, t, trans_b ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1});
+        entry->c = dnnl::memory::desc({m, n}, dt::f32, dnnl::memory::dims{ldc, 1});
+        dnnl::primitive_attr attr;
+        if (accumulate) {
+          dnnl::post_ops ops;
+          ops.append_sum(1.0f);
+          attr.set_post_ops(ops);
+        }
+        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(entry->a, entry->b, entry->c), attr,
+                                        e.engine);
+        entry->prim = dnnl::matmul(pd);
+        return entry;
+      };
+      std::unique_ptr<Cached> entry;
+      try {
+        entry = make(in);
+      } catch (const dnnl::error& err) {
+        // oneDNN 2.6 has bf16 matmul only on CPUs with AVX-512 (native with AVX512_BF16 or AMX,
+        // emulated on AVX512_CORE). Elsewhere the same rounded operands are multiplied in fp32:
+        // a product of two bf16 values is exact in fp32, the accumulation is fp32 either way, so
+        // the numerical contract holds; only the speed of bf16 is lost.
+        if (in != dt::bf16 || err.status != dnnl_unimplemented) throw;
+        if (!e.warned) {
+          e.warned = true;
+          TESSERA_LOG(WARNING) << "oneDNN has no bf16 matmul on this CPU (" << err.what()
+                               << "): bf16 dense math multiplies its bf16-rounded operands in "
+                                  "fp32 (same rounding, fp32 speed)";
+        }
+        entry = make(dt::f32);
+        entry->widen = true;
       }
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(entry->a, entry->b, entry->c), attr,
-                                      e.engine);
-      entry->prim = dnnl::matmul(pd);
       it = e.cache.emplace(key, std::move(entry)).first;
     }
     p = it->second.get();
+    if (p->widen) {
+      // Under the lock: the widened buffers are shared (calls come from one thread in practice).
+      WidenBf16(a, Extent(trans_a, m, k, lda), &e.wide_a);
+      WidenBf16(b, Extent(trans_b, k, n, ldb), &e.wide_b);
+      a = e.wide_a.data();
+      b = e.wide_b.data();
+    }
     dnnl::memory am(p->a, e.engine, const_cast<void*>(a));
     dnnl::memory bm(p->b, e.engine, const_cast<void*>(b));
     dnnl::memory cm(p->c, e.engine, c);

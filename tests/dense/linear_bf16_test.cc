@@ -67,7 +67,10 @@ TEST_P(LinearBf16, WithinTheBf16BoundOfFloat64) {
   std::copy(w.begin(), w.end(), layer.weight().value.data<float>());
   std::copy(b.begin(), b.end(), layer.bias().value.data<float>());
   const float* y = nullptr;
-  ASSERT_TRUE(layer.Forward(x.data(), s.batch, &y).ok());
+  {
+    const absl::Status st = layer.Forward(x.data(), s.batch, &y);
+    ASSERT_TRUE(st.ok()) << st;
+  }
   const bool relu = s.act == Activation::kRelu;
   // Forward: z = x W^T + b in double; y = relu(z). ReLU is 1-Lipschitz, so the bound carries.
   Vec want(s.batch * s.out), abs_sum(s.batch * s.out);
@@ -90,7 +93,10 @@ TEST_P(LinearBf16, WithinTheBf16BoundOfFloat64) {
     if (relu && !(y[j] > 0.0f)) dz[j] = 0.0f;
   }
   std::vector<float> dy(dy0), dx(s.batch * s.in);
-  ASSERT_TRUE(layer.Backward(dy.data(), dx.data()).ok());
+  {
+    const absl::Status st = layer.Backward(dy.data(), dx.data());
+    ASSERT_TRUE(st.ok()) << st;
+  }
   Vec want_dw(s.out * s.in), sum_dw(s.out * s.in), want_dx(s.batch * s.in), sum_dx(s.batch * s.in);
   for (int64_t o = 0; o < s.out; ++o) {
     for (int64_t i = 0; i < s.in; ++i) {
