@@ -216,7 +216,13 @@ absl::Status FromRocksAt(const rocksdb::Status& s, const std::string& where,
     return absl::DataLossError(absl::StrCat(
         msg, " (a database file is damaged: restore the table from its last checkpoint)"));
   }
-  if (s.IsNoSpace()) return absl::ResourceExhaustedError(msg);
+  // A write refused after a background flush or compaction hit ENOSPC comes back as another
+  // code (Debian's 7.8.3: "Result incomplete: IO error: No space left on device ...") with the
+  // background error only in its text, so the text counts too.
+  if (s.IsNoSpace() || s.subcode() == rocksdb::Status::kNoSpace ||
+      s.ToString().find("No space left on device") != std::string::npos) {
+    return absl::ResourceExhaustedError(msg);
+  }
   if (s.IsInvalidArgument()) return absl::InvalidArgumentError(msg);
   if (s.IsIOError() && s.ToString().find("ermission denied") != std::string::npos) {
     return absl::PermissionDeniedError(msg);
