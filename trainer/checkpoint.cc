@@ -13,7 +13,9 @@
 #include "core/status.h"
 #include "core/timer.h"
 #include "embedding/row_optimizer.h"
+#include "trainer/cuda_sparse_arch.h"
 #include "trainer/internal/checkpoint_files.h"
+#include "trainer/internal/checkpoint_tables.h"
 #include "trainer/internal/sharded_checkpoint.h"
 #include "trainer/internal/train_stream.h"
 #include "trainer/safetensors.h"
@@ -34,26 +36,29 @@ constexpr char kFormat[] = "tessera-checkpoint-1";
 std::string WeightName(const TableConfig& t) { return "table." + t.name + ".weight"; }
 std::string StateName(const TableConfig& t) { return "table." + t.name + ".state"; }
 
-absl::StatusOr<EmbeddingCollection*> LocalCollection(Model& model) {
-  auto* local = dynamic_cast<LocalSparseArch*>(&model.sparse());
-  if (local == nullptr) {
-    return absl::UnimplementedError(
-        "checkpoints of this model's tables (neither single-process nor sharded) are not "
-        "supported");
+// The tables of a single-process model: on the host, or on one GPU.
+absl::StatusOr<std::unique_ptr<internal::CheckpointTables>> LocalTables(Model& model) {
+  if (auto* local = dynamic_cast<LocalSparseArch*>(&model.sparse())) {
+    return internal::HostCheckpointTables(local->collection());
   }
-  return &local->collection();
+  if (auto* cuda = dynamic_cast<CudaSparseArch*>(&model.sparse())) {
+    return internal::CudaCheckpointTables(cuda->collection());
+  }
+  return absl::UnimplementedError(
+      "checkpoints of this model's tables (neither single-process nor sharded) are not "
+      "supported");
 }
 
-absl::Status WriteState(Model& model, EmbeddingCollection& c, const TrainPosition& pos,
+absl::Status WriteState(Model& model, internal::CheckpointTables& c, const TrainPosition& pos,
                         const fs::path& file) {
   std::vector<TensorSpec> specs;
   for (int t = 0; t < c.num_tables(); ++t) {
-    if (dynamic_cast<TieredRowStore*>(&c.store(t)) != nullptr) continue;
+    if (c.tiered(t) != nullptr) continue;
     const TableConfig& tc = c.table(t);
-    specs.push_back({WeightName(tc), internal::StoredTensorDtype(c.store(t).weight_dtype()),
+    specs.push_back({WeightName(tc), internal::StoredTensorDtype(c.weight_dtype(t)),
                      {tc.num_rows, tc.dim}});
-    if (c.store(t).state_dim() > 0) {
-      specs.push_back({StateName(tc), SafetensorsDtype::kF32, {tc.num_rows, c.store(t).state_dim()}});
+    if (c.state_dim(t) > 0) {
+      specs.push_back({StateName(tc), SafetensorsDtype::kF32, {tc.num_rows, c.state_dim(t)}});
     }
   }
   internal::AppendDenseSpecs(model, &specs);
@@ -68,15 +73,14 @@ absl::Status WriteState(Model& model, EmbeddingCollection& c, const TrainPositio
   std::vector<char> w;
   std::vector<float> s;
   for (int t = 0; t < c.num_tables(); ++t) {
-    RowStore& store = c.store(t);
-    if (dynamic_cast<TieredRowStore*>(&store) != nullptr) continue;
+    if (c.tiered(t) != nullptr) continue;
     const TableConfig& tc = c.table(t);
-    const int64_t sd = store.state_dim();
+    const int64_t sd = c.state_dim(t);
     for (int64_t r = 0; r < tc.num_rows; r += kCheckpointChunkRows) {
       const int64_t n = std::min(kCheckpointChunkRows, tc.num_rows - r);
-      w.resize(static_cast<size_t>(n * store.weight_row_bytes()));
+      w.resize(static_cast<size_t>(n * c.weight_row_bytes(t)));
       s.resize(static_cast<size_t>(n * sd));
-      TESSERA_RETURN_IF_ERROR(store.ReadRowBytes(r, n, w.data(), sd > 0 ? s.data() : nullptr));
+      TESSERA_RETURN_IF_ERROR(c.ReadRowBytes(t, r, n, w.data(), sd > 0 ? s.data() : nullptr));
       TESSERA_RETURN_IF_ERROR(writer->WriteRows(WeightName(tc), r, r + n, w.data()));
       if (sd > 0) TESSERA_RETURN_IF_ERROR(writer->WriteRows(StateName(tc), r, r + n, s.data()));
     }
@@ -93,14 +97,14 @@ absl::StatusOr<std::string> WriteCheckpoint(Model& model, const TrainPosition& p
     return internal::WriteShardedCheckpoint(model, sharded->collection(), position,
                                             checkpoint_dir, keep);
   }
-  TESSERA_ASSIGN_OR_RETURN(EmbeddingCollection * c, LocalCollection(model));
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<internal::CheckpointTables> c, LocalTables(model));
   const fs::path dir(checkpoint_dir);
   const std::string name = absl::StrCat("ckpt-", position.step);
   const fs::path tmp = dir / (name + ".tmp");
   TESSERA_RETURN_IF_ERROR(internal::PrepareCheckpointTmp(dir, tmp));
   TESSERA_RETURN_IF_ERROR(WriteState(model, *c, position, tmp / kCheckpointStateFile));
   for (int t = 0; t < c->num_tables(); ++t) {
-    auto* tiered = dynamic_cast<TieredRowStore*>(&c->store(t));
+    TieredRowStore* tiered = c->tiered(t);
     if (tiered == nullptr) continue;
     internal::CheckpointEvent("tier_checkpoint");
     TESSERA_RETURN_IF_ERROR(tiered->Checkpoint((tmp / "tables" / c->table(t).name).string()));
@@ -126,14 +130,19 @@ absl::StatusOr<TrainPosition> RestoreCheckpoint(Model& model, const std::string&
   if (auto* sharded = dynamic_cast<ShardedSparseArch*>(&model.sparse())) {
     return internal::RestoreShardedCheckpoint(model, sharded->collection(), checkpoint);
   }
-  TESSERA_ASSIGN_OR_RETURN(EmbeddingCollection * c, LocalCollection(model));
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<internal::CheckpointTables> c, LocalTables(model));
   const fs::path dir(checkpoint);
   TESSERA_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open((dir / kCheckpointStateFile).string()));
   auto fmt = file->metadata().find("format");
   if (fmt == file->metadata().end() || fmt->second != kFormat) {
     if (fmt != file->metadata().end() && fmt->second == internal::kShardedCheckpointFormat) {
       // Written by several ranks: gather it into this process's tables.
-      return internal::RestoreShardedCheckpointLocally(model, *c, checkpoint, *file);
+      if (c->host() == nullptr) {
+        return absl::UnimplementedError(absl::StrCat(
+            checkpoint, ": written by several ranks; restoring it into device: cuda tables is "
+            "not supported yet (resume it with device: cpu, or on as many ranks)"));
+      }
+      return internal::RestoreShardedCheckpointLocally(model, *c->host(), checkpoint, *file);
     }
     return absl::DataLossError(
         absl::StrCat(file->path(), ": not a ", kFormat, " file (metadata 'format')"));
@@ -151,12 +160,11 @@ absl::StatusOr<TrainPosition> RestoreCheckpoint(Model& model, const std::string&
   }
   size_t expected = 0;
   for (int t = 0; t < c->num_tables(); ++t) {
-    RowStore& store = c->store(t);
     const TableConfig& tc = c->table(t);
     const fs::path db = dir / "tables" / tc.name;
     std::error_code ec;
     const bool has_db = fs::exists(db, ec);
-    if (auto* tiered = dynamic_cast<TieredRowStore*>(&store)) {
+    if (TieredRowStore* tiered = c->tiered(t)) {
       if (!has_db) {
         return absl::InvalidArgumentError(absl::StrCat(
             checkpoint, ": table '", tc.name, "' is in the RocksDB tier but the checkpoint has "
@@ -170,9 +178,9 @@ absl::StatusOr<TrainPosition> RestoreCheckpoint(Model& model, const std::string&
           checkpoint, ": table '", tc.name, "' was in the RocksDB tier when checkpointed; "
           "this config keeps it in memory"));
     }
-    const int64_t sd = store.state_dim();
+    const int64_t sd = c->state_dim(t);
     TESSERA_ASSIGN_OR_RETURN(const TensorView* w,
-                             internal::GetTableWeights(*file, WeightName(tc), store.weight_dtype(),
+                             internal::GetTableWeights(*file, WeightName(tc), c->weight_dtype(t),
                                                        {tc.num_rows, tc.dim}));
     const TensorView* s = nullptr;
     ++expected;
@@ -182,8 +190,7 @@ absl::StatusOr<TrainPosition> RestoreCheckpoint(Model& model, const std::string&
     }
     for (int64_t r = 0; r < tc.num_rows; r += kCheckpointChunkRows) {
       const int64_t n = std::min(kCheckpointChunkRows, tc.num_rows - r);
-      TESSERA_RETURN_IF_ERROR(
-          internal::WriteTableRows(store, *w, r, r, n, s ? s->f32() + r * sd : nullptr));
+      TESSERA_RETURN_IF_ERROR(c->WriteRows(t, *w, r, r, n, s ? s->f32() + r * sd : nullptr));
     }
   }
   TESSERA_RETURN_IF_ERROR(internal::ReadDenseTensors(model, *file, &expected));

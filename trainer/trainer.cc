@@ -22,12 +22,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   // written.
   TESSERA_ASSIGN_OR_RETURN(t->cuda_, CreateDeviceForConfig(config, options.local_rank));
   t->ctx_ = t->cuda_ != nullptr ? t->cuda_->context() : DeviceContext::Cpu();
-  if (t->cuda_ != nullptr && config.train.checkpoint_every > 0 && !options.eval_only) {
-    // trainer/checkpoint.cc reads the optimizer state of host tables only.
-    return absl::UnimplementedError(absl::StrCat(
-        config.source, ": train.checkpoint_every: checkpoints of a device: cuda model are not "
-        "supported yet; set train.checkpoint_every: 0 (output.export still works) or device: cpu"));
-  }
   if (config.threads > 0) SetNumThreads(config.threads);
   TESSERA_ASSIGN_OR_RETURN(t->world_, CreateWorld(config));
   if (t->world_.distributed()) SetLogRank(t->world_.rank());

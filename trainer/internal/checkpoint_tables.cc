@@ -1,0 +1,72 @@
+#include "trainer/internal/checkpoint_tables.h"
+
+#include "absl/strings/str_cat.h"
+#include "embedding/row_optimizer.h"
+#include "trainer/internal/checkpoint_files.h"
+
+namespace tessera::internal {
+namespace {
+
+class HostTables final : public CheckpointTables {
+ public:
+  explicit HostTables(EmbeddingCollection& c) : c_(c) {}
+  int num_tables() const override { return c_.num_tables(); }
+  const TableConfig& table(int t) const override { return c_.table(t); }
+  TieredRowStore* tiered(int t) override { return dynamic_cast<TieredRowStore*>(&c_.store(t)); }
+  RowDtype weight_dtype(int t) const override { return c_.store(t).weight_dtype(); }
+  int64_t state_dim(int t) const override { return c_.store(t).state_dim(); }
+  absl::Status ReadRowBytes(int t, int64_t begin, int64_t n, void* weights,
+                            float* state) override {
+    return c_.store(t).ReadRowBytes(begin, n, weights, state);
+  }
+  absl::Status WriteRows(int t, const TensorView& w, int64_t src, int64_t dst, int64_t n,
+                         const float* state) override {
+    return WriteTableRows(c_.store(t), w, src, dst, n, state);
+  }
+  EmbeddingCollection* host() override { return &c_; }
+
+ private:
+  EmbeddingCollection& c_;
+};
+
+// Device tables are fp32 in memory (CudaSparseArch refuses the tier and 16-bit storage), so the
+// stored bytes are the floats ReadRows copies out.
+class CudaTables final : public CheckpointTables {
+ public:
+  explicit CudaTables(CudaEmbeddingCollection& c) : c_(c) {}
+  int num_tables() const override { return c_.num_tables(); }
+  const TableConfig& table(int t) const override { return c_.table(t); }
+  TieredRowStore* tiered(int) override { return nullptr; }
+  RowDtype weight_dtype(int) const override { return RowDtype::kF32; }
+  int64_t state_dim(int t) const override {
+    return RowStateDim(c_.options().optimizer.type, c_.table(t).dim);
+  }
+  absl::Status ReadRowBytes(int t, int64_t begin, int64_t n, void* weights,
+                            float* state) override {
+    return c_.ReadRows(t, begin, n, static_cast<float*>(weights), state);
+  }
+  absl::Status WriteRows(int t, const TensorView& w, int64_t src, int64_t dst, int64_t n,
+                         const float* state) override {
+    if (w.dtype != SafetensorsDtype::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table '", c_.table(t).name, "': a checkpoint of 16-bit rows cannot be restored into "
+          "device: cuda tables (fp32 only)"));
+    }
+    return c_.WriteRows(t, dst, n, w.f32() + src * c_.table(t).dim, state);
+  }
+  EmbeddingCollection* host() override { return nullptr; }
+
+ private:
+  CudaEmbeddingCollection& c_;
+};
+
+}  // namespace
+
+std::unique_ptr<CheckpointTables> HostCheckpointTables(EmbeddingCollection& c) {
+  return std::make_unique<HostTables>(c);
+}
+std::unique_ptr<CheckpointTables> CudaCheckpointTables(CudaEmbeddingCollection& c) {
+  return std::make_unique<CudaTables>(c);
+}
+
+}  // namespace tessera::internal
