@@ -76,6 +76,13 @@ class CudaContext {
                                           size_t bytes);
 [[nodiscard]] absl::Status CudaCopyDeviceToDevice(const DeviceContext& ctx, void* dst,
                                                   const void* src, size_t bytes);
+// A strided copy on the compute stream (cudaMemcpy2DAsync): `height` rows of `width` bytes from
+// src (row pitch `spitch` bytes) to dst (pitch `dpitch`); either side host or device memory, the
+// kind taken from the pointers. Returns once queued: CudaSynchronize before reading a host
+// destination or reusing a host source.
+[[nodiscard]] absl::Status CudaCopy2D(const DeviceContext& ctx, void* dst, size_t dpitch,
+                                      const void* src, size_t spitch, size_t width,
+                                      size_t height);
 // Fills `bytes` of device memory with byte `value` on the compute stream.
 [[nodiscard]] absl::Status CudaMemsetAsync(const DeviceContext& ctx, void* dst, int value,
                                            size_t bytes);

@@ -153,6 +153,15 @@ absl::Status CudaCopyDeviceToDevice(const DeviceContext& ctx, void* dst, const v
                     "cudaMemcpyAsync(device to device)");
 }
 
+absl::Status CudaCopy2D(const DeviceContext& ctx, void* dst, size_t dpitch, const void* src,
+                        size_t spitch, size_t width, size_t height) {
+  TESSERA_RETURN_IF_ERROR(CheckCuda(ctx, "CudaCopy2D"));
+  if (width == 0 || height == 0) return absl::OkStatus();
+  return CudaStatus(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyDefault,
+                                      ComputeStream(ctx)),
+                    "cudaMemcpy2DAsync");
+}
+
 absl::Status CudaMemsetAsync(const DeviceContext& ctx, void* dst, int value, size_t bytes) {
   TESSERA_RETURN_IF_ERROR(CheckCuda(ctx, "CudaMemsetAsync"));
   if (bytes == 0) return absl::OkStatus();

@@ -36,6 +36,10 @@ absl::Status CudaCopyToHost(const DeviceContext&, void*, const void*, size_t) {
 absl::Status CudaCopyDeviceToDevice(const DeviceContext&, void*, const void*, size_t) {
   return NoCuda("CudaCopyDeviceToDevice");
 }
+absl::Status CudaCopy2D(const DeviceContext&, void*, size_t, const void*, size_t, size_t,
+                        size_t) {
+  return NoCuda("CudaCopy2D");
+}
 absl::Status CudaMemsetAsync(const DeviceContext&, void*, int, size_t) {
   return NoCuda("CudaMemsetAsync");
 }

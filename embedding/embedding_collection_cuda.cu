@@ -46,8 +46,9 @@ __global__ void InitTableKernel(RowInit init, uint64_t seed, uint64_t table_id, 
 
 class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
  public:
-  CudaEmbeddingCollectionImpl(const EmbeddingCollectionOptions& options, const DeviceContext& ctx)
-      : options_(options), ctx_(ctx), ws_(ctx) {}
+  CudaEmbeddingCollectionImpl(const EmbeddingCollectionOptions& options, const DeviceContext& ctx,
+                              std::vector<uint64_t> table_ids)
+      : options_(options), table_ids_(std::move(table_ids)), ctx_(ctx), ws_(ctx) {}
   ~CudaEmbeddingCollectionImpl() override {
     if (uploaded_ != nullptr) {
       cudaEventSynchronize(uploaded_);
@@ -81,7 +82,8 @@ class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
                                    ? options_.optimizer.adagrad_initial
                                    : 0.0f;
       InitTableKernel<<<GridFor(table.num_rows, 256), 256, 0, ComputeStream(ctx_)>>>(
-          table.init, options_.seed, static_cast<uint64_t>(t), table.num_rows, table.dim, sd,
+          table.init, options_.seed, table_ids_.empty() ? static_cast<uint64_t>(t) : table_ids_[t],
+          table.num_rows, table.dim, sd,
           state_init, weights_[t].data<float>(), sd > 0 ? state_[t].data<float>() : nullptr);
       TESSERA_CUDA_LAUNCH_RETURN_IF_ERROR("InitTableKernel");
     }
@@ -340,6 +342,7 @@ class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
   }
 
   EmbeddingCollectionOptions options_;
+  std::vector<uint64_t> table_ids_;  // InitRow ids; empty: the table index
   DeviceContext ctx_;
   std::vector<int> table_of_feature_;
   std::vector<int64_t> feature_column_;
@@ -361,13 +364,19 @@ class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CudaEmbeddingCollection>> CreateCudaEmbeddingCollection(
-    const EmbeddingCollectionOptions& options, const DeviceContext& ctx) {
+    const EmbeddingCollectionOptions& options, const DeviceContext& ctx,
+    const std::vector<uint64_t>& table_ids) {
   TESSERA_RETURN_IF_ERROR(embedding_internal::ValidateOptions(options, "CudaEmbeddingCollection"));
+  if (!table_ids.empty() && table_ids.size() != options.tables.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CreateCudaEmbeddingCollection: ", table_ids.size(), " table ids for ",
+        options.tables.size(), " tables"));
+  }
   if (!ctx.is_cuda() || ctx.compute_stream == nullptr) {
     return absl::InvalidArgumentError(
         "CreateCudaEmbeddingCollection: needs a CUDA DeviceContext (CudaContext::context())");
   }
-  auto c = std::make_unique<CudaEmbeddingCollectionImpl>(options, ctx);
+  auto c = std::make_unique<CudaEmbeddingCollectionImpl>(options, ctx, table_ids);
   TESSERA_RETURN_IF_ERROR(c->Init());
   return std::unique_ptr<CudaEmbeddingCollection>(std::move(c));
 }

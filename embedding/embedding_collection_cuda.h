@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/device.h"
@@ -57,7 +58,11 @@ class CudaEmbeddingCollection {
 // Validates `options` as EmbeddingCollection::Create does (InvalidArgument naming the table),
 // allocates and initialises the tables on ctx's device. ResourceExhausted when device memory is
 // short; InvalidArgument for a non-CUDA context; Unimplemented without the CUDA path.
+// `table_ids`: the id each table's initial rows are drawn with (InitRow's table_id), one per table;
+// empty: the table's index (a collection holding a subset of a model's tables keeps the model's
+// ids, so its rows start as they would in one collection). InvalidArgument for a wrong count.
 absl::StatusOr<std::unique_ptr<CudaEmbeddingCollection>> CreateCudaEmbeddingCollection(
-    const EmbeddingCollectionOptions& options, const DeviceContext& ctx);
+    const EmbeddingCollectionOptions& options, const DeviceContext& ctx,
+    const std::vector<uint64_t>& table_ids = {});
 
 }  // namespace tessera

@@ -14,6 +14,7 @@
 #include "core/timer.h"
 #include "embedding/row_optimizer.h"
 #include "trainer/cuda_sparse_arch.h"
+#include "trainer/split_sparse_arch.h"
 #include "trainer/internal/checkpoint_files.h"
 #include "trainer/internal/checkpoint_tables.h"
 #include "trainer/internal/sharded_checkpoint.h"
@@ -37,12 +38,22 @@ std::string WeightName(const TableConfig& t) { return "table." + t.name + ".weig
 std::string StateName(const TableConfig& t) { return "table." + t.name + ".state"; }
 
 // The tables of a single-process model: on the host, or on one GPU.
-absl::StatusOr<std::unique_ptr<internal::CheckpointTables>> LocalTables(Model& model) {
-  if (auto* local = dynamic_cast<LocalSparseArch*>(&model.sparse())) {
+absl::StatusOr<std::unique_ptr<internal::CheckpointTables>> LocalTables(SparseArch& sparse) {
+  if (auto* local = dynamic_cast<LocalSparseArch*>(&sparse)) {
     return internal::HostCheckpointTables(local->collection());
   }
-  if (auto* cuda = dynamic_cast<CudaSparseArch*>(&model.sparse())) {
+  if (auto* cuda = dynamic_cast<CudaSparseArch*>(&sparse)) {
     return internal::CudaCheckpointTables(cuda->collection());
+  }
+  if (auto* split = dynamic_cast<SplitSparseArch*>(&sparse)) {
+    std::vector<std::unique_ptr<internal::CheckpointTables>> parts;
+    std::vector<std::vector<int>> global;
+    for (int p = 0; p < split->num_parts(); ++p) {
+      TESSERA_ASSIGN_OR_RETURN(auto part, LocalTables(split->part_arch(p)));
+      parts.push_back(std::move(part));
+      global.push_back(split->part(p).tables);
+    }
+    return internal::JoinedCheckpointTables(std::move(parts), std::move(global));
   }
   return absl::UnimplementedError(
       "checkpoints of this model's tables (neither single-process nor sharded) are not "
@@ -97,7 +108,7 @@ absl::StatusOr<std::string> WriteCheckpoint(Model& model, const TrainPosition& p
     return internal::WriteShardedCheckpoint(model, sharded->collection(), position,
                                             checkpoint_dir, keep);
   }
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<internal::CheckpointTables> c, LocalTables(model));
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<internal::CheckpointTables> c, LocalTables(model.sparse()));
   const fs::path dir(checkpoint_dir);
   const std::string name = absl::StrCat("ckpt-", position.step);
   const fs::path tmp = dir / (name + ".tmp");
@@ -130,7 +141,7 @@ absl::StatusOr<TrainPosition> RestoreCheckpoint(Model& model, const std::string&
   if (auto* sharded = dynamic_cast<ShardedSparseArch*>(&model.sparse())) {
     return internal::RestoreShardedCheckpoint(model, sharded->collection(), checkpoint);
   }
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<internal::CheckpointTables> c, LocalTables(model));
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<internal::CheckpointTables> c, LocalTables(model.sparse()));
   const fs::path dir(checkpoint);
   TESSERA_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open((dir / kCheckpointStateFile).string()));
   auto fmt = file->metadata().find("format");
@@ -139,7 +150,7 @@ absl::StatusOr<TrainPosition> RestoreCheckpoint(Model& model, const std::string&
       // Written by several ranks: gather it into this process's tables.
       if (c->host() == nullptr) {
         return absl::UnimplementedError(absl::StrCat(
-            checkpoint, ": written by several ranks; restoring it into device: cuda tables is "
+            checkpoint, ": written by several ranks; restoring it into a device: cuda model is "
             "not supported yet (resume it with device: cpu, or on as many ranks)"));
       }
       return internal::RestoreShardedCheckpointLocally(model, *c->host(), checkpoint, *file);

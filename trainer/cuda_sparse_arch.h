@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/device.h"
@@ -29,8 +30,11 @@ class CudaSparseArch final : public SparseArch {
   // InvalidArgument naming the table otherwise (the RocksDB tier lives in host memory and on
   // disk). Errors of CreateCudaEmbeddingCollection pass through (Unimplemented without the CUDA
   // path, InvalidArgument for a non-CUDA context, ResourceExhausted when HBM is short).
+  // `table_ids`: as CreateCudaEmbeddingCollection's (the model's table index of each table, when
+  // `options` holds a subset of the model's tables, e.g. SplitSparseArch's device part).
   static absl::StatusOr<std::unique_ptr<CudaSparseArch>> Create(
-      const EmbeddingCollectionOptions& options, const DeviceContext& ctx);
+      const EmbeddingCollectionOptions& options, const DeviceContext& ctx,
+      const std::vector<uint64_t>& table_ids = {});
 
   int64_t output_dim() const override { return collection_->output_dim(); }
   absl::Status Forward(const KeyedJagged& batch, float* out) override {

@@ -11,6 +11,7 @@
 #include "dense/loss.h"
 #include "dense/lr_schedule.h"
 #include "trainer/cuda_sparse_arch.h"
+#include "trainer/split_sparse_arch.h"
 #include "trainer/internal/memory_check.h"
 #include "trainer/safetensors.h"
 #include "trainer/stores.h"
@@ -97,8 +98,26 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const Config& config,
         "device: cpu"));
   }
   if (sparse == nullptr && ctx.is_cuda()) {
-    TESSERA_ASSIGN_OR_RETURN(sparse,
-                             CudaSparseArch::Create(EmbeddingOptionsFromConfig(config), ctx));
+    bool tiered = false;
+    for (const TableConfig& t : config.model.tables) {
+      tiered = tiered || t.storage.tier == StorageTier::kRocksDb;
+    }
+    if (tiered) {
+      // RocksDB-tier tables stay on the host (their cache, prefetch and disk as on the CPU); the
+      // pooled rows and their gradients cross PCIe per step (trainer/split_sparse_arch.h).
+      auto on_device = [&ctx](const EmbeddingCollectionOptions& o,
+                              const std::vector<int>& global) -> absl::StatusOr<std::unique_ptr<SparseArch>> {
+        std::vector<uint64_t> ids(global.begin(), global.end());
+        TESSERA_ASSIGN_OR_RETURN(auto arch, CudaSparseArch::Create(o, ctx, ids));
+        return std::unique_ptr<SparseArch>(std::move(arch));
+      };
+      TESSERA_ASSIGN_OR_RETURN(sparse, CreateTierSplitSparseArch(config, on_device, false,
+                                                                 DeviceColumnCopies(ctx),
+                                                                 Device::kCuda));
+    } else {
+      TESSERA_ASSIGN_OR_RETURN(sparse,
+                               CudaSparseArch::Create(EmbeddingOptionsFromConfig(config), ctx));
+    }
   }
   if (sparse == nullptr) {
     // Each table's store as its config.model.tables[t].storage says (trainer/stores.h).

@@ -1,5 +1,6 @@
 #include "trainer/stores.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <regex>
 
@@ -8,6 +9,7 @@
 #include "embedding/row_optimizer.h"
 #include "trainer/model.h"
 #include "trainer/sharded_sparse_arch.h"
+#include "trainer/split_sparse_arch.h"
 
 namespace tessera {
 
@@ -38,12 +40,22 @@ void DiscardShardWorkingDbs(const std::string& path) {
 }  // namespace
 
 absl::StatusOr<std::vector<std::unique_ptr<RowStore>>> CreateTableStores(const Config& config) {
+  std::vector<int> all(config.model.tables.size());
+  for (size_t t = 0; t < all.size(); ++t) all[t] = static_cast<int>(t);
+  return CreateTableStores(config, all);
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<RowStore>>> CreateTableStores(
+    const Config& config, const std::vector<int>& tables) {
   const RowOptimizerOptions& opt = config.optimizer.embedding;
   // The same initial state EmbeddingCollection::Create gives its in-memory tables.
   const float state_init =
       opt.type == RowOptimizerType::kRowWiseAdagrad ? opt.adagrad_initial : 0.0f;
   std::vector<std::unique_ptr<RowStore>> stores;
-  for (int t = 0; t < static_cast<int>(config.model.tables.size()); ++t) {
+  for (int t : tables) {
+    if (t < 0 || t >= static_cast<int>(config.model.tables.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("CreateTableStores: no table ", t));
+    }
     const TableConfig& table = config.model.tables[t];
     const int64_t state_dim = RowStateDim(opt.type, table.dim);
     if (table.storage.tier == StorageTier::kMemory) {
@@ -87,15 +99,30 @@ absl::StatusOr<std::vector<std::unique_ptr<RowStore>>> CreateTableStores(const C
 }
 
 std::vector<TieredRowStore*> TieredStores(Model& model, std::vector<int>* table_index) {
-  std::vector<TieredRowStore*> out;
-  auto* local = dynamic_cast<LocalSparseArch*>(&model.sparse());
-  if (local == nullptr) return out;
-  EmbeddingCollection& c = local->collection();
-  for (int t = 0; t < c.num_tables(); ++t) {
-    if (auto* tiered = dynamic_cast<TieredRowStore*>(&c.store(t))) {
-      out.push_back(tiered);
-      if (table_index != nullptr) table_index->push_back(t);
+  // (global table index, store) of the tiered tables of each single-process collection.
+  std::vector<std::pair<int, TieredRowStore*>> found;
+  auto add = [&](SparseArch& arch, const std::vector<int>* global) {
+    auto* local = dynamic_cast<LocalSparseArch*>(&arch);
+    if (local == nullptr) return;
+    EmbeddingCollection& c = local->collection();
+    for (int t = 0; t < c.num_tables(); ++t) {
+      if (auto* tiered = dynamic_cast<TieredRowStore*>(&c.store(t))) {
+        found.push_back({global != nullptr ? (*global)[t] : t, tiered});
+      }
     }
+  };
+  if (auto* split = dynamic_cast<SplitSparseArch*>(&model.sparse())) {
+    for (int p = 0; p < split->num_parts(); ++p) {
+      add(split->part_arch(p), &split->part(p).tables);
+    }
+  } else {
+    add(model.sparse(), nullptr);
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<TieredRowStore*> out;
+  for (const auto& [t, store] : found) {
+    out.push_back(store);
+    if (table_index != nullptr) table_index->push_back(t);
   }
   return out;
 }

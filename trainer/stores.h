@@ -28,6 +28,10 @@ class Model;
 // (InvalidArgument naming the table for bad sizes, PermissionDenied naming a RocksDB path that
 // cannot be written, ResourceExhausted when memory is short).
 absl::StatusOr<std::vector<std::unique_ptr<RowStore>>> CreateTableStores(const Config& config);
+// The stores of tables `tables` (indices into config.model.tables), in that order, each with its
+// global table id (so its rows start as in the full model).
+absl::StatusOr<std::vector<std::unique_ptr<RowStore>>> CreateTableStores(
+    const Config& config, const std::vector<int>& tables);
 
 // Counters of one RocksDB-tier table.
 struct TierTableMetrics {
@@ -36,7 +40,8 @@ struct TierTableMetrics {
   TieredRowStoreMetrics metrics;
 };
 
-// The tiered tables of a single-process model (none for in-memory tables or a sharded model).
+// The tiered tables of a single-process model (none for in-memory tables or a sharded model),
+// also those of a SplitSparseArch's host part, in table order.
 std::vector<TieredRowStore*> TieredStores(Model& model, std::vector<int>* table_index = nullptr);
 
 // Counters of every tiered table of `model`, in table order.

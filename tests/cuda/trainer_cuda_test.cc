@@ -197,12 +197,26 @@ TEST_F(TrainerCudaTest, TrainerRunMatchesCpu) {
   }
 }
 
-TEST_F(TrainerCudaTest, RefusesWhatItCannotRunYet) {
-  Config c = MakeConfig("dlrm");
-  c.model.tables[0].storage.tier = StorageTier::kRocksDb;
-  auto m = Model::Create(c, CudaTest::gpu());
-  ASSERT_FALSE(m.ok());
-  EXPECT_NE(m.status().message().find("table 't0'"), std::string::npos) << m.status();
+// A RocksDB-tier table with device: cuda: the tiered table stays on the host
+// (trainer/split_sparse_arch.h), the rest in HBM; the run matches the same config on the CPU
+// within TrainerRunMatchesCpu's tolerances, and its tier database exists.
+TEST_F(TrainerCudaTest, RocksDbTableTrainsWithTheRestOnTheGpu) {
+  TrainSummary s[2];
+  for (int d = 0; d < 2; ++d) {
+    Config c = MakeConfig("dlrm", d ? "tier_cuda" : "tier_cpu");
+    c.model.tables[0].storage.tier = StorageTier::kRocksDb;
+    c.model.tables[0].storage.cache_rows = 400;
+    c.device = d ? Device::kCuda : Device::kCpu;
+    auto trainer = Trainer::Create(c);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    auto summary = (*trainer)->Run();
+    ASSERT_TRUE(summary.ok()) << summary.status();
+    s[d] = *summary;
+  }
+  EXPECT_TRUE(fs::exists(dir_ / "tier_cuda" / "tables" / "t0" / "CURRENT"));
+  EXPECT_EQ(s[1].steps, s[0].steps);
+  EXPECT_NEAR(s[1].eval.auc, s[0].eval.auc, 0.005);
+  EXPECT_NEAR(s[1].last_train_loss, s[0].last_train_loss, 2e-3);
 }
 
 std::string ReadBytes(const fs::path& p) {
@@ -212,12 +226,20 @@ std::string ReadBytes(const fs::path& p) {
 
 // A device: cuda run stopped after its checkpoint at step 15 and rerun resumes from it and ends
 // with the same export bytes as a run never interrupted (the GPU kernels are deterministic: no
-// atomics, column sums in a fixed order, cuBLAS on one stream).
+// atomics, column sums in a fixed order, cuBLAS on one stream), also with a RocksDB table.
 TEST_F(TrainerCudaTest, ResumedRunEqualsUninterruptedRun) {
-  for (const char* type : {"dlrm", "dcnv2"}) {
+  for (const char* type : {"dlrm", "dcnv2", "dlrm_tiered"}) {
     SCOPED_TRACE(type);
+    // dlrm_tiered: table t3 in the RocksDB tier on the host (its database copied into the
+    // checkpoint), the others in HBM.
+    const bool tiered = std::string(type) == "dlrm_tiered";
+    if (tiered) type = "dlrm";
     auto run = [&](const std::string& out, int64_t steps, int64_t every) {
       Config c = MakeConfig(type, out);
+      if (tiered) {
+        c.model.tables[3].storage.tier = StorageTier::kRocksDb;
+        c.model.tables[3].storage.cache_rows = 600;
+      }
       c.device = Device::kCuda;
       c.train.steps = steps;
       c.train.checkpoint_every = every;
@@ -230,8 +252,9 @@ TEST_F(TrainerCudaTest, ResumedRunEqualsUninterruptedRun) {
       return summary.ok() ? *summary : TrainSummary{};
     };
     // 27 steps of 20 per epoch: the resume crosses an epoch boundary.
-    const TrainSummary a = run(std::string(type) + "_straight", 27, 0);
-    const std::string resumed = std::string(type) + "_resumed";
+    const std::string tag = std::string(type) + (tiered ? "_tiered" : "");
+    const TrainSummary a = run(tag + "_straight", 27, 0);
+    const std::string resumed = tag + "_resumed";
     run(resumed, 17, 5);
     EXPECT_TRUE(fs::exists(dir_ / resumed / "checkpoints" / "ckpt-15" / "state.safetensors"));
     const TrainSummary b = run(resumed, 27, 5);

@@ -60,7 +60,48 @@ class CudaTables final : public CheckpointTables {
   CudaEmbeddingCollection& c_;
 };
 
+class JoinedTables final : public CheckpointTables {
+ public:
+  JoinedTables(std::vector<std::unique_ptr<CheckpointTables>> parts,
+               std::vector<std::vector<int>> global)
+      : parts_(std::move(parts)) {
+    int n = 0;
+    for (const auto& g : global) n += static_cast<int>(g.size());
+    where_.assign(n, {0, 0});
+    for (size_t p = 0; p < global.size(); ++p) {
+      for (size_t i = 0; i < global[p].size(); ++i) {
+        where_[global[p][i]] = {static_cast<int>(p), static_cast<int>(i)};
+      }
+    }
+  }
+  int num_tables() const override { return static_cast<int>(where_.size()); }
+  const TableConfig& table(int t) const override { return part(t).table(index(t)); }
+  TieredRowStore* tiered(int t) override { return part(t).tiered(index(t)); }
+  RowDtype weight_dtype(int t) const override { return part(t).weight_dtype(index(t)); }
+  int64_t state_dim(int t) const override { return part(t).state_dim(index(t)); }
+  absl::Status ReadRowBytes(int t, int64_t begin, int64_t n, void* weights,
+                            float* state) override {
+    return part(t).ReadRowBytes(index(t), begin, n, weights, state);
+  }
+  absl::Status WriteRows(int t, const TensorView& w, int64_t src, int64_t dst, int64_t n,
+                         const float* state) override {
+    return part(t).WriteRows(index(t), w, src, dst, n, state);
+  }
+  EmbeddingCollection* host() override { return nullptr; }
+
+ private:
+  CheckpointTables& part(int t) const { return *parts_[where_[t].first]; }
+  int index(int t) const { return where_[t].second; }
+  std::vector<std::unique_ptr<CheckpointTables>> parts_;
+  std::vector<std::pair<int, int>> where_;  // table -> (part, index in the part)
+};
+
 }  // namespace
+
+std::unique_ptr<CheckpointTables> JoinedCheckpointTables(
+    std::vector<std::unique_ptr<CheckpointTables>> parts, std::vector<std::vector<int>> global) {
+  return std::make_unique<JoinedTables>(std::move(parts), std::move(global));
+}
 
 std::unique_ptr<CheckpointTables> HostCheckpointTables(EmbeddingCollection& c) {
   return std::make_unique<HostTables>(c);

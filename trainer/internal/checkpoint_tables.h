@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "embedding/embedding_collection.h"
@@ -43,5 +44,9 @@ class CheckpointTables {
 
 std::unique_ptr<CheckpointTables> HostCheckpointTables(EmbeddingCollection& c);
 std::unique_ptr<CheckpointTables> CudaCheckpointTables(CudaEmbeddingCollection& c);
+// Several parts as one model's tables: part p's table i is the model's table global[p][i]
+// (SplitSparseArch). host() is null.
+std::unique_ptr<CheckpointTables> JoinedCheckpointTables(
+    std::vector<std::unique_ptr<CheckpointTables>> parts, std::vector<std::vector<int>> global);
 
 }  // namespace tessera::internal
