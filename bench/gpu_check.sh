@@ -9,6 +9,8 @@
 #   nccl tests   sharding_communicator_test; distributed_communicator_test on 4 ranks (mpirun)
 #   quickstart   configs/quickstart.yaml on the GPU and, meanwhile, on the CPU: eval AUC within
 #                0.005 and logged train losses within 0.01 (bench/gpu_check_report.py)
+#   mpi2         the same on 2 ranks sharing the GPU through MPI (device: cuda, shards in host
+#                memory) against 2 CPU ranks, same tolerances
 #   benchmarks   pooled lookup vs a device-to-device copy; Linear vs cuBLAS SGEMM; tessera-bench
 #                kaggle on the GPU with phase syncs OFF (the headline) and, separately, ON (the
 #                phase breakdown); bench/pytorch_dlrm.py --device cuda (PyTorch eager, same
@@ -145,6 +147,18 @@ RESERVE=180 stage quick_gpu 90 "$B/bin/tessera-train" "${QS[@]}" --set device=cu
   --set output.dir="$WORK/quick_gpu"
 wait "$CPU_PID"
 RESERVE=170 stage quick_compare 10 python3 bench/gpu_check_report.py quickstart "$WORK"
+
+# ---- 2 ranks sharing the GPU through MPI (device: cuda on several ranks: shards in host memory,
+# all-to-alls and the staged dense all-reduce over MPI) against the same 2 ranks on the CPU -------
+MPI2=(mpirun --oversubscribe --allow-run-as-root -np 2 -x LD_LIBRARY_PATH -x OMP_NUM_THREADS=4)
+rm -rf "$WORK/mpi2_cpu" "$WORK/mpi2_gpu"
+RESERVE=160 stage mpi2_cpu 120 "${MPI2[@]}" "$B/bin/tessera-train" "${QS[@]}" --set device=cpu \
+  --set threads=4 --set output.dir="$WORK/mpi2_cpu" &
+MPI_CPU_PID=$!
+RESERVE=160 stage mpi2_gpu 120 "${MPI2[@]}" "$B/bin/tessera-train" "${QS[@]}" --set device=cuda \
+  --set output.dir="$WORK/mpi2_gpu"
+wait "$MPI_CPU_PID"
+RESERVE=150 stage mpi2_compare 10 python3 bench/gpu_check_report.py quickstart "$WORK" mpi2_gpu mpi2_cpu
 
 # ---- benchmarks ---------------------------------------------------------------------------------
 RESERVE=140 stage cuda_lookup_bench 40 "$B/bin/cuda_lookup_bench" --benchmark_min_time=0.2 \

@@ -44,8 +44,8 @@ def read_json(path):
         return None
 
 
-def quickstart(out):
-    paths = [os.path.join(out, run, "metrics.jsonl") for run in ("quick_gpu", "quick_cpu")]
+def quickstart(out, gpu_run="quick_gpu", cpu_run="quick_cpu"):
+    paths = [os.path.join(out, run, "metrics.jsonl") for run in (gpu_run, cpu_run)]
     for path in paths:
         if not os.path.exists(path):
             print(f"quickstart: {path} is missing (that run failed; see its log)")
@@ -67,7 +67,8 @@ def quickstart(out):
            "loss_ok": len(common) > 0 and max_diff <= LOSS_TOL,
            "gpu_samples_per_sec": done_g[-1].get("samples_per_sec"),
            "cpu_samples_per_sec": done_c[-1].get("samples_per_sec")}
-    with open(os.path.join(out, "quickstart_compare.json"), "w") as f:
+    name = "quickstart" if gpu_run == "quick_gpu" else gpu_run
+    with open(os.path.join(out, f"{name}_compare.json"), "w") as f:
         json.dump(res, f, indent=1)
     print(json.dumps(res))
     return 0 if res["auc_ok"] and res["loss_ok"] else 1
@@ -223,6 +224,8 @@ def summary(work, md_path):
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "summary":
         sys.exit(summary(sys.argv[2], sys.argv[3]))
+    if len(sys.argv) == 5 and sys.argv[1] == "quickstart":  # quickstart WORK GPU_RUN CPU_RUN
+        sys.exit(quickstart(sys.argv[2], sys.argv[3], sys.argv[4]))
     if len(sys.argv) != 3 or sys.argv[1] not in ("quickstart", "table"):
         print(__doc__)
         sys.exit(2)

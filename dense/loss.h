@@ -17,4 +17,9 @@ namespace tessera {
 absl::StatusOr<double> BceWithLogits(const DeviceContext& ctx, const float* logits,
                                      const float* labels, int64_t batch, float* d_logits);
 
+// d_logits[i] *= scale for i in [0, batch), in ctx's memory (a step over several ranks rescales
+// its local mean's gradient to the global mean's). The same float multiply on both twins, so the
+// same bits. InvalidArgument for null d_logits with batch > 0 or batch < 0.
+absl::Status ScaleGradient(const DeviceContext& ctx, float* d_logits, int64_t batch, float scale);
+
 }  // namespace tessera

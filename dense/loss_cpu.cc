@@ -60,4 +60,9 @@ absl::StatusOr<double> BceWithLogitsCpu(const DeviceContext& ctx, const float* l
   return total * inv_batch;
 }
 
+absl::Status ScaleGradientCpu(float* d, int64_t n, float scale) {
+  for (int64_t i = 0; i < n; ++i) d[i] *= scale;
+  return absl::OkStatus();
+}
+
 }  // namespace tessera::dense_internal

@@ -5,6 +5,7 @@
 // the loss has the same bits on every run (it differs from the CPU twin's sequential block sum
 // only by double rounding). A label outside [0, 1] is reported, after the gradient is written,
 // as the CPU twin does: each block records its first bad index.
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -86,6 +87,22 @@ absl::StatusOr<double> BceWithLogitsCuda(const DeviceContext& ctx, const float* 
     total += r.loss;
   }
   return total / static_cast<double>(batch);
+}
+
+namespace {
+__global__ void ScaleKernel(float* __restrict__ d, int64_t n, float scale) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    d[i] *= scale;
+  }
+}
+}  // namespace
+
+absl::Status ScaleGradientCuda(const DeviceContext& ctx, float* d, int64_t n, float scale) {
+  TESSERA_RETURN_IF_ERROR(CheckCudaContext(ctx, "ScaleGradient", "dense/loss_cuda.cu"));
+  const int64_t blocks = std::min<int64_t>((n + 255) / 256, 4096);
+  ScaleKernel<<<static_cast<unsigned>(blocks), 256, 0, ComputeStream(ctx)>>>(d, n, scale);
+  return CudaLaunchStatus("ScaleKernel");
 }
 
 }  // namespace tessera::dense_internal

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "core/cuda_context.h"
 #include "core/cuda_runtime.h"
 #include "core/status.h"
 #include "dense/loss.h"
@@ -89,13 +90,12 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const Config& config,
   m->config_ = config;
   m->ctx_ = ctx;
   if (world != nullptr && world->size() > 1) m->world_ = world;
-  if (ctx.is_cuda() && m->world_ != nullptr) {
-    // The sharded tables and the dense all-reduce work on host memory; with NCCL they will
-    // take device buffers (sharding/), until then a CUDA model is one rank.
-    return absl::UnimplementedError(absl::StrCat(
+  if (ctx.is_cuda() && m->world_ != nullptr && sparse == nullptr) {
+    // Several ranks need the sharded tables (CreateModelForWorld gives them); a CudaSparseArch
+    // per rank would train unsynchronised copies of every table.
+    return absl::InvalidArgumentError(absl::StrCat(
         config.source.empty() ? "" : config.source + ": ", "device: cuda with ", world->size(),
-        " ranks: multi-rank training on the GPU is not supported yet; run one rank, or use "
-        "device: cpu"));
+        " ranks needs the sharded tables (trainer/world.h CreateModelForWorld)"));
   }
   if (sparse == nullptr && ctx.is_cuda()) {
     bool tiered = false;
@@ -198,8 +198,7 @@ absl::StatusOr<double> Model::TrainStep(const Batch& batch, int64_t step, PhaseT
       TESSERA_RETURN_IF_ERROR(world_->AllReduce(sums, 2, ReduceOp::kSum));
       if (sums[0] <= 0) return absl::InvalidArgumentError("every rank's batch is empty");
       const float scale = static_cast<float>(b / sums[0]);
-      float* d = d_logits_.data<float>();
-      for (int64_t i = 0; i < b; ++i) d[i] *= scale;
+      TESSERA_RETURN_IF_ERROR(ScaleGradient(ctx_, d_logits_.data<float>(), b, scale));
       loss = sums[1] / sums[0];
     }
   }
@@ -294,6 +293,41 @@ absl::Status Model::EndPhase() {
   return CudaSynchronize(ctx_);
 }
 
+absl::Status Model::AllReduceDeviceGrads() {
+  // The gradients are device memory: staged through one host buffer (in backward order, as the
+  // CPU path's buckets) and summed there by the same BucketedAllReduce, so the sums have the bits
+  // of one flat all-reduce. No overlap with the backward yet (each copy waits).
+  std::vector<Parameter*> params = dense_->parameters();
+  if (grad_sync_ == nullptr) {
+    int64_t total = 0;
+    for (Parameter* p : params) total += p->grad.numel();
+    host_grads_.assign(static_cast<size_t>(total), 0.0f);
+    std::vector<absl::Span<float>> grads;
+    int64_t at = 0;
+    for (auto it = params.rbegin(); it != params.rend(); ++it) {
+      grads.push_back(absl::MakeSpan(host_grads_.data() + at, (*it)->grad.numel()));
+      at += (*it)->grad.numel();
+    }
+    BucketedAllReduceOptions o;
+    o.bucket_bytes = config_.sharding.bucket_bytes;
+    TESSERA_ASSIGN_OR_RETURN(grad_sync_, BucketedAllReduce::Create(world_, std::move(grads), o));
+  }
+  int64_t at = 0;
+  for (auto it = params.rbegin(); it != params.rend(); ++it) {
+    TESSERA_RETURN_IF_ERROR(
+        CudaCopyToHost(ctx_, host_grads_.data() + at, (*it)->grad.raw(), (*it)->grad.bytes()));
+    at += (*it)->grad.numel();
+  }
+  TESSERA_RETURN_IF_ERROR(grad_sync_->Finish());
+  at = 0;
+  for (auto it = params.rbegin(); it != params.rend(); ++it) {
+    TESSERA_RETURN_IF_ERROR(
+        CudaCopyToDevice(ctx_, (*it)->grad.raw(), host_grads_.data() + at, (*it)->grad.bytes()));
+    at += (*it)->grad.numel();
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Model::AllReduceDenseGrads() {
   // Buckets of ~sharding.bucket_bytes in the order the dense backward finishes its gradients
   // (sharding/grad_buckets.h). The first call sets up the buckets and the backward's
@@ -301,6 +335,7 @@ absl::Status Model::AllReduceDenseGrads() {
   // the backward and runs during the rest of it and the embedding update; here the remaining
   // buckets start and all are waited for. Sums in rank order: the same bits as one flat
   // all-reduce, and every rank's parameters stay identical.
+  if (ctx_.is_cuda()) return AllReduceDeviceGrads();
   if (grad_sync_ == nullptr) {
     std::vector<Parameter*> params = dense_->parameters();
     std::vector<absl::Span<float>> grads;

@@ -64,7 +64,9 @@ class Model {
   // On a CUDA `ctx` (from a CudaContext, which must outlive the model) the tables are a
   // CudaSparseArch (trainer/cuda_sparse_arch.h) and the dense arch and its optimizer live in
   // device memory; batches stay host memory and are staged through pinned memory each step.
-  // A CUDA model takes one rank only for now (Unimplemented for a world of several ranks).
+  // A CUDA model on several ranks takes a `sparse` of sharded tables (CreateModelForWorld: the
+  // shards in host memory, trainer/sharded_sparse_arch.h); its dense gradients are summed
+  // through host memory (InvalidArgument without `sparse`).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Model>> Create(const Config& config,
                                                       const DeviceContext& ctx,
                                                       std::unique_ptr<SparseArch> sparse = nullptr,
@@ -114,6 +116,7 @@ class Model {
   Model() = default;
   absl::Status EnsureBuffers(int64_t batch);
   absl::Status AllReduceDenseGrads();
+  absl::Status AllReduceDeviceGrads();  // AllReduceDenseGrads of a CUDA model
   // CPU: whether this rank's pooled-embedding gradients (first `batch` rows of d_emb_) and
   // dense parameter gradients are all finite. CUDA: true (not checked).
   bool LocalGradientsFinite(int64_t batch);
@@ -131,6 +134,7 @@ class Model {
   DenseGradHook dense_grad_hook_;
   Communicator* world_ = nullptr;
   std::unique_ptr<BucketedAllReduce> grad_sync_;  // dense gradient buckets (world_ only)
+  std::vector<float> host_grads_;  // a CUDA model's gradients staged for grad_sync_
   Buffer emb_out_, d_emb_, d_logits_;
   int64_t capacity_ = 0;
   // CUDA only: device copies of the batch's dense features and labels, their pinned staging

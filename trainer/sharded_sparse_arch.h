@@ -1,9 +1,18 @@
 // The SparseArch over ranks: adapts sharding/ShardedEmbeddingCollection to the interface the
 // Model drives. Every method is collective over the world (ReadRows/WriteRows included).
+// The shards live in host memory. With a CUDA `model_ctx` (device: cuda on several ranks: the
+// dense model on the GPU) Forward's `out` and BackwardUpdate's `d_out` are device memory: the
+// pooled rows are copied host -> device after the collection's Forward and the gradients device
+// -> host before its BackwardUpdate, on model_ctx's compute stream (B x output_dim floats each).
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <vector>
 
+#include "core/cuda_context.h"
+#include "core/device.h"
+#include "core/status.h"
 #include "sharding/sharded_embedding.h"
 #include "trainer/sparse_arch.h"
 
@@ -11,14 +20,25 @@ namespace tessera {
 
 class ShardedSparseArch final : public SparseArch {
  public:
-  explicit ShardedSparseArch(std::unique_ptr<ShardedEmbeddingCollection> collection)
-      : collection_(std::move(collection)) {}
+  explicit ShardedSparseArch(std::unique_ptr<ShardedEmbeddingCollection> collection,
+                             const DeviceContext& model_ctx = DeviceContext::Cpu())
+      : collection_(std::move(collection)), model_ctx_(model_ctx) {}
   int64_t output_dim() const override { return collection_->output_dim(); }
   absl::Status Forward(const KeyedJagged& batch, float* out) override {
-    return collection_->Forward(batch, out);
+    if (!model_ctx_.is_cuda()) return collection_->Forward(batch, out);
+    const size_t n = static_cast<size_t>(batch.batch_size * output_dim());
+    host_out_.resize(n);
+    TESSERA_RETURN_IF_ERROR(collection_->Forward(batch, host_out_.data()));
+    batch_ = batch.batch_size;
+    // From pageable memory the copy has read host_out_ when it returns.
+    return CudaCopyToDevice(model_ctx_, out, host_out_.data(), n * sizeof(float));
   }
   absl::Status BackwardUpdate(const float* d_out, float lr, int64_t step) override {
-    return collection_->BackwardUpdate(d_out, lr, step);
+    if (!model_ctx_.is_cuda()) return collection_->BackwardUpdate(d_out, lr, step);
+    const size_t n = static_cast<size_t>(batch_ * output_dim());
+    host_d_.resize(n);
+    TESSERA_RETURN_IF_ERROR(CudaCopyToHost(model_ctx_, host_d_.data(), d_out, n * sizeof(float)));
+    return collection_->BackwardUpdate(host_d_.data(), lr, step);
   }
   // Packs the next batch so its id all-to-all overlaps the current step (pipelining).
   void Prefetch(const KeyedJagged& next) override { collection_->Prefetch(next); }
@@ -34,6 +54,9 @@ class ShardedSparseArch final : public SparseArch {
 
  private:
   std::unique_ptr<ShardedEmbeddingCollection> collection_;
+  DeviceContext model_ctx_;
+  std::vector<float> host_out_, host_d_;  // staging for a CUDA model
+  int64_t batch_ = 0;
 };
 
 }  // namespace tessera

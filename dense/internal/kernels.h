@@ -134,6 +134,8 @@ absl::StatusOr<double> BceWithLogitsCpu(const DeviceContext& ctx, const float* l
                                         const float* labels, int64_t batch, float* d_logits);
 absl::StatusOr<double> BceWithLogitsCuda(const DeviceContext& ctx, const float* logits,
                                          const float* labels, int64_t batch, float* d_logits);
+absl::Status ScaleGradientCpu(float* d, int64_t n, float scale);
+absl::Status ScaleGradientCuda(const DeviceContext& ctx, float* d, int64_t n, float scale);
 
 // ---- Dense optimizers (dense/optimizer_cpu.cc); rules in dense/internal/optimizer_rules.h ------
 struct DenseStepScalars;  // optimizer_rules.h

@@ -181,6 +181,17 @@ TEST_F(DenseCuda, BceMatchesCpuAndReportsABadLabel) {
   EXPECT_NE(err.status().message().find("labels[4321] = 1.5"), std::string::npos) << err.status();
 }
 
+// The multi-rank step's rescale of the loss gradient: the same float multiply, the same bits.
+TEST_F(DenseCuda, ScaleGradientMatchesCpuBitForBit) {
+  const int64_t n = 70000;  // many blocks, the last partial
+  auto d = RandomFloats(n, 3, -1.0f, 1.0f);
+  Buffer g = ToDevice(d);
+  const float scale = 0.3779f;
+  ASSERT_TRUE(ScaleGradient(cpu(), d.data(), n, scale).ok());
+  ASSERT_TRUE(ScaleGradient(gpu(), g.data<float>(), n, scale).ok());
+  EXPECT_EQ(ToHost<float>(g, n), d);
+}
+
 TEST_F(DenseCuda, OptimizersMatchCpu) {
   for (DenseOptimizerType type :
        {DenseOptimizerType::kSgd, DenseOptimizerType::kAdagrad, DenseOptimizerType::kAdam}) {

@@ -96,3 +96,20 @@ TEST(BceWithLogitsTest, ErrorsNameTheProblem) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+TEST(ScaleGradientTest, MultipliesInPlaceAndChecksItsArguments) {
+  std::vector<float> d = {1.0f, -2.5f, 0.1f};
+  ASSERT_TRUE(ScaleGradient(DeviceContext::Cpu(), d.data(), 3, 0.5f).ok());
+  EXPECT_EQ(d, (std::vector<float>{0.5f, -1.25f, 0.1f * 0.5f}));
+  EXPECT_TRUE(ScaleGradient(DeviceContext::Cpu(), nullptr, 0, 2.0f).ok());
+  EXPECT_EQ(ScaleGradient(DeviceContext::Cpu(), nullptr, 3, 2.0f).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ScaleGradient(DeviceContext::Cpu(), d.data(), -1, 2.0f).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace tessera
