@@ -304,7 +304,9 @@ absl::Status ShardedEmbeddingCollection::BackwardUpdate(const float* d_out, floa
   }
   // The clock, and average mode's touched rows and periodic sync.
   std::optional<ScopedPhase> phase;
-  if (s.layout.options.replica_sync == ReplicaSync::kAverage) phase.emplace(s.times, "replica_sync");
+  if (s.layout.options.replica_sync == ReplicaSync::kAverage) {
+    phase.emplace(s.times, "replica_sync");
+  }
   return sync.AfterUpdate(input, s.grads);
 }
 

@@ -54,10 +54,10 @@ void InputDist::BucketIds(const KeyedJagged& batch) {
       for (int64_t bag = 0; bag < b; ++bag) {
         for (int64_t j = offs[bag]; j < offs[bag + 1]; ++j) {
           const int64_t id = batch.values[j];
-          const size_t blk =
-              single_block ? 0
-                           : std::upper_bound(route.bounds.begin(), route.bounds.end(), id) -
-                                 route.bounds.begin() - 1;
+          const size_t blk = single_block
+                                 ? 0
+                                 : std::upper_bound(route.bounds.begin(), route.bounds.end(), id) -
+                                       route.bounds.begin() - 1;
           for (int ri : route.block_requests[blk]) {
             RequestIds& r = ids_[ri];
             auto [it, fresh] = r.uid_index.try_emplace(id, static_cast<int32_t>(r.uids.size()));
@@ -159,10 +159,8 @@ bool SameBatch(const PackedInput& p, const KeyedJagged& batch) {
   return p.bad.ok() && p.batch == batch.batch_size &&
          std::equal(p.offsets.begin(), p.offsets.end(), batch.offsets.begin(),
                     batch.offsets.end()) &&
-         std::equal(p.values.begin(), p.values.end(), batch.values.begin(),
-                    batch.values.end()) &&
-         std::equal(p.weights.begin(), p.weights.end(), batch.weights.begin(),
-                    batch.weights.end());
+         std::equal(p.values.begin(), p.values.end(), batch.values.begin(), batch.values.end()) &&
+         std::equal(p.weights.begin(), p.weights.end(), batch.weights.begin(), batch.weights.end());
 }
 
 }  // namespace
@@ -228,9 +226,9 @@ absl::Status InputDist::Exchange(const KeyedJagged& batch, const float* out, Res
   for (int src = 0; src < n; ++src) {
     const int64_t flags = hrecv[rd[src] + 1];
     if (flags & kErrorFlag) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "ShardedEmbeddingCollection::Forward: rank ", g.world_ranks()[src],
-          " of this sharding group got a bad batch (its error says which)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("ShardedEmbeddingCollection::Forward: rank ", g.world_ranks()[src],
+                       " of this sharding group got a bad batch (its error says which)"));
     }
     const bool used = (flags & kPrefetchedFlag) != 0;
     all_use &= used;
@@ -278,9 +276,9 @@ absl::Status InputDist::Exchange(const KeyedJagged& batch, const float* out, Res
     SizeReceived(&next->received);
     const PackedInput& p = next->packed;
     TESSERA_ASSIGN_OR_RETURN(
-        next->pending, g.StartAllToAllV(p.payload.data(), p.pbytes, p.pdispl,
-                                        next->received.payload.data(), next->received.qbytes,
-                                        next->received.qdispl));
+        next->pending,
+        g.StartAllToAllV(p.payload.data(), p.pbytes, p.pdispl, next->received.payload.data(),
+                         next->received.qbytes, next->received.qdispl));
     inflight_ = std::move(next);
   } else if (pipe && !all_staged) {
     staged_valid_ = false;
@@ -379,8 +377,8 @@ absl::Status InputDist::Unpack() {
     if (!any_weighted) o.weights.clear();
     o.uslots.resize(o.urows.size());
     TESSERA_RETURN_IF_ERROR(l_.local[li].store->Resolve(o.urows, absl::MakeSpan(o.uslots)));
-    TESSERA_RETURN_IF_ERROR(MapIndices(ctx, o.uslots.data(),
-                                       static_cast<int64_t>(o.slots.size()), o.slots.data()));
+    TESSERA_RETURN_IF_ERROR(
+        MapIndices(ctx, o.uslots.data(), static_cast<int64_t>(o.slots.size()), o.slots.data()));
   }
   // The prefetched payload is unpacked: its buffers can go.
   in_use_.reset();

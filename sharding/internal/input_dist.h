@@ -93,7 +93,7 @@ class InputDist {
   void Prefetch(const KeyedJagged& next);
 
   struct Result {
-    int64_t batch = 0;     // this rank's batch size (0 when bad)
+    int64_t batch = 0;  // this rank's batch size (0 when bad)
     bool weighted = false;
     // A batch in flight that this Exchange did not use (an evaluation's) stays for a later one;
     // its rows, staged already, must stay staged (FinishAhead's `hint`).

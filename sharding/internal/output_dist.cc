@@ -179,14 +179,13 @@ absl::Status OutputDist::Aggregate(const std::vector<OwnerIds>& owners,
     if (ids.uslots == ids.urows) {
       // Slots are the rows (in-memory stores): AggregateRowGradients's distinct slots, in
       // increasing order, are already the rows ordered by row; aggregate in place.
-      TESSERA_RETURN_IF_ERROR(AggregateRowGradients(l_.ctx, sources[q], ls.width,
-                                                    PoolingMode::kSum, &ws_, &rg.rows,
-                                                    &rg.grads));
+      TESSERA_RETURN_IF_ERROR(AggregateRowGradients(l_.ctx, sources[q], ls.width, PoolingMode::kSum,
+                                                    &ws_, &rg.rows, &rg.grads));
       continue;
     }
     std::vector<float> g;
-    TESSERA_RETURN_IF_ERROR(AggregateRowGradients(l_.ctx, sources[q], ls.width,
-                                                  PoolingMode::kSum, &ws_, &uslots, &g));
+    TESSERA_RETURN_IF_ERROR(
+        AggregateRowGradients(l_.ctx, sources[q], ls.width, PoolingMode::kSum, &ws_, &uslots, &g));
     // Slots back to rows (a tiered store's cache slots), ordered by row.
     absl::flat_hash_map<int64_t, int64_t> row_of;
     for (size_t i = 0; i < ids.uslots.size(); ++i) row_of[ids.uslots[i]] = ids.urows[i];
@@ -194,8 +193,7 @@ absl::Status OutputDist::Aggregate(const std::vector<OwnerIds>& owners,
     std::iota(order.begin(), order.end(), 0);
     std::vector<int64_t> rows(uslots.size());
     for (size_t i = 0; i < uslots.size(); ++i) rows[i] = row_of.at(uslots[i]);
-    std::sort(order.begin(), order.end(),
-              [&](int64_t a, int64_t c) { return rows[a] < rows[c]; });
+    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t c) { return rows[a] < rows[c]; });
     rg.rows.resize(rows.size());
     rg.grads.resize(g.size());
     for (size_t i = 0; i < order.size(); ++i) rg.rows[i] = rows[order[i]];

@@ -41,8 +41,8 @@ class OutputDist {
 
   // Owner, forward: pools each (sender, feature) of every local shard from `owners` (Unpack's)
   // into the reply buffer, for senders of `src_batch` samples, this rank asking for `batch`.
-  absl::Status PoolLocal(const std::vector<OwnerIds>& owners,
-                         const std::vector<int64_t>& src_batch, int64_t batch);
+  absl::Status PoolLocal(const std::vector<OwnerIds>& owners, const std::vector<int64_t>& src_batch,
+                         int64_t batch);
   // Collective over the group: the replies of PoolLocal out, this rank's partial sums in.
   absl::Status ExchangeForward();
   // Requester: out [batch, output_dim] = the partial sums of every sharded table added in shard
@@ -57,8 +57,8 @@ class OutputDist {
                                 const float* d_out);
   // Owner: sums the received gradients per local shard into grads[q] (distinct local rows,
   // increasing, [rows, width] gradients; empty when no sender had a sample).
-  absl::Status Aggregate(const std::vector<OwnerIds>& owners,
-                         const std::vector<int64_t>& src_batch, std::vector<RowGrads>* grads);
+  absl::Status Aggregate(const std::vector<OwnerIds>& owners, const std::vector<int64_t>& src_batch,
+                         std::vector<RowGrads>* grads);
 
  private:
   // Both directions' counts and displacements (floats): per owner what this rank asks for

@@ -108,10 +108,9 @@ absl::Status ReplicaSyncPhase::ExactSum(const InputDist& in, std::vector<RowGrad
   int64_t at = 0;
   for (size_t q = 0; q < local.size(); ++q) {
     const int64_t w = local[q].width, u = static_cast<int64_t>(unions[q].size());
-    TESSERA_RETURN_IF_ERROR(ScatterToUnion(l_.ctx, rg[q].rows.data(),
-                                           static_cast<int64_t>(rg[q].rows.size()),
-                                           unions[q].data(), u, rg[q].grads.data(), w,
-                                           buf.data() + at));
+    TESSERA_RETURN_IF_ERROR(
+        ScatterToUnion(l_.ctx, rg[q].rows.data(), static_cast<int64_t>(rg[q].rows.size()),
+                       unions[q].data(), u, rg[q].grads.data(), w, buf.data() + at));
     at += u * w;
   }
   TESSERA_RETURN_IF_ERROR(l_.replica->AllReduce(buf.data(), total, ReduceOp::kSum));
@@ -134,7 +133,8 @@ void ReplicaSyncPhase::PrefetchReplicaRows() {
   }
 }
 
-absl::Status ReplicaSyncPhase::AfterUpdate(const InputDist& in, const std::vector<RowGrads>& grads) {
+absl::Status ReplicaSyncPhase::AfterUpdate(const InputDist& in,
+                                           const std::vector<RowGrads>& grads) {
   ++updates_;
   if (l_.options.replica_sync != tessera::ReplicaSync::kAverage) return absl::OkStatus();
   // kAll syncs every row, so the touched set is not needed.
@@ -156,7 +156,9 @@ absl::Status ReplicaSyncPhase::StartAhead(const InputDist& in) {
   a.pending.reset();  // only left by a Forward that failed part way (fatal for the run anyway)
   a.phase = 0;
   a.for_update = -1;
-  if (l_.options.replica_sync != tessera::ReplicaSync::kAverage || l_.m == 1) return absl::OkStatus();
+  if (l_.options.replica_sync != tessera::ReplicaSync::kAverage || l_.m == 1) {
+    return absl::OkStatus();
+  }
   if ((updates_ + 1) % l_.options.sync_every != 0) return absl::OkStatus();
   if (!l_.AnyReadsAhead()) return absl::OkStatus();
   a.for_update = updates_;
@@ -222,8 +224,8 @@ absl::Status ReplicaSyncPhase::AdvanceAhead() {
     at += n * 8;
   }
   a.recv_ids.resize(at / 8);
-  TESSERA_ASSIGN_OR_RETURN(a.pending, l_.replica->StartAllToAllV(a.send_ids.data(), sb, sd,
-                                                                 a.recv_ids.data(), rb, rd));
+  TESSERA_ASSIGN_OR_RETURN(
+      a.pending, l_.replica->StartAllToAllV(a.send_ids.data(), sb, sd, a.recv_ids.data(), rb, rd));
   a.phase = 2;
   return absl::OkStatus();
 }
@@ -318,15 +320,14 @@ absl::Status ReplicaSyncPhase::AverageSync(const InputDist& in) {
     if (sd == 0 || st.pending_rows.empty()) continue;
     slots.resize(st.pending_rows.size());
     TESSERA_RETURN_IF_ERROR(ls.store->Resolve(st.pending_rows, absl::MakeSpan(slots)));
-    TESSERA_RETURN_IF_ERROR(ApplyDelayedAverage(ctx, st.pending_avg.data(),
-                                                st.pending_snapshot.data(), slots.data(),
-                                                static_cast<int64_t>(slots.size()), sd,
-                                                ls.store->state()));
+    TESSERA_RETURN_IF_ERROR(
+        ApplyDelayedAverage(ctx, st.pending_avg.data(), st.pending_snapshot.data(), slots.data(),
+                            static_cast<int64_t>(slots.size()), sd, ls.store->state()));
   }
   int64_t total = 0;
   for (size_t q = 0; q < local.size(); ++q) {
-    total += static_cast<int64_t>(unions[q].size()) *
-             (local[q].width + local[q].store->state_dim());
+    total +=
+        static_cast<int64_t>(unions[q].size()) * (local[q].width + local[q].store->state_dim());
   }
   std::vector<float> buf(total);
   std::vector<std::vector<int64_t>> union_slots(local.size());

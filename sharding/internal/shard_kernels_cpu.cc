@@ -131,9 +131,9 @@ absl::Status ScatterToUnionCpu(const DeviceContext&, const int64_t* rows, int64_
   return absl::OkStatus();
 }
 
-absl::Status ApplyDelayedAverageCpu(const DeviceContext&, const float* avg,
-                                    const float* snapshot, const int64_t* slots, int64_t count,
-                                    int64_t state_dim, float* state) {
+absl::Status ApplyDelayedAverageCpu(const DeviceContext&, const float* avg, const float* snapshot,
+                                    const int64_t* slots, int64_t count, int64_t state_dim,
+                                    float* state) {
   for (int64_t i = 0; i < count; ++i) {
     for (int64_t c = 0; c < state_dim; ++c) {
       float& v = state[slots[i] * state_dim + c];

@@ -19,7 +19,7 @@ namespace tessera::internal {
 // One shard of one table as every rank sees it (requester side), in (table, shard) order.
 struct Request {
   int table = 0;
-  int shard = 0;           // index in the plan's (sorted) shard list of the table
+  int shard = 0;  // index in the plan's (sorted) shard list of the table
   Shard rect;
   int owner = 0;           // shard rank
   bool col_split = false;  // the shard holds part of each row's columns
@@ -86,8 +86,8 @@ struct RowGrads {
 
 // The local batch between Forward and BackwardUpdate: what the backward needs of it.
 struct LocalStep {
-  bool pending = false;           // a Forward ran and no BackwardUpdate since
-  int64_t batch = 0;              // its size (0 after a bad batch)
+  bool pending = false;  // a Forward ran and no BackwardUpdate since
+  int64_t batch = 0;     // its size (0 after a bad batch)
   bool weighted = false;
   std::vector<int64_t> offsets;   // the local batch's offsets
   std::vector<float> id_weights;  // the local batch's per-id weights
@@ -99,8 +99,8 @@ struct LocalStep {
 // "<storage.path>/rank<world_rank>-shard<shard>" (emptied on open), lazily initialised to the
 // same values, with the table's cache budget scaled by the shard's share of the table.
 absl::StatusOr<std::unique_ptr<RowStore>> MakeStore(const EmbeddingCollectionOptions& o, int t,
-                                                    int64_t r0, int64_t r1, int64_t c0,
-                                                    int64_t c1, int world_rank, int shard);
+                                                    int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                                                    int world_rank, int shard);
 // InvalidArgument naming the table, feature, sample and id for a malformed batch.
 absl::Status CheckBatch(const ShardLayout& l, const KeyedJagged& batch);
 

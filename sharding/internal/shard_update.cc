@@ -10,8 +10,8 @@
 
 namespace tessera::internal {
 
-absl::Status ApplyShardUpdates(const ShardLayout& l, const std::vector<RowGrads>& grads,
-                               float lr, int64_t step) {
+absl::Status ApplyShardUpdates(const ShardLayout& l, const std::vector<RowGrads>& grads, float lr,
+                               int64_t step) {
   const auto& tables = l.options.collection.tables;
   const auto& local = l.local;
   const int n = l.n;
@@ -48,8 +48,8 @@ absl::Status ApplyShardUpdates(const ShardLayout& l, const std::vector<RowGrads>
       block.resize((block.size() + 7) & ~size_t{7}, 0);
     }
     std::vector<int64_t> sizes(n);
-    TESSERA_RETURN_IF_ERROR(l.group->AllGatherCounts(static_cast<int64_t>(block.size()),
-                                                     absl::MakeSpan(sizes)));
+    TESSERA_RETURN_IF_ERROR(
+        l.group->AllGatherCounts(static_cast<int64_t>(block.size()), absl::MakeSpan(sizes)));
     std::vector<int64_t> displs(n);
     for (int r = 1; r < n; ++r) displs[r] = displs[r - 1] + sizes[r - 1];
     std::vector<char> all(displs[n - 1] + sizes[n - 1]);
@@ -110,8 +110,7 @@ absl::Status ApplyShardUpdates(const ShardLayout& l, const std::vector<RowGrads>
       float* st = ls.store->state();
       for (size_t i = 0; i < rg.rows.size(); ++i) {
         RowWiseAdagradStep(l.update_opt, lr, total_sq[q][i] / dim, ls.width,
-                           rg.grads.data() + i * ls.width, w + slots[i] * ls.width,
-                           st + slots[i]);
+                           rg.grads.data() + i * ls.width, w + slots[i] * ls.width, st + slots[i]);
       }
       continue;
     }
