@@ -7,8 +7,9 @@
 // Shape (dense/'s twins): each op has a CPU twin <Op>Cpu in shard_kernels_cpu.cc (the reference
 // the tests trust) and a CUDA twin <Op>Cuda with the same signature, declared here to fix it; the
 // dispatching entry point <Op> (shard_kernels.cc) picks one by ctx.device and is the only place
-// that knows whether a twin is built. No CUDA twin is written yet: for a kCuda context every
-// entry point returns Unimplemented (ShardedEmbeddingCollection::Create refuses CUDA anyway).
+// that knows whether a twin is built. The CUDA twins (shard_kernels_cuda.cu) are compiled with
+// the CUDA path; without it a kCuda context gets Unimplemented. The orchestration does not use
+// them yet: ShardedEmbeddingCollection::Create refuses a CUDA context (issue 10).
 //
 // Kernels take plain views: pointers into memory of ctx.device and sizes; the caller owns the
 // memory, sizes the outputs and keeps pointers alive until the call returns (a CUDA twin runs on
@@ -37,7 +38,8 @@ struct ByteSegment {
 // ---- Input dist: id payloads ------------------------------------------------------------------
 // Copies segs[0 .. count) back to back into dst (sum of their bytes): the requester's id payload
 // to one owner (unique ids, bag lengths and positions, per-id weights), and the owner's copy of
-// received per-id weights.
+// received per-id weights. `segs` itself is a host array; the bytes it points at and dst are in
+// ctx's memory.
 absl::Status PackSegments(const DeviceContext& ctx, const ByteSegment* segs, int64_t count,
                           char* dst);
 absl::Status PackSegmentsCpu(const DeviceContext& ctx, const ByteSegment* segs, int64_t count,
@@ -86,8 +88,8 @@ absl::Status FillFloatsCuda(const DeviceContext& ctx, float value, int64_t count
 // partials of a feature reduced in the order of the calls).
 absl::Status AddPartials(const DeviceContext& ctx, const float* src, int64_t rows, int64_t width,
                          float* dst, int64_t dst_stride);
-absl::Status AddPartialsCpu(const DeviceContext& ctx, const float* src, int64_t rows,
-                            int64_t width, float* dst, int64_t dst_stride);
+absl::Status AddPartialsCpu(const DeviceContext& ctx, const float* src, int64_t rows, int64_t width,
+                            float* dst, int64_t dst_stride);
 absl::Status AddPartialsCuda(const DeviceContext& ctx, const float* src, int64_t rows,
                              int64_t width, float* dst, int64_t dst_stride);
 
@@ -161,9 +163,9 @@ absl::Status ScatterToUnionCuda(const DeviceContext& ctx, const int64_t* rows, i
 
 // Average mode's delayed state average: for i < count, c < state_dim, v = state[slots[i] *
 // state_dim + c] becomes avg[i * state_dim + c] + (v - snapshot[i * state_dim + c]).
-absl::Status ApplyDelayedAverage(const DeviceContext& ctx, const float* avg,
-                                 const float* snapshot, const int64_t* slots, int64_t count,
-                                 int64_t state_dim, float* state);
+absl::Status ApplyDelayedAverage(const DeviceContext& ctx, const float* avg, const float* snapshot,
+                                 const int64_t* slots, int64_t count, int64_t state_dim,
+                                 float* state);
 absl::Status ApplyDelayedAverageCpu(const DeviceContext& ctx, const float* avg,
                                     const float* snapshot, const int64_t* slots, int64_t count,
                                     int64_t state_dim, float* state);

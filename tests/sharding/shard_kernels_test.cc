@@ -1,11 +1,12 @@
 // The device seam's CPU twins (sharding/internal/shard_kernels.h) against values worked out by
-// hand, and the dispatch's answer for a CUDA context (no CUDA twin yet: Unimplemented, naming
-// the op). A CUDA twin's test runs the same inputs through both twins and compares.
+// hand, and the dispatch's answer for a CUDA context in a build without the CUDA path
+// (Unimplemented, naming the op). shard_kernels_cuda_test.cc compares the twins on a device.
 #include "sharding/internal/shard_kernels.h"
 
 #include <cstring>
 #include <vector>
 
+#include "core/cuda_runtime.h"
 #include "embedding/row_dtype.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -122,8 +123,8 @@ TEST(ShardKernelsTest, RowPayloads) {
   std::vector<float> state = {5, 0, 8};
   const std::vector<float> avg = {10, 20}, snap = {7, 4};
   const std::vector<int64_t> s2 = {2, 0};
-  ASSERT_TRUE(ApplyDelayedAverage(kCpu, avg.data(), snap.data(), s2.data(), 2, 1, state.data())
-                  .ok());
+  ASSERT_TRUE(
+      ApplyDelayedAverage(kCpu, avg.data(), snap.data(), s2.data(), 2, 1, state.data()).ok());
   EXPECT_THAT(state, ElementsAre(21, 0, 11));
 
   std::vector<float> sq(2);
@@ -131,7 +132,8 @@ TEST(ShardKernelsTest, RowPayloads) {
   EXPECT_THAT(sq, ElementsAre(5, 25));
 }
 
-TEST(ShardKernelsTest, CudaContextIsUnimplementedUntilTheTwinExists) {
+TEST(ShardKernelsTest, CudaContextWithoutTheCudaPathIsUnimplemented) {
+  if (CudaCompiled()) GTEST_SKIP() << "this build has the CUDA path";
   DeviceContext cuda = kCpu;
   cuda.device = Device::kCuda;
   float x = 0.0f;
