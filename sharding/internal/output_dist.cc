@@ -82,7 +82,7 @@ absl::Status OutputDist::Reduce(const KeyedJagged& batch, float* out) {
   const auto& co = l_.options.collection;
   const int n = l_.n;
   const int64_t b = batch_, od = l_.output_dim;
-  if (b > 0) std::fill(out, out + b * od, 0.0f);
+  if (b > 0) TESSERA_RETURN_IF_ERROR(FillFloats(l_.ctx, 0.0f, b * od, out));
   std::vector<const float*> block(l_.requests.size());
   for (int d = 0; d < n; ++d) {
     const float* p = recv_f_.data() + ask_displs_[d];

@@ -66,7 +66,8 @@ absl::Status ReplicaSyncPhase::ReduceGradients(const InputDist& in, std::vector<
   if (l_.options.replica_sync == tessera::ReplicaSync::kExact) return ExactSum(in, grads);
   const float scale = static_cast<float>(l_.m);
   for (RowGrads& rg : *grads) {
-    for (auto& g : rg.grads) g *= scale;
+    TESSERA_RETURN_IF_ERROR(ScaleFloats(l_.ctx, scale, static_cast<int64_t>(rg.grads.size()),
+                                        rg.grads.data()));
   }
   return absl::OkStatus();
 }

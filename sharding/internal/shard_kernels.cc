@@ -155,6 +155,15 @@ absl::Status ApplyDelayedAverage(const DeviceContext& ctx, const float* avg, con
   return ApplyDelayedAverageCpu(ctx, avg, snapshot, slots, count, state_dim, state);
 }
 
+absl::Status ScaleFloats(const DeviceContext& ctx, float scale, int64_t count, float* x) {
+#if TESSERA_HAVE_CUDA
+  if (ctx.is_cuda()) return ScaleFloatsCuda(ctx, scale, count, x);
+#else
+  if (ctx.is_cuda()) return NoCudaPath("ScaleFloats");
+#endif
+  return ScaleFloatsCpu(ctx, scale, count, x);
+}
+
 absl::Status RowSquaredSums(const DeviceContext& ctx, const float* grads, int64_t count,
                             int64_t width, float* out) {
 #if TESSERA_HAVE_CUDA
@@ -163,6 +172,21 @@ absl::Status RowSquaredSums(const DeviceContext& ctx, const float* grads, int64_
   if (ctx.is_cuda()) return NoCudaPath("RowSquaredSums");
 #endif
   return RowSquaredSumsCpu(ctx, grads, count, width, out);
+}
+
+absl::Status ColumnSplitAdagrad(const DeviceContext& ctx, const RowOptimizerOptions& opt, float lr,
+                                const float* total_sq, float dim, const int64_t* slots,
+                                int64_t count, int64_t width, const float* grads, float* weights,
+                                float* state) {
+#if TESSERA_HAVE_CUDA
+  if (ctx.is_cuda())
+    return ColumnSplitAdagradCuda(ctx, opt, lr, total_sq, dim, slots, count, width, grads, weights,
+                                  state);
+#else
+  if (ctx.is_cuda()) return NoCudaPath("ColumnSplitAdagrad");
+#endif
+  return ColumnSplitAdagradCpu(ctx, opt, lr, total_sq, dim, slots, count, width, grads, weights,
+                               state);
 }
 
 }  // namespace tessera::internal

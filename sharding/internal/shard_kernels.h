@@ -25,6 +25,7 @@
 
 #include "absl/status/status.h"
 #include "core/device.h"
+#include "embedding/row_optimizer.h"
 #include "sharding/sharded_embedding.h"  // PayloadDType
 
 namespace tessera::internal {
@@ -173,6 +174,11 @@ absl::Status ApplyDelayedAverageCuda(const DeviceContext& ctx, const float* avg,
                                      const float* snapshot, const int64_t* slots, int64_t count,
                                      int64_t state_dim, float* state);
 
+// x[i] *= scale for i < count (average mode's local gradients times M).
+absl::Status ScaleFloats(const DeviceContext& ctx, float scale, int64_t count, float* x);
+absl::Status ScaleFloatsCpu(const DeviceContext& ctx, float scale, int64_t count, float* x);
+absl::Status ScaleFloatsCuda(const DeviceContext& ctx, float scale, int64_t count, float* x);
+
 // Column-split row-wise AdaGrad: out[i] = sum over c < width of g[i * width + c]^2, summed in
 // column order (each shard's partial of the row's squared norm).
 absl::Status RowSquaredSums(const DeviceContext& ctx, const float* grads, int64_t count,
@@ -181,5 +187,24 @@ absl::Status RowSquaredSumsCpu(const DeviceContext& ctx, const float* grads, int
                                int64_t width, float* out);
 absl::Status RowSquaredSumsCuda(const DeviceContext& ctx, const float* grads, int64_t count,
                                 int64_t width, float* out);
+
+// Column-split row-wise AdaGrad's update: for i < count, RowWiseAdagradStep (embedding/
+// row_optimizer.h) of row slots[i] (weights [slots, width], state one float per slot) with the
+// gradient grads[i * width ..] and the full row's mean squared gradient total_sq[i] / dim
+// (dim: the full table's width). Rows in parallel; slots distinct. The CUDA twin shares the
+// step's code, whose weight update nvcc may contract into FMAs: weights within an ulp of the
+// CPU twin's, state bit for bit.
+absl::Status ColumnSplitAdagrad(const DeviceContext& ctx, const RowOptimizerOptions& opt,
+                                float lr, const float* total_sq, float dim, const int64_t* slots,
+                                int64_t count, int64_t width, const float* grads, float* weights,
+                                float* state);
+absl::Status ColumnSplitAdagradCpu(const DeviceContext& ctx, const RowOptimizerOptions& opt,
+                                   float lr, const float* total_sq, float dim,
+                                   const int64_t* slots, int64_t count, int64_t width,
+                                   const float* grads, float* weights, float* state);
+absl::Status ColumnSplitAdagradCuda(const DeviceContext& ctx, const RowOptimizerOptions& opt,
+                                    float lr, const float* total_sq, float dim,
+                                    const int64_t* slots, int64_t count, int64_t width,
+                                    const float* grads, float* weights, float* state);
 
 }  // namespace tessera::internal

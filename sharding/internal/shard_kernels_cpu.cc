@@ -154,4 +154,20 @@ absl::Status RowSquaredSumsCpu(const DeviceContext&, const float* grads, int64_t
   return absl::OkStatus();
 }
 
+absl::Status ScaleFloatsCpu(const DeviceContext&, float scale, int64_t count, float* x) {
+  for (int64_t i = 0; i < count; ++i) x[i] *= scale;
+  return absl::OkStatus();
+}
+
+absl::Status ColumnSplitAdagradCpu(const DeviceContext&, const RowOptimizerOptions& opt, float lr,
+                                   const float* total_sq, float dim, const int64_t* slots,
+                                   int64_t count, int64_t width, const float* grads, float* weights,
+                                   float* state) {
+  for (int64_t i = 0; i < count; ++i) {
+    RowWiseAdagradStep(opt, lr, total_sq[i] / dim, width, grads + i * width,
+                       weights + slots[i] * width, state + slots[i]);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace tessera::internal

@@ -5,9 +5,9 @@
 // 16-bit conversions repeat embedding/row_dtype.h's integer algorithms on the device (those
 // are host-only inline functions), so a CUDA twin gives the CPU twin's bits, NaN payloads
 // included. Thread mapping: one thread per output element (grid-stride loops), except
-// UnpackBags (one block scans the lengths) and RowSquaredSums (one thread per row, summing its
-// columns in order). Memory access: coalesced over the innermost index everywhere; the row
-// gathers and scatters read or write whole rows at the slots given.
+// UnpackBags (one block scans the lengths), RowSquaredSums and ColumnSplitAdagrad (one thread
+// per row, over its columns in order). Memory access: coalesced over the innermost index
+// everywhere; the row gathers and scatters read or write whole rows at the slots given.
 #include <cuda_runtime.h>
 
 #include "core/cuda_status_cuda.h"
@@ -177,6 +177,19 @@ __global__ void SquaredSumsKernel(const float* g, int64_t n, int64_t w, float* o
   }
 }
 
+__global__ void ScaleKernel(float scale, int64_t n, float* x) {
+  TESSERA_GRID_STRIDE(i, n) { x[i] = __fmul_rn(x[i], scale); }
+}
+
+__global__ void ColumnSplitAdagradKernel(RowOptimizerOptions opt, float lr, const float* total_sq,
+                                         float dim, const int64_t* slots, int64_t n, int64_t w,
+                                         const float* g, float* weights, float* state) {
+  TESSERA_GRID_STRIDE(i, n) {
+    RowWiseAdagradStep(opt, lr, __fdiv_rn(total_sq[i], dim), w, g + i * w, weights + slots[i] * w,
+                       state + slots[i]);
+  }
+}
+
 #undef TESSERA_GRID_STRIDE
 
 cudaStream_t Stream(const DeviceContext& ctx) { return ComputeStream(ctx); }
@@ -307,6 +320,22 @@ absl::Status RowSquaredSumsCuda(const DeviceContext& ctx, const float* grads, in
   SquaredSumsKernel<<<GridFor(count, kThreads), kThreads, 0, Stream(ctx)>>>(grads, count, width,
                                                                             out);
   return CudaLaunchStatus("SquaredSumsKernel");
+}
+
+absl::Status ScaleFloatsCuda(const DeviceContext& ctx, float scale, int64_t count, float* x) {
+  if (count <= 0) return absl::OkStatus();
+  ScaleKernel<<<GridFor(count, kThreads), kThreads, 0, Stream(ctx)>>>(scale, count, x);
+  return CudaLaunchStatus("ScaleKernel");
+}
+
+absl::Status ColumnSplitAdagradCuda(const DeviceContext& ctx, const RowOptimizerOptions& opt,
+                                    float lr, const float* total_sq, float dim,
+                                    const int64_t* slots, int64_t count, int64_t width,
+                                    const float* grads, float* weights, float* state) {
+  if (count <= 0) return absl::OkStatus();
+  ColumnSplitAdagradKernel<<<GridFor(count, kThreads), kThreads, 0, Stream(ctx)>>>(
+      opt, lr, total_sq, dim, slots, count, width, grads, weights, state);
+  return CudaLaunchStatus("ColumnSplitAdagradKernel");
 }
 
 }  // namespace tessera::internal

@@ -105,13 +105,10 @@ absl::Status ApplyShardUpdates(const ShardLayout& l, const std::vector<RowGrads>
     TESSERA_RETURN_IF_ERROR(ls.store->Resolve(rg.rows, absl::MakeSpan(slots)));
     if (col_adagrad && ls.col_split) {
       // Row-wise AdaGrad (embedding/row_optimizer.h) with the full row's squared-gradient sum.
-      const float dim = static_cast<float>(tables[ls.table].dim);
-      float* w = ls.store->weights();
-      float* st = ls.store->state();
-      for (size_t i = 0; i < rg.rows.size(); ++i) {
-        RowWiseAdagradStep(l.update_opt, lr, total_sq[q][i] / dim, ls.width,
-                           rg.grads.data() + i * ls.width, w + slots[i] * ls.width, st + slots[i]);
-      }
+      TESSERA_RETURN_IF_ERROR(ColumnSplitAdagrad(
+          l.ctx, l.update_opt, lr, total_sq[q].data(), static_cast<float>(tables[ls.table].dim),
+          slots.data(), static_cast<int64_t>(slots.size()), ls.width, rg.grads.data(),
+          ls.store->weights(), ls.store->state()));
       continue;
     }
     RowUpdateArgs a;

@@ -2,6 +2,7 @@
 // through both, outputs compared bit for bit (the twins promise the same bits). Skips without
 // the CUDA path or a device.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -215,6 +216,32 @@ TEST_F(ShardKernelsCudaTest, ReplicaSyncOps) {
   ASSERT_TRUE(RowSquaredSums(kCpu, grads.data(), n, 33, sq.data()).ok());
   ASSERT_TRUE(RowSquaredSums(ctx(), Up(grads), n, 33, d_sq).ok());
   ExpectSameBits(sq, Down(d_sq, n), "RowSquaredSums");
+
+  std::vector<float> scaled = grads;
+  float* d_scaled = Up(scaled);
+  ASSERT_TRUE(ScaleFloats(kCpu, 3.0f, n * 33, scaled.data()).ok());
+  ASSERT_TRUE(ScaleFloats(ctx(), 3.0f, n * 33, d_scaled).ok());
+  ExpectSameBits(scaled, Down(d_scaled, scaled.size()), "ScaleFloats");
+
+  // The shared RowWiseAdagradStep: state bit for bit, weights within an ulp (nvcc may fuse the
+  // weight update's multiply and subtract).
+  RowOptimizerOptions opt;
+  opt.adagrad_divisor = 2.0f;
+  std::vector<float> wt = Floats(slots_n * width, 12), v(slots_n, 0.25f);
+  float* d_wt = Up(wt);
+  float* d_v = Up(v);
+  const std::vector<float> g6 = Floats(n * width, 13);
+  ASSERT_TRUE(ColumnSplitAdagrad(kCpu, opt, 0.05f, sq.data(), 40.0f, slots.data(), n, width,
+                                 g6.data(), wt.data(), v.data())
+                  .ok());
+  ASSERT_TRUE(
+      ColumnSplitAdagrad(ctx(), opt, 0.05f, d_sq, 40.0f, d_slots, n, width, Up(g6), d_wt, d_v)
+          .ok());
+  ExpectSameBits(v, Down(d_v, v.size()), "ColumnSplitAdagrad state");
+  const std::vector<float> got_wt = Down(d_wt, wt.size());
+  for (size_t i = 0; i < wt.size(); ++i) {
+    EXPECT_NEAR(got_wt[i], wt[i], 1e-6f * std::fabs(wt[i]) + 1e-7f) << "weight " << i;
+  }
 }
 
 }  // namespace

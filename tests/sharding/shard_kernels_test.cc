@@ -132,6 +132,29 @@ TEST(ShardKernelsTest, RowPayloads) {
   EXPECT_THAT(sq, ElementsAre(5, 25));
 }
 
+TEST(ShardKernelsTest, ScaleAndColumnSplitAdagrad) {
+  std::vector<float> g = {1.0f, -2.0f, 0.5f};
+  ASSERT_TRUE(ScaleFloats(kCpu, 2.0f, 3, g.data()).ok());
+  EXPECT_THAT(g, ElementsAre(2.0f, -4.0f, 1.0f));
+
+  // Two rows of a 2-wide column shard of a 4-wide table, at slots 1 and 0; the step must be
+  // RowWiseAdagradStep with the full row's mean squared gradient (total / 4).
+  RowOptimizerOptions opt;
+  opt.adagrad_divisor = 2.0f;
+  const std::vector<float> total = {8.0f, 2.0f}, grads = {1, 2, 3, 4};
+  const std::vector<int64_t> slots = {1, 0};
+  std::vector<float> w = {10, 11, 12, 13}, v = {0.5f, 1.0f};
+  std::vector<float> want_w = w, want_v = v;
+  RowWiseAdagradStep(opt, 0.1f, 2.0f, 2, grads.data(), want_w.data() + 2, want_v.data() + 1);
+  RowWiseAdagradStep(opt, 0.1f, 0.5f, 2, grads.data() + 2, want_w.data(), want_v.data());
+  ASSERT_TRUE(ColumnSplitAdagrad(kCpu, opt, 0.1f, total.data(), 4.0f, slots.data(), 2, 2,
+                                 grads.data(), w.data(), v.data())
+                  .ok());
+  EXPECT_EQ(w, want_w);
+  EXPECT_EQ(v, want_v);
+  EXPECT_EQ(v[1], 3.0f);  // 1 + 8 / 4
+}
+
 TEST(ShardKernelsTest, CudaContextWithoutTheCudaPathIsUnimplemented) {
   if (CudaCompiled()) GTEST_SKIP() << "this build has the CUDA path";
   DeviceContext cuda = kCpu;
