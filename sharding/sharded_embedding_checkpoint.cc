@@ -10,10 +10,10 @@ namespace tessera {
 std::vector<ShardedEmbeddingCollection::LocalShardRef>
 ShardedEmbeddingCollection::local_shards() {
   std::vector<LocalShardRef> out;
-  for (auto& ls : impl_->local) {
+  for (auto& ls : impl_->layout.local) {
     LocalShardRef r;
     r.table = ls.table;
-    r.shard = impl_->requests[ls.request].shard;
+    r.shard = impl_->layout.requests[ls.request].shard;
     r.rect = ls.rect;
     r.store = ls.store.get();
     out.push_back(r);
@@ -22,28 +22,29 @@ ShardedEmbeddingCollection::local_shards() {
 }
 
 RowStore* ShardedEmbeddingCollection::data_parallel_store(int t) {
-  if (t < 0 || t >= static_cast<int>(impl_->routes.size())) return nullptr;
-  const auto& route = impl_->routes[t];
-  return route.data_parallel ? impl_->dp[route.dp].store.get() : nullptr;
+  if (t < 0 || t >= static_cast<int>(impl_->layout.routes.size())) return nullptr;
+  const auto& route = impl_->layout.routes[t];
+  return route.data_parallel ? impl_->dp.store(route.dp) : nullptr;
 }
 
 ShardedEmbeddingCollection::ReplicaSyncState ShardedEmbeddingCollection::replica_sync_state(
     int i) const {
-  const internal::LocalShard& ls = impl_->local[i];
-  return {ls.touched, ls.pending_rows, ls.pending_avg, ls.pending_snapshot};
+  const internal::ShardSyncState& st = impl_->sync->state(i);
+  return {st.touched, st.pending_rows, st.pending_avg, st.pending_snapshot};
 }
 
 absl::Status ShardedEmbeddingCollection::set_replica_sync_state(int i, ReplicaSyncState state) {
-  if (i < 0 || i >= static_cast<int>(impl_->local.size())) {
+  const internal::ShardLayout& l = impl_->layout;
+  if (i < 0 || i >= static_cast<int>(l.local.size())) {
     return absl::InvalidArgumentError(
         absl::StrCat("set_replica_sync_state: local shard ", i, " outside [0, ",
-                     impl_->local.size(), ")"));
+                     l.local.size(), ")"));
   }
-  internal::LocalShard& ls = impl_->local[i];
+  const internal::LocalShard& ls = l.local[i];
   const int64_t rows = ls.rect.num_rows();
   const int64_t sd = ls.store->state_dim();
-  const std::string where = absl::StrCat("table '", impl_->options.collection.tables[ls.table].name,
-                                         "' shard ", impl_->requests[ls.request].shard);
+  const std::string where = absl::StrCat("table '", l.options.collection.tables[ls.table].name,
+                                         "' shard ", l.requests[ls.request].shard);
   for (const auto* list : {&state.touched, &state.pending_rows}) {
     for (size_t k = 0; k < list->size(); ++k) {
       if ((*list)[k] < 0 || (*list)[k] >= rows || (k > 0 && (*list)[k] <= (*list)[k - 1])) {
@@ -60,23 +61,26 @@ absl::Status ShardedEmbeddingCollection::set_replica_sync_state(int i, ReplicaSy
         state.pending_snapshot.size(), " floats, expected ", want, " (", state.pending_rows.size(),
         " rows x state_dim ", sd, ")"));
   }
-  ls.touched = std::move(state.touched);
-  ls.pending_rows = std::move(state.pending_rows);
-  ls.pending_avg = std::move(state.pending_avg);
-  ls.pending_snapshot = std::move(state.pending_snapshot);
+  internal::ShardSyncState& st = impl_->sync->mutable_state(i);
+  st.touched = std::move(state.touched);
+  st.pending_rows = std::move(state.pending_rows);
+  st.pending_avg = std::move(state.pending_avg);
+  st.pending_snapshot = std::move(state.pending_snapshot);
   return absl::OkStatus();
 }
 
-int64_t ShardedEmbeddingCollection::sync_clock() const { return impl_->updates; }
-void ShardedEmbeddingCollection::set_sync_clock(int64_t updates) { impl_->updates = updates; }
-const ShardedEmbeddingOptions& ShardedEmbeddingCollection::options() const {
-  return impl_->options;
+int64_t ShardedEmbeddingCollection::sync_clock() const { return impl_->sync->clock(); }
+void ShardedEmbeddingCollection::set_sync_clock(int64_t updates) {
+  impl_->sync->set_clock(updates);
 }
-Communicator& ShardedEmbeddingCollection::world() { return *impl_->world; }
+const ShardedEmbeddingOptions& ShardedEmbeddingCollection::options() const {
+  return impl_->layout.options;
+}
+Communicator& ShardedEmbeddingCollection::world() { return *impl_->layout.world; }
 // The replica group is split with the sharding group index as key (sharding/process_grid.cc).
-int ShardedEmbeddingCollection::group_index() const { return impl_->replica->rank(); }
-int ShardedEmbeddingCollection::shard_rank() const { return impl_->me; }
-int ShardedEmbeddingCollection::num_groups() const { return impl_->m; }
-int ShardedEmbeddingCollection::group_size() const { return impl_->n; }
+int ShardedEmbeddingCollection::group_index() const { return impl_->layout.replica->rank(); }
+int ShardedEmbeddingCollection::shard_rank() const { return impl_->layout.me; }
+int ShardedEmbeddingCollection::num_groups() const { return impl_->layout.m; }
+int ShardedEmbeddingCollection::group_size() const { return impl_->layout.n; }
 
 }  // namespace tessera

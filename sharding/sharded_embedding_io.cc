@@ -13,7 +13,7 @@ using internal::Request;
 
 namespace {
 
-absl::Status CheckRange(const ShardedEmbeddingCollection::Impl& s, const char* what, int t,
+absl::Status CheckRange(const internal::ShardLayout& s, const char* what, int t,
                         int64_t begin, int64_t count) {
   const auto& tables = s.options.collection.tables;
   if (t < 0 || t >= static_cast<int>(tables.size())) {
@@ -43,13 +43,13 @@ int64_t FullStateColumn(RowOptimizerType type, const Shard& rect, int64_t dim, i
 
 absl::Status ShardedEmbeddingCollection::ReadTable(int t, int64_t row_begin, int64_t count,
                                                    float* weights_out, float* state_out) {
-  Impl& s = *impl_;
+  const internal::ShardLayout& s = impl_->layout;
   TESSERA_RETURN_IF_ERROR(CheckRange(s, "ReadTable", t, row_begin, count));
   const TableConfig& cfg = s.options.collection.tables[t];
   const auto type = s.options.collection.optimizer.type;
   const auto& route = s.routes[t];
   if (route.data_parallel) {
-    return s.dp[route.dp].store->ReadRows(row_begin, count, weights_out, state_out);
+    return impl_->dp.store(route.dp)->ReadRows(row_begin, count, weights_out, state_out);
   }
   const int64_t row_end = row_begin + count;
   const int64_t full_sd = RowStateDim(type, cfg.dim);
@@ -111,13 +111,13 @@ absl::Status ShardedEmbeddingCollection::ReadTable(int t, int64_t row_begin, int
 
 absl::Status ShardedEmbeddingCollection::WriteTable(int t, int64_t row_begin, int64_t count,
                                                     const float* weights, const float* state) {
-  Impl& s = *impl_;
+  const internal::ShardLayout& s = impl_->layout;
   TESSERA_RETURN_IF_ERROR(CheckRange(s, "WriteTable", t, row_begin, count));
   const TableConfig& cfg = s.options.collection.tables[t];
   const auto type = s.options.collection.optimizer.type;
   const auto& route = s.routes[t];
   if (route.data_parallel) {
-    return s.dp[route.dp].store->WriteRows(row_begin, count, weights, state);
+    return impl_->dp.store(route.dp)->WriteRows(row_begin, count, weights, state);
   }
   const int64_t full_sd = RowStateDim(type, cfg.dim);
   std::vector<float> w_buf, s_buf;

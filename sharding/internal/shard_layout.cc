@@ -1,5 +1,5 @@
-// ShardedEmbeddingCollection helpers: shard stores initialised as slices of the full table,
-// batch checks, and the requester's bucketing of ids by destination shard.
+// ShardLayout's helpers: shard stores initialised as slices of the full table, batch checks and
+// the header size of the input dist.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -8,12 +8,9 @@
 #include "core/status.h"
 #include "embedding/row_init.h"
 #include "embedding/tiered_row_store.h"
-#include "sharding/internal/sharded_impl.h"
+#include "sharding/internal/shard_layout.h"
 
 namespace tessera::internal {
-
-using Impl = ShardedEmbeddingCollection::Impl;
-
 
 // Writes rows [begin, end) x columns [c0, c1) of table t's initial values into `out`
 // (row-major, c1 - c0 wide): the slice of what one rank's InMemoryRowStore would hold.
@@ -110,7 +107,7 @@ absl::StatusOr<std::unique_ptr<RowStore>> MakeStore(const EmbeddingCollectionOpt
   return store;
 }
 
-absl::Status CheckBatch(const Impl& s, const KeyedJagged& batch) {
+absl::Status CheckBatch(const ShardLayout& s, const KeyedJagged& batch) {
   const auto& co = s.options.collection;
   const int64_t b = batch.batch_size;
   if (batch.num_features != co.num_features || b < 0 ||
@@ -145,60 +142,17 @@ absl::Status CheckBatch(const Impl& s, const KeyedJagged& batch) {
   return absl::OkStatus();
 }
 
-// Fills every request's unique ids, bag lengths, positions and weights from the local batch.
-void BucketIds(Impl& s, const KeyedJagged& batch) {
-  const auto& co = s.options.collection;
-  const int64_t b = batch.batch_size;
-  for (Request& r : s.requests) {
-    r.uids.clear();
-    r.uid_index.clear();
-    for (size_t fi = 0; fi < r.pos.size(); ++fi) {
-      r.lengths[fi].assign(b, 0);
-      r.pos[fi].clear();
-      r.wts[fi].clear();
-    }
-  }
-  for (int t = 0; t < static_cast<int>(co.tables.size()); ++t) {
-    const auto& route = s.routes[t];
-    if (route.data_parallel) continue;
-    const auto& feats = co.tables[t].features;
-    const bool single_block = route.bounds.size() == 2;
-    for (size_t fi = 0; fi < feats.size(); ++fi) {
-      const int f = feats[fi];
-      const int64_t* offs = batch.feature_offsets(f);
-      for (int64_t bag = 0; bag < b; ++bag) {
-        for (int64_t j = offs[bag]; j < offs[bag + 1]; ++j) {
-          const int64_t id = batch.values[j];
-          const size_t blk =
-              single_block ? 0
-                           : std::upper_bound(route.bounds.begin(), route.bounds.end(), id) -
-                                 route.bounds.begin() - 1;
-          for (int ri : route.block_requests[blk]) {
-            Request& r = s.requests[ri];
-            auto [it, fresh] = r.uid_index.try_emplace(id, static_cast<int32_t>(r.uids.size()));
-            if (fresh) r.uids.push_back(id);
-            r.pos[fi].push_back(it->second);
-            r.lengths[fi][bag] += 1;
-            if (!batch.weights.empty()) r.wts[fi].push_back(batch.weights[j]);
-          }
-        }
-      }
-    }
-  }
-}
-
-int64_t NumFeatures(const Impl& s, int table) {
-  return static_cast<int64_t>(s.options.collection.tables[table].features.size());
-}
-
-// Header ints per (sender, receiver) pair: batch size, flags, then per request of the
-// receiver: unique ids and per feature the position count.
-int64_t HeaderInts(const Impl& s, int dst) {
+int64_t ShardLayout::HeaderInts(int dst) const {
   int64_t h = 2;
-  for (int ri : s.dst_requests[dst]) h += 1 + NumFeatures(s, s.requests[ri].table);
+  for (int ri : dst_requests[dst]) h += 1 + NumFeatures(requests[ri].table);
   return h;
 }
 
-
+bool ShardLayout::AnyReadsAhead() const {
+  for (const LocalShard& ls : local) {
+    if (ReadsAhead(ls)) return true;
+  }
+  return false;
+}
 
 }  // namespace tessera::internal

@@ -1,0 +1,109 @@
+// ShardLayout: the static shape of a ShardedEmbeddingCollection on this rank, built once by
+// Create and read by every phase (input_dist.h, output_dist.h, replica_sync.h, shard_update.h,
+// data_parallel.h): the options, the grid's communicators, the feature columns, each table's
+// routing (row blocks to shards), every shard as a requester sees it, and the shards this rank
+// owns with their stores. After Create only the stores' contents change. Also the types the
+// phases hand each other (RowGrads, LocalStep) and the checks and store factory of setup.
+// Private to sharding/.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "embedding/row_store.h"
+#include "sharding/sharded_embedding.h"
+
+namespace tessera::internal {
+
+// One shard of one table as every rank sees it (requester side), in (table, shard) order.
+struct Request {
+  int table = 0;
+  int shard = 0;  // index in the plan's (sorted) shard list of the table
+  Shard rect;
+  int owner = 0;           // shard rank
+  bool col_split = false;  // the shard holds part of each row's columns
+  int local = -1;          // index in ShardLayout::local when this rank owns it
+};
+
+// A shard this rank owns, and its store (host memory, or a TieredRowStore for the RocksDB tier).
+struct LocalShard {
+  int request = 0;
+  int table = 0;
+  Shard rect;
+  int64_t width = 0;
+  bool col_split = false;
+  std::unique_ptr<RowStore> store;
+};
+
+struct TableRoute {
+  bool data_parallel = false;
+  int dp = -1;                                   // index in DataParallelTables
+  std::vector<int64_t> bounds;                   // row-block boundaries, from 0 to num_rows
+  std::vector<std::vector<int>> block_requests;  // per row block: requests covering it
+  std::vector<int> requests;                     // all requests of the table, in shard order
+};
+
+struct ShardLayout {
+  ShardedEmbeddingOptions options;
+  ShardingPlan plan;  // validated
+  DeviceContext ctx;
+  std::shared_ptr<Communicator> world, group, replica;
+  int n = 1, m = 1, me = 0;        // group size N, sharding groups M, this rank's shard rank
+  RowOptimizerOptions update_opt;  // the optimizer as applied here (average mode: divisor c)
+  std::vector<int> table_of_feature;
+  std::vector<int64_t> feature_column;
+  int64_t output_dim = 0;
+  std::vector<TableRoute> routes;              // per table
+  std::vector<Request> requests;               // every shard of every sharded table
+  std::vector<std::vector<int>> dst_requests;  // per shard rank: its requests, in order
+  std::vector<LocalShard> local;               // this rank's shards, in request order
+
+  // Features served by `table`.
+  int64_t NumFeatures(int table) const {
+    return static_cast<int64_t>(options.collection.tables[table].features.size());
+  }
+  // Header ints per (sender, receiver) pair of the input dist: batch size, flags, then per
+  // request of the receiver its unique-id count and per feature its position count.
+  int64_t HeaderInts(int dst) const;
+  // True when local shard `ls` reads ahead: its table is in the RocksDB tier with
+  // storage.prefetch on (the input dist's hint and the replica unions send it rows to read).
+  bool ReadsAhead(const LocalShard& ls) const {
+    const TableStorage& st = options.collection.tables[ls.table].storage;
+    return st.tier == StorageTier::kRocksDb && st.prefetch;
+  }
+  // ReadsAhead of any local shard.
+  bool AnyReadsAhead() const;
+};
+
+// Per local shard, after the backward's aggregation (and replica sync): its distinct local rows,
+// increasing, and their gradients ([rows, width]). Produced by OutputDist::Aggregate, summed by
+// ReplicaSync, consumed by ApplyShardUpdates and average mode's touched set.
+struct RowGrads {
+  std::vector<int64_t> rows;
+  std::vector<float> grads;
+};
+
+// The local batch between Forward and BackwardUpdate: what the backward needs of it.
+struct LocalStep {
+  bool pending = false;  // a Forward ran and no BackwardUpdate since
+  int64_t batch = 0;     // its size (0 after a bad batch)
+  bool weighted = false;
+  std::vector<int64_t> offsets;   // the local batch's offsets
+  std::vector<float> id_weights;  // the local batch's per-id weights
+};
+
+// The store for rows [r0, r1) x columns [c0, c1) of table t, holding the slice of the full
+// table's InitRow values (so a shard holds what one rank would hold). Storage tier memory: an
+// in-memory store initialised eagerly. Tier rocksdb: a TieredRowStore at
+// "<storage.path>/rank<world_rank>-shard<shard>" (emptied on open), lazily initialised to the
+// same values, with the table's cache budget scaled by the shard's share of the table.
+absl::StatusOr<std::unique_ptr<RowStore>> MakeStore(const EmbeddingCollectionOptions& o, int t,
+                                                    int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                                                    int world_rank, int shard);
+// InvalidArgument naming the table, feature, sample and id for a malformed batch.
+absl::Status CheckBatch(const ShardLayout& l, const KeyedJagged& batch);
+
+inline int64_t Align8(int64_t x) { return (x + 7) & ~int64_t{7}; }
+
+}  // namespace tessera::internal

@@ -1,0 +1,129 @@
+// ApplyShardUpdates (shard_update.h).
+#include "sharding/internal/shard_update.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/status.h"
+#include "embedding/pooled_lookup.h"
+#include "sharding/internal/shard_kernels.h"
+
+namespace tessera::internal {
+
+absl::Status ApplyShardUpdates(const ShardLayout& l, const std::vector<RowGrads>& grads, float lr,
+                               int64_t step) {
+  const auto& tables = l.options.collection.tables;
+  const auto& local = l.local;
+  const int n = l.n;
+  bool col_adagrad = false;
+  if (l.update_opt.type == RowOptimizerType::kRowWiseAdagrad) {
+    for (const Request& r : l.requests) col_adagrad |= r.col_split;
+  }
+  // Column-split row-wise AdaGrad: every shard of a row needs the row's full sum of squared
+  // gradients. Each rank publishes, per column-split shard it owns, its rows (global ids) and
+  // the partial sums over its columns; every shard then adds the partials of all shards holding
+  // the row, in shard order, so the siblings of a row compute the same total.
+  std::vector<std::vector<float>> total_sq(local.size());
+  if (col_adagrad) {
+    std::vector<char> block;
+    auto put = [&block](const void* p, size_t bytes) {
+      const char* c = static_cast<const char*>(p);
+      block.insert(block.end(), c, c + bytes);
+    };
+    std::vector<float> partial;
+    for (size_t q = 0; q < local.size(); ++q) {
+      const LocalShard& ls = local[q];
+      if (!ls.col_split) continue;
+      const RowGrads& rg = grads[q];
+      const int64_t cnt = static_cast<int64_t>(rg.rows.size());
+      put(&cnt, 8);
+      for (int64_t r : rg.rows) {
+        const int64_t global = r + ls.rect.row_begin;
+        put(&global, 8);
+      }
+      partial.assign(cnt, 0.0f);
+      TESSERA_RETURN_IF_ERROR(
+          RowSquaredSums(l.ctx, rg.grads.data(), cnt, ls.width, partial.data()));
+      put(partial.data(), cnt * 4);
+      block.resize((block.size() + 7) & ~size_t{7}, 0);
+    }
+    std::vector<int64_t> sizes(n);
+    TESSERA_RETURN_IF_ERROR(
+        l.group->AllGatherCounts(static_cast<int64_t>(block.size()), absl::MakeSpan(sizes)));
+    std::vector<int64_t> displs(n);
+    for (int r = 1; r < n; ++r) displs[r] = displs[r - 1] + sizes[r - 1];
+    std::vector<char> all(displs[n - 1] + sizes[n - 1]);
+    TESSERA_RETURN_IF_ERROR(l.group->AllGatherV(block.data(), static_cast<int64_t>(block.size()),
+                                                all.data(), sizes, displs));
+    // Per request: its rows and partial sums.
+    std::vector<const int64_t*> req_rows(l.requests.size(), nullptr);
+    std::vector<const float*> req_sq(l.requests.size(), nullptr);
+    std::vector<int64_t> req_n(l.requests.size(), 0);
+    for (int r = 0; r < n; ++r) {
+      const char* p = all.data() + displs[r];
+      for (int ri : l.dst_requests[r]) {
+        if (!l.requests[ri].col_split) continue;
+        int64_t cnt;
+        std::memcpy(&cnt, p, 8);
+        p += 8;
+        req_n[ri] = cnt;
+        req_rows[ri] = reinterpret_cast<const int64_t*>(p);
+        p += cnt * 8;
+        req_sq[ri] = reinterpret_cast<const float*>(p);
+        p += cnt * 4;
+        p = all.data() + displs[r] + (((p - all.data() - displs[r]) + 7) & ~int64_t{7});
+      }
+    }
+    for (size_t q = 0; q < local.size(); ++q) {
+      const LocalShard& ls = local[q];
+      if (!ls.col_split) continue;
+      const RowGrads& rg = grads[q];
+      total_sq[q].assign(rg.rows.size(), 0.0f);
+      for (size_t i = 0; i < rg.rows.size(); ++i) {
+        const int64_t x = rg.rows[i] + ls.rect.row_begin;
+        float sum = 0.0f;
+        for (int ri : l.routes[ls.table].requests) {
+          const Request& k = l.requests[ri];
+          if (x < k.rect.row_begin || x >= k.rect.row_end) continue;
+          const int64_t* end = req_rows[ri] + req_n[ri];
+          const int64_t* it = std::lower_bound(req_rows[ri], end, x);
+          TESSERA_CHECK(it != end && *it == x)
+              << "row " << x << " of table '" << tables[ls.table].name
+              << "' missing from a sibling shard's gradient rows";
+          sum += req_sq[ri][it - req_rows[ri]];
+        }
+        total_sq[q][i] = sum;
+      }
+    }
+  }
+  std::vector<int64_t> slots;
+  for (size_t q = 0; q < local.size(); ++q) {
+    const LocalShard& ls = local[q];
+    const RowGrads& rg = grads[q];
+    if (rg.rows.empty()) continue;
+    slots.resize(rg.rows.size());
+    TESSERA_RETURN_IF_ERROR(ls.store->Resolve(rg.rows, absl::MakeSpan(slots)));
+    if (col_adagrad && ls.col_split) {
+      // Row-wise AdaGrad (embedding/row_optimizer.h) with the full row's squared-gradient sum.
+      TESSERA_RETURN_IF_ERROR(ColumnSplitAdagrad(
+          l.ctx, l.update_opt, lr, total_sq[q].data(), static_cast<float>(tables[ls.table].dim),
+          slots.data(), static_cast<int64_t>(slots.size()), ls.width, rg.grads.data(),
+          ls.store->weights(), ls.store->state()));
+      continue;
+    }
+    RowUpdateArgs a;
+    a.weights = ls.store->weight_data();
+    a.weight_dtype = ls.store->weight_dtype();
+    a.rounding = tables[ls.table].storage.rounding;
+    a.rounding_seed = l.options.collection.seed;
+    a.state = ls.store->state();
+    a.dim = ls.width;
+    a.optimizer = l.update_opt;
+    a.lr = lr;
+    a.step = step;
+    TESSERA_RETURN_IF_ERROR(ApplyRowUpdates(l.ctx, slots, rg.grads.data(), a));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tessera::internal

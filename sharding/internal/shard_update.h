@@ -1,0 +1,25 @@
+// The fused row update of this rank's shards, the last phase of BackwardUpdate before the
+// replica sync's averaging: every local shard applies layout.update_opt to the rows and summed
+// gradients of its RowGrads (embedding/pooled_lookup.h's ApplyRowUpdates, 16-bit tables
+// included). Row-wise AdaGrad on column-split shards (column_wise, grid) needs the whole row's
+// mean squared gradient: the shards of a row exchange their per-row partial sums (RowSquaredSums
+// of shard_kernels.h, one all-gather in the sharding group) and all apply the same total, as one
+// rank would.
+// Reads the layout and `grads`; writes the local shards' stores. Collective over the sharding
+// group when some shard of the plan is column-split and the optimizer is row-wise AdaGrad (every
+// rank calls it every step). Thread-safety: none.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "sharding/internal/shard_layout.h"
+
+namespace tessera::internal {
+
+// Applies the update with `lr` and 1-based `step`; grads[q] belongs to layout.local[q].
+absl::Status ApplyShardUpdates(const ShardLayout& layout, const std::vector<RowGrads>& grads,
+                               float lr, int64_t step);
+
+}  // namespace tessera::internal
