@@ -108,7 +108,7 @@ class PieceReader {
       }
       return r;
     }
-    // The layout the writing run's store recorded (sharding/internal/sharded_setup.cc for a
+    // The layout the writing run's store recorded (sharding/internal/shard_layout.cc for a
     // shard, trainer/stores.cc for one process); TieredRowStore::Open checks it.
     TieredRowStoreOptions so;
     so.path = scratch_path;
