@@ -97,7 +97,8 @@ enum Metric {
   kLookupS,
   kUpdateS,
   kTierS,       // tier reads (prefetchable)
-  kTierWriteS,  // tier write-back
+  kTierWriteS,  // tier write-back (the writer thread, during the next step)
+  kTierProbeS,  // tier prefetch on the training thread: every id probed in the row cache
   kSyncS,       // replica sync + column-split AdaGrad all-gathers
   kPackS,       // input dist packing (PackInput), on the critical path
   kUnpackS,     // output dist: received partial sums added into the output (requester side)
@@ -199,6 +200,10 @@ class Estimator {
   };
   double A2aSeconds(double bytes, bool intra) const;
   double PackSeconds(double bytes) const;
+  // The update of `rows` distinct rows of `row_bytes` (+ state: `bytes_per_row` in all): the
+  // share the LLC still holds from the forward (warm_room_bytes_ over their bytes) at the
+  // profile's warm rate, the rest at the (hot/cold blended) update rate.
+  double UpdateRowsSeconds(int64_t row_bytes, double hot, double rows, double bytes_per_row) const;
   // Host bytes of a tiered shard's RocksDB (memtable + block cache) as the run allocates them.
   double TierDbMemoryBytes(const PlanTable& tab, double frac, double rows, double value_bytes,
                            double table_hot, double misses) const;
@@ -217,6 +222,7 @@ class Estimator {
   double dense_fwd_s_ = 0, dense_bwd_s_ = 0;
   int64_t dense_params_ = 0;
   double activation_bytes_ = 0;
+  double warm_room_bytes_ = 0;  // llc_bytes less what the dense work touches per step
   int64_t emb_out_dim_ = 0;
 };
 

@@ -129,6 +129,9 @@ absl::StatusOr<std::vector<RowRatePoint>> ReadRowRates(MapReader& r, const std::
     TESSERA_ASSIGN_OR_RETURN(pt.cold_rows_per_s, p.GetPositive("cold_rows_per_s"));
     TESSERA_ASSIGN_OR_RETURN(double x, p.GetNonNegative(extra));
     (extra == "bag_s" ? pt.bag_s : pt.id_s) = x;
+    if (extra == "id_s") {
+      TESSERA_ASSIGN_OR_RETURN(pt.warm_rows_per_s, p.GetNonNegativeOr("warm_rows_per_s", 0.0));
+    }
     TESSERA_RETURN_IF_ERROR(p.Done());
     if (pt.row_bytes <= 0 || (!out.empty() && pt.row_bytes <= out.back().row_bytes)) {
       return p.Error(list[i], p.Key("row_bytes"),
@@ -417,8 +420,11 @@ std::string MachineProfileToYaml(const MachineProfile& p) {
       e << YAML::Flow << YAML::BeginMap << YAML::Key << "row_bytes" << YAML::Value << r.row_bytes
         << YAML::Key << "hot_rows_per_s" << YAML::Value << r.hot_rows_per_s << YAML::Key
         << "cold_rows_per_s" << YAML::Value << r.cold_rows_per_s << YAML::Key
-        << (gather ? "bag_s" : "id_s") << YAML::Value << (gather ? r.bag_s : r.id_s)
-        << YAML::EndMap;
+        << (gather ? "bag_s" : "id_s") << YAML::Value << (gather ? r.bag_s : r.id_s);
+      if (!gather && r.warm_rows_per_s > 0) {
+        e << YAML::Key << "warm_rows_per_s" << YAML::Value << r.warm_rows_per_s;
+      }
+      e << YAML::EndMap;
     }
     e << YAML::EndSeq;
   };
@@ -518,6 +524,17 @@ double ScatterIdSeconds(const DeviceProfile& d, int64_t row_bytes) {
       d.scatter_update, static_cast<double>(row_bytes),
       [](const RowRatePoint& p) { return static_cast<double>(p.row_bytes); },
       [](const RowRatePoint& p) { return p.id_s; });
+}
+
+double ScatterUpdateWarmRowsPerSec(const DeviceProfile& d, int64_t row_bytes) {
+  if (d.scatter_update.empty()) return 0;
+  for (const RowRatePoint& p : d.scatter_update) {
+    if (p.warm_rows_per_s <= 0) return 0;
+  }
+  return 1.0 / Interp(
+                   d.scatter_update, static_cast<double>(row_bytes),
+                   [](const RowRatePoint& p) { return static_cast<double>(p.row_bytes); },
+                   [](const RowRatePoint& p) { return 1.0 / p.warm_rows_per_s; });
 }
 
 double GemmFlopsPerSec(const DeviceProfile& d, int64_t m, int64_t n, int64_t k) {

@@ -38,6 +38,11 @@ struct RowRatePoint {
   double cold_rows_per_s = 0;  // uniform ids over a table far larger than the LLC
   double bag_s = 0;            // gather only: fixed seconds per bag (output row, offsets)
   double id_s = 0;             // scatter_update only: seconds per id before the row updates
+  // scatter_update only, optional (0 when absent: not priced): distinct rows per second when
+  // the rows are still cached from the forward's gather of the same batch (calibrate's
+  // multi-hot Zipf run, no cache eviction between Forward and BackwardUpdate), as they are in
+  // training when the dense work between the two leaves them in the LLC (estimator.h).
+  double warm_rows_per_s = 0;
 };
 
 // One measured GEMM shape (C[m x n] = A[m x k] B[k x n], fp32 unless dtype says otherwise).
@@ -154,6 +159,9 @@ double ScatterUpdateRowsPerSec(const DeviceProfile& d, int64_t row_bytes, double
 // gather bag_s and scatter_update id_s at `row_bytes` (interpolated the same way).
 double GatherBagSeconds(const DeviceProfile& d, int64_t row_bytes);
 double ScatterIdSeconds(const DeviceProfile& d, int64_t row_bytes);
+// scatter_update warm_rows_per_s at `row_bytes` (interpolated by time per row); 0 when any point
+// lacks it.
+double ScatterUpdateWarmRowsPerSec(const DeviceProfile& d, int64_t row_bytes);
 // GEMM rate of shape (m, n, k): the rate of the measured point nearest in shape, distance
 // sqrt((ln m - ln m')^2 + (ln n - ln n')^2 + (ln k - ln k')^2) (so a thin n = 1 layer is not
 // priced at the rate of a square one of the same m n k); ties go to the point listed first.
@@ -163,6 +171,10 @@ double GemmFlopsPerSec(const DeviceProfile& d, int64_t m, int64_t n, int64_t k);
 // extrapolated linearly in log2(world_size) beyond the largest one (latency grows, bandwidth is
 // held at the largest size's); NotFound naming the op and transport when no point of them
 // exists.
+// The all-reduce's in-cache calibration call (tools/plan_calibrate_comm.cc): bytes_per_s is the
+// slope from an 8-byte call to this one, beyond_llc_bytes_per_s the slope from this one to a
+// 64 MiB call, so the in-cache rate holds up to this size (or llc_bytes when smaller).
+inline constexpr int64_t kInCacheCallBytes = int64_t{4} << 20;
 struct CollectiveCost {
   double latency_s = 0;
   double bytes_per_s = 0;

@@ -93,7 +93,7 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
                                   int64_t rss_before_mpi) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, CreateMpiWorldCommunicator());
   const int w = comm->size();
-  const int64_t kSmall = 8, kLarge = int64_t{4} << 20, kHuge = int64_t{64} << 20;
+  const int64_t kSmall = 8, kLarge = planner::kInCacheCallBytes, kHuge = int64_t{64} << 20;
   std::ostringstream out;
   // What MPI added: VmRSS after one small call of each collective (the shared-memory segments
   // and the progress engine touched), before any large buffer exists.
