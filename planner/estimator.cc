@@ -185,7 +185,8 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
 }
 
 double Estimator::TierDbMemoryBytes(const PlanTable& tab, double frac, double rows,
-                                    double value_bytes, double table_hot, double misses) const {
+                                    double value_bytes, double table_hot, double misses,
+                                    bool* in_memtable) const {
   // The database starts empty (rows are initialised on first touch) and takes a row when the
   // row cache evicts it dirty; with in-place updates the memtable holds one entry per row
   // written. Over S steps that is the distinct rows outside the cached hottest ones among S
@@ -200,6 +201,7 @@ double Estimator::TierDbMemoryBytes(const PlanTable& tab, double frac, double ro
   const double entries = written * (value_bytes + kTierMemtableEntryBytes);
   // The hash memtable's bucket array (one 8-byte bucket per 512 bytes of write buffer).
   double bytes = kTierWriteBufferBytes / 512 * 8 + std::min(kTierWriteBufferBytes, entries);
+  *in_memtable = entries <= kTierWriteBufferBytes;
   if (entries > kTierWriteBufferBytes) {
     // Past one write buffer the rows are flushed to SST files and misses read 4 KiB blocks,
     // which the block cache keeps (up to its capacity).
@@ -388,9 +390,15 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
                                                       s.exponent, static_cast<int64_t>(table_hot));
         const double db_bytes = rows * (value_bytes + kTierDiskOverheadBytes);
         const TierPoint tp = TierAt(*profile_, static_cast<int64_t>(value_bytes));
-        // The database is read from the page cache when it fits in half the host memory.
+        // The database is read from the memtable while the rows the run writes fit in one write
+        // buffer (never flushed), else from the page cache when it fits in half the host memory.
         const bool page_cache = db_bytes < 0.5 * in_->topology.memory.host;
-        d[kTierS] = misses * (page_cache ? tp.read_cached_s : tp.read_disk_s);
+        bool memtable = false;
+        const double db_mem = TierDbMemoryBytes(tab, frac, rows, value_bytes, table_hot, misses,
+                                                &memtable);
+        d[kTierS] = misses * (memtable && tp.read_memtable_s > 0 ? tp.read_memtable_s
+                              : page_cache                      ? tp.read_cached_s
+                                                                : tp.read_disk_s);
         d[kTierWriteS] = misses * tp.write_s;
         // Every id the owner looks up first goes through the row cache (TieredRowStore Resolve),
         // and before that through the prefetch of the next batch (TieredRowStore Prefetch, on
@@ -398,8 +406,7 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
         // threads).
         d[kLookupS] += owner_ids * tp.hit_s;
         d[kTierProbeS] += owner_ids * tp.hit_s;
-        mem.caches = cache_rows * (value_bytes + kTierSlotOverheadBytes) +
-                     TierDbMemoryBytes(tab, frac, rows, value_bytes, table_hot, misses);
+        mem.caches = cache_rows * (value_bytes + kTierSlotOverheadBytes) + db_mem;
         mem.disk = db_bytes;
         d[kMemHost] += mem.caches;
         d[kMemDisk] += mem.disk;

@@ -205,8 +205,9 @@ class Estimator {
   // profile's warm rate, the rest at the (hot/cold blended) update rate.
   double UpdateRowsSeconds(int64_t row_bytes, double hot, double rows, double bytes_per_row) const;
   // Host bytes of a tiered shard's RocksDB (memtable + block cache) as the run allocates them.
+  // `in_memtable`: the rows written stay within one write buffer (never flushed).
   double TierDbMemoryBytes(const PlanTable& tab, double frac, double rows, double value_bytes,
-                           double table_hot, double misses) const;
+                           double table_hot, double misses, bool* in_memtable) const;
   double stats_exponent(const PlanTable& tab) const;
 
   const PlanInputs* in_ = nullptr;

@@ -274,6 +274,7 @@ absl::StatusOr<MachineProfile> ParseRoot(const YAML::Node& root, const std::stri
     TESSERA_ASSIGN_OR_RETURN(pt.read_disk_s, t.GetPositive("read_disk_s"));
     TESSERA_ASSIGN_OR_RETURN(pt.write_s, t.GetPositive("write_s"));
     TESSERA_ASSIGN_OR_RETURN(pt.hit_s, t.GetNonNegative("hit_s"));
+    TESSERA_ASSIGN_OR_RETURN(pt.read_memtable_s, t.GetNonNegativeOr("read_memtable_s", 0.0));
     TESSERA_RETURN_IF_ERROR(t.Done());
     if (pt.value_bytes <= 0 || (!p.tier.empty() && pt.value_bytes <= p.tier.back().value_bytes)) {
       return t.Error(tier[i], t.Key("value_bytes"), "must be positive and increasing");
@@ -481,7 +482,11 @@ std::string MachineProfileToYaml(const MachineProfile& p) {
     e << YAML::Flow << YAML::BeginMap << YAML::Key << "value_bytes" << YAML::Value << t.value_bytes
       << YAML::Key << "read_cached_s" << YAML::Value << t.read_cached_s << YAML::Key
       << "read_disk_s" << YAML::Value << t.read_disk_s << YAML::Key << "write_s" << YAML::Value
-      << t.write_s << YAML::Key << "hit_s" << YAML::Value << t.hit_s << YAML::EndMap;
+      << t.write_s << YAML::Key << "hit_s" << YAML::Value << t.hit_s;
+    if (t.read_memtable_s > 0) {
+      e << YAML::Key << "read_memtable_s" << YAML::Value << t.read_memtable_s;
+    }
+    e << YAML::EndMap;
   }
   e << YAML::EndSeq;
   e << YAML::EndMap;
@@ -589,6 +594,12 @@ TierPoint TierAt(const MachineProfile& p, int64_t value_bytes) {
       Interp(p.tier, value_bytes, x, [](const TierPoint& t) { return t.read_disk_s; });
   out.write_s = Interp(p.tier, value_bytes, x, [](const TierPoint& t) { return t.write_s; });
   out.hit_s = Interp(p.tier, value_bytes, x, [](const TierPoint& t) { return t.hit_s; });
+  bool memtable = true;
+  for (const TierPoint& t : p.tier) memtable = memtable && t.read_memtable_s > 0;
+  if (memtable) {
+    out.read_memtable_s =
+        Interp(p.tier, value_bytes, x, [](const TierPoint& t) { return t.read_memtable_s; });
+  }
   return out;
 }
 

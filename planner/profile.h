@@ -123,6 +123,10 @@ struct TierPoint {
   double read_disk_s = 0;    // a row read from the disk (O_DIRECT, batched MultiGet)
   double write_s = 0;        // a row written back (WriteBatch, per row)
   double hit_s = 0;          // an id found in the row cache (Resolve: probe, pin, bookkeeping)
+  // Optional (0 when absent: read_cached_s): a row read while the database was never flushed
+  // (every row in the memtable, no SST file), as in a run whose written rows fit in one write
+  // buffer; Resolve's whole miss path, as read_cached_s.
+  double read_memtable_s = 0;
 };
 
 struct MachineProfile {
