@@ -29,58 +29,6 @@ double StateFloats(const StepSettings& s, int64_t cols) {
 
 }  // namespace
 
-const char* PhaseName(Phase p) {
-  static const char* kNames[kNumPhases] = {
-      "input_dist",    "lookup",           "output_dist",     "dense_forward", "dense_backward",
-      "backward_dist", "embedding_update", "dense_allreduce", "replica_sync",  "tier_misses"};
-  return kNames[p];
-}
-
-const char* MemKindName(MemKind k) {
-  static const char* kNames[kNumMemKinds] = {"device", "host", "disk"};
-  return kNames[k];
-}
-
-double PhaseTimes::total() const {
-  double t = 0;
-  for (double v : s) t += v;
-  return t;
-}
-
-TablePlacement MakePlacement(const TableOption& option, const std::vector<int>& ranks,
-                             const TableConfig& table) {
-  TablePlacement p;
-  p.option = option;
-  if (option.type == ShardingType::kDataParallel) return p;
-  for (int i = 0; i < option.row_pieces; ++i) {
-    for (int j = 0; j < option.col_pieces; ++j) {
-      Shard s;
-      PieceRange(table.num_rows, option.row_pieces, i, &s.row_begin, &s.row_end);
-      PieceRange(table.dim, option.col_pieces, j, &s.col_begin, &s.col_end);
-      s.rank = ranks[i * option.col_pieces + j];
-      p.shards.push_back(s);
-    }
-  }
-  return p;
-}
-
-TablePlacement PlacementFromPlan(const TablePlan& plan, const PlanTable& table) {
-  TablePlacement p;
-  p.option.type = plan.type;
-  p.shards = plan.shards;
-  const TableStorage& st = table.config.storage;
-  if (plan.storage.set) {
-    p.option.tiered = plan.storage.tier == StorageTier::kRocksDb;
-    p.option.cache_rows_fixed = p.option.tiered ? plan.storage.cache_rows : 0;
-  } else if (st.tier == StorageTier::kRocksDb) {
-    p.option.tiered = true;
-    p.option.cache_rows_fixed =
-        st.cache_rows > 0 ? st.cache_rows
-                          : std::max<int64_t>(1, st.cache_bytes / (table.config.dim * 4 + 48));
-  }
-  return p;
-}
-
 absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineProfile& profile,
                                             int group_size) {
   Estimator e;
@@ -133,6 +81,12 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
   TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllGather, e.m_, replica_same_node, &e.ag_replica_));
   TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllReduce, e.m_, replica_same_node, &e.ar_replica_));
   TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllGather, e.n_, group_same_node, &e.ag_group_));
+  {
+    // Ranks computing side by side on one node (compute_slowdown, at their count).
+    CollectiveCost node;
+    TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllReduce, std::min(e.t_, r), true, &node));
+    e.compute_slowdown_ = std::max(1.0, node.compute_slowdown);
+  }
 
   const StepSettings& st = in.step;
   const int64_t b = st.batch_per_rank;
@@ -468,15 +422,23 @@ MemoryBreakdown Estimator::FixedMemory() const {
   return m;
 }
 
-PhaseTimes Estimator::StepFromMaxima(const MetricVec& mx, double world_allreduce_bytes) const {
+PhaseTimes Estimator::StepFromMaxima(const MetricVec& raw, double world_allreduce_bytes) const {
   PhaseTimes p;
+  // The ranks' compute, slower when every rank of the node computes at once (the profile's
+  // compute_slowdown at the node's rank count; 1 for one rank).
+  MetricVec mx = raw;
+  for (int k : {kLookupS, kUpdateS, kPackS, kUnpackS, kGradPackS, kTierProbeS}) {
+    mx[k] *= compute_slowdown_;
+  }
+  const double dense_fwd = compute_slowdown_ * dense_fwd_s_;
+  const double dense_bwd = compute_slowdown_ * dense_bwd_s_;
   const double a2a_lat = n_ > 1 ? a2a_group_.latency_s : 0;
   const double out_s = n_ > 1 ? a2a_lat + std::max(mx[kOutSend], mx[kOutRecv]) : 0;
   p.s[kOutputDist] = out_s + mx[kUnpackS];
   p.s[kBackwardDist] = out_s + mx[kGradPackS];
   p.s[kLookup] = mx[kLookupS];
-  p.s[kDenseForward] = dense_fwd_s_;
-  p.s[kDenseBackward] = dense_bwd_s_;
+  p.s[kDenseForward] = dense_fwd;
+  p.s[kDenseBackward] = dense_bwd;
   p.s[kEmbeddingUpdate] = mx[kUpdateS];
   // Exact sync: one step's three replica collectives (counts and ids all-gathers, gradient
   // all-reduce); average sync's latencies are per shard in kSyncS.
@@ -492,7 +454,7 @@ PhaseTimes Estimator::StepFromMaxima(const MetricVec& mx, double world_allreduce
     const double buckets =
         std::max(1.0, std::ceil(bytes / std::max<int64_t>(1, in_->step.bucket_bytes)));
     const double full = buckets * ar_world_.latency_s + f * bytes / ar_world_.bytes_per_s;
-    const double window = nccl_ ? dense_bwd_s_ + out_s + p.s[kEmbeddingUpdate] : out_s;
+    const double window = nccl_ ? dense_bwd + out_s + p.s[kEmbeddingUpdate] : out_s;
     const double last = full / buckets;
     ar = std::max(last, full - window);
     ar += ar_world_.latency_s;  // the loss / count all-reduce
@@ -533,7 +495,7 @@ PhaseTimes Estimator::StepFromMaxima(const MetricVec& mx, double world_allreduce
     if (n_ > 1) wait(a2a_group_, kInputDist);
     since += mx[kLookupS];
     if (n_ > 1) wait(a2a_group_, kOutputDist);
-    since += mx[kUnpackS] + dense_fwd_s_ + dense_bwd_s_ + mx[kGradPackS];
+    since += mx[kUnpackS] + dense_fwd + dense_bwd + mx[kGradPackS];
     if (n_ > 1) wait(a2a_group_, kBackwardDist);
     since += mx[kUpdateS];
     if (m_ > 1 && in_->step.replica_sync == ReplicaSync::kExact) wait(ag_replica_, kReplicaSync);

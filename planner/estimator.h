@@ -179,6 +179,8 @@ class Estimator {
   MetricVec FixedPerRank() const;
   MemoryBreakdown FixedMemory() const;
   // The step time from the slowest rank's value of every metric and the data-parallel bytes.
+  // The compute metrics and the dense phases are scaled by the profile's compute_slowdown of
+  // the ranks sharing a node.
   PhaseTimes StepFromMaxima(const MetricVec& max, double world_allreduce_bytes) const;
   // Full evaluation of a complete placement (one entry per table).
   StepEstimate Evaluate(const std::vector<TablePlacement>& placement) const;
@@ -223,7 +225,8 @@ class Estimator {
   double dense_fwd_s_ = 0, dense_bwd_s_ = 0;
   int64_t dense_params_ = 0;
   double activation_bytes_ = 0;
-  double warm_room_bytes_ = 0;  // llc_bytes less what the dense work touches per step
+  double warm_room_bytes_ = 0;
+  double compute_slowdown_ = 1;  // the node's ranks computing at once (profile)  // llc_bytes less what the dense work touches per step
   int64_t emb_out_dim_ = 0;
 };
 

@@ -114,6 +114,11 @@ struct CollectivePoint {
   // device's llc_bytes (bytes_per_s is measured with a 4 MiB buffer, which stays in cache; a
   // buffer larger than the cache moves at memory speed, several times slower).
   double beyond_llc_bytes_per_s = 0;
+  // Optional (0 when absent: 1): how much slower a rank's compute runs when every rank of this
+  // world size computes at once on the node than alone (shared LLC and memory bandwidth, vCPUs
+  // that are one core's hyperthreads); the same for every op of the world size (it is the
+  // node's, not the op's). The estimator scales the ranks' compute phases by it.
+  double compute_slowdown = 0;
 };
 
 // RocksDB tier cost per row (embedding + optimizer state value), by value size.
@@ -185,6 +190,7 @@ struct CollectiveCost {
   // CollectivePoint::wait_per_compute, interpolated as latency_s, held beyond.
   double wait_per_compute = 0;
   double beyond_llc_bytes_per_s = 0;  // interpolated as bytes_per_s; 0: bytes_per_s
+  double compute_slowdown = 1;        // interpolated as latency_s, held beyond; 1 when absent
   // The wait of one call after `compute_s` of compute on each rank.
   double Wait(double compute_s) const { return wait_per_compute * compute_s; }
   // Seconds to move `bytes` in one call (no latency): up to `llc_bytes` at bytes_per_s, the
