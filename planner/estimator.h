@@ -28,7 +28,9 @@
 //                  at pack_bytes_per_s
 //   update         the owner's ids x scatter_update id_s (sort, gradient sums) + its distinct
 //                  rows (with exact replica sync: the union over the replicas) / the update
-//                  rate; column-split row-wise AdaGrad adds a group all-gather of per-row sums
+//                  rate, the share of their bytes (weights + state) that fits in the LLC the
+//                  dense work leaves (llc_bytes - activations - dense weights and gradients) at
+//                  the warm rate (still cached from the forward's gather); column-split row-wise AdaGrad adds a group all-gather of per-row sums
 //                  and, per updated row, one binary search per column piece over the
 //                  sibling's updated rows (log2 rows steps at the profile's search_step_s);
 //                  data-parallel tables: their own ids, the world's distinct rows, three passes
@@ -40,8 +42,15 @@
 //                  id_s) and two copies of its gradients; average: weights and state of the
 //                  rows touched in k steps (or all rows), / k
 //   tier misses    rows of the step outside the cache (the cache holding the hottest rows),
-//                  read from the page cache or the disk (profile tier table), written back once
-// Every collective also pays its latency (profile alpha at that communicator size). The step
+//                  read from the memtable (the run's written rows within one write buffer),
+//                  the page cache or the disk (profile tier table) by the tier's threads during
+//                  the previous step and written back by its writer thread during the next one:
+//                  only what outlasts the rest of the step is exposed, the rest is background
+//                  (the CPU clock's); the training thread's prefetch probes every id (hit_s)
+// The ranks' compute (lookup, update, packing, dense) is multiplied by the profile's
+// compute_slowdown at the node's rank count (ranks computing side by side share the LLC and
+// the memory bus). Every collective also pays its latency (profile alpha at that communicator
+// size). The step
 // time is the sum of the phases, each taken at its slowest rank (the collectives synchronise
 // the group), not the sum of a rank's own costs.
 //
