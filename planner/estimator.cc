@@ -132,9 +132,10 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
   e.activation_bytes_ = dc.activation_bytes;
   // What of the LLC the step's gathered rows keep until their update: the dense work between a
   // table's lookup and its update touches the activations (and their gradients) and the dense
-  // weights and gradients.
-  e.warm_room_bytes_ = static_cast<double>(e.dev_->llc_bytes) - dc.activation_bytes -
-                       2.0 * 4 * static_cast<double>(dc.params);
+  // weights and gradients; the ranks computing on one node share the LLC.
+  const double node_ranks = std::max(1, std::min(e.t_, r));
+  e.warm_room_bytes_ = static_cast<double>(e.dev_->llc_bytes) / node_ranks -
+                       dc.activation_bytes - 2.0 * 4 * static_cast<double>(dc.params);
   return e;
 }
 

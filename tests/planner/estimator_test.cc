@@ -468,6 +468,20 @@ TEST(EstimatorTest, UpdateFindsTheForwardsRowsInTheLlc) {
   const double w = (static_cast<double>(prof.devices[0].llc_bytes) - act) / (u * 64);
   EXPECT_NEAR(half->Evaluate({p}).step.s[kEmbeddingUpdate], w * u / 4e6 + (1 - w) * u / 1e6,
               1e-12);
+  // Two ranks on the node share the LLC: at T = 2 the owner's rows (the group's 2000 samples')
+  // get half of it.
+  {
+    PlanInputs in2 = SmallInputs({100000}, 16, 2, 1000);
+    in2.step.row_state_fixed = 0;
+    const double u2 = ExpectedDistinct(2000, 100000, 1.05);
+    MachineProfile p2 = prof;
+    p2.devices[0].llc_bytes = static_cast<int64_t>(2 * (act + 0.5 * u2 * 64));
+    absl::StatusOr<Estimator> two = Estimator::Create(in2, p2, 2);
+    ASSERT_TRUE(two.ok());
+    const double w2 = (p2.devices[0].llc_bytes / 2.0 - act) / (u2 * 64);
+    EXPECT_NEAR(two->Evaluate({TableWise(0, in2.tables[0].config)}).step.s[kEmbeddingUpdate],
+                w2 * u2 / 4e6 + (1 - w2) * u2 / 1e6, 1e-12);
+  }
   // Dense activations that fill the LLC: every row at the evicted rate.
   in.dense.bottom_mlp = {1024};
   absl::StatusOr<Estimator> busy = Estimator::Create(in, prof, 1);
