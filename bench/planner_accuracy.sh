@@ -7,6 +7,7 @@
 #
 #   bench/planner_accuracy.sh [build/bin] [out.jsonl]
 #   REPS=3 STEPS=12 WARMUP=4 PROFILE=planner/profiles/cpu_2core_measured.yaml CASES="small-1 ..."
+#   WAIT=measure|rep|profile
 #
 # Measured step: by default the CPU milliseconds per step (all threads of a rank, the largest
 # rank), which on a quiet machine is the wall time of one thread per core; on this shared
@@ -17,8 +18,10 @@
 # calibrate worker measures the profile's wait_per_compute at that world size now (a small
 # all-reduce after 4 ms of compute per rank, unsynchronised; planner/profile.h), and the case is
 # predicted from a copy of PROFILE carrying it (runs/.../profile_<case>.yaml): how long ranks
-# wait for each other is the load of the moment, not a constant of the machine. WAIT=profile
-# uses PROFILE as it is.
+# wait for each other is the load of the moment, not a constant of the machine. WAIT=rep
+# measures it once per repetition and world size (before that repetition's first T > 1 case;
+# each measurement is a run of the calibrate worker, ~5-10 s, so on a quiet machine this leaves
+# the time for more repetitions). WAIT=profile uses PROFILE as it is.
 # Peak memory: the largest VmHWM over the ranks. 64 distinct batches are cycled (as
 # `tessera-plan calibrate` cycles 64 batches of ids): a few batches cycled keep their rows cached.
 set -euo pipefail
@@ -71,11 +74,16 @@ profile_with_wait() {
     > /dev/null
   local per
   per=$(awk 'NR == 1 { print $5 }' "$coll")
-  sed "s/\(transport: mpi, world_size: $np, .*\)}\$/\1, wait_per_compute: $per}/" "$PROFILE" > "$out"
+  # Any wait_per_compute the profile carries is replaced (a key given twice is refused).
+  sed -e "/transport: mpi, world_size: $np, /s/, wait_per_compute: [^,}]*//" \
+      -e "s/\(transport: mpi, world_size: $np, .*\)}\$/\1, wait_per_compute: $per}/" \
+      "$PROFILE" > "$out"
   echo "$per"
 }
 CASES=${CASES:-}
+declare -A rep_wait
 for rep in $(seq 1 "$REPS"); do
+  rep_wait=()
   for c in "${ALL_CASES[@]}"; do
     rm -rf runs/bench_tiered  # a sharded run's shard directories block a one-process store
     IFS='|' read -r name np config extra <<< "$c"
@@ -95,9 +103,14 @@ for rep in $(seq 1 "$REPS"); do
     extra_args=($extra)
     load=$(cut -d' ' -f1 /proc/loadavg)
     wait_note=""
-    if [[ "$np" != 1 && "$WAIT" == measure ]]; then
+    if [[ "$np" != 1 && ( "$WAIT" == measure || "$WAIT" == rep ) ]]; then
       prof="$(dirname "$OUT")/profile_${name}.yaml"
-      wait_note=" wait_per_compute $(profile_with_wait "$prof" "$np")"
+      if [[ "$WAIT" == measure || -z "${rep_wait[$np]:-}" ]]; then
+        rep_prof="$(dirname "$OUT")/profile_rep${rep}_$np.yaml"
+        rep_wait[$np]=$(profile_with_wait "$rep_prof" "$np")
+      fi
+      cp "$(dirname "$OUT")/profile_rep${rep}_$np.yaml" "$prof"
+      wait_note=" wait_per_compute ${rep_wait[$np]}"
       for i in "${!cmd[@]}"; do
         [[ "${cmd[$i]}" == "$PROFILE" ]] && cmd[$i]=$prof
       done

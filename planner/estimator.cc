@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "planner/dense_cost.h"
 
 namespace tessera::planner {
 
@@ -14,7 +15,11 @@ namespace {
 constexpr double kTierSlotOverheadBytes = 48;                // TieredRowStore bookkeeping per slot
 constexpr double kTierBlockCacheBytes = 64.0 * (1 << 20);    // RowDbOptions block cache
 constexpr double kTierWriteBufferBytes = 128.0 * (1 << 20);  // RowDbOptions write_buffer_size
-constexpr double kTierMemtableEntryBytes = 48;  // 16-byte key + hash-link node + arena slack
+// Resident bytes a row written to the hash memtable takes beyond its value (16-byte key,
+// internal key, link / skip-list node, arena): measured, tessera-bench small_tiered.yaml (8
+// stores, value 260 B) VmHWM after 16 and after 76 steps of 64 distinct batches grows 559 B
+// per row written (docs/PERFORMANCE.md, "The planner's accuracy"); 48 B before undercounted.
+constexpr double kTierMemtableEntryBytes = 290;
 constexpr double kTierBlockBytes = 4096;        // RowDbOptions block_size: one block per miss
 constexpr double kTierDiskOverheadBytes = 24;   // key + SST overhead per row
 
@@ -22,72 +27,7 @@ double StateFloats(const StepSettings& s, int64_t cols) {
   return s.row_state_fixed + static_cast<double>(s.row_state_per_col) * cols;
 }
 
-// One Linear layer in -> out for `b` samples: forward and backward seconds. Each GEMM at the
-// rate of its own shape (tools/plan_calibrate_device.cc measures the three): forward
-// y[b, out] = x W^T (b, out, in), input gradient dx[b, in] (b, in, out), weight gradient
-// dW[out, in] (out, in, b).
-void LinearCost(const DeviceProfile& d, int64_t b, int64_t in, int64_t out, double* fwd,
-                double* bwd) {
-  const double flops = 2.0 * b * in * out;
-  const double elem = 3.0 * b * out * 4 / d.copy_bytes_per_s;  // bias + ReLU + its grad
-  *fwd += flops / GemmFlopsPerSec(d, b, out, in) + elem + d.launch_overhead_s;
-  *bwd += flops / GemmFlopsPerSec(d, b, in, out) + flops / GemmFlopsPerSec(d, out, in, b) + elem +
-          2 * d.launch_overhead_s;
-}
-
 }  // namespace
-
-const char* PhaseName(Phase p) {
-  static const char* kNames[kNumPhases] = {
-      "input_dist",    "lookup",           "output_dist",     "dense_forward", "dense_backward",
-      "backward_dist", "embedding_update", "dense_allreduce", "replica_sync",  "tier_misses"};
-  return kNames[p];
-}
-
-const char* MemKindName(MemKind k) {
-  static const char* kNames[kNumMemKinds] = {"device", "host", "disk"};
-  return kNames[k];
-}
-
-double PhaseTimes::total() const {
-  double t = 0;
-  for (double v : s) t += v;
-  return t;
-}
-
-TablePlacement MakePlacement(const TableOption& option, const std::vector<int>& ranks,
-                             const TableConfig& table) {
-  TablePlacement p;
-  p.option = option;
-  if (option.type == ShardingType::kDataParallel) return p;
-  for (int i = 0; i < option.row_pieces; ++i) {
-    for (int j = 0; j < option.col_pieces; ++j) {
-      Shard s;
-      PieceRange(table.num_rows, option.row_pieces, i, &s.row_begin, &s.row_end);
-      PieceRange(table.dim, option.col_pieces, j, &s.col_begin, &s.col_end);
-      s.rank = ranks[i * option.col_pieces + j];
-      p.shards.push_back(s);
-    }
-  }
-  return p;
-}
-
-TablePlacement PlacementFromPlan(const TablePlan& plan, const PlanTable& table) {
-  TablePlacement p;
-  p.option.type = plan.type;
-  p.shards = plan.shards;
-  const TableStorage& st = table.config.storage;
-  if (plan.storage.set) {
-    p.option.tiered = plan.storage.tier == StorageTier::kRocksDb;
-    p.option.cache_rows_fixed = p.option.tiered ? plan.storage.cache_rows : 0;
-  } else if (st.tier == StorageTier::kRocksDb) {
-    p.option.tiered = true;
-    p.option.cache_rows_fixed =
-        st.cache_rows > 0 ? st.cache_rows
-                          : std::max<int64_t>(1, st.cache_bytes / (table.config.dim * 4 + 48));
-  }
-  return p;
-}
 
 absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineProfile& profile,
                                             int group_size) {
@@ -141,6 +81,12 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
   TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllGather, e.m_, replica_same_node, &e.ag_replica_));
   TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllReduce, e.m_, replica_same_node, &e.ar_replica_));
   TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllGather, e.n_, group_same_node, &e.ag_group_));
+  {
+    // Ranks computing side by side on one node (compute_slowdown, at their count).
+    CollectiveCost node;
+    TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllReduce, std::min(e.t_, r), true, &node));
+    e.compute_slowdown_ = std::max(1.0, node.compute_slowdown);
+  }
 
   const StepSettings& st = in.step;
   const int64_t b = st.batch_per_rank;
@@ -172,70 +118,30 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
     }
   }
 
-  // Dense model, per rank (B samples).
-  const DenseShape& ds = in.dense;
-  const int64_t f = [&] {
-    int64_t n = 0;
-    for (const PlanTable& t : in.tables) n += t.num_features;
-    return n;
-  }();
+  // Dense model, per rank (B samples): dense_cost.h.
+  int64_t features = 0;
   e.emb_out_dim_ = 0;
-  for (const PlanTable& t : in.tables) e.emb_out_dim_ += t.num_features * t.config.dim;
-  double fwd = 0, bwd = 0, act = 0;
-  int64_t params = 0;
-  int64_t prev = ds.num_dense;
-  for (int64_t w : ds.bottom_mlp) {
-    LinearCost(*e.dev_, b, prev, w, &fwd, &bwd);
-    params += prev * w + w;
-    act += 2.0 * b * w * 4;
-    prev = w;
+  for (const PlanTable& t : in.tables) {
+    features += t.num_features;
+    e.emb_out_dim_ += t.num_features * t.config.dim;
   }
-  const int64_t bottom_out = ds.bottom_mlp.empty() ? ds.num_dense : ds.bottom_mlp.back();
-  int64_t inter_dim;
-  if (ds.interaction == Interaction::kDot) {
-    const int64_t v = f + 1;
-    inter_dim = ds.embedding_dim + v * (v - 1) / 2;
-    // Forward Z = E E^T per sample (shape (v, v, d)); backward d_E = (dZ + dZ^T) E (shape
-    // (v, d, v)), the same flops, each at its own shape's rate.
-    const double flops = 2.0 * b * v * v * ds.embedding_dim;
-    fwd += flops / GemmFlopsPerSec(*e.dev_, v, v, ds.embedding_dim) +
-           b * inter_dim * 4.0 / e.dev_->copy_bytes_per_s;
-    bwd += flops / GemmFlopsPerSec(*e.dev_, v, ds.embedding_dim, v) +
-           2.0 * b * inter_dim * 4 / e.dev_->copy_bytes_per_s;
-  } else {
-    const int64_t dim = bottom_out + e.emb_out_dim_;
-    inter_dim = dim;
-    for (int l = 0; l < ds.dcn_num_layers; ++l) {
-      if (ds.dcn_low_rank > 0) {
-        LinearCost(*e.dev_, b, dim, ds.dcn_low_rank, &fwd, &bwd);
-        LinearCost(*e.dev_, b, ds.dcn_low_rank, dim, &fwd, &bwd);
-        params += 2 * dim * ds.dcn_low_rank + dim;
-      } else {
-        LinearCost(*e.dev_, b, dim, dim, &fwd, &bwd);
-        params += dim * dim + dim;
-      }
-      act += 3.0 * b * dim * 4;
-    }
-  }
-  act += 2.0 * b * inter_dim * 4 + 2.0 * b * e.emb_out_dim_ * 4;
-  prev = inter_dim;
-  for (int64_t w : ds.top_mlp) {
-    LinearCost(*e.dev_, b, prev, w, &fwd, &bwd);
-    params += prev * w + w;
-    act += 2.0 * b * w * 4;
-    prev = w;
-  }
-  // Dense optimizer: read-modify-write of weights, gradients and state.
-  bwd += params * 4.0 * (3 + 2 * ds.optimizer_state_floats) / e.dev_->copy_bytes_per_s;
-  e.dense_fwd_s_ = fwd;
-  e.dense_bwd_s_ = bwd;
-  e.dense_params_ = params;
-  e.activation_bytes_ = act;
+  const DenseCost dc = ComputeDenseCost(*e.dev_, in.dense, b, features, e.emb_out_dim_);
+  e.dense_fwd_s_ = dc.forward_s;
+  e.dense_bwd_s_ = dc.backward_s;
+  e.dense_params_ = dc.params;
+  e.activation_bytes_ = dc.activation_bytes;
+  // What of the LLC the step's gathered rows keep until their update: the dense work between a
+  // table's lookup and its update touches the activations (and their gradients) and the dense
+  // weights and gradients; the ranks computing on one node share the LLC.
+  const double node_ranks = std::max(1, std::min(e.t_, r));
+  e.warm_room_bytes_ = static_cast<double>(e.dev_->llc_bytes) / node_ranks -
+                       dc.activation_bytes - 2.0 * 4 * static_cast<double>(dc.params);
   return e;
 }
 
 double Estimator::TierDbMemoryBytes(const PlanTable& tab, double frac, double rows,
-                                    double value_bytes, double table_hot, double misses) const {
+                                    double value_bytes, double table_hot, double misses,
+                                    bool* in_memtable) const {
   // The database starts empty (rows are initialised on first touch) and takes a row when the
   // row cache evicts it dirty; with in-place updates the memtable holds one entry per row
   // written. Over S steps that is the distinct rows outside the cached hottest ones among S
@@ -250,6 +156,7 @@ double Estimator::TierDbMemoryBytes(const PlanTable& tab, double frac, double ro
   const double entries = written * (value_bytes + kTierMemtableEntryBytes);
   // The hash memtable's bucket array (one 8-byte bucket per 512 bytes of write buffer).
   double bytes = kTierWriteBufferBytes / 512 * 8 + std::min(kTierWriteBufferBytes, entries);
+  *in_memtable = entries <= kTierWriteBufferBytes;
   if (entries > kTierWriteBufferBytes) {
     // Past one write buffer the rows are flushed to SST files and misses read 4 KiB blocks,
     // which the block cache keeps (up to its capacity).
@@ -262,6 +169,16 @@ double Estimator::TierDbMemoryBytes(const PlanTable& tab, double frac, double ro
 
 double Estimator::stats_exponent(const PlanTable& tab) const {
   return tab.measured.empty() ? tab.zipf_exponent : 1.05;
+}
+
+double Estimator::UpdateRowsSeconds(int64_t row_bytes, double hot, double rows,
+                                    double bytes_per_row) const {
+  const double cached = rows / ScatterUpdateRowsPerSec(*dev_, row_bytes, hot);
+  const double warm_rate = ScatterUpdateWarmRowsPerSec(*dev_, row_bytes);
+  if (warm_rate <= 0 || rows <= 0 || warm_room_bytes_ <= 0) return cached;
+  // The share of the rows (weights + state) the LLC still holds from the forward's gather.
+  const double w = std::clamp(warm_room_bytes_ / (rows * bytes_per_row), 0.0, 1.0);
+  return w * rows / warm_rate + (1 - w) * cached;
 }
 
 double Estimator::A2aSeconds(double bytes, bool intra) const {
@@ -298,7 +215,8 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
                   s.ids_local / GatherRowsPerSec(*dev_, full_row_bytes, s.hot);
     // Every rank aggregates its ids, then updates the rows the world touched.
     u[kUpdateS] = s.ids_local * ScatterIdSeconds(*dev_, full_row_bytes) +
-                  s.distinct_global / ScatterUpdateRowsPerSec(*dev_, full_row_bytes, s.hot);
+                  UpdateRowsSeconds(full_row_bytes, s.hot, s.distinct_global,
+                                    full_row_bytes + StateFloats(st, c.dim) * 4);
     const double weights = c.num_rows * row_bytes;
     const double state = c.num_rows * StateFloats(st, c.dim) * 4;
     const double grad = c.num_rows * (c.dim + 1) * 4.0;
@@ -367,8 +285,8 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
       const double id_s = ScatterIdSeconds(*dev_, row_bytes);
       d[kLookupS] = n * bags * GatherBagSeconds(*dev_, row_bytes) +
                     owner_ids / GatherRowsPerSec(*dev_, row_bytes, s.hot);
-      d[kUpdateS] =
-          owner_ids * id_s + updated_rows / ScatterUpdateRowsPerSec(*dev_, row_bytes, s.hot);
+      d[kUpdateS] = owner_ids * id_s + UpdateRowsSeconds(row_bytes, s.hot, updated_rows,
+                                                         row_bytes + state_floats * 4);
       if (column_split_adagrad && dev_->search_step_s > 0) {
         // Every updated row's squared-gradient sum gathers the partials of its col_pieces
         // sibling shards, each found by a binary search over that shard's updated rows.
@@ -427,14 +345,23 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
                                                       s.exponent, static_cast<int64_t>(table_hot));
         const double db_bytes = rows * (value_bytes + kTierDiskOverheadBytes);
         const TierPoint tp = TierAt(*profile_, static_cast<int64_t>(value_bytes));
-        // The database is read from the page cache when it fits in half the host memory.
+        // The database is read from the memtable while the rows the run writes fit in one write
+        // buffer (never flushed), else from the page cache when it fits in half the host memory.
         const bool page_cache = db_bytes < 0.5 * in_->topology.memory.host;
-        d[kTierS] = misses * (page_cache ? tp.read_cached_s : tp.read_disk_s);
+        bool memtable = false;
+        const double db_mem = TierDbMemoryBytes(tab, frac, rows, value_bytes, table_hot, misses,
+                                                &memtable);
+        d[kTierS] = misses * (memtable && tp.read_memtable_s > 0 ? tp.read_memtable_s
+                              : page_cache                      ? tp.read_cached_s
+                                                                : tp.read_disk_s);
         d[kTierWriteS] = misses * tp.write_s;
-        // Every id the owner looks up first goes through the row cache (TieredRowStore Resolve).
+        // Every id the owner looks up first goes through the row cache (TieredRowStore Resolve),
+        // and before that through the prefetch of the next batch (TieredRowStore Prefetch, on
+        // the training thread: the same probe per id, then the misses handed to the tier's
+        // threads).
         d[kLookupS] += owner_ids * tp.hit_s;
-        mem.caches = cache_rows * (value_bytes + kTierSlotOverheadBytes) +
-                     TierDbMemoryBytes(tab, frac, rows, value_bytes, table_hot, misses);
+        d[kTierProbeS] += owner_ids * tp.hit_s;
+        mem.caches = cache_rows * (value_bytes + kTierSlotOverheadBytes) + db_mem;
         mem.disk = db_bytes;
         d[kMemHost] += mem.caches;
         d[kMemDisk] += mem.disk;
@@ -496,16 +423,24 @@ MemoryBreakdown Estimator::FixedMemory() const {
   return m;
 }
 
-PhaseTimes Estimator::StepFromMaxima(const MetricVec& mx, double world_allreduce_bytes) const {
+PhaseTimes Estimator::StepFromMaxima(const MetricVec& raw, double world_allreduce_bytes) const {
   PhaseTimes p;
+  // The ranks' compute, slower when every rank of the node computes at once (the profile's
+  // compute_slowdown at the node's rank count; 1 for one rank).
+  MetricVec mx = raw;
+  for (int k : {kLookupS, kUpdateS, kPackS, kUnpackS, kGradPackS, kTierProbeS}) {
+    mx[k] *= compute_slowdown_;
+  }
+  const double dense_fwd = compute_slowdown_ * dense_fwd_s_;
+  const double dense_bwd = compute_slowdown_ * dense_bwd_s_;
   const double a2a_lat = n_ > 1 ? a2a_group_.latency_s : 0;
   const double out_s = n_ > 1 ? a2a_lat + std::max(mx[kOutSend], mx[kOutRecv]) : 0;
   p.s[kOutputDist] = out_s + mx[kUnpackS];
   p.s[kBackwardDist] = out_s + mx[kGradPackS];
   p.s[kLookup] = mx[kLookupS];
-  p.s[kDenseForward] = dense_fwd_s_;
-  p.s[kDenseBackward] = dense_bwd_s_;
-  p.s[kEmbeddingUpdate] = mx[kUpdateS] + mx[kTierWriteS];
+  p.s[kDenseForward] = dense_fwd;
+  p.s[kDenseBackward] = dense_bwd;
+  p.s[kEmbeddingUpdate] = mx[kUpdateS];
   // Exact sync: one step's three replica collectives (counts and ids all-gathers, gradient
   // all-reduce); average sync's latencies are per shard in kSyncS.
   p.s[kReplicaSync] = mx[kSyncS] + (m_ > 1 && in_->step.replica_sync == ReplicaSync::kExact
@@ -520,7 +455,7 @@ PhaseTimes Estimator::StepFromMaxima(const MetricVec& mx, double world_allreduce
     const double buckets =
         std::max(1.0, std::ceil(bytes / std::max<int64_t>(1, in_->step.bucket_bytes)));
     const double full = buckets * ar_world_.latency_s + f * bytes / ar_world_.bytes_per_s;
-    const double window = nccl_ ? dense_bwd_s_ + out_s + p.s[kEmbeddingUpdate] : out_s;
+    const double window = nccl_ ? dense_bwd + out_s + p.s[kEmbeddingUpdate] : out_s;
     const double last = full / buckets;
     ar = std::max(last, full - window);
     ar += ar_world_.latency_s;  // the loss / count all-reduce
@@ -528,9 +463,12 @@ PhaseTimes Estimator::StepFromMaxima(const MetricVec& mx, double world_allreduce
       // Data-parallel tables: DataParallelBackward all-reduces their gradient tables inside the
       // embedding update (blocking, not bucketed or overlapped).
       // One call of all their bytes: beyond the LLC at the profile's beyond-cache rate.
+      // beyond_llc_bytes_per_s is the slope from calibrate's in-cache call (kInCacheCallBytes)
+      // to its 64 MiB one, so the in-cache rate holds up to that call's size, not the LLC's.
+      const double in_cache = std::min<double>(static_cast<double>(dev_->llc_bytes),
+                                               static_cast<double>(kInCacheCallBytes));
       p.s[kEmbeddingUpdate] +=
-          ar_world_.latency_s +
-          ar_world_.Transfer(f * world_allreduce_bytes, static_cast<double>(dev_->llc_bytes));
+          ar_world_.latency_s + ar_world_.Transfer(f * world_allreduce_bytes, in_cache);
     }
   }
   p.s[kDenseAllReduce] = ar;
@@ -558,17 +496,21 @@ PhaseTimes Estimator::StepFromMaxima(const MetricVec& mx, double world_allreduce
     if (n_ > 1) wait(a2a_group_, kInputDist);
     since += mx[kLookupS];
     if (n_ > 1) wait(a2a_group_, kOutputDist);
-    since += mx[kUnpackS] + dense_fwd_s_ + dense_bwd_s_ + mx[kGradPackS];
+    since += mx[kUnpackS] + dense_fwd + dense_bwd + mx[kGradPackS];
     if (n_ > 1) wait(a2a_group_, kBackwardDist);
-    since += mx[kUpdateS] + mx[kTierWriteS];
+    since += mx[kUpdateS];
     if (m_ > 1 && in_->step.replica_sync == ReplicaSync::kExact) wait(ag_replica_, kReplicaSync);
     if (t_ > 1 && world_allreduce_bytes > 0) wait(ar_world_, kEmbeddingUpdate);
     if (t_ > 1) wait(ar_world_, kDenseAllReduce);
   }
-  // Tier reads are prefetched during the previous step (its compute and communication).
-  const double rest = p.total();
-  p.s[kTierMisses] = std::max(mx[kTierS] > 0 ? 0.1 * mx[kTierS] : 0.0, mx[kTierS] - rest);
-  p.background_s = std::max(0.0, mx[kTierS] - p.s[kTierMisses]);
+  // The tier: the training thread probes the next batch's ids (Prefetch); the tier's threads
+  // read the misses during the rest of the step and write the step's evictions back during the
+  // next one (TieredRowStore FinishStep), each exposed only by what outlasts the step.
+  const double rest = p.total() + mx[kTierProbeS];
+  const double reads_exposed = std::max(0.0, mx[kTierS] - rest);
+  const double writes_exposed = std::max(0.0, mx[kTierWriteS] - rest);
+  p.s[kTierMisses] = mx[kTierProbeS] + reads_exposed + writes_exposed;
+  p.background_s = mx[kTierS] - reads_exposed + mx[kTierWriteS] - writes_exposed;
   return p;
 }
 

@@ -28,7 +28,9 @@
 //                  at pack_bytes_per_s
 //   update         the owner's ids x scatter_update id_s (sort, gradient sums) + its distinct
 //                  rows (with exact replica sync: the union over the replicas) / the update
-//                  rate; column-split row-wise AdaGrad adds a group all-gather of per-row sums
+//                  rate, the share of their bytes (weights + state) that fits in the LLC the
+//                  dense work leaves (llc_bytes - activations - dense weights and gradients) at
+//                  the warm rate (still cached from the forward's gather); column-split row-wise AdaGrad adds a group all-gather of per-row sums
 //                  and, per updated row, one binary search per column piece over the
 //                  sibling's updated rows (log2 rows steps at the profile's search_step_s);
 //                  data-parallel tables: their own ids, the world's distinct rows, three passes
@@ -40,8 +42,15 @@
 //                  id_s) and two copies of its gradients; average: weights and state of the
 //                  rows touched in k steps (or all rows), / k
 //   tier misses    rows of the step outside the cache (the cache holding the hottest rows),
-//                  read from the page cache or the disk (profile tier table), written back once
-// Every collective also pays its latency (profile alpha at that communicator size). The step
+//                  read from the memtable (the run's written rows within one write buffer),
+//                  the page cache or the disk (profile tier table) by the tier's threads during
+//                  the previous step and written back by its writer thread during the next one:
+//                  only what outlasts the rest of the step is exposed, the rest is background
+//                  (the CPU clock's); the training thread's prefetch probes every id (hit_s)
+// The ranks' compute (lookup, update, packing, dense) is multiplied by the profile's
+// compute_slowdown at the node's rank count (ranks computing side by side share the LLC and
+// the memory bus). Every collective also pays its latency (profile alpha at that communicator
+// size). The step
 // time is the sum of the phases, each taken at its slowest rank (the collectives synchronise
 // the group), not the sum of a rank's own costs.
 //
@@ -97,7 +106,8 @@ enum Metric {
   kLookupS,
   kUpdateS,
   kTierS,       // tier reads (prefetchable)
-  kTierWriteS,  // tier write-back
+  kTierWriteS,  // tier write-back (the writer thread, during the next step)
+  kTierProbeS,  // tier prefetch on the training thread: every id probed in the row cache
   kSyncS,       // replica sync + column-split AdaGrad all-gathers
   kPackS,       // input dist packing (PackInput), on the critical path
   kUnpackS,     // output dist: received partial sums added into the output (requester side)
@@ -178,6 +188,8 @@ class Estimator {
   MetricVec FixedPerRank() const;
   MemoryBreakdown FixedMemory() const;
   // The step time from the slowest rank's value of every metric and the data-parallel bytes.
+  // The compute metrics and the dense phases are scaled by the profile's compute_slowdown of
+  // the ranks sharing a node.
   PhaseTimes StepFromMaxima(const MetricVec& max, double world_allreduce_bytes) const;
   // Full evaluation of a complete placement (one entry per table).
   StepEstimate Evaluate(const std::vector<TablePlacement>& placement) const;
@@ -199,9 +211,14 @@ class Estimator {
   };
   double A2aSeconds(double bytes, bool intra) const;
   double PackSeconds(double bytes) const;
+  // The update of `rows` distinct rows of `row_bytes` (+ state: `bytes_per_row` in all): the
+  // share the LLC still holds from the forward (warm_room_bytes_ over their bytes) at the
+  // profile's warm rate, the rest at the (hot/cold blended) update rate.
+  double UpdateRowsSeconds(int64_t row_bytes, double hot, double rows, double bytes_per_row) const;
   // Host bytes of a tiered shard's RocksDB (memtable + block cache) as the run allocates them.
+  // `in_memtable`: the rows written stay within one write buffer (never flushed).
   double TierDbMemoryBytes(const PlanTable& tab, double frac, double rows, double value_bytes,
-                           double table_hot, double misses) const;
+                           double table_hot, double misses, bool* in_memtable) const;
   double stats_exponent(const PlanTable& tab) const;
 
   const PlanInputs* in_ = nullptr;
@@ -217,6 +234,8 @@ class Estimator {
   double dense_fwd_s_ = 0, dense_bwd_s_ = 0;
   int64_t dense_params_ = 0;
   double activation_bytes_ = 0;
+  double warm_room_bytes_ = 0;
+  double compute_slowdown_ = 1;  // the node's ranks computing at once (profile)  // llc_bytes less what the dense work touches per step
   int64_t emb_out_dim_ = 0;
 };
 

@@ -129,6 +129,9 @@ absl::StatusOr<std::vector<RowRatePoint>> ReadRowRates(MapReader& r, const std::
     TESSERA_ASSIGN_OR_RETURN(pt.cold_rows_per_s, p.GetPositive("cold_rows_per_s"));
     TESSERA_ASSIGN_OR_RETURN(double x, p.GetNonNegative(extra));
     (extra == "bag_s" ? pt.bag_s : pt.id_s) = x;
+    if (extra == "id_s") {
+      TESSERA_ASSIGN_OR_RETURN(pt.warm_rows_per_s, p.GetNonNegativeOr("warm_rows_per_s", 0.0));
+    }
     TESSERA_RETURN_IF_ERROR(p.Done());
     if (pt.row_bytes <= 0 || (!out.empty() && pt.row_bytes <= out.back().row_bytes)) {
       return p.Error(list[i], p.Key("row_bytes"),
@@ -245,6 +248,7 @@ absl::StatusOr<MachineProfile> ParseRoot(const YAML::Node& root, const std::stri
     TESSERA_ASSIGN_OR_RETURN(pt.latency_s, c.GetNonNegative("latency_s"));
     TESSERA_ASSIGN_OR_RETURN(pt.bytes_per_s, c.GetPositive("bytes_per_s"));
     TESSERA_ASSIGN_OR_RETURN(pt.wait_per_compute, c.GetNonNegativeOr("wait_per_compute", 0.0));
+    TESSERA_ASSIGN_OR_RETURN(pt.compute_slowdown, c.GetNonNegativeOr("compute_slowdown", 0.0));
     TESSERA_ASSIGN_OR_RETURN(pt.beyond_llc_bytes_per_s,
                              c.GetNonNegativeOr("beyond_llc_bytes_per_s", 0.0));
     TESSERA_RETURN_IF_ERROR(c.Done());
@@ -271,6 +275,7 @@ absl::StatusOr<MachineProfile> ParseRoot(const YAML::Node& root, const std::stri
     TESSERA_ASSIGN_OR_RETURN(pt.read_disk_s, t.GetPositive("read_disk_s"));
     TESSERA_ASSIGN_OR_RETURN(pt.write_s, t.GetPositive("write_s"));
     TESSERA_ASSIGN_OR_RETURN(pt.hit_s, t.GetNonNegative("hit_s"));
+    TESSERA_ASSIGN_OR_RETURN(pt.read_memtable_s, t.GetNonNegativeOr("read_memtable_s", 0.0));
     TESSERA_RETURN_IF_ERROR(t.Done());
     if (pt.value_bytes <= 0 || (!p.tier.empty() && pt.value_bytes <= p.tier.back().value_bytes)) {
       return t.Error(tier[i], t.Key("value_bytes"), "must be positive and increasing");
@@ -279,76 +284,6 @@ absl::StatusOr<MachineProfile> ParseRoot(const YAML::Node& root, const std::stri
   }
   TESSERA_RETURN_IF_ERROR(r.Done());
   return p;
-}
-
-// Piecewise-linear interpolation of y(x) over sorted points, clamped at the ends.
-template <typename P, typename X, typename Y>
-double Interp(const std::vector<P>& pts, double x, X xf, Y yf) {
-  if (pts.empty()) return 0;
-  if (x <= xf(pts.front())) return yf(pts.front());
-  if (x >= xf(pts.back())) return yf(pts.back());
-  for (size_t i = 1; i < pts.size(); ++i) {
-    double x1 = xf(pts[i]);
-    if (x <= x1) {
-      double x0 = xf(pts[i - 1]);
-      double w = (x - x0) / (x1 - x0);
-      return yf(pts[i - 1]) * (1 - w) + yf(pts[i]) * w;
-    }
-  }
-  return yf(pts.back());
-}
-
-// Blends hot and cold rates by time per row.
-double BlendRate(const std::vector<RowRatePoint>& pts, int64_t row_bytes, double hot) {
-  hot = std::clamp(hot, 0.0, 1.0);
-  auto x = [](const RowRatePoint& p) { return static_cast<double>(p.row_bytes); };
-  double h = Interp(pts, row_bytes, x, [](const RowRatePoint& p) { return p.hot_rows_per_s; });
-  double c = Interp(pts, row_bytes, x, [](const RowRatePoint& p) { return p.cold_rows_per_s; });
-  if (h <= 0 || c <= 0) return 0;
-  return 1.0 / (hot / h + (1 - hot) / c);
-}
-
-absl::StatusOr<CollectiveCost> CollectiveFrom(const std::vector<const CollectivePoint*>& pts,
-                                              int world_size) {
-  CollectiveCost out;
-  if (world_size <= 1) return out;  // no peers: free
-  // Points of one size and both scopes: keep the cross-node one (the slower) per size.
-  std::vector<const CollectivePoint*> by_size;
-  for (const CollectivePoint* p : pts) {
-    if (!by_size.empty() && by_size.back()->world_size == p->world_size) {
-      if (!p->same_node) by_size.back() = p;
-      continue;
-    }
-    by_size.push_back(p);
-  }
-  auto lx = [](const CollectivePoint* p) { return std::log2(static_cast<double>(p->world_size)); };
-  double x = std::log2(static_cast<double>(world_size));
-  const CollectivePoint* last = by_size.back();
-  if (world_size > last->world_size && by_size.size() >= 2) {
-    // Latency extrapolated linearly in log2(size) from the last two points; bandwidth held.
-    const CollectivePoint* prev = by_size[by_size.size() - 2];
-    double slope = (last->latency_s - prev->latency_s) / (lx(last) - lx(prev));
-    out.latency_s = last->latency_s + std::max(0.0, slope) * (x - lx(last));
-    out.bytes_per_s = last->bytes_per_s;
-    out.wait_per_compute = last->wait_per_compute;
-    out.beyond_llc_bytes_per_s = last->beyond_llc_bytes_per_s;
-    return out;
-  }
-  out.latency_s = Interp(by_size, x, lx, [](const CollectivePoint* p) { return p->latency_s; });
-  out.wait_per_compute =
-      Interp(by_size, x, lx, [](const CollectivePoint* p) { return p->wait_per_compute; });
-  // Given at every size or at none (a 0 anywhere: bytes_per_s throughout).
-  bool beyond = true;
-  for (const CollectivePoint* p : by_size) beyond = beyond && p->beyond_llc_bytes_per_s > 0;
-  if (beyond) {
-    out.beyond_llc_bytes_per_s = 1.0 / Interp(by_size, x, lx, [](const CollectivePoint* p) {
-                                   return 1.0 / p->beyond_llc_bytes_per_s;
-                                 });
-  }
-  // Interpolate time per byte, not bytes per second.
-  out.bytes_per_s =
-      1.0 / Interp(by_size, x, lx, [](const CollectivePoint* p) { return 1.0 / p->bytes_per_s; });
-  return out;
 }
 
 }  // namespace
@@ -417,8 +352,11 @@ std::string MachineProfileToYaml(const MachineProfile& p) {
       e << YAML::Flow << YAML::BeginMap << YAML::Key << "row_bytes" << YAML::Value << r.row_bytes
         << YAML::Key << "hot_rows_per_s" << YAML::Value << r.hot_rows_per_s << YAML::Key
         << "cold_rows_per_s" << YAML::Value << r.cold_rows_per_s << YAML::Key
-        << (gather ? "bag_s" : "id_s") << YAML::Value << (gather ? r.bag_s : r.id_s)
-        << YAML::EndMap;
+        << (gather ? "bag_s" : "id_s") << YAML::Value << (gather ? r.bag_s : r.id_s);
+      if (!gather && r.warm_rows_per_s > 0) {
+        e << YAML::Key << "warm_rows_per_s" << YAML::Value << r.warm_rows_per_s;
+      }
+      e << YAML::EndMap;
     }
     e << YAML::EndSeq;
   };
@@ -464,6 +402,9 @@ std::string MachineProfileToYaml(const MachineProfile& p) {
     if (c.wait_per_compute > 0) {
       e << YAML::Key << "wait_per_compute" << YAML::Value << c.wait_per_compute;
     }
+    if (c.compute_slowdown > 0) {
+      e << YAML::Key << "compute_slowdown" << YAML::Value << c.compute_slowdown;
+    }
     if (c.beyond_llc_bytes_per_s > 0) {
       e << YAML::Key << "beyond_llc_bytes_per_s" << YAML::Value << c.beyond_llc_bytes_per_s;
     }
@@ -475,7 +416,11 @@ std::string MachineProfileToYaml(const MachineProfile& p) {
     e << YAML::Flow << YAML::BeginMap << YAML::Key << "value_bytes" << YAML::Value << t.value_bytes
       << YAML::Key << "read_cached_s" << YAML::Value << t.read_cached_s << YAML::Key
       << "read_disk_s" << YAML::Value << t.read_disk_s << YAML::Key << "write_s" << YAML::Value
-      << t.write_s << YAML::Key << "hit_s" << YAML::Value << t.hit_s << YAML::EndMap;
+      << t.write_s << YAML::Key << "hit_s" << YAML::Value << t.hit_s;
+    if (t.read_memtable_s > 0) {
+      e << YAML::Key << "read_memtable_s" << YAML::Value << t.read_memtable_s;
+    }
+    e << YAML::EndMap;
   }
   e << YAML::EndSeq;
   e << YAML::EndMap;
@@ -496,83 +441,6 @@ absl::Status SaveMachineProfile(const MachineProfile& profile, const std::string
     return absl::InternalError(absl::StrCat("cannot rename '", tmp, "' to '", path, "'"));
   }
   return absl::OkStatus();
-}
-
-double GatherRowsPerSec(const DeviceProfile& d, int64_t row_bytes, double hot_fraction) {
-  return BlendRate(d.gather, row_bytes, hot_fraction);
-}
-
-double ScatterUpdateRowsPerSec(const DeviceProfile& d, int64_t row_bytes, double hot_fraction) {
-  return BlendRate(d.scatter_update, row_bytes, hot_fraction);
-}
-
-double GatherBagSeconds(const DeviceProfile& d, int64_t row_bytes) {
-  return Interp(
-      d.gather, static_cast<double>(row_bytes),
-      [](const RowRatePoint& p) { return static_cast<double>(p.row_bytes); },
-      [](const RowRatePoint& p) { return p.bag_s; });
-}
-
-double ScatterIdSeconds(const DeviceProfile& d, int64_t row_bytes) {
-  return Interp(
-      d.scatter_update, static_cast<double>(row_bytes),
-      [](const RowRatePoint& p) { return static_cast<double>(p.row_bytes); },
-      [](const RowRatePoint& p) { return p.id_s; });
-}
-
-double GemmFlopsPerSec(const DeviceProfile& d, int64_t m, int64_t n, int64_t k) {
-  if (d.gemm.empty()) return d.gemm_peak_flops_per_s;
-  auto ln = [](int64_t x) { return std::log(static_cast<double>(std::max<int64_t>(1, x))); };
-  const double lm = ln(m), lnn = ln(n), lk = ln(k);
-  const GemmPoint* best = &d.gemm.front();
-  double best_dist = 1e300;
-  for (const GemmPoint& g : d.gemm) {
-    const double a = ln(g.m) - lm, b = ln(g.n) - lnn, c = ln(g.k) - lk;
-    const double dist = a * a + b * b + c * c;
-    if (dist < best_dist) {
-      best_dist = dist;
-      best = &g;
-    }
-  }
-  return best->flops_per_s;
-}
-
-absl::StatusOr<CollectiveCost> CollectiveAt(const MachineProfile& p, CollectiveOp op,
-                                            const std::string& transport, int world_size) {
-  std::vector<const CollectivePoint*> pts;
-  for (const CollectivePoint& c : p.collectives) {
-    if (c.op == op && c.transport == transport) pts.push_back(&c);
-  }
-  if (pts.empty()) {
-    return absl::NotFoundError(absl::StrCat("the profile has no ", CollectiveOpName(op),
-                                            " point for transport '", transport, "'"));
-  }
-  return CollectiveFrom(pts, world_size);
-}
-
-absl::StatusOr<CollectiveCost> CollectiveAtScope(const MachineProfile& p, CollectiveOp op,
-                                                 const std::string& transport, int world_size,
-                                                 bool same_node) {
-  std::vector<const CollectivePoint*> pts;
-  for (const CollectivePoint& c : p.collectives) {
-    if (c.op == op && c.transport == transport && c.same_node == same_node) pts.push_back(&c);
-  }
-  if (pts.empty()) return CollectiveAt(p, op, transport, world_size);
-  return CollectiveFrom(pts, world_size);
-}
-
-TierPoint TierAt(const MachineProfile& p, int64_t value_bytes) {
-  TierPoint out;
-  out.value_bytes = value_bytes;
-  if (p.tier.empty()) return out;
-  auto x = [](const TierPoint& t) { return static_cast<double>(t.value_bytes); };
-  out.read_cached_s =
-      Interp(p.tier, value_bytes, x, [](const TierPoint& t) { return t.read_cached_s; });
-  out.read_disk_s =
-      Interp(p.tier, value_bytes, x, [](const TierPoint& t) { return t.read_disk_s; });
-  out.write_s = Interp(p.tier, value_bytes, x, [](const TierPoint& t) { return t.write_s; });
-  out.hit_s = Interp(p.tier, value_bytes, x, [](const TierPoint& t) { return t.hit_s; });
-  return out;
 }
 
 }  // namespace tessera::planner

@@ -38,6 +38,11 @@ struct RowRatePoint {
   double cold_rows_per_s = 0;  // uniform ids over a table far larger than the LLC
   double bag_s = 0;            // gather only: fixed seconds per bag (output row, offsets)
   double id_s = 0;             // scatter_update only: seconds per id before the row updates
+  // scatter_update only, optional (0 when absent: not priced): distinct rows per second when
+  // the rows are still cached from the forward's gather of the same batch (calibrate's
+  // multi-hot Zipf run, no cache eviction between Forward and BackwardUpdate), as they are in
+  // training when the dense work between the two leaves them in the LLC (estimator.h).
+  double warm_rows_per_s = 0;
 };
 
 // One measured GEMM shape (C[m x n] = A[m x k] B[k x n], fp32 unless dtype says otherwise).
@@ -109,6 +114,11 @@ struct CollectivePoint {
   // device's llc_bytes (bytes_per_s is measured with a 4 MiB buffer, which stays in cache; a
   // buffer larger than the cache moves at memory speed, several times slower).
   double beyond_llc_bytes_per_s = 0;
+  // Optional (0 when absent: 1): how much slower a rank's compute runs when every rank of this
+  // world size computes at once on the node than alone (shared LLC and memory bandwidth, vCPUs
+  // that are one core's hyperthreads); the same for every op of the world size (it is the
+  // node's, not the op's). The estimator scales the ranks' compute phases by it.
+  double compute_slowdown = 0;
 };
 
 // RocksDB tier cost per row (embedding + optimizer state value), by value size.
@@ -118,6 +128,10 @@ struct TierPoint {
   double read_disk_s = 0;    // a row read from the disk (O_DIRECT, batched MultiGet)
   double write_s = 0;        // a row written back (WriteBatch, per row)
   double hit_s = 0;          // an id found in the row cache (Resolve: probe, pin, bookkeeping)
+  // Optional (0 when absent: read_cached_s): a row read while the database was never flushed
+  // (every row in the memtable, no SST file), as in a run whose written rows fit in one write
+  // buffer; Resolve's whole miss path, as read_cached_s.
+  double read_memtable_s = 0;
 };
 
 struct MachineProfile {
@@ -154,6 +168,9 @@ double ScatterUpdateRowsPerSec(const DeviceProfile& d, int64_t row_bytes, double
 // gather bag_s and scatter_update id_s at `row_bytes` (interpolated the same way).
 double GatherBagSeconds(const DeviceProfile& d, int64_t row_bytes);
 double ScatterIdSeconds(const DeviceProfile& d, int64_t row_bytes);
+// scatter_update warm_rows_per_s at `row_bytes` (interpolated by time per row); 0 when any point
+// lacks it.
+double ScatterUpdateWarmRowsPerSec(const DeviceProfile& d, int64_t row_bytes);
 // GEMM rate of shape (m, n, k): the rate of the measured point nearest in shape, distance
 // sqrt((ln m - ln m')^2 + (ln n - ln n')^2 + (ln k - ln k')^2) (so a thin n = 1 layer is not
 // priced at the rate of a square one of the same m n k); ties go to the point listed first.
@@ -163,12 +180,17 @@ double GemmFlopsPerSec(const DeviceProfile& d, int64_t m, int64_t n, int64_t k);
 // extrapolated linearly in log2(world_size) beyond the largest one (latency grows, bandwidth is
 // held at the largest size's); NotFound naming the op and transport when no point of them
 // exists.
+// The all-reduce's in-cache calibration call (tools/plan_calibrate_comm.cc): bytes_per_s is the
+// slope from an 8-byte call to this one, beyond_llc_bytes_per_s the slope from this one to a
+// 64 MiB call, so the in-cache rate holds up to this size (or llc_bytes when smaller).
+inline constexpr int64_t kInCacheCallBytes = int64_t{4} << 20;
 struct CollectiveCost {
   double latency_s = 0;
   double bytes_per_s = 0;
   // CollectivePoint::wait_per_compute, interpolated as latency_s, held beyond.
   double wait_per_compute = 0;
   double beyond_llc_bytes_per_s = 0;  // interpolated as bytes_per_s; 0: bytes_per_s
+  double compute_slowdown = 1;        // interpolated as latency_s, held beyond; 1 when absent
   // The wait of one call after `compute_s` of compute on each rank.
   double Wait(double compute_s) const { return wait_per_compute * compute_s; }
   // Seconds to move `bytes` in one call (no latency): up to `llc_bytes` at bytes_per_s, the

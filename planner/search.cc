@@ -45,7 +45,7 @@ constexpr double kRmsWeight = 1e-3;
 constexpr int kTryEveryRank = 16;
 
 double Score(const MetricVec& d) {
-  return d[kLookupS] + d[kUpdateS] + d[kTierS] + d[kTierWriteS] + d[kSyncS] +
+  return d[kLookupS] + d[kUpdateS] + d[kTierS] + d[kTierWriteS] + d[kTierProbeS] + d[kSyncS] +
          std::max(d[kInSend], d[kInRecv]) + 2 * std::max(d[kOutSend], d[kOutRecv]);
 }
 

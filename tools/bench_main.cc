@@ -211,6 +211,7 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
   const double sps = samples / seconds;
   measured.steps = steps;
   measured.warmup_steps = warmup;
+  measured.distinct_batches = n_batches;
   for (const Batch& b : batches) {
     measured.harness_bytes += static_cast<int64_t>(
         (b.dense.capacity() + b.labels.capacity()) * sizeof(float) +

@@ -93,7 +93,9 @@ struct PhaseMap {
 };
 const std::vector<PhaseMap>& PhaseMaps() {
   static const std::vector<PhaseMap> kMaps = {
-      {"input dist", {}, {"input_dist"}, {}},
+      // A sharded model's Prefetch (the bench's "prefetch") packs the next batch's input dist
+      // (PackInput, sharding.pipeline), which the estimator prices in the input dist.
+      {"input dist", {"prefetch"}, {"input_dist"}, {}},
       {"lookup", {}, {"lookup"}, {kPhaseLookup}},
       {"output dist", {}, {"output_dist"}, {}},
       {"dense fwd", {kPhaseForward}, {}, {kPhaseForward}},
@@ -102,7 +104,7 @@ const std::vector<PhaseMap>& PhaseMaps() {
       {"embedding update", {}, {"aggregate", "update"}, {kPhaseEmbeddingUpdate}},
       {"dense all-reduce", {kPhaseDenseUpdate}, {}, {kPhaseDenseUpdate}},
       {"replica sync", {}, {"replica_sync"}, {}},
-      {"tier misses", {"prefetch"}, {}, {"prefetch"}},
+      {"tier misses", {}, {}, {"prefetch"}},
   };
   return kMaps;
 }
@@ -117,7 +119,7 @@ struct Predicted {
 
 absl::StatusOr<Predicted> Predict(const Config& config, const World& world, Model& model,
                                   const std::string& profile_path, int64_t run_steps,
-                                  int64_t harness_bytes) {
+                                  int64_t distinct_batches, int64_t harness_bytes) {
   TESSERA_ASSIGN_OR_RETURN(planner::MachineProfile profile, LoadProfileByNameOrPath(profile_path));
   planner::Topology topo;
   topo.world_size = world.size();
@@ -127,7 +129,10 @@ absl::StatusOr<Predicted> Predict(const Config& config, const World& world, Mode
   // tessera-bench's data.batch_size is per rank (the trainer's is global).
   inputs.step.batch_per_rank = config.data.batch_size;
   inputs.step.threads = NumThreads();
-  inputs.step.steps = run_steps;  // the RocksDB memtables hold what this run wrote
+  // The RocksDB memtables hold the distinct rows this run wrote: the bench cycles
+  // `distinct_batches` batches, so no step past them brings new rows.
+  inputs.step.steps =
+      distinct_batches > 0 ? std::min(run_steps, distinct_batches) : run_steps;
   std::vector<TableConfig> tables;
   for (int t = 0; t < model.sparse().num_tables(); ++t) tables.push_back(model.sparse().table(t));
   ShardingPlan plan;
@@ -183,7 +188,8 @@ void PrintPredictedBesideMeasured(const Config& config, const World& world, Mode
   absl::StatusOr<Predicted> pred = profile_path.empty()
                                        ? absl::NotFoundError("no --profile")
                                        : Predict(config, world, model, profile_path,
-                                                 m.warmup_steps + m.steps, m.harness_bytes);
+                                                 m.warmup_steps + m.steps, m.distinct_batches,
+                                                 m.harness_bytes);
   std::printf(
       "  predicted beside measured (ms/step; the planner's phases, tools/bench_predict.h)%s\n",
       pred.ok() ? "" : ": no prediction");

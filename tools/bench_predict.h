@@ -6,7 +6,8 @@
 //
 // Measured phases. The model's phases (trainer/model.h) and, on a sharded model, the sharded
 // collection's own (ShardedEmbeddingCollection::set_phase_times) map onto the estimator's:
-//   input dist       sharded input_dist                (one rank: 0)
+//   input dist       sharded input_dist + the bench's "prefetch" (a sharded model's Prefetch
+//                    packs the next batch's input dist, sharding.pipeline)   (one rank: 0)
 //   lookup           sharded lookup                    (one rank: the model's lookup)
 //   output dist      sharded output_dist
 //   dense fwd        the model's "interaction+mlp fwd" (loss and its small all-reduce included)
@@ -15,8 +16,11 @@
 //   embedding update sharded aggregate + update         (one rank: the model's embedding update)
 //   dense all-reduce the model's "dense update"         (bucket wait + dense optimizer step)
 //   replica sync     sharded replica_sync
-//   tier misses      the bench's "prefetch" (handing the next ids to the tier); synchronous miss
-//                    reads are inside lookup
+//   tier misses      one rank: the bench's "prefetch" (the next ids probed in the row cache and
+//                    the misses handed to the tier's threads); sharded: inside input dist (the
+//                    owners prefetch there); synchronous miss reads are inside lookup. On the
+//                    process CPU clock (--phase_clock cpu) every phase also holds whatever the
+//                    tier's threads ran meanwhile (the estimator's background_s)
 // Each phase is the slowest rank's (the estimator's step takes every phase at its slowest rank).
 // The step is the median of the timed steps' wall times (robust to the other engineers' builds
 // on this shared machine; the mean is printed too), taken on rank 0 after each step, and peak
@@ -47,6 +51,7 @@ bool AttachShardedPhaseTimes(Model& model, PhaseTimes* times);
 struct BenchMeasurement {
   int64_t steps = 0;
   int64_t warmup_steps = 0;          // untimed steps before them (the planner's run length)
+  int64_t distinct_batches = 0;      // batches cycled (0: every step a new one)
   // Bytes of the bench's own cycled batches (resident in every rank, no part of training):
   // added to the planner's peak memory so that it compares with the process's VmHWM.
   int64_t harness_bytes = 0;

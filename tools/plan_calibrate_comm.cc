@@ -23,6 +23,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/status.h"
+#include "core/device.h"
+#include "dense/mlp.h"
 #include "sharding/mpi_communicator.h"
 #include "tools/plan_calibrate_internal.h"
 
@@ -87,13 +89,77 @@ absl::StatusOr<double> TimeUnsynced(Communicator& comm, double compute_s,
   return *std::max_element(all.begin(), all.end());
 }
 
+// What a rank's compute slows down by when every rank of the node computes at once (shared LLC
+// and memory bandwidth, vCPUs that may be one core's hyperthreads): one kernel of the step's
+// kinds, a Linear forward at a bench layer shape (2048 x 512 -> 256, compute-bound) and 16k
+// random 256-byte row reads over 64 MiB (memory-bound), timed on the thread's CPU clock, median
+// of kReps, first by rank 0 alone (the others sleep) and then by every rank together (the
+// slowest rank's median): together / alone, at least 1.
+absl::StatusOr<double> ComputeSlowdown(Communicator& comm) {
+  constexpr int kReps = 41;
+  constexpr int64_t kB = 2048, kIn = 512, kOut = 256, kRows = (int64_t{64} << 20) / 256;
+  std::vector<float> x(kB * kIn, 0.01f), w(kOut * kIn, 0.02f), b(kOut, 0.0f), y(kB * kOut);
+  std::vector<float> table(kRows * 64, 1.0f), acc(64, 0.0f);
+  std::vector<int64_t> ids(16384);
+  uint64_t h = 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(comm.rank() + 1);
+  for (int64_t& id : ids) {
+    h ^= h << 13, h ^= h >> 7, h ^= h << 17;
+    id = static_cast<int64_t>(h % kRows);
+  }
+  auto thread_cpu = [] {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+  };
+  const DeviceContext ctx = DeviceContext::Cpu();
+  auto kernel = [&]() -> absl::StatusOr<double> {
+    const double t0 = thread_cpu();
+    TESSERA_RETURN_IF_ERROR(LinearForward(ctx, x.data(), w.data(), b.data(), kB, kIn, kOut,
+                                          Activation::kRelu, y.data()));
+    for (int64_t id : ids) {
+      const float* row = table.data() + id * 64;
+      for (int j = 0; j < 64; ++j) acc[j] += row[j];
+    }
+    return thread_cpu() - t0;
+  };
+  auto median = [&](int reps) -> absl::StatusOr<double> {
+    std::vector<double> t;
+    for (int i = 0; i < reps; ++i) {
+      TESSERA_ASSIGN_OR_RETURN(double s, kernel());
+      t.push_back(s);
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  };
+  TESSERA_RETURN_IF_ERROR(median(3).status());  // first touch
+  // Alone: rank 0 runs while the others sleep (a barrier would busy-poll their cores).
+  double alone = 0;
+  TESSERA_RETURN_IF_ERROR(comm.Barrier());
+  if (comm.rank() == 0) {
+    TESSERA_ASSIGN_OR_RETURN(alone, median(kReps));
+  } else {
+    TESSERA_ASSIGN_OR_RETURN(double one, kernel());
+    usleep(static_cast<useconds_t>(std::min(5.0, 3 * kReps * one) * 1e6));
+  }
+  TESSERA_RETURN_IF_ERROR(comm.Barrier());
+  TESSERA_ASSIGN_OR_RETURN(double together, median(kReps));
+  TESSERA_RETURN_IF_ERROR(comm.AllReduce(&alone, 1, ReduceOp::kSum));  // rank 0's
+  const int n = comm.size();
+  std::vector<double> all(n);
+  std::vector<int64_t> counts(n, 8), displs(n);
+  for (int r = 0; r < n; ++r) displs[r] = 8 * r;
+  TESSERA_RETURN_IF_ERROR(comm.AllGatherV(&together, 8, all.data(), counts, displs));
+  together = *std::max_element(all.begin(), all.end());
+  return alone > 0 ? std::max(1.0, together / alone) : 1.0;
+}
+
 }  // namespace
 
 absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_per_point,
                                   int64_t rss_before_mpi) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, CreateMpiWorldCommunicator());
   const int w = comm->size();
-  const int64_t kSmall = 8, kLarge = int64_t{4} << 20, kHuge = int64_t{64} << 20;
+  const int64_t kSmall = 8, kLarge = planner::kInCacheCallBytes, kHuge = int64_t{64} << 20;
   std::ostringstream out;
   // What MPI added: VmRSS after one small call of each collective (the shared-memory segments
   // and the progress engine touched), before any large buffer exists.
@@ -193,6 +259,8 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
     out << lines[i] << " " << per << " " << (i == 1 ? beyond : 0.0) << "\n";
   }
   out << "memory " << mpi_bytes << "\n";
+  TESSERA_ASSIGN_OR_RETURN(const double slowdown, ComputeSlowdown(*comm));
+  out << "compute_slowdown " << w << " " << slowdown << "\n";
   if (comm->rank() == 0) {
     std::ofstream f(out_path);
     f << out.str();
@@ -233,7 +301,16 @@ absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(
     std::string op;
     int size;
     double latency, bw, wait_per, beyond;
+    size_t first = points.size();
+    double slowdown = 0;
     while (in >> op) {
+      if (op == "compute_slowdown") {
+        in >> size >> slowdown;
+        Progress(o, absl::StrFormat("collectives: world %d: compute %.3fx slower with every rank "
+                                    "busy than alone",
+                                    size, slowdown));
+        continue;
+      }
       if (op == "memory") {
         int64_t m = 0;
         in >> m;
@@ -259,6 +336,7 @@ absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(
                                   "unsynchronised wait %.3f x compute",
                                   op, size, latency * 1e6, bw / 1e9, wait_per));
     }
+    for (size_t i = first; i < points.size(); ++i) points[i].compute_slowdown = slowdown;
   }
   std::sort(points.begin(), points.end(), [](const auto& a, const auto& b) {
     return std::make_tuple(static_cast<int>(a.op), a.transport, a.world_size) <

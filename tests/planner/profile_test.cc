@@ -155,6 +155,28 @@ TEST(ProfileTest, PackRateAndSearchStepAreOptionalAndRoundTrip) {
   EXPECT_EQ(t->devices[0].pack_id_s, 3.5e-8);
 }
 
+TEST(ProfileTest, WarmUpdateRateIsOptionalAndRoundTrips) {
+  // Absent (FlatProfile, files before the key): 0 (not priced); present on every point:
+  // written back and interpolated by time per row; on some points only: 0.
+  MachineProfile p = FlatProfile();
+  EXPECT_THAT(MachineProfileToYaml(p), ::testing::Not(HasSubstr("warm_rows_per_s")));
+  EXPECT_EQ(ScatterUpdateWarmRowsPerSec(p.devices[0], 64), 0);
+  p.devices[0].scatter_update[0].warm_rows_per_s = 4e6;
+  EXPECT_EQ(ScatterUpdateWarmRowsPerSec(p.devices[0], 64), 0);
+  p.devices[0].scatter_update[1].warm_rows_per_s = 2e6;
+  const std::string yaml = MachineProfileToYaml(p);
+  EXPECT_THAT(yaml, HasSubstr("warm_rows_per_s: 4e+06"));
+  absl::StatusOr<MachineProfile> q = ParseMachineProfile(yaml, "w");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(MachineProfileToYaml(*q), yaml);
+  // Halfway between 64 and 512 bytes: the mean of 0.25 and 0.5 us per row.
+  EXPECT_DOUBLE_EQ(ScatterUpdateWarmRowsPerSec(q->devices[0], 288), 1.0 / 0.375e-6);
+  // Not a gather key.
+  absl::StatusOr<MachineProfile> bad = ParseMachineProfile(
+      Replace(yaml, "cold_rows_per_s: 1e+06, bag_s: 0}", "cold_rows_per_s: 1e+06, bag_s: 0, warm_rows_per_s: 1}"), "x");
+  EXPECT_FALSE(bad.ok());
+}
+
 TEST(ProfileTest, BeyondLlcRateIsOptionalAndSplitsTheBytes) {
   MachineProfile p = FlatProfile();
   for (CollectivePoint& c : p.collectives) c.beyond_llc_bytes_per_s = 2.5e5;

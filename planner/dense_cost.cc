@@ -1,0 +1,80 @@
+// The dense model's cost (dense_cost.h).
+#include "planner/dense_cost.h"
+
+namespace tessera::planner {
+
+namespace {
+
+// One Linear layer in -> out for `b` samples: forward and backward seconds. Each GEMM at the
+// rate of its own shape (tools/plan_calibrate_device.cc measures the three): forward
+// y[b, out] = x W^T (b, out, in), input gradient dx[b, in] (b, in, out), weight gradient
+// dW[out, in] (out, in, b).
+void LinearCost(const DeviceProfile& d, int64_t b, int64_t in, int64_t out, double* fwd,
+                double* bwd) {
+  const double flops = 2.0 * b * in * out;
+  const double elem = 3.0 * b * out * 4 / d.copy_bytes_per_s;  // bias + ReLU + its grad
+  *fwd += flops / GemmFlopsPerSec(d, b, out, in) + elem + d.launch_overhead_s;
+  *bwd += flops / GemmFlopsPerSec(d, b, in, out) + flops / GemmFlopsPerSec(d, out, in, b) + elem +
+          2 * d.launch_overhead_s;
+}
+
+}  // namespace
+
+DenseCost ComputeDenseCost(const DeviceProfile& d, const DenseShape& ds, int64_t b,
+                           int64_t features, int64_t emb_out_dim) {
+  const int64_t f = features;
+  double fwd = 0, bwd = 0, act = 0;
+  int64_t params = 0;
+  int64_t prev = ds.num_dense;
+  for (int64_t w : ds.bottom_mlp) {
+    LinearCost(d, b, prev, w, &fwd, &bwd);
+    params += prev * w + w;
+    act += 2.0 * b * w * 4;
+    prev = w;
+  }
+  const int64_t bottom_out = ds.bottom_mlp.empty() ? ds.num_dense : ds.bottom_mlp.back();
+  int64_t inter_dim;
+  if (ds.interaction == Interaction::kDot) {
+    const int64_t v = f + 1;
+    inter_dim = ds.embedding_dim + v * (v - 1) / 2;
+    // Forward Z = E E^T per sample (shape (v, v, d)); backward d_E = (dZ + dZ^T) E (shape
+    // (v, d, v)), the same flops, each at its own shape's rate.
+    const double flops = 2.0 * b * v * v * ds.embedding_dim;
+    fwd += flops / GemmFlopsPerSec(d, v, v, ds.embedding_dim) +
+           b * inter_dim * 4.0 / d.copy_bytes_per_s;
+    bwd += flops / GemmFlopsPerSec(d, v, ds.embedding_dim, v) +
+           2.0 * b * inter_dim * 4 / d.copy_bytes_per_s;
+  } else {
+    const int64_t dim = bottom_out + emb_out_dim;
+    inter_dim = dim;
+    for (int l = 0; l < ds.dcn_num_layers; ++l) {
+      if (ds.dcn_low_rank > 0) {
+        LinearCost(d, b, dim, ds.dcn_low_rank, &fwd, &bwd);
+        LinearCost(d, b, ds.dcn_low_rank, dim, &fwd, &bwd);
+        params += 2 * dim * ds.dcn_low_rank + dim;
+      } else {
+        LinearCost(d, b, dim, dim, &fwd, &bwd);
+        params += dim * dim + dim;
+      }
+      act += 3.0 * b * dim * 4;
+    }
+  }
+  act += 2.0 * b * inter_dim * 4 + 2.0 * b * emb_out_dim * 4;
+  prev = inter_dim;
+  for (int64_t w : ds.top_mlp) {
+    LinearCost(d, b, prev, w, &fwd, &bwd);
+    params += prev * w + w;
+    act += 2.0 * b * w * 4;
+    prev = w;
+  }
+  // Dense optimizer: read-modify-write of weights, gradients and state.
+  bwd += params * 4.0 * (3 + 2 * ds.optimizer_state_floats) / d.copy_bytes_per_s;
+  DenseCost c;
+  c.forward_s = fwd;
+  c.backward_s = bwd;
+  c.params = params;
+  c.activation_bytes = act;
+  return c;
+}
+
+}  // namespace tessera::planner

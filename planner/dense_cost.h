@@ -1,0 +1,34 @@
+// The dense model's share of the estimator (estimator.h): forward and backward seconds of the
+// bottom MLP, the interaction and the top MLP for one rank's batch, the dense parameter count
+// and the activation bytes, from the device profile's GEMM and copy rates. It does not depend on
+// the placement: every rank runs the whole dense model on its own B samples.
+//   Linear in -> out, B samples: forward GEMM (B, out, in), input gradient (B, in, out), weight
+//     gradient (out, in, B), each at its own shape's rate (GemmFlopsPerSec), plus bias, ReLU
+//     and its gradient (3 B out x 4 bytes at the copy rate) and one launch overhead per GEMM
+//   dot interaction over F + 1 vectors of d: forward Z = E E^T (shape (F+1, F+1, d)), backward
+//     (dZ + dZ^T) E (shape (F+1, d, F+1)), the same flops; plus the packing of the triangle
+//   DCNv2: per cross layer a Linear dim -> dim (or dim -> r -> dim when low-rank)
+//   dense optimizer: read-modify-write of weights, gradients and state at the copy rate
+// Thread-safety: a pure function.
+#pragma once
+
+#include <cstdint>
+
+#include "planner/inputs.h"
+#include "planner/profile.h"
+
+namespace tessera::planner {
+
+struct DenseCost {
+  double forward_s = 0;
+  double backward_s = 0;  // the dense optimizer step included
+  int64_t params = 0;
+  double activation_bytes = 0;  // B samples' activations and their gradients
+};
+
+// `features`: embedding bags per sample (all tables); `emb_out_dim`: the pooled embedding
+// output's width per sample (sum over features of their table's dim); `b`: samples per rank.
+DenseCost ComputeDenseCost(const DeviceProfile& d, const DenseShape& ds, int64_t b,
+                           int64_t features, int64_t emb_out_dim);
+
+}  // namespace tessera::planner
