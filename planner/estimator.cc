@@ -303,7 +303,7 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
           const double ag = 8 * touched_group * (mm - 1);
           const double ar = 2 * (mm - 1) / mm * frac * s.distinct_global * cols * 4;
           d[kSyncS] += ag / ag_replica_.bytes_per_s + ar / ar_replica_.bytes_per_s;
-          // ExactReplicaSync's own work: sort + unique of the M replicas' ids, the gradients
+          // the exact sync's own work: sort + unique of the M replicas' ids, the gradients
           // placed into the union's buffer and copied back (4 bytes each way per value).
           d[kSyncS] += mm * touched_group * id_s +
                        2 * frac * s.distinct_global * cols * 4 / dev_->copy_bytes_per_s;

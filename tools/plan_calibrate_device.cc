@@ -368,7 +368,7 @@ absl::Status MeasurePack(const CalibrateOptions& o, const DeviceContext& ctx,
 
 // Binary search (CPU only): std::lower_bound of 4096 present keys, in a shuffled order, over a
 // sorted array of 4096 distinct row ids (column-split row-wise AdaGrad's sibling lookup in
-// sharding/internal/sharded_sync.cc), as seconds per halving step (12 per search).
+// sharding/internal/shard_update.cc), as seconds per halving step (12 per search).
 absl::Status MeasureSearch(const CalibrateOptions& o, const DeviceContext& ctx,
                            planner::DeviceProfile* d) {
   if (ctx.is_cuda()) return absl::OkStatus();
@@ -391,7 +391,7 @@ absl::Status MeasureSearch(const CalibrateOptions& o, const DeviceContext& ctx,
   return absl::OkStatus();
 }
 
-// The input dist's packing (CPU only), as sharding/internal/sharded_setup.cc's BucketIds does
+// The input dist's packing (CPU only), as sharding/internal/input_dist.cc's BucketIds does
 // it per request: 8 tables x 2048 bags of one Zipf(1.05) id over 2^17 rows, each id looked up
 // in (or added to) the request's hash map of unique ids, cleared per call, its position and the
 // bag's length recorded; 8 distinct batches cycled. Seconds per id.

@@ -265,7 +265,7 @@ TEST(EstimatorTest, InputPackingIsOnTheCriticalPath) {
 
 TEST(EstimatorTest, ExactSyncPaysThreeReplicaCollectivesPerStep) {
   // N = 1, M = 2, three tables: one ids-count all-gather, one ids all-gather and one gradient
-  // all-reduce per step whatever the number of tables (ExactReplicaSync), at 1e-3 s each.
+  // all-reduce per step whatever the number of tables (ReplicaSyncPhase, kExact), at 1e-3 s each.
   MachineProfile prof = FlatProfile(1e-3);
   PlanInputs in = SmallInputs({1000, 1000, 1000}, 16, 2, 100);
   absl::StatusOr<Estimator> est = Estimator::Create(in, prof, 1);
