@@ -125,15 +125,6 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Backward: gradient aggregation.
 
-struct SumRunsArgs {
-  const int64_t* keys;        // sorted (slot << pos_bits | position)
-  const int64_t* run_starts;  // [unique + 1]
-  const float* const* grad_rows;
-  const float* scales;
-  int64_t pos_mask;
-  int64_t dim;
-};
-
 // Sums the runs [u0, u1): out[(u - u0) * dim ..] = sum over run u's positions p, in position
 // order, of scales[p] * grad_rows[p]. The gradient rows are scattered over the output gradient
 // (one per bag), so they are prefetched two stages ahead: first the per-position pointer, then
@@ -418,12 +409,20 @@ absl::Status FusedBackwardUpdateCpu(absl::Span<const BagGradients> sources, Pool
   if (unique == 0) return absl::OkStatus();
   const int64_t dim = args.dim;
   runs.dim = dim;
+  const int64_t* slots = ws->unique_slots.data();
+  if (CanSumAndUpdateInRegisters(args)) {
+    // One pass per run, nothing summed to memory (embedding/internal/fused_update_avx512.cc),
+    // with the bits of the blocks below.
+    ForRunChunks(runs, unique, [&](int, int64_t u0, int64_t u1) {
+      SumAndUpdateRunsCpu(runs, slots, args, u0, u1);
+    });
+    return absl::OkStatus();
+  }
   // Each chunk sums a block of runs into its own small buffer, which stays in L1, and updates
   // those rows at once: the same two functions as AggregateRowGradients + ApplyRowUpdates (so
   // the same bits), without the round trip of all summed rows through memory.
   const int64_t block = std::max<int64_t>(1, kFusedBlockBytes / (dim * sizeof(float)));
   GrowTo(&ws->row_grads, RunChunkCount(runs, unique) * block * dim);
-  const int64_t* slots = ws->unique_slots.data();
   float* scratch = ws->row_grads.data();
   ForRunChunks(runs, unique, [&](int c, int64_t u0, int64_t u1) {
     float* sums = scratch + c * block * dim;

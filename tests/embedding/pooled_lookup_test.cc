@@ -414,12 +414,13 @@ TEST(FusedBackwardTest, BitIdenticalWithOneAndTwoThreads) {
 
 // FusedBackwardUpdate sums and applies each row in one pass; it must give exactly the bits of
 // its two halves (AggregateRowGradients, then ApplyRowUpdates on the sums) for every optimizer,
-// fixed and generic dims, weighted and mean pooling, and both thread counts.
+// fixed and generic dims (16-128: the in-register path; 24: the blocked one), weighted and mean
+// pooling, and both thread counts.
 TEST(FusedBackwardTest, BitIdenticalToAggregateThenApply) {
   const int64_t rows = 3000;
   for (RowOptimizerType type : {RowOptimizerType::kSgd, RowOptimizerType::kRowWiseAdagrad,
                                 RowOptimizerType::kAdam}) {
-    for (int64_t dim : {16, 24, 128}) {
+    for (int64_t dim : {16, 24, 32, 64, 128}) {
       for (int threads : {1, 2}) {
         ThreadCount tc(threads);
         RowOptimizerOptions opt;
