@@ -73,10 +73,11 @@ void UpdateRows16Cpu(const int64_t* slots, const float* row_grads, const RowUpda
 
 // ---- The CPU backward's runs (pooled_lookup_cpu.cc builds them) -----------------------------
 // After the sort, run u (one distinct slot) holds the entries [run_starts[u], run_starts[u + 1])
-// of `keys`; entry e is position p = keys[e] & pos_mask, whose gradient row is grad_rows[p]
-// (its bag's output gradient) scaled by scales[p] (per-id weight, times 1 / length for kMean).
+// of `keys`, in position order; entry e's gradient term is scales[p] * grad_rows[p] with
+// p = keys[e] & pos_mask (its bag's output gradient, scaled by its per-id weight times 1 / length
+// for kMean). p indexes bags when no source has per-id weights, else positions.
 struct SumRunsArgs {
-  const int64_t* keys;        // sorted (slot << pos_bits | position)
+  const int64_t* keys;        // sorted (slot << pos_bits | p)
   const int64_t* run_starts;  // [unique + 1]
   const float* const* grad_rows;
   const float* scales;
