@@ -61,13 +61,13 @@ struct BagGradients {
 // Scratch memory reused across steps (sorting keys, unique rows, summed gradients). Vectors only
 // grow, so a steady-state step allocates nothing. One workspace per concurrent caller.
 struct EmbeddingWorkspace {
-  std::vector<int64_t> keys;           // (slot << position_bits | position), sorted
+  std::vector<int64_t> keys;           // (slot << bits | bag or position), sorted by slot
   std::vector<int64_t> order;          // start of each unique slot's run in `keys`, + end
   std::vector<int64_t> unique_slots;   // FusedBackwardUpdate's distinct slots
   std::vector<float> row_grads;        // summed gradients (FusedBackwardUpdate: its scratch)
   std::vector<int64_t> scratch;        // the other half of the sort's ping-pong buffer
-  std::vector<const float*> grad_rows;  // per position: its bag's output-gradient row
-  std::vector<float> scales;           // per position: per-id weight / bag length (kMean)
+  std::vector<const float*> grad_rows;  // per bag (or position): the output-gradient row
+  std::vector<float> scales;           // per bag (or position): per-id weight / length (kMean)
   std::vector<int64_t> histogram;      // radix-sort counters, per-chunk statistics
 };
 

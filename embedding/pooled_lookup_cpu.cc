@@ -7,13 +7,15 @@
 // are latency-bound, so the prefetch is what brings the loop near the memory system's limit
 // (../shared/MACHINE.md: about 2x on this hardware).
 //
-// Backward: every id becomes a key (slot << position_bits | position); a stable radix sort on
-// the slot bits groups equal slots while keeping positions in order, so each slot's gradient is
-// summed in (source, bag, position) order by one thread: no float atomics, the same bits for any
-// thread count. The optimizer then runs in parallel over the distinct slots. FusedBackwardUpdate
-// alternates the two over blocks of ~32 runs whose sums stay in an L1-sized buffer (the same
-// SumRunsCpu and UpdateRowsCpu as the unfused path, so the same bits), instead of writing every
-// summed row out and reading it back.
+// Backward: every id becomes a key (slot << bits | its bag, or its position with per-id
+// weights); a stable radix sort on the slot bits groups equal slots while keeping positions in
+// order, so each slot's gradient is summed in (source, bag, position) order by one thread: no
+// float atomics, the same bits for any thread count. The optimizer then runs in parallel over the
+// distinct slots. FusedBackwardUpdate sums each run and updates its row in registers where
+// embedding/internal/fused_update_avx512.cc can (AVX-512, dims 16-128, SGD and row-wise
+// AdaGrad); elsewhere it alternates the two over blocks of ~32 runs whose sums stay in an
+// L1-sized buffer (the same SumRunsCpu and UpdateRowsCpu as the unfused path). All three give
+// the same bits.
 //
 // 16-bit tables (weight_dtype fp16 / bf16) take the same loops' structure in
 // embedding/internal/pooled_lookup_16bit.cc: the forward's per-bag gather and UpdateRowsCpu's
@@ -125,15 +127,6 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Backward: gradient aggregation.
 
-struct SumRunsArgs {
-  const int64_t* keys;        // sorted (slot << pos_bits | position)
-  const int64_t* run_starts;  // [unique + 1]
-  const float* const* grad_rows;
-  const float* scales;
-  int64_t pos_mask;
-  int64_t dim;
-};
-
 // Sums the runs [u0, u1): out[(u - u0) * dim ..] = sum over run u's positions p, in position
 // order, of scales[p] * grad_rows[p]. The gradient rows are scattered over the output gradient
 // (one per bag), so they are prefetched two stages ahead: first the per-position pointer, then
@@ -209,17 +202,28 @@ absl::Status GroupSlotsCpu(absl::Span<const BagGradients> sources, PoolingMode p
   *runs = SumRunsArgs{};
   if (n == 0) return absl::OkStatus();
 
-  // 1. One key per id, in (source, bag, position) order, plus its gradient row and scale.
-  const int pos_bits = BitWidth(n - 1);
+  // 1. One key per id, in (source, bag, position) order. Its low bits index the gradient row
+  // and scale of the id: per bag when no source has per-id weights (every id of a bag has the
+  // bag's row and 1 / length; a few KiB that stay in L1 while the runs are summed), else per
+  // position. Either way the stable sort below keeps each run in position order, so the terms
+  // and their order (and the bits) do not depend on the choice.
+  bool by_bag = true;
+  int64_t bags = 0;
+  for (const BagGradients& src : sources) {
+    by_bag = by_bag && src.per_id_weights == nullptr;
+    bags += src.num_bags;
+  }
+  const int64_t entries = by_bag ? bags : n;
+  const int pos_bits = BitWidth(entries - 1);
   const int64_t max_packable = std::numeric_limits<int64_t>::max() >> pos_bits;
   GrowTo(&ws->keys, n);
   GrowTo(&ws->scratch, n);
-  GrowTo(&ws->grad_rows, n);
-  GrowTo(&ws->scales, n);
+  GrowTo(&ws->grad_rows, entries);
+  GrowTo(&ws->scales, entries);
   int64_t* keys = ws->keys.data();
   const float** grad_rows = ws->grad_rows.data();
   float* scales = ws->scales.data();
-  int64_t max_slot = 0, base = 0;
+  int64_t max_slot = 0, base = 0, bag_base = 0;
   for (size_t s = 0; s < sources.size(); ++s) {
     const BagGradients& src = sources[s];
     if (src.num_bags == 0) continue;
@@ -236,6 +240,11 @@ absl::Status GroupSlotsCpu(absl::Span<const BagGradients> sources, PoolingMode p
         const float inv =
             (pooling == PoolingMode::kMean && je > jb) ? 1.0f / static_cast<float>(je - jb) : 1.0f;
         const float* g = src.grad + b * src.grad_stride;
+        const int64_t gb = bag_base + b;
+        if (by_bag) {
+          grad_rows[gb] = g;
+          scales[gb] = 1.0f * inv;
+        }
         for (int64_t j = jb; j < je; ++j) {
           int64_t slot = src.indices[j];
           if (slot < 0 || slot > max_packable) {
@@ -244,9 +253,13 @@ absl::Status GroupSlotsCpu(absl::Span<const BagGradients> sources, PoolingMode p
           }
           mx = std::max(mx, slot);
           const int64_t p = pos0 + j;
-          keys[p] = (slot << pos_bits) | p;
-          grad_rows[p] = g;
-          scales[p] = (src.per_id_weights != nullptr ? src.per_id_weights[j] : 1.0f) * inv;
+          if (by_bag) {
+            keys[p] = (slot << pos_bits) | gb;
+          } else {
+            keys[p] = (slot << pos_bits) | p;
+            grad_rows[p] = g;
+            scales[p] = (src.per_id_weights != nullptr ? src.per_id_weights[j] : 1.0f) * inv;
+          }
         }
       }
       stats[3 * c] = mx;
@@ -263,6 +276,7 @@ absl::Status GroupSlotsCpu(absl::Span<const BagGradients> sources, PoolingMode p
       max_slot = std::max(max_slot, stats[3 * c]);
     }
     base += src.offsets[src.num_bags] - src.offsets[0];
+    bag_base += src.num_bags;
   }
 
   // 2. Group equal slots, positions staying in order within each group.
@@ -418,12 +432,20 @@ absl::Status FusedBackwardUpdateCpu(absl::Span<const BagGradients> sources, Pool
   if (unique == 0) return absl::OkStatus();
   const int64_t dim = args.dim;
   runs.dim = dim;
+  const int64_t* slots = ws->unique_slots.data();
+  if (CanSumAndUpdateInRegisters(args)) {
+    // One pass per run, nothing summed to memory (embedding/internal/fused_update_avx512.cc),
+    // with the bits of the blocks below.
+    ForRunChunks(runs, unique, [&](int, int64_t u0, int64_t u1) {
+      SumAndUpdateRunsCpu(runs, slots, args, u0, u1);
+    });
+    return absl::OkStatus();
+  }
   // Each chunk sums a block of runs into its own small buffer, which stays in L1, and updates
   // those rows at once: the same two functions as AggregateRowGradients + ApplyRowUpdates (so
   // the same bits), without the round trip of all summed rows through memory.
   const int64_t block = std::max<int64_t>(1, kFusedBlockBytes / (dim * sizeof(float)));
   GrowTo(&ws->row_grads, RunChunkCount(runs, unique) * block * dim);
-  const int64_t* slots = ws->unique_slots.data();
   float* scratch = ws->row_grads.data();
   ForRunChunks(runs, unique, [&](int c, int64_t u0, int64_t u1) {
     float* sums = scratch + c * block * dim;

@@ -18,18 +18,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "embedding/internal/avx512_rows.h"
 #include "embedding/internal/cpu_parallel.h"
 #include "embedding/internal/pooled_lookup_kernels.h"
 #include "embedding/pooled_lookup.h"
 #include "embedding/row_dtype.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define TESSERA_HAVE_AVX512_PATH 1
-#include <immintrin.h>
-#define TESSERA_AVX512 __attribute__((target("avx512f")))
-#else
-#define TESSERA_HAVE_AVX512_PATH 0
-#endif
 
 namespace tessera::embedding_internal {
 namespace {
@@ -74,14 +68,6 @@ void PoolBagsScalar(const PooledLookupArgs& a, int64_t b0, int64_t b1) {
   }
 }
 
-// Widens n values, runs the update, narrows them back: one row of UpdateRowsScalar, also the
-// AVX-512 path's fallback for one block of 16.
-template <RowDtype kD>
-inline void NarrowValues(RowRounding rounding, uint32_t key, const float* w, int64_t n,
-                         uint16_t* row) {
-  for (int64_t k = 0; k < n; ++k) row[k] = Narrow<kD>(rounding, key, w[k]);
-}
-
 template <RowDtype kD>
 void UpdateRowsScalar(const int64_t* slots, const float* row_grads, const RowUpdateArgs& a,
                       int64_t u0, int64_t u1, int64_t pf_end) {
@@ -118,71 +104,6 @@ void UpdateRowsScalar(const int64_t* slots, const float* row_grads, const RowUpd
 // ---------------------------------------------------------------------------------------------
 // AVX-512 (dims 16, 32, 64, 128).
 
-template <RowDtype kD>
-TESSERA_AVX512 inline __m512 Load16(const uint16_t* p) {
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  if constexpr (kD == RowDtype::kF16) {
-    return _mm512_cvtph_ps(h);
-  } else {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-}
-
-// row_dtype::StochasticBits on 16 lanes.
-TESSERA_AVX512 inline __m512i StochasticBits16(__m512i bits, __m512i key) {
-  __m512i h = _mm512_xor_si512(bits, key);
-  h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
-  h = _mm512_mullo_epi32(h, _mm512_set1_epi32(static_cast<int>(0x85ebca6bu)));
-  h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 13));
-  h = _mm512_mullo_epi32(h, _mm512_set1_epi32(static_cast<int>(0xc2b2ae35u)));
-  return _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
-}
-
-// Rounds 16 fp32 values (w) into row[0, 16). Returns false, writing nothing, when a lane needs
-// the scalar code (NaN or Inf; for fp16 also |x| >= 65504).
-template <RowDtype kD>
-TESSERA_AVX512 inline bool Store16(RowRounding rounding, uint32_t key, const float* w,
-                                   uint16_t* row) {
-  const __m512i u = _mm512_castps_si512(_mm512_loadu_ps(w));
-  const __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-  __m512i h;
-  if constexpr (kD == RowDtype::kBf16) {
-    if (_mm512_cmpge_epu32_mask(a, _mm512_set1_epi32(0x7f800000)) != 0) return false;
-    if (rounding == RowRounding::kNearest) {
-      const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-      h = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd));
-    } else {
-      const __m512i r = StochasticBits16(u, _mm512_set1_epi32(static_cast<int>(key)));
-      h = _mm512_add_epi32(u, _mm512_srli_epi32(r, 16));
-    }
-    h = _mm512_srli_epi32(h, 16);
-  } else {
-    if (_mm512_cmpge_epu32_mask(a, _mm512_set1_epi32(0x477fe000)) != 0) return false;
-    if (rounding == RowRounding::kNearest) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(row),
-                          _mm512_cvtps_ph(_mm512_castsi512_ps(u),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-      return true;
-    }
-    const __m512i r = StochasticBits16(u, _mm512_set1_epi32(static_cast<int>(key)));
-    // Normal range: 13 random bits below the kept mantissa, truncate, rebias.
-    const __m512i normal = _mm512_sub_epi32(
-        _mm512_srli_epi32(_mm512_add_epi32(a, _mm512_srli_epi32(r, 19)), 13),
-        _mm512_set1_epi32(112 << 10));
-    // Below 2^-14: m = trunc(|x| * 2^24 + (r >> 8) * 2^-24).
-    const __m512 m = _mm512_add_ps(
-        _mm512_mul_ps(_mm512_castsi512_ps(a), _mm512_set1_ps(16777216.0f)),
-        _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(r, 8)),
-                      _mm512_set1_ps(1.0f / 16777216.0f)));
-    const __m512i sub = _mm512_cvttps_epi32(m);
-    const __mmask16 is_sub = _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(0x38800000));
-    h = _mm512_mask_blend_epi32(is_sub, normal, sub);
-    h = _mm512_or_si512(h, _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x8000)));
-  }
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(row), _mm512_cvtepi32_epi16(h));
-  return true;
-}
-
 template <int kDim, RowDtype kD>
 TESSERA_AVX512 void PoolBagsAvx512(const PooledLookupArgs& a, int64_t b0, int64_t b1) {
   constexpr int kVecs = kDim / 16;
@@ -216,23 +137,6 @@ TESSERA_AVX512 void PoolBagsAvx512(const PooledLookupArgs& a, int64_t b0, int64_
   }
 }
 
-// RowSumOfSquares(g, kDim) in registers, with its exact order of terms: lane l of `part` is
-// partial l (columns k = l mod 16, increasing k), then the pairwise tree 8, 4, 2, 1.
-template <int kDim>
-TESSERA_AVX512 inline float SumOfSquares16(const float* g) {
-  __m512 part = _mm512_setzero_ps();
-  for (int c = 0; c < kDim / 16; ++c) {
-    const __m512 x = _mm512_loadu_ps(g + 16 * c);
-    part = _mm512_add_ps(part, _mm512_mul_ps(x, x));
-  }
-  const __m256 p8 = _mm256_add_ps(_mm512_castps512_ps256(part),
-                                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(part), 1)));
-  const __m128 p4 = _mm_add_ps(_mm256_castps256_ps128(p8), _mm256_extractf128_ps(p8, 1));
-  const __m128 p2 = _mm_add_ps(p4, _mm_movehl_ps(p4, p4));
-  const __m128 p1 = _mm_add_ss(p2, _mm_shuffle_ps(p2, p2, 1));
-  return _mm_cvtss_f32(p1);
-}
-
 // SGD and row-wise AdaGrad on one row kept in registers (no round trip through memory between
 // widening, the update and the rounding): ApplyRowUpdate's formulas, term for term.
 template <int kDim, RowDtype kD>
@@ -241,18 +145,16 @@ TESSERA_AVX512 inline void UpdateRowInRegisters(const RowUpdateArgs& a, uint32_t
   constexpr int kVecs = kDim / 16;
   float scale = a.lr;
   if (a.optimizer.type == RowOptimizerType::kRowWiseAdagrad) {
-    s[0] += SumOfSquares16<kDim>(g) / static_cast<float>(kDim);
+    __m512 x[kVecs];
+    for (int c = 0; c < kVecs; ++c) x[c] = _mm512_loadu_ps(g + 16 * c);
+    s[0] += SumOfSquares<kVecs>(x) / static_cast<float>(kDim);
     scale = a.lr / (sqrtf(s[0] / a.optimizer.adagrad_divisor) + a.optimizer.eps);
   }
   const __m512 sc = _mm512_set1_ps(scale);
-  alignas(64) float w[16];
   for (int c = 0; c < kVecs; ++c) {
     const __m512 x = _mm512_sub_ps(Load16<kD>(row + 16 * c),
                                    _mm512_mul_ps(sc, _mm512_loadu_ps(g + 16 * c)));
-    _mm512_store_ps(w, x);
-    if (!Store16<kD>(a.rounding, key, w, row + 16 * c)) {
-      NarrowValues<kD>(a.rounding, key, w, 16, row + 16 * c);
-    }
+    StoreRounded16<kD>(a.rounding, key, x, row + 16 * c);
   }
 }
 
@@ -281,16 +183,9 @@ TESSERA_AVX512 void UpdateRowsAvx512(const int64_t* slots, const float* row_grad
     for (int c = 0; c < kVecs; ++c) _mm512_store_ps(w + 16 * c, Load16<kD>(row + 16 * c));
     ApplyRowUpdate(a.optimizer, a.lr, a.step, kDim, row_grads + (u - u0) * kDim, w, s);
     for (int c = 0; c < kVecs; ++c) {
-      if (!Store16<kD>(a.rounding, key, w + 16 * c, row + 16 * c)) {
-        NarrowValues<kD>(a.rounding, key, w + 16 * c, 16, row + 16 * c);
-      }
+      StoreRounded16<kD>(a.rounding, key, _mm512_load_ps(w + 16 * c), row + 16 * c);
     }
   }
-}
-
-bool HaveAvx512() {
-  static const bool have = __builtin_cpu_supports("avx512f");
-  return have;
 }
 
 template <RowDtype kD>

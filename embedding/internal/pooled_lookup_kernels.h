@@ -71,6 +71,32 @@ void PoolBags16Cpu(const PooledLookupArgs& args, int64_t b0, int64_t b1);
 void UpdateRows16Cpu(const int64_t* slots, const float* row_grads, const RowUpdateArgs& args,
                      int64_t u0, int64_t u1, int64_t pf_end);
 
+// ---- The CPU backward's runs (pooled_lookup_cpu.cc builds them) -----------------------------
+// After the sort, run u (one distinct slot) holds the entries [run_starts[u], run_starts[u + 1])
+// of `keys`, in position order; entry e's gradient term is scales[p] * grad_rows[p] with
+// p = keys[e] & pos_mask (its bag's output gradient, scaled by its per-id weight times 1 / length
+// for kMean). p indexes bags when no source has per-id weights, else positions.
+struct SumRunsArgs {
+  const int64_t* keys;        // sorted (slot << pos_bits | p)
+  const int64_t* run_starts;  // [unique + 1]
+  const float* const* grad_rows;
+  const float* scales;
+  int64_t pos_mask;
+  int64_t dim;
+};
+
+// ---- The fused segment sum + row update in registers (fused_update_avx512.cc) --------------
+// Whether SumAndUpdateRunsCpu handles `args`: an AVX-512 CPU, dim 16, 32, 64 or 128, SGD or
+// row-wise AdaGrad, any weight dtype.
+bool CanSumAndUpdateInRegisters(const RowUpdateArgs& args);
+// For each run u in [u0, u1): sums its gradient in registers (SumRunsCpu's order of terms) and
+// applies the update to slots[u]'s row and state at once (ApplyRowUpdate's, or the 16-bit
+// update's, formulas): the same bits as SumRunsCpu followed by UpdateRowsCpu. The rows of later
+// runs are prefetched while earlier runs sum, so the summation overlaps the row misses.
+// REQUIRES CanSumAndUpdateInRegisters(args), runs.dim == args.dim.
+void SumAndUpdateRunsCpu(const SumRunsArgs& runs, const int64_t* slots, const RowUpdateArgs& args,
+                         int64_t u0, int64_t u1);
+
 // ---- CUDA halves without a public twin (embedding/pooled_lookup_cuda.cu) ---------------------
 // AggregateRowGradients for a CUDA DeviceContext: device sources, host outputs; waits.
 [[nodiscard]] absl::Status AggregateRowGradientsCudaToHost(

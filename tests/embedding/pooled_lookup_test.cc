@@ -256,6 +256,36 @@ TEST(AggregateRowGradientsTest, DuplicatesWithinAndAcrossBagsAndSources) {
   }
 }
 
+// Without per-id weights the sort keys index per-bag gradient rows; with them, per-position
+// ones. Weights of exactly 1 make the same terms, so both must give the same bits (and the
+// unweighted sums match the double reference, with two sources of different bag counts).
+TEST(AggregateRowGradientsTest, PerBagAndPerPositionIndexingGiveTheSameBits) {
+  for (PoolingMode pooling : {PoolingMode::kSum, PoolingMode::kMean}) {
+    for (int64_t dim : {5, 16, 128}) {
+      for (int threads : {1, 2}) {
+        ThreadCount tc(threads);
+        std::vector<Source> sources = {MakeSource(3, 700, 9, 60, dim, false, 2),
+                                       MakeSource(4, 450, 9, 500, dim, false)};
+        std::vector<BagGradients> views = {sources[0].View(), sources[1].View()};
+        EmbeddingWorkspace ws;
+        std::vector<int64_t> unique_bag, unique_pos;
+        std::vector<float> grads_bag, grads_pos;
+        ASSERT_TRUE(AggregateRowGradients(DeviceContext::Cpu(), views, dim, pooling, &ws,
+                                          &unique_bag, &grads_bag)
+                        .ok());
+        ExpectRowGradsMatch(sources, dim, pooling, unique_bag, grads_bag);
+        std::vector<float> ones(sources[1].bags.indices.size(), 1.0f);
+        views[1].per_id_weights = ones.data();
+        ASSERT_TRUE(AggregateRowGradients(DeviceContext::Cpu(), views, dim, pooling, &ws,
+                                          &unique_pos, &grads_pos)
+                        .ok());
+        EXPECT_EQ(unique_bag, unique_pos);
+        EXPECT_TRUE(grads_bag == grads_pos) << "dim " << dim << " threads " << threads;
+      }
+    }
+  }
+}
+
 TEST(AggregateRowGradientsTest, LargeSlotsAndManyIdsSortCorrectly) {
   // Slots up to 2^40 need four radix passes; 60k ids use several chunks per pass.
   const int64_t dim = 4;
@@ -414,12 +444,13 @@ TEST(FusedBackwardTest, BitIdenticalWithOneAndTwoThreads) {
 
 // FusedBackwardUpdate sums and applies each row in one pass; it must give exactly the bits of
 // its two halves (AggregateRowGradients, then ApplyRowUpdates on the sums) for every optimizer,
-// fixed and generic dims, weighted and mean pooling, and both thread counts.
+// fixed and generic dims (16-128: the in-register path; 24: the blocked one), weighted and mean
+// pooling, and both thread counts.
 TEST(FusedBackwardTest, BitIdenticalToAggregateThenApply) {
   const int64_t rows = 3000;
   for (RowOptimizerType type : {RowOptimizerType::kSgd, RowOptimizerType::kRowWiseAdagrad,
                                 RowOptimizerType::kAdam}) {
-    for (int64_t dim : {16, 24, 128}) {
+    for (int64_t dim : {16, 24, 32, 64, 128}) {
       for (int threads : {1, 2}) {
         ThreadCount tc(threads);
         RowOptimizerOptions opt;
