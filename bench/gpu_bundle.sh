@@ -10,7 +10,8 @@
 # unpacked folder is over the 64 MiB a call carries, OpenBLAS alone being 36 MiB);
 # bench/gpu_check.sh unpacks it beside itself. Layout of the bundle:
 #   bin/    tessera-train, tessera-bench, tessera-data, cuda_lookup_bench, cuda_linear_bench
-#   tests/  cuda_*_test, sharding_communicator_test, distributed_communicator_test
+#   tests/  cuda_*_test, sharding_*_cuda_test, sharding_communicator_test,
+#           distributed_communicator_test
 #   lib/    libtessera_*.so, the CUDA runtime (libcudart.so.13) and every non-glibc library the
 #           above load, copied from this machine (Abseil, yaml-cpp, RocksDB + compression,
 #           OpenBLAS (OpenMP) + gfortran, gomp, libstdc++, Google Benchmark, OpenMPI, hwloc,
@@ -37,6 +38,10 @@ LIMIT_MIB=${LIMIT_MIB:-56}
 BINS="tessera-train tessera-bench tessera-data cuda_lookup_bench cuda_linear_bench"
 TESTS=$(for f in tests/cuda/*_test.cc; do echo "cuda_$(basename "$f" .cc)"; done)
 [ -f tests/sharding/communicator_test.cc ] && TESTS="$TESTS sharding_communicator_test"
+# CUDA-twin tests that live beside their CPU tests (e.g. sharding's shard kernels).
+for f in tests/sharding/*_cuda_test.cc; do
+  [ -f "$f" ] && TESTS="$TESTS sharding_$(basename "$f" .cc)"
+done
 [ -f tests/distributed/communicator_test.cc ] && TESTS="$TESTS distributed_communicator_test"
 
 # ---- 1. build ---------------------------------------------------------------------------------

@@ -117,7 +117,8 @@ SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanit
 
 # ---- cuda tests ---------------------------------------------------------------------------------
 # One stage per binary; a failure runs the failed tests again under memcheck (slow: own limit).
-for t in "$B"/tests/cuda_*_test; do
+for t in "$B"/tests/cuda_*_test "$B"/tests/sharding_*_cuda_test; do
+  [ -x "$t" ] || continue
   name=$(basename "$t")
   if ! RESERVE=330 stage "$name" 60 "$t" --gtest_color=no; then
     failed=$(grep -o '^\[  FAILED  \] [A-Za-z0-9_/.]*' "$WORK/$name.log" | awk '{print $NF}' |
