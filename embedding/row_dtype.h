@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/enum_names.h"
+#include "core/hd.h"
 #include "core/rng.h"
 
 namespace tessera {
@@ -47,21 +48,31 @@ inline absl::StatusOr<RowRounding> ParseRowRounding(const std::string& name) {
 
 namespace row_dtype {
 
-inline uint32_t FloatBits(float f) {
+// The nearest-rounding conversions below compile for the device too (TESSERA_HD_INLINE), so the
+// CUDA kernels that move 16-bit payloads use these very functions.
+TESSERA_HD_INLINE uint32_t FloatBits(float f) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(f);
+#else
   uint32_t u;
   std::memcpy(&u, &f, 4);
   return u;
+#endif
 }
-inline float BitsFloat(uint32_t u) {
+TESSERA_HD_INLINE float BitsFloat(uint32_t u) {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(u);
+#else
   float f;
   std::memcpy(&f, &u, 4);
   return f;
+#endif
 }
 
 // ---- bfloat16 -------------------------------------------------------------------------------
-inline float Bf16ToFloat(uint16_t h) { return BitsFloat(static_cast<uint32_t>(h) << 16); }
+TESSERA_HD_INLINE float Bf16ToFloat(uint16_t h) { return BitsFloat(static_cast<uint32_t>(h) << 16); }
 // Round to nearest even; NaN stays a (quiet) NaN.
-inline uint16_t FloatToBf16(float f) {
+TESSERA_HD_INLINE uint16_t FloatToBf16(float f) {
   uint32_t u = FloatBits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
   u += 0x7fffu + ((u >> 16) & 1);
@@ -76,7 +87,7 @@ inline uint16_t FloatToBf16Stochastic(float f, uint32_t r) {
 }
 
 // ---- IEEE binary16 --------------------------------------------------------------------------
-inline float HalfToFloat(uint16_t h) {
+TESSERA_HD_INLINE float HalfToFloat(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
   float r;
@@ -90,7 +101,7 @@ inline float HalfToFloat(uint16_t h) {
   return BitsFloat(FloatBits(r) | sign);
 }
 // Round to nearest even; overflow goes to infinity, subnormals are kept, NaN stays NaN.
-inline uint16_t FloatToHalf(float f) {
+TESSERA_HD_INLINE uint16_t FloatToHalf(float f) {
   const uint32_t x = FloatBits(f);
   const uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t a = x & 0x7fffffffu;
@@ -100,7 +111,11 @@ inline uint16_t FloatToHalf(float f) {
   if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds past 65504
   if (a < 0x38800000u) {
     // Below 2^-14: a subnormal half m * 2^-24 (m = 1024 is the smallest normal's encoding).
+#ifdef __CUDA_ARCH__
+    const uint32_t m = static_cast<uint32_t>(rintf(BitsFloat(a) * 16777216.0f));
+#else
     const uint32_t m = static_cast<uint32_t>(std::nearbyint(BitsFloat(a) * 16777216.0f));
+#endif
     return static_cast<uint16_t>(sign | m);
   }
   a += 0xfffu + ((a >> 13) & 1);  // round the 13 dropped mantissa bits to nearest even

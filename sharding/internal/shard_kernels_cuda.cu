@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include "core/cuda_status_cuda.h"
+#include "embedding/row_dtype.h"
 #include "sharding/internal/shard_kernels.h"
 
 namespace tessera::internal {
@@ -90,49 +91,16 @@ __global__ void GradSliceKernel(const float* grad, int64_t stride, const int64_t
   }
 }
 
-// embedding/row_dtype.h's conversions, on the device.
-__device__ uint16_t ToBf16(float f) {
-  uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1);
-  return static_cast<uint16_t>(u >> 16);
-}
-__device__ float FromBf16(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
-__device__ uint16_t ToHalf(float f) {
-  const uint32_t x = __float_as_uint(f);
-  const uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t a = x & 0x7fffffffu;
-  if (a >= 0x7f800000u) {
-    return static_cast<uint16_t>(sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0));
-  }
-  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);
-  if (a < 0x38800000u) {
-    const uint32_t m = static_cast<uint32_t>(rintf(__fmul_rn(__uint_as_float(a), 16777216.0f)));
-    return static_cast<uint16_t>(sign | m);
-  }
-  a += 0xfffu + ((a >> 13) & 1);
-  a -= 112u << 23;
-  return static_cast<uint16_t>(sign | (a >> 13));
-}
-__device__ float FromHalf(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-  float r;
-  if (e == 0) {
-    r = __fmul_rn(static_cast<float>(m), 1.0f / 16777216.0f);
-  } else if (e == 31) {
-    r = __uint_as_float(0x7f800000u | (m << 13));
-  } else {
-    r = __uint_as_float(((e + 112u) << 23) | (m << 13));
-  }
-  return __uint_as_float(__float_as_uint(r) | sign);
-}
-
+// embedding/row_dtype.h's conversions (host and device), so the payloads match the CPU twin's.
 __global__ void To16Kernel(bool bf16, const float* src, int64_t n, uint16_t* dst) {
-  TESSERA_GRID_STRIDE(i, n) { dst[i] = bf16 ? ToBf16(src[i]) : ToHalf(src[i]); }
+  TESSERA_GRID_STRIDE(i, n) {
+    dst[i] = bf16 ? row_dtype::FloatToBf16(src[i]) : row_dtype::FloatToHalf(src[i]);
+  }
 }
 __global__ void From16Kernel(bool bf16, const uint16_t* src, int64_t n, float* dst) {
-  TESSERA_GRID_STRIDE(i, n) { dst[i] = bf16 ? FromBf16(src[i]) : FromHalf(src[i]); }
+  TESSERA_GRID_STRIDE(i, n) {
+    dst[i] = bf16 ? row_dtype::Bf16ToFloat(src[i]) : row_dtype::HalfToFloat(src[i]);
+  }
 }
 
 __global__ void GatherKernel(const float* src, const int64_t* slots, int64_t n, int64_t w,
