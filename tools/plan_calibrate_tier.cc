@@ -14,6 +14,7 @@
 // Prefetch is off so the reads happen inside Resolve, where they are timed; two reader threads
 // (the bench's tiered configs use two: more only add context switches on 2 cores).
 #include <filesystem>
+#include <memory>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -113,6 +114,22 @@ absl::StatusOr<StepCosts> RunSteps(TieredRowStore& store, int64_t rows, double m
   return c;
 }
 
+// A fresh database at `path` with every row written once (not flushed: the rows are in the
+// memtable until the caller flushes), so later misses read RocksDB, not lazy init.
+absl::StatusOr<std::unique_ptr<TieredRowStore>> WrittenStore(const std::string& path,
+                                                             int64_t rows, int64_t dim) {
+  TieredRowStoreOptions so = StoreOptions(path, rows, dim, /*direct=*/false);
+  so.discard_existing = true;
+  TESSERA_ASSIGN_OR_RETURN(auto store, TieredRowStore::Open(so));
+  const int64_t chunk = 8192;
+  std::vector<float> w(chunk * dim, 0.01f), st(chunk, 0.0f);
+  for (int64_t r = 0; r < rows; r += chunk) {
+    const int64_t n = std::min(chunk, rows - r);
+    TESSERA_RETURN_IF_ERROR(store->WriteRows(r, n, w.data(), st.data()));
+  }
+  return store;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<planner::TierPoint>> MeasureTier(const CalibrateOptions& o) {
@@ -124,16 +141,8 @@ absl::StatusOr<std::vector<planner::TierPoint>> MeasureTier(const CalibrateOptio
     planner::TierPoint p;
     p.value_bytes = (dim + 1) * 4;
     {
-      TieredRowStoreOptions so = StoreOptions(path, rows, dim, /*direct=*/false);
-      so.discard_existing = true;
-      TESSERA_ASSIGN_OR_RETURN(auto store, TieredRowStore::Open(so));
-      // Every row written once, flushed to SST files: later misses read RocksDB, not lazy init.
-      const int64_t chunk = 8192;
-      std::vector<float> w(chunk * dim, 0.01f), st(chunk, 0.0f);
-      for (int64_t r = 0; r < rows; r += chunk) {
-        const int64_t n = std::min(chunk, rows - r);
-        TESSERA_RETURN_IF_ERROR(store->WriteRows(r, n, w.data(), st.data()));
-      }
+      // Every row written once, flushed to SST files.
+      TESSERA_ASSIGN_OR_RETURN(auto store, WrittenStore(path, rows, dim));
       TESSERA_RETURN_IF_ERROR(store->Flush());
       TESSERA_ASSIGN_OR_RETURN(StepCosts cached,
                                RunSteps(*store, rows, o.seconds_per_point, 1, o.cpu_clock));
@@ -153,15 +162,7 @@ absl::StatusOr<std::vector<planner::TierPoint>> MeasureTier(const CalibrateOptio
       // The memtable: a fresh database, every row written, not flushed (o.tier_rows x value
       // bytes stays within the 128 MiB write buffer at the default sizes).
       std::filesystem::remove_all(path);
-      TieredRowStoreOptions so = StoreOptions(path, rows, dim, /*direct=*/false);
-      so.discard_existing = true;
-      TESSERA_ASSIGN_OR_RETURN(auto store, TieredRowStore::Open(so));
-      const int64_t chunk = 8192;
-      std::vector<float> w(chunk * dim, 0.01f), st(chunk, 0.0f);
-      for (int64_t r = 0; r < rows; r += chunk) {
-        const int64_t n = std::min(chunk, rows - r);
-        TESSERA_RETURN_IF_ERROR(store->WriteRows(r, n, w.data(), st.data()));
-      }
+      TESSERA_ASSIGN_OR_RETURN(auto store, WrittenStore(path, rows, dim));
       TESSERA_ASSIGN_OR_RETURN(StepCosts mem,
                                RunSteps(*store, rows, o.seconds_per_point, 3, o.cpu_clock));
       p.read_memtable_s = mem.read_s;
