@@ -228,12 +228,16 @@ std::string ReadBytes(const fs::path& p) {
 // with the same export bytes as a run never interrupted (the GPU kernels are deterministic: no
 // atomics, column sums in a fixed order, cuBLAS on one stream), also with a RocksDB table.
 TEST_F(TrainerCudaTest, ResumedRunEqualsUninterruptedRun) {
-  for (const char* type : {"dlrm", "dcnv2", "dlrm_tiered"}) {
-    SCOPED_TRACE(type);
-    // dlrm_tiered: table t3 in the RocksDB tier on the host (its database copied into the
-    // checkpoint), the others in HBM.
-    const bool tiered = std::string(type) == "dlrm_tiered";
-    if (tiered) type = "dlrm";
+  // tiered: table t3 in the RocksDB tier on the host (its database copied into the checkpoint),
+  // the others in HBM.
+  struct Case {
+    const char* type;
+    bool tiered;
+  };
+  for (const Case& k : {Case{"dlrm", false}, Case{"dcnv2", false}, Case{"dlrm", true}}) {
+    const char* type = k.type;
+    const bool tiered = k.tiered;
+    SCOPED_TRACE(std::string(type) + (tiered ? " tiered" : ""));
     auto run = [&](const std::string& out, int64_t steps, int64_t every) {
       Config c = MakeConfig(type, out);
       if (tiered) {
