@@ -108,7 +108,7 @@ absl::StatusOr<std::string> WriteCheckpoint(Model& model, const TrainPosition& p
     return internal::WriteShardedCheckpoint(model, sharded->collection(), position,
                                             checkpoint_dir, keep);
   }
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<internal::CheckpointTables> c, LocalTables(model.sparse()));
+  TESSERA_ASSIGN_OR_RETURN(auto c, LocalTables(model.sparse()));
   const fs::path dir(checkpoint_dir);
   const std::string name = absl::StrCat("ckpt-", position.step);
   const fs::path tmp = dir / (name + ".tmp");
@@ -141,7 +141,7 @@ absl::StatusOr<TrainPosition> RestoreCheckpoint(Model& model, const std::string&
   if (auto* sharded = dynamic_cast<ShardedSparseArch*>(&model.sparse())) {
     return internal::RestoreShardedCheckpoint(model, sharded->collection(), checkpoint);
   }
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<internal::CheckpointTables> c, LocalTables(model.sparse()));
+  TESSERA_ASSIGN_OR_RETURN(auto c, LocalTables(model.sparse()));
   const fs::path dir(checkpoint);
   TESSERA_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open((dir / kCheckpointStateFile).string()));
   auto fmt = file->metadata().find("format");

@@ -105,8 +105,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const Config& config,
     if (tiered) {
       // RocksDB-tier tables stay on the host (their cache, prefetch and disk as on the CPU); the
       // pooled rows and their gradients cross PCIe per step (trainer/split_sparse_arch.h).
-      auto on_device = [&ctx](const EmbeddingCollectionOptions& o,
-                              const std::vector<int>& global) -> absl::StatusOr<std::unique_ptr<SparseArch>> {
+      auto on_device = [&ctx](const EmbeddingCollectionOptions& o, const std::vector<int>& global)
+          -> absl::StatusOr<std::unique_ptr<SparseArch>> {
         std::vector<uint64_t> ids(global.begin(), global.end());
         TESSERA_ASSIGN_OR_RETURN(auto arch, CudaSparseArch::Create(o, ctx, ids));
         return std::unique_ptr<SparseArch>(std::move(arch));
