@@ -296,7 +296,7 @@ absl::Status ShardedEmbeddingCollection::BackwardUpdate(const float* d_out, floa
   }
   {
     ScopedPhase phase(s.times, "update");
-    TESSERA_RETURN_IF_ERROR(internal::ApplyShardUpdates(s.layout, s.grads, lr, step));
+    TESSERA_RETURN_IF_ERROR(internal::ApplyShardUpdates(s.layout, &s.grads, lr, step, &s.update_ws));
     sync.PrefetchReplicaRows();
     TESSERA_RETURN_IF_ERROR(s.dp.BackwardUpdate(s.step, d_out, lr, step));
     for (auto& ls : s.layout.local) TESSERA_RETURN_IF_ERROR(ls.store->EndStep());

@@ -175,7 +175,12 @@ absl::Status OutputDist::Aggregate(const std::vector<OwnerIds>& owners,
     RowGrads& rg = (*grads)[li];
     rg.rows.clear();
     rg.grads.clear();
+    rg.bags.clear();
     if (sources[q].empty()) continue;
+    if (l_.UpdatesFused(ls) && ids.uslots == ids.urows) {
+      rg.bags = std::move(sources[q]);  // ApplyShardUpdates pools and applies them in one pass
+      continue;
+    }
     if (ids.uslots == ids.urows) {
       // Slots are the rows (in-memory stores): AggregateRowGradients's distinct slots, in
       // increasing order, are already the rows ordered by row; aggregate in place.

@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "embedding/pooled_lookup.h"
 #include "embedding/row_store.h"
 #include "sharding/sharded_embedding.h"
 
@@ -74,14 +75,28 @@ struct ShardLayout {
   }
   // ReadsAhead of any local shard.
   bool AnyReadsAhead() const;
+  // True when local shard `ls` may update fused (RowGrads::bags): no replicas to sum or average
+  // the row gradients with (m == 1), and not a column-split shard under row-wise AdaGrad (whose
+  // rows need their siblings' squared-gradient sums first). The store must also map rows to
+  // slots as the identity (in memory), which OutputDist::Aggregate checks per step.
+  bool UpdatesFused(const LocalShard& ls) const {
+    return m == 1 && !(ls.col_split && update_opt.type == RowOptimizerType::kRowWiseAdagrad);
+  }
 };
 
 // Per local shard, after the backward's aggregation (and replica sync): its distinct local rows,
 // increasing, and their gradients ([rows, width]). Produced by OutputDist::Aggregate, summed by
 // ReplicaSync, consumed by ApplyShardUpdates and average mode's touched set.
+// A shard that updates fused (ShardLayout::UpdatesFused, in-memory store) gets `bags` instead:
+// the received gradients as bags (pointing into OutputDist's receive buffer and the InputDist's
+// owner ids, valid until the next exchange), which ApplyShardUpdates pools and applies in one
+// pass (FusedBackwardUpdate: the bits of aggregate-then-apply without the [rows, width]
+// gradient table, which on a hot shard evicts the rows the update is about to read); it fills
+// `rows` then, and `grads` stays empty.
 struct RowGrads {
   std::vector<int64_t> rows;
   std::vector<float> grads;
+  std::vector<BagGradients> bags;
 };
 
 // The local batch between Forward and BackwardUpdate: what the backward needs of it.

@@ -10,8 +10,9 @@
 
 namespace tessera::internal {
 
-absl::Status ApplyShardUpdates(const ShardLayout& l, const std::vector<RowGrads>& grads, float lr,
-                               int64_t step) {
+absl::Status ApplyShardUpdates(const ShardLayout& l, std::vector<RowGrads>* all_grads, float lr,
+                               int64_t step, EmbeddingWorkspace* ws) {
+  const std::vector<RowGrads>& grads = *all_grads;
   const auto& tables = l.options.collection.tables;
   const auto& local = l.local;
   const int n = l.n;
@@ -100,6 +101,22 @@ absl::Status ApplyShardUpdates(const ShardLayout& l, const std::vector<RowGrads>
   for (size_t q = 0; q < local.size(); ++q) {
     const LocalShard& ls = local[q];
     const RowGrads& rg = grads[q];
+    RowUpdateArgs a;
+    a.weights = ls.store->weight_data();
+    a.weight_dtype = ls.store->weight_dtype();
+    a.rounding = tables[ls.table].storage.rounding;
+    a.rounding_seed = l.options.collection.seed;
+    a.state = ls.store->state();
+    a.dim = ls.width;
+    a.optimizer = l.update_opt;
+    a.lr = lr;
+    a.step = step;
+    if (!rg.bags.empty()) {
+      // Slots are the rows (OutputDist::Aggregate hands bags only for such stores).
+      TESSERA_RETURN_IF_ERROR(FusedBackwardUpdate(l.ctx, rg.bags, PoolingMode::kSum, a, ws));
+      (*all_grads)[q].rows.assign(ws->unique_slots.begin(), ws->unique_slots.end());
+      continue;
+    }
     if (rg.rows.empty()) continue;
     slots.resize(rg.rows.size());
     TESSERA_RETURN_IF_ERROR(ls.store->Resolve(rg.rows, absl::MakeSpan(slots)));
@@ -111,16 +128,6 @@ absl::Status ApplyShardUpdates(const ShardLayout& l, const std::vector<RowGrads>
           ls.store->weights(), ls.store->state()));
       continue;
     }
-    RowUpdateArgs a;
-    a.weights = ls.store->weight_data();
-    a.weight_dtype = ls.store->weight_dtype();
-    a.rounding = tables[ls.table].storage.rounding;
-    a.rounding_seed = l.options.collection.seed;
-    a.state = ls.store->state();
-    a.dim = ls.width;
-    a.optimizer = l.update_opt;
-    a.lr = lr;
-    a.step = step;
     TESSERA_RETURN_IF_ERROR(ApplyRowUpdates(l.ctx, slots, rg.grads.data(), a));
   }
   return absl::OkStatus();

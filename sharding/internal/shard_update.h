@@ -1,7 +1,7 @@
 // The fused row update of this rank's shards, the last phase of BackwardUpdate before the
 // replica sync's averaging: every local shard applies layout.update_opt to the rows and summed
 // gradients of its RowGrads (embedding/pooled_lookup.h's ApplyRowUpdates, 16-bit tables
-// included). Row-wise AdaGrad on column-split shards (column_wise, grid) needs the whole row's
+// included), or pools and applies its bags in one pass (FusedBackwardUpdate, same bits). Row-wise AdaGrad on column-split shards (column_wise, grid) needs the whole row's
 // mean squared gradient: the shards of a row exchange their per-row partial sums (RowSquaredSums
 // of shard_kernels.h, one all-gather in the sharding group) and all apply the same total, as one
 // rank would.
@@ -18,8 +18,10 @@
 
 namespace tessera::internal {
 
-// Applies the update with `lr` and 1-based `step`; grads[q] belongs to layout.local[q].
-absl::Status ApplyShardUpdates(const ShardLayout& layout, const std::vector<RowGrads>& grads,
-                               float lr, int64_t step);
+// Applies the update with `lr` and 1-based `step`; (*grads)[q] belongs to layout.local[q]. A
+// shard handed as bags (RowGrads::bags) is updated by FusedBackwardUpdate with `ws` as its
+// scratch, and its `rows` are set to the distinct rows it updated.
+absl::Status ApplyShardUpdates(const ShardLayout& layout, std::vector<RowGrads>* grads, float lr,
+                               int64_t step, EmbeddingWorkspace* ws);
 
 }  // namespace tessera::internal

@@ -34,6 +34,7 @@ struct ShardedEmbeddingCollection::Impl {
   std::unique_ptr<internal::ReplicaSyncPhase> sync;
   // Per local shard: the step's row gradients (OutputDist::Aggregate, then ReplicaSyncPhase).
   std::vector<internal::RowGrads> grads;
+  EmbeddingWorkspace update_ws;  // ApplyShardUpdates' scratch for fused shards
   // The local batch between Forward and BackwardUpdate.
   internal::LocalStep step;
   PhaseTimes* times = nullptr;
