@@ -35,8 +35,12 @@ void InputDist::BucketIds(const KeyedJagged& batch) {
   const auto& co = l_.options.collection;
   const int64_t b = batch.batch_size;
   for (RequestIds& r : ids_) {
+    // Abseil's clear() frees a large table, so the map would regrow through every power of two
+    // each step: size it for last step's unique ids instead (one allocation, no rehash).
+    const size_t last = r.uids.size();
     r.uids.clear();
     r.uid_index.clear();
+    r.uid_index.reserve(last);
     for (size_t fi = 0; fi < r.pos.size(); ++fi) {
       r.lengths[fi].assign(b, 0);
       r.pos[fi].clear();
