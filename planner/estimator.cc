@@ -381,11 +381,13 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
     }
     // PackInput on every rank (T > 1): the ids of the shard's row range bucketed per
     // destination and deduplicated, on the critical path (the pipeline hides only the
-    // transfer). Priced per id at the profile's pack_id_s (scatter_update id_s when absent).
+    // transfer). Priced per id at the profile's packing rate for the request's unique ids
+    // (PackIdSeconds).
     if (t_ > 1) {
-      const double pack_id_s =
-          dev_->pack_id_s > 0 ? dev_->pack_id_s : ScatterIdSeconds(*dev_, cols * 4);
-      u[kPackS] += static_cast<double>(rows_i) / c.num_rows * s.ids_local * pack_id_s;
+      // The request's map holds the shard's share of the rank's distinct ids of the table.
+      const double share = static_cast<double>(rows_i) / c.num_rows;
+      const double pack_id_s = PackIdSeconds(*dev_, share * s.distinct_local, cols * 4);
+      u[kPackS] += share * s.ids_local * pack_id_s;
       // Every rank's share of the shard's B bags x cols per feature: received partial sums
       // added into the output (read, read-modify-write), output gradients packed (read, write).
       const double block = bags * cols * 4.0;

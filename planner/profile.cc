@@ -161,6 +161,14 @@ absl::StatusOr<DeviceProfile> ReadDevice(const YAML::Node& n, const std::string&
   TESSERA_ASSIGN_OR_RETURN(d.pack_bytes_per_s, r.GetNonNegativeOr("pack_bytes_per_s", 0.0));
   TESSERA_ASSIGN_OR_RETURN(d.search_step_s, r.GetNonNegativeOr("search_step_s", 0.0));
   TESSERA_ASSIGN_OR_RETURN(d.pack_id_s, r.GetNonNegativeOr("pack_id_s", 0.0));
+  TESSERA_ASSIGN_OR_RETURN(d.pack_distinct, r.GetNonNegativeOr("pack_distinct", 0.0));
+  TESSERA_ASSIGN_OR_RETURN(d.pack_hot_id_s, r.GetNonNegativeOr("pack_hot_id_s", 0.0));
+  TESSERA_ASSIGN_OR_RETURN(d.pack_hot_distinct, r.GetNonNegativeOr("pack_hot_distinct", 0.0));
+  if (d.pack_hot_id_s > 0 &&
+      (d.pack_id_s <= 0 || d.pack_distinct < 1 || d.pack_hot_distinct <= d.pack_distinct)) {
+    return r.Error(n["pack_hot_id_s"], r.Key("pack_hot_id_s"),
+                   "needs pack_id_s, pack_distinct >= 1 and pack_hot_distinct > pack_distinct");
+  }
   TESSERA_ASSIGN_OR_RETURN(double llc, r.GetPositive("llc_bytes"));
   d.llc_bytes = static_cast<int64_t>(llc);
   TESSERA_ASSIGN_OR_RETURN(d.gather, ReadRowRates(r, "gather", "bag_s"));
@@ -375,6 +383,11 @@ std::string MachineProfileToYaml(const MachineProfile& p) {
       e << YAML::Key << "search_step_s" << YAML::Value << d.search_step_s;
     }
     if (d.pack_id_s > 0) e << YAML::Key << "pack_id_s" << YAML::Value << d.pack_id_s;
+    if (d.pack_hot_id_s > 0) {
+      e << YAML::Key << "pack_distinct" << YAML::Value << d.pack_distinct;
+      e << YAML::Key << "pack_hot_id_s" << YAML::Value << d.pack_hot_id_s;
+      e << YAML::Key << "pack_hot_distinct" << YAML::Value << d.pack_hot_distinct;
+    }
     e << YAML::Key << "llc_bytes" << YAML::Value << d.llc_bytes;
     rates("gather", d.gather, true);
     rates("scatter_update", d.scatter_update, false);

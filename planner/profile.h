@@ -70,6 +70,14 @@ struct DeviceProfile {
   // (PackInput: each id of a shard's rows deduplicated in a hash map, its position and bag
   // length recorded), whenever T > 1.
   double pack_id_s = 0;
+  // Optional (0 when absent: pack_id_s for every request): the same packing's cost per id grows
+  // with the request's hash map of unique ids. pack_distinct: the unique ids per request at which
+  // pack_id_s was measured (calibrate: one-id bags); pack_hot_id_s at pack_hot_distinct (40-id
+  // bags over a hot table). A request with u unique ids is priced by interpolating in log(u)
+  // between the two points, held at the nearer one outside them (PackIdSeconds).
+  double pack_distinct = 0;
+  double pack_hot_id_s = 0;
+  double pack_hot_distinct = 0;
   // Last-level cache bytes a rank's tables compete for: a table no larger gathers at the hot
   // rate; the hot share of a larger one is the Zipf coverage of its llc_bytes hottest rows.
   int64_t llc_bytes = 0;
@@ -168,6 +176,10 @@ double ScatterUpdateRowsPerSec(const DeviceProfile& d, int64_t row_bytes, double
 // gather bag_s and scatter_update id_s at `row_bytes` (interpolated the same way).
 double GatherBagSeconds(const DeviceProfile& d, int64_t row_bytes);
 double ScatterIdSeconds(const DeviceProfile& d, int64_t row_bytes);
+// Seconds per id of the input dist's packing for a request of `distinct` unique ids: pack_id_s,
+// interpolated towards pack_hot_id_s in log(distinct) when the profile has the hot point;
+// scatter_update's id_s at `row_bytes` when the profile has no pack_id_s.
+double PackIdSeconds(const DeviceProfile& d, double distinct, int64_t row_bytes);
 // scatter_update warm_rows_per_s at `row_bytes` (interpolated by time per row); 0 when any point
 // lacks it.
 double ScatterUpdateWarmRowsPerSec(const DeviceProfile& d, int64_t row_bytes);

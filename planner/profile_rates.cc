@@ -109,6 +109,15 @@ double ScatterIdSeconds(const DeviceProfile& d, int64_t row_bytes) {
       [](const RowRatePoint& p) { return p.id_s; });
 }
 
+double PackIdSeconds(const DeviceProfile& d, double distinct, int64_t row_bytes) {
+  if (d.pack_id_s <= 0) return ScatterIdSeconds(d, row_bytes);
+  if (d.pack_hot_id_s <= 0 || distinct <= d.pack_distinct) return d.pack_id_s;
+  if (distinct >= d.pack_hot_distinct) return d.pack_hot_id_s;
+  const double x = std::log(distinct / d.pack_distinct) /
+                   std::log(d.pack_hot_distinct / d.pack_distinct);
+  return d.pack_id_s + x * (d.pack_hot_id_s - d.pack_id_s);
+}
+
 double ScatterUpdateWarmRowsPerSec(const DeviceProfile& d, int64_t row_bytes) {
   if (d.scatter_update.empty()) return 0;
   for (const RowRatePoint& p : d.scatter_update) {

@@ -37,15 +37,17 @@
 #include "trainer/sparse_arch.h"
 
 namespace tessera {
-namespace {
+namespace calibrate_internal {
 
-using calibrate_internal::IntervalTimer;
-using calibrate_internal::MedianSeconds;
-using calibrate_internal::Progress;
+// plan_calibrate_internal.h
+void EvictCaches(const CalibrateOptions& o, const DeviceContext& ctx, std::vector<float>* buf) {
+  if (ctx.is_cuda() || o.evict_bytes <= 0) return;
+  buf->resize(static_cast<size_t>(o.evict_bytes / 4));
+  float* p = buf->data();
+  for (size_t i = 0; i < buf->size(); i += 16) p[i] += 1.0f;  // one write per cache line
+}
 
-// One batch of `batch` bags of `pooling` ids over `rows` (a power of two) rows: Zipf ranks
-// scattered over the table by an odd multiplier (a bijection mod 2^k, so hot rows do not share
-// pages, as the synthetic generator's scramble does), or uniform ids.
+// plan_calibrate_internal.h
 KeyedJagged MakeBatch(int64_t rows, int64_t batch, int64_t pooling, bool hot, double exponent,
                       uint64_t stream) {
   KeyedJagged kj;
@@ -65,6 +67,17 @@ KeyedJagged MakeBatch(int64_t rows, int64_t batch, int64_t pooling, bool hot, do
   }
   return kj;
 }
+
+}  // namespace calibrate_internal
+
+namespace {
+
+using calibrate_internal::IntervalTimer;
+using calibrate_internal::MedianSeconds;
+using calibrate_internal::EvictCaches;
+using calibrate_internal::MakeBatch;
+using calibrate_internal::Progress;
+
 
 absl::StatusOr<std::unique_ptr<SparseArch>> MakeTable(int64_t rows, int64_t dim,
                                                       const DeviceContext& ctx) {
@@ -90,16 +103,6 @@ absl::Status Sync(const DeviceContext& ctx) {
   return ctx.is_cuda() ? CudaSynchronize(ctx) : absl::OkStatus();
 }
 
-// Before each timed call: a pass over o.evict_bytes of scratch, untimed, so the table's rows are
-// not left in the caches by the previous call. In training the dense layers run between two
-// lookups of a table (and between its lookup and its update) and evict them; back-to-back calls
-// would find the hot rows of the last batches still cached (3-4x faster than tessera-bench sees).
-void EvictCaches(const CalibrateOptions& o, const DeviceContext& ctx, std::vector<float>* buf) {
-  if (ctx.is_cuda() || o.evict_bytes <= 0) return;
-  buf->resize(static_cast<size_t>(o.evict_bytes / 4));
-  float* p = buf->data();
-  for (size_t i = 0; i < buf->size(); i += 16) p[i] += 1.0f;  // one write per cache line
-}
 
 // Mean distinct ids per batch.
 double MeanDistinct(const std::vector<KeyedJagged>& batches) {
@@ -391,52 +394,6 @@ absl::Status MeasureSearch(const CalibrateOptions& o, const DeviceContext& ctx,
   return absl::OkStatus();
 }
 
-// The input dist's packing (CPU only), as sharding/internal/input_dist.cc's BucketIds does
-// it per request: 8 tables x 2048 bags of one Zipf(1.05) id over 2^17 rows, each id looked up
-// in (or added to) the request's hash map of unique ids, cleared per call, its position and the
-// bag's length recorded; 8 distinct batches cycled. Seconds per id.
-absl::Status MeasurePackIds(const CalibrateOptions& o, const DeviceContext& ctx,
-                            planner::DeviceProfile* d) {
-  if (ctx.is_cuda()) return absl::OkStatus();
-  constexpr int64_t kTables = 8, kBags = 2048, kRows = int64_t{1} << 17, kBatches = 8;
-  std::vector<KeyedJagged> batches;
-  for (int64_t i = 0; i < kBatches * kTables; ++i) {
-    batches.push_back(MakeBatch(kRows, kBags, 1, true, 1.05, 100 + i));
-  }
-  struct Req {
-    std::vector<int64_t> uids;
-    absl::flat_hash_map<int64_t, int32_t> index;
-    std::vector<int32_t> lengths, pos;
-  };
-  std::vector<Req> reqs(kTables);
-  int64_t call = 0;
-  TESSERA_ASSIGN_OR_RETURN(
-      double s, MedianSeconds(o.seconds_per_point / 4, [&]() -> absl::StatusOr<double> {
-        const int64_t first = (call++ % kBatches) * kTables;
-        IntervalTimer w(o.cpu_clock);
-        for (int64_t t = 0; t < kTables; ++t) {
-          const KeyedJagged& kj = batches[first + t];
-          Req& r = reqs[t];
-          r.uids.clear();
-          r.index.clear();
-          r.lengths.assign(kBags, 0);
-          r.pos.clear();
-          for (int64_t bag = 0; bag < kBags; ++bag) {
-            for (int64_t j = kj.offsets[bag]; j < kj.offsets[bag + 1]; ++j) {
-              auto [it, fresh] =
-                  r.index.try_emplace(kj.values[j], static_cast<int32_t>(r.uids.size()));
-              if (fresh) r.uids.push_back(kj.values[j]);
-              r.pos.push_back(it->second);
-              r.lengths[bag] += 1;
-            }
-          }
-        }
-        return w.Seconds();
-      }));
-  d->pack_id_s = s / (kTables * kBags);
-  Progress(o, absl::StrFormat("%s input packing %.1f ns per id", d->kind, 1e9 * d->pack_id_s));
-  return absl::OkStatus();
-}
 
 using Shape = std::tuple<int64_t, int64_t, int64_t>;
 

@@ -1,6 +1,7 @@
 // The steps of `tessera-plan calibrate` (tools/plan_calibrate.h), one file each:
 //   plan_calibrate.cc        the subcommand (arguments, file), orchestration, machine description
 //   plan_calibrate_device.cc copy, per-call overhead, gather / scatter-update, GEMM
+//   plan_calibrate_pack.cc   the input dist's id packing
 //   plan_calibrate_comm.cc   collectives (mpirun workers)
 //   plan_calibrate_tier.cc   RocksDB tier
 // Private to tools/.
@@ -15,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/device.h"
+#include "core/keyed_jagged.h"
 #include "core/timer.h"
 #include "planner/profile.h"
 #include "tools/plan_calibrate.h"
@@ -63,6 +65,21 @@ void Progress(const CalibrateOptions& o, const std::string& line);
 absl::StatusOr<planner::DeviceProfile> MeasureDevice(const CalibrateOptions& o,
                                                      const DeviceContext& ctx,
                                                      const std::string& name, int64_t memory_bytes);
+
+// Before each timed call: a pass over o.evict_bytes of scratch, untimed, so the table's rows are
+// not left in the caches by the previous call. In training the dense layers run between two
+// lookups of a table (and between its lookup and its update) and evict them; back-to-back calls
+// would find the hot rows of the last batches still cached (3-4x faster than tessera-bench sees).
+void EvictCaches(const CalibrateOptions& o, const DeviceContext& ctx, std::vector<float>* buf);
+// One feature's batch of `batch` bags of `pooling` ids over `rows` (a power of two) rows: Zipf
+// ranks scattered over the table by an odd multiplier (a bijection mod 2^k, so hot rows do not
+// share pages, as the synthetic generator's scramble does), or uniform ids (plan_calibrate_device.cc).
+KeyedJagged MakeBatch(int64_t rows, int64_t batch, int64_t pooling, bool hot, double exponent,
+                      uint64_t stream);
+// The input dist's packing rates (CPU only; plan_calibrate_pack.cc): d->pack_id_s and
+// pack_distinct, and the multi-hot point pack_hot_id_s / pack_hot_distinct.
+absl::Status MeasurePackIds(const CalibrateOptions& o, const DeviceContext& ctx,
+                            planner::DeviceProfile* d);
 
 // Collective points for every world size in o.world_sizes (sorted by op, transport, size), and
 // in `comm_memory_bytes` the most resident memory MPI added to a rank (0 when skipped).

@@ -155,6 +155,32 @@ TEST(ProfileTest, PackRateAndSearchStepAreOptionalAndRoundTrip) {
   EXPECT_EQ(t->devices[0].pack_id_s, 3.5e-8);
 }
 
+TEST(ProfileTest, PackHotPointInterpolatesInLogDistinct) {
+  // Without the hot point every request packs at pack_id_s; with it, log-linear in the unique ids
+  // between (pack_distinct, pack_id_s) and (pack_hot_distinct, pack_hot_id_s), held outside.
+  MachineProfile p = FlatProfile();
+  DeviceProfile& d = p.devices[0];
+  d.pack_id_s = 4e-8;
+  EXPECT_DOUBLE_EQ(PackIdSeconds(d, 1e5, 64), 4e-8);
+  d.pack_distinct = 1000;
+  d.pack_hot_id_s = 2e-8;
+  d.pack_hot_distinct = 100000;
+  EXPECT_DOUBLE_EQ(PackIdSeconds(d, 10, 64), 4e-8);
+  EXPECT_DOUBLE_EQ(PackIdSeconds(d, 1e6, 64), 2e-8);
+  EXPECT_NEAR(PackIdSeconds(d, 10000, 64), 3e-8, 1e-20);  // halfway in log
+  // Round trip, and a hot point without its base refused naming the key.
+  const std::string yaml = MachineProfileToYaml(p);
+  EXPECT_THAT(yaml, HasSubstr("pack_hot_distinct: 100000"));
+  absl::StatusOr<MachineProfile> q = ParseMachineProfile(yaml, "a");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(MachineProfileToYaml(*q), yaml);
+  absl::StatusOr<MachineProfile> bad =
+      ParseMachineProfile(Replace(yaml, "pack_hot_distinct: 100000", "pack_hot_distinct: 10"), "b");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("b:"));
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("pack_hot_id_s"));
+}
+
 TEST(ProfileTest, WarmUpdateRateIsOptionalAndRoundTrips) {
   // Absent (FlatProfile, files before the key): 0 (not priced); present on every point:
   // written back and interpolated by time per row; on some points only: 0.
