@@ -15,6 +15,7 @@
 #include "trainer/model.h"
 #include "trainer/stores.h"
 #include "trainer/trainer.h"
+#include "core/status.h"
 
 namespace tessera {
 namespace {
@@ -22,7 +23,7 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using tiertest::ReadFile;
 
-struct Run {
+struct RunResult {
   std::string export_bytes;
   double last_loss = 0;
   EvalMetrics eval;
@@ -36,8 +37,8 @@ class DeviceCacheTrainingTest : public tiertest::TempDirTest {
                         "output: {dir: ", (dir_ / name).string(), ", progress: false}\n");
   }
   // Trains 2 epochs (20 steps).
-  Run Train(const std::string& name, const std::vector<std::string>& storage) {
-    Run r;
+  RunResult Train(const std::string& name, const std::vector<std::string>& storage) {
+    RunResult r;
     auto config = ParseConfig(Yaml(name, storage), (dir_ / (name + ".yaml")).string());
     EXPECT_TRUE(config.ok()) << config.status();
     if (!config.ok()) return r;
@@ -56,7 +57,7 @@ class DeviceCacheTrainingTest : public tiertest::TempDirTest {
 };
 
 TEST_F(DeviceCacheTrainingTest, CachedTablesTrainBitIdenticallyToTablesInMemory) {
-  const Run memory = Train("memory", {});
+  const RunResult memory = Train("memory", {});
   ASSERT_GT(memory.export_bytes.size(), 1000u);
   ASSERT_GT(memory.eval.count, 0);
   struct Case {
@@ -76,7 +77,7 @@ TEST_F(DeviceCacheTrainingTest, CachedTablesTrainBitIdenticallyToTablesInMemory)
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    const Run cached = Train(c.name, c.storage);
+    const RunResult cached = Train(c.name, c.storage);
     EXPECT_EQ(cached.last_loss, memory.last_loss);
     EXPECT_EQ(cached.eval.logloss, memory.eval.logloss);
     EXPECT_EQ(cached.eval.auc, memory.eval.auc);
@@ -100,6 +101,41 @@ TEST_F(DeviceCacheTrainingTest, TheModelKeepsTheCacheOverTheTablesStore) {
   EXPECT_EQ(dynamic_cast<DeviceRowCache*>((*stores)[1].get()), nullptr);
   // The effective config keeps the key.
   EXPECT_THAT(ConfigToYaml(*config), HasSubstr("device_cache_rows: 260"));
+}
+
+// Checkpoints flush the cache (their rows go through ReadRowBytes: the state file) and a resume
+// writes the rows back through the cache: a run stopped after a checkpoint and resumed exports
+// the same bytes as one never interrupted.
+TEST_F(DeviceCacheTrainingTest, ResumedRunEqualsUninterruptedRun) {
+  const std::vector<std::vector<std::string>> setups = {
+      {"{device_cache_rows: 260, policy: lfu}"},
+      {"{tier: rocksdb, cache_rows: 300, device_cache_rows: 260}"}};
+  int i = 0;
+  for (const auto& storage : setups) {
+    SCOPED_TRACE(storage[0]);
+    auto config = [&](const std::string& name, int64_t steps, int64_t every) {
+      const std::string yaml =
+          tiertest::SmallTierYaml(storage, "rowwise_adagrad", "adam") +
+          absl::StrCat("train: {steps: ", steps, ", eval_every: 7, eval_batches: 1, ",
+                       "log_every: 4, checkpoint_every: ", every, ", resume: true}\n",
+                       "output: {dir: ", (dir_ / name).string(), ", progress: false}\n");
+      return ParseConfig(yaml, (dir_ / (name + ".yaml")).string());
+    };
+    auto run = [](const absl::StatusOr<Config>& c) -> absl::StatusOr<TrainSummary> {
+      if (!c.ok()) return c.status();
+      TESSERA_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(*c));
+      return trainer->Run();
+    };
+    const std::string n = std::to_string(i++);
+    auto straight = run(config("straight" + n, 17, 0));
+    ASSERT_TRUE(straight.ok()) << straight.status();
+    ASSERT_TRUE(run(config("resumed" + n, 12, 5)).ok());  // checkpoints at 5, 10
+    auto resumed = run(config("resumed" + n, 17, 5));     // resumes from ckpt-10
+    ASSERT_TRUE(resumed.ok()) << resumed.status();
+    EXPECT_EQ(resumed->samples, 7 * 128);
+    EXPECT_TRUE(ReadFile(straight->export_path) == ReadFile(resumed->export_path))
+        << "the resumed run's model differs from the uninterrupted one";
+  }
 }
 
 TEST_F(DeviceCacheTrainingTest, ConfigErrorsNameTheKey) {
