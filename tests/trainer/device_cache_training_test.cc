@@ -143,11 +143,11 @@ TEST_F(DeviceCacheTrainingTest, ConfigErrorsNameTheKey) {
     std::string storage, key, why;
   };
   const std::vector<Bad> bad = {
-      {"{device_cache_rows: 0}", "model.tables[0].storage.device_cache_rows", "positive"},
+      {"{device_cache_rows: -1}", "model.tables[0].storage.device_cache_rows", ">= 0"},
       {"{device_cache_rows: 10, device_cache_bytes: 100}",
        "model.tables[0].storage.device_cache_bytes", "not both"},
       {"{tier: rocksdb, cache_rows: 300, device_cache_bytes: -4}",
-       "model.tables[0].storage.device_cache_bytes", "positive"},
+       "model.tables[0].storage.device_cache_bytes", ">= 0"},
   };
   for (const Bad& b : bad) {
     SCOPED_TRACE(b.storage);

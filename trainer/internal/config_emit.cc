@@ -79,8 +79,10 @@ void EmitModel(YAML::Emitter& e, const ModelConfig& m) {
     const bool default_storage = t.storage.dtype == RowDtype::kF32 &&
                                  m.embedding_dtype == RowDtype::kF32 &&
                                  t.storage.rounding == m.embedding_rounding;
+    // device_cache_rows always (0: no cache); device_cache_bytes only as its alternative.
     auto device_cache = [&e](const TableStorage& st) {
-      if (st.device_cache_rows > 0) Key(e, "device_cache_rows", st.device_cache_rows);
+      if (st.device_cache_rows > 0 || st.device_cache_bytes <= 0)
+        Key(e, "device_cache_rows", st.device_cache_rows);
       if (st.device_cache_rows <= 0 && st.device_cache_bytes > 0)
         Key(e, "device_cache_bytes", st.device_cache_bytes);
     };

@@ -75,10 +75,12 @@ absl::Status ParseTableStorage(const ConfigReader& r, const YAML::Node& entry,
   TESSERA_RETURN_IF_ERROR(r.ReadEnum(st, p, "dtype", kRowDtypeNames, &out->dtype));
   TESSERA_RETURN_IF_ERROR(r.ReadEnum(st, p, "rounding", kRowRoundingNames, &out->rounding));
   auto positive = [](int64_t v) { return v > 0; };
-  TESSERA_RETURN_IF_ERROR(r.ReadInt(st, p, "device_cache_rows", "a positive integer", positive,
-                                    &out->device_cache_rows));
-  TESSERA_RETURN_IF_ERROR(r.ReadInt(st, p, "device_cache_bytes", "a positive integer (bytes)",
-                                    positive, &out->device_cache_bytes));
+  auto non_negative = [](int64_t v) { return v >= 0; };
+  TESSERA_RETURN_IF_ERROR(r.ReadInt(st, p, "device_cache_rows", "an integer >= 0 (0: no cache)",
+                                    non_negative, &out->device_cache_rows));
+  TESSERA_RETURN_IF_ERROR(r.ReadInt(st, p, "device_cache_bytes",
+                                    "an integer >= 0 (bytes; 0: no cache)", non_negative,
+                                    &out->device_cache_bytes));
   if (out->device_cache_rows > 0 && out->device_cache_bytes > 0)
     return r.Error(YAML::Node(), Child(st, "device_cache_bytes"), p + ".device_cache_bytes",
                    "give either device_cache_rows or device_cache_bytes, not both");

@@ -26,7 +26,7 @@ inline const std::vector<std::string>& StorageKeys() {
 // dtype / rounding (any tier) override the model.embedding_dtype / embedding_rounding defaults
 // already in *out. Rules: tier memory takes no other key but those two and the device cache's;
 // tier rocksdb needs exactly one of cache_rows / cache_bytes (> 0); reader_threads in [1, 256];
-// device_cache_rows / device_cache_bytes (any tier): at most one, > 0.
+// device_cache_rows / device_cache_bytes (any tier): >= 0 (0: no cache), at most one set.
 absl::Status ParseTableStorage(const ConfigReader& r, const YAML::Node& entry,
                                const std::string& table_path, TableStorage* out);
 
