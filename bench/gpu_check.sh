@@ -11,6 +11,9 @@
 #                0.005 and logged train losses within 0.01 (bench/gpu_check_report.py)
 #   mpi2         the same on 2 ranks sharing the GPU through MPI (device: cuda, shards in host
 #                memory) against 2 CPU ranks, same tolerances
+#   hbm_cache    configs/hbm_cache.yaml on the GPU with its big table whole in HBM, as an HBM cache
+#                over host memory and as one over the RocksDB tier (storage.device_cache_rows):
+#                the three exports must be bit-identical (cmp)
 #   benchmarks   pooled lookup vs a device-to-device copy; Linear vs cuBLAS SGEMM; tessera-bench
 #                kaggle on the GPU with phase syncs OFF (the headline) and, separately, ON (the
 #                phase breakdown); bench/pytorch_dlrm.py --device cuda (PyTorch eager, same
@@ -141,25 +144,43 @@ done
 QS=(--config configs/quickstart.yaml --set output.export= )
 for kv in $QUICK_SET; do QS+=(--set "$kv"); done
 rm -rf "$WORK/quick_cpu" "$WORK/quick_gpu"
-RESERVE=180 stage quick_cpu 150 "$B/bin/tessera-train" "${QS[@]}" --set device=cpu \
+RESERVE=280 stage quick_cpu 150 "$B/bin/tessera-train" "${QS[@]}" --set device=cpu \
   --set threads="$CPU_THREADS" --set output.dir="$WORK/quick_cpu" &
 CPU_PID=$!
-RESERVE=180 stage quick_gpu 90 "$B/bin/tessera-train" "${QS[@]}" --set device=cuda \
+RESERVE=280 stage quick_gpu 90 "$B/bin/tessera-train" "${QS[@]}" --set device=cuda \
   --set output.dir="$WORK/quick_gpu"
 wait "$CPU_PID"
-RESERVE=170 stage quick_compare 10 python3 bench/gpu_check_report.py quickstart "$WORK"
+RESERVE=270 stage quick_compare 10 python3 bench/gpu_check_report.py quickstart "$WORK"
 
 # ---- 2 ranks sharing the GPU through MPI (device: cuda on several ranks: shards in host memory,
 # all-to-alls and the staged dense all-reduce over MPI) against the same 2 ranks on the CPU -------
 MPI2=(mpirun --oversubscribe --allow-run-as-root -np 2 -x LD_LIBRARY_PATH -x OMP_NUM_THREADS=4)
 rm -rf "$WORK/mpi2_cpu" "$WORK/mpi2_gpu"
-RESERVE=160 stage mpi2_cpu 120 "${MPI2[@]}" "$B/bin/tessera-train" "${QS[@]}" --set device=cpu \
+RESERVE=260 stage mpi2_cpu 120 "${MPI2[@]}" "$B/bin/tessera-train" "${QS[@]}" --set device=cpu \
   --set threads=4 --set output.dir="$WORK/mpi2_cpu" &
 MPI_CPU_PID=$!
-RESERVE=160 stage mpi2_gpu 120 "${MPI2[@]}" "$B/bin/tessera-train" "${QS[@]}" --set device=cuda \
+RESERVE=260 stage mpi2_gpu 120 "${MPI2[@]}" "$B/bin/tessera-train" "${QS[@]}" --set device=cuda \
   --set output.dir="$WORK/mpi2_gpu"
 wait "$MPI_CPU_PID"
-RESERVE=150 stage mpi2_compare 10 python3 bench/gpu_check_report.py quickstart "$WORK" mpi2_gpu mpi2_cpu
+RESERVE=250 stage mpi2_compare 10 python3 bench/gpu_check_report.py quickstart "$WORK" mpi2_gpu mpi2_cpu
+
+# ---- the HBM cache (docs/CUDA.md): the big table whole in HBM, cached over host memory, cached
+# over RocksDB; the same kernels over cache slots, so the exports must be the same bytes ---------
+rm -rf "$WORK"/hbm_*
+HBM_LINE='storage: {tier: memory}}  # hbm_cache'
+sed "s|$HBM_LINE|storage: {tier: memory, device_cache_rows: 20000, policy: lru}}|" \
+  configs/hbm_cache.yaml > "$WORK/hbm_cache_memory.yaml"
+sed "s|$HBM_LINE|storage: {tier: rocksdb, cache_rows: 40000, device_cache_rows: 20000, policy: lfu}}|" \
+  configs/hbm_cache.yaml > "$WORK/hbm_cache_rocksdb.yaml"
+for run in whole memory rocksdb; do
+  cfg=configs/hbm_cache.yaml
+  [ "$run" != whole ] && cfg="$WORK/hbm_cache_$run.yaml"
+  RESERVE=150 stage "hbm_cache_$run" 40 "$B/bin/tessera-train" --config "$cfg" --set device=cuda \
+    --set output.dir="$WORK/hbm_$run"
+done
+RESERVE=145 stage hbm_cache_compare 5 sh -c "cmp '$WORK/hbm_whole/model.safetensors' \
+  '$WORK/hbm_memory/model.safetensors' && cmp '$WORK/hbm_whole/model.safetensors' \
+  '$WORK/hbm_rocksdb/model.safetensors' && echo 'hbm cache: exports bit-identical'"
 
 # ---- benchmarks ---------------------------------------------------------------------------------
 RESERVE=140 stage cuda_lookup_bench 40 "$B/bin/cuda_lookup_bench" --benchmark_min_time=0.2 \

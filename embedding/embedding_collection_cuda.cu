@@ -6,6 +6,8 @@
 //   - One pinned block holds [offsets | ids | weights]; three async copies move it. An event
 //     after the copies lets the next Forward wait for exactly that upload before it overwrites
 //     the block, instead of synchronising the whole stream.
+//   - A cached table (device_row_cache.h) resolves its ids to cache slots on the host, in the
+//     pinned block before the upload, so the kernels never know the table is cached.
 //   - The backward passes host id counts and the slot bit width (ids were range-checked), so it
 //     queues without a single wait for the host.
 #include <algorithm>
@@ -47,8 +49,15 @@ __global__ void InitTableKernel(RowInit init, uint64_t seed, uint64_t table_id, 
 class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
  public:
   CudaEmbeddingCollectionImpl(const EmbeddingCollectionOptions& options, const DeviceContext& ctx,
-                              std::vector<uint64_t> table_ids)
-      : options_(options), table_ids_(std::move(table_ids)), ctx_(ctx), ws_(ctx) {}
+                              std::vector<uint64_t> table_ids,
+                              std::vector<std::unique_ptr<DeviceRowCache>> caches)
+      : options_(options),
+        table_ids_(std::move(table_ids)),
+        ctx_(ctx),
+        caches_(std::move(caches)),
+        ws_(ctx) {
+    caches_.resize(options_.tables.size());
+  }
   ~CudaEmbeddingCollectionImpl() override {
     if (uploaded_ != nullptr) {
       cudaEventSynchronize(uploaded_);
@@ -72,6 +81,7 @@ class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
     for (int t = 0; t < tables; ++t) {
       const TableConfig& table = options_.tables[t];
       const int64_t sd = RowStateDim(options_.optimizer.type, table.dim);
+      if (caches_[t] != nullptr) continue;  // the rows live in the cache and its backing
       TESSERA_ASSIGN_OR_RETURN(
           weights_[t], Buffer::Allocate(Device::kCuda, DType::kF32, {table.num_rows, table.dim}));
       if (sd > 0) {
@@ -96,13 +106,27 @@ class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
   int num_tables() const override { return static_cast<int>(options_.tables.size()); }
   const TableConfig& table(int t) const override { return options_.tables[t]; }
   const EmbeddingCollectionOptions& options() const override { return options_; }
-  float* device_weights(int t) override { return weights_[t].data<float>(); }
-  float* device_state(int t) override {
-    return state_[t].empty() ? nullptr : state_[t].data<float>();
+  float* device_weights(int t) override { return W(t); }
+  float* device_state(int t) override { return S(t); }
+  DeviceRowCache* cache(int t) override { return caches_[t].get(); }
+
+  void Prefetch(const KeyedJagged& next) override {
+    if (next.num_features != options_.num_features ||
+        static_cast<int64_t>(next.offsets.size()) != next.num_bags() + 1 ||
+        next.offsets.back() != static_cast<int64_t>(next.values.size())) {
+      return;
+    }
+    for (int t = 0; t < num_tables(); ++t) {
+      if (caches_[t] == nullptr) continue;
+      TableIds(next, t, &cache_ids_);
+      caches_[t]->Prefetch(cache_ids_);
+    }
   }
 
   absl::Status Forward(const KeyedJagged& batch, float* out) override {
     pending_ = false;
+    // A step left open (a Forward without BackwardUpdate: evaluation) only read its rows.
+    TESSERA_RETURN_IF_ERROR(EndCacheSteps(/*updated=*/false));
     // The checks of EmbeddingCollection::Forward, on the host copy of the batch.
     TESSERA_RETURN_IF_ERROR(embedding_internal::ValidateBatch(
         batch, options_, table_of_feature_, out, "CudaEmbeddingCollection::Forward"));
@@ -119,6 +143,7 @@ class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
     std::memcpy(host, batch.offsets.data(), off_bytes);
     std::memcpy(host + off_bytes, batch.values.data(), id_bytes);
     if (weighted) std::memcpy(host + off_bytes + id_bytes, batch.weights.data(), w_bytes);
+    TESSERA_RETURN_IF_ERROR(ResolveCached(batch, reinterpret_cast<int64_t*>(host + off_bytes)));
     TESSERA_RETURN_IF_ERROR(Grow(&d_offsets_, DType::kI64, n_off));
     TESSERA_RETURN_IF_ERROR(Grow(&d_ids_, DType::kI64, n_ids));
     if (weighted) TESSERA_RETURN_IF_ERROR(Grow(&d_weights_, DType::kF32, n_ids));
@@ -156,7 +181,7 @@ class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
         done[f] = true;
         const int k = a.num_features++;
         a.feature[k] = f;
-        a.weights[k] = weights_[t].data<float>();
+        a.weights[k] = W(t);
         a.out_column[k] = feature_column_[f];
         a.pooling[k] = options_.tables[t].pooling;
         if (a.num_features == kMaxFusedFeatures) {
@@ -179,7 +204,7 @@ class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
       return absl::InvalidArgumentError("CudaEmbeddingCollection::BackwardUpdate: null d_out");
     }
     pending_ = false;
-    if (batch_size_ == 0) return absl::OkStatus();
+    if (batch_size_ == 0) return EndCacheSteps(/*updated=*/true);
     const int64_t B = batch_size_;
     // Tables of one dim go through one sort and one update launch (FusedBackwardUpdateTablesCuda,
     // up to kMaxFusedFeatures tables), instead of ~13 launches each; a group whose sort key
@@ -195,7 +220,9 @@ class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
       for (int t : group) done[t] = true;
       TESSERA_RETURN_IF_ERROR(BackwardGroup(group, d_out, lr, step, B));
     }
-    return absl::OkStatus();
+    // The cached rows were updated by the kernels just queued: dirty. Their write-back (a
+    // later Resolve or Flush) gathers them on the same stream, after the updates.
+    return EndCacheSteps(/*updated=*/true);
   }
 
   absl::Status ReadRows(int t, int64_t begin, int64_t count, float* weights_out,
@@ -205,6 +232,8 @@ class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
     if (count > 0 && weights_out == nullptr) {
       return absl::InvalidArgumentError("CudaEmbeddingCollection::ReadRows: null weights_out");
     }
+    // A cached table: the dirty slots are written back first, then the backing is read.
+    if (caches_[t] != nullptr) return caches_[t]->ReadRows(begin, count, weights_out, state_out);
     TESSERA_RETURN_IF_ERROR(CudaCopyToHost(
         ctx_, weights_out, weights_[t].data<float>() + begin * dim, sizeof(float) * count * dim));
     if (state_out != nullptr && sd > 0) {
@@ -221,6 +250,7 @@ class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
     if (count > 0 && weights == nullptr) {
       return absl::InvalidArgumentError("CudaEmbeddingCollection::WriteRows: null weights");
     }
+    if (caches_[t] != nullptr) return caches_[t]->WriteRows(begin, count, weights, state);
     TESSERA_RETURN_IF_ERROR(CudaCopyToDevice(ctx_, weights_[t].data<float>() + begin * dim, weights,
                                              sizeof(float) * count * dim));
     if (state != nullptr && sd > 0) {
@@ -249,8 +279,8 @@ class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
 
   RowUpdateArgs UpdateArgs(int t, float lr, int64_t step) {
     RowUpdateArgs args;
-    args.weights = weights_[t].data<float>();
-    args.state = state_[t].empty() ? nullptr : state_[t].data<float>();
+    args.weights = W(t);
+    args.state = S(t);
     args.dim = options_.tables[t].dim;
     args.optimizer = options_.optimizer;
     args.lr = lr;
@@ -259,7 +289,58 @@ class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
   }
 
   int SlotBits(int t) const {
-    return std::max(1, BitWidth(static_cast<uint64_t>(options_.tables[t].num_rows - 1)));
+    const int64_t slots =
+        caches_[t] != nullptr ? caches_[t]->cache_rows() : options_.tables[t].num_rows;
+    return std::max(1, BitWidth(static_cast<uint64_t>(slots - 1)));
+  }
+
+  float* W(int t) {
+    return caches_[t] != nullptr ? static_cast<float*>(caches_[t]->weight_data())
+                                 : weights_[t].data<float>();
+  }
+  float* S(int t) {
+    if (caches_[t] != nullptr) return caches_[t]->state();
+    return state_[t].empty() ? nullptr : state_[t].data<float>();
+  }
+
+  // The ids of table t's features in `batch`, feature after feature.
+  void TableIds(const KeyedJagged& batch, int t, std::vector<int64_t>* ids) const {
+    ids->clear();
+    for (int f : options_.tables[t].features) {
+      ids->insert(ids->end(), batch.values.begin() + batch.feature_begin(f),
+                  batch.values.begin() + batch.feature_end(f));
+    }
+  }
+
+  // Replaces each cached table's ids in `staged_ids` (the pinned copy of batch.values) by the
+  // cache slots Resolve gives them (fetching misses and writing back victims).
+  absl::Status ResolveCached(const KeyedJagged& batch, int64_t* staged_ids) {
+    for (int t = 0; t < num_tables(); ++t) {
+      if (caches_[t] == nullptr) continue;
+      TableIds(batch, t, &cache_ids_);
+      cache_slots_.resize(cache_ids_.size());
+      cache_step_open_ = true;
+      absl::Status st = caches_[t]->Resolve(cache_ids_, absl::MakeSpan(cache_slots_));
+      if (!st.ok()) return st;  // names the table
+      int64_t k = 0;
+      for (int f : options_.tables[t].features) {
+        for (int64_t j = batch.feature_begin(f); j < batch.feature_end(f); ++j) {
+          staged_ids[j] = cache_slots_[k++];
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Ends the cached tables' step, if one is open.
+  absl::Status EndCacheSteps(bool updated) {
+    if (!cache_step_open_) return absl::OkStatus();
+    cache_step_open_ = false;
+    for (auto& c : caches_) {
+      if (c == nullptr) continue;
+      TESSERA_RETURN_IF_ERROR(updated ? c->EndStep() : c->EndReadOnlyStep());
+    }
+    return absl::OkStatus();
   }
 
   // The fused backward of the tables in `group` (all of one dim).
@@ -287,8 +368,8 @@ class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
       u.num_tables = num;
       u.slot_bits = slot_bits;
       for (int k = 0; k < num; ++k) {
-        u.weights[k] = weights_[group[k]].data<float>();
-        u.state[k] = state_[group[k]].empty() ? nullptr : state_[group[k]].data<float>();
+        u.weights[k] = W(group[k]);
+        u.state[k] = S(group[k]);
       }
       absl::Status st = FusedBackwardUpdateTablesCuda(ctx_, sources_, counts_, info_, u, &ws_);
       if (!st.ok()) {
@@ -348,6 +429,9 @@ class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
   std::vector<int64_t> feature_column_;
   int64_t output_dim_ = 0;
   std::vector<Buffer> weights_, state_;
+  std::vector<std::unique_ptr<DeviceRowCache>> caches_;  // per table; null: in weights_/state_
+  std::vector<int64_t> cache_ids_, cache_slots_;
+  bool cache_step_open_ = false;
 
   PinnedBuffer staging_;
   cudaEvent_t uploaded_ = nullptr;
@@ -365,8 +449,31 @@ class CudaEmbeddingCollectionImpl final : public CudaEmbeddingCollection {
 
 absl::StatusOr<std::unique_ptr<CudaEmbeddingCollection>> CreateCudaEmbeddingCollection(
     const EmbeddingCollectionOptions& options, const DeviceContext& ctx,
-    const std::vector<uint64_t>& table_ids) {
+    const std::vector<uint64_t>& table_ids,
+    std::vector<std::unique_ptr<DeviceRowCache>> caches) {
   TESSERA_RETURN_IF_ERROR(embedding_internal::ValidateOptions(options, "CudaEmbeddingCollection"));
+  if (!caches.empty() && caches.size() != options.tables.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("CreateCudaEmbeddingCollection: ",
+                                                   caches.size(), " cache entries for ",
+                                                   options.tables.size(), " tables"));
+  }
+  for (size_t t = 0; t < caches.size(); ++t) {
+    const DeviceRowCache* c = caches[t].get();
+    if (c == nullptr) continue;
+    const TableConfig& table = options.tables[t];
+    const int64_t sd = RowStateDim(options.optimizer.type, table.dim);
+    if (c->num_rows() != table.num_rows || c->dim() != table.dim || c->state_dim() != sd ||
+        c->weight_dtype() != RowDtype::kF32 || !c->options().ctx.is_cuda() ||
+        c->options().ctx.compute_stream != ctx.compute_stream) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          TableLabel(table, static_cast<int>(t)), ": its device cache does not match the table "
+          "(want ", table.num_rows, " rows, dim ", table.dim, ", state_dim ", sd,
+          ", fp32 rows, on this context's stream; got ", c->num_rows(), " rows, dim ", c->dim(),
+          ", state_dim ", c->state_dim(), ", ", RowDtypeName(c->weight_dtype()),
+          c->options().ctx.is_cuda() ? "" : ", on the host",
+          c->options().ctx.compute_stream == ctx.compute_stream ? "" : ", another stream", ")"));
+    }
+  }
   if (!table_ids.empty() && table_ids.size() != options.tables.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "CreateCudaEmbeddingCollection: ", table_ids.size(), " table ids for ",
@@ -376,7 +483,8 @@ absl::StatusOr<std::unique_ptr<CudaEmbeddingCollection>> CreateCudaEmbeddingColl
     return absl::InvalidArgumentError(
         "CreateCudaEmbeddingCollection: needs a CUDA DeviceContext (CudaContext::context())");
   }
-  auto c = std::make_unique<CudaEmbeddingCollectionImpl>(options, ctx, table_ids);
+  auto c = std::make_unique<CudaEmbeddingCollectionImpl>(options, ctx, table_ids,
+                                                         std::move(caches));
   TESSERA_RETURN_IF_ERROR(c->Init());
   return std::unique_ptr<CudaEmbeddingCollection>(std::move(c));
 }

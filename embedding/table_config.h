@@ -70,6 +70,14 @@ struct TableStorage {
   // fp32 and rounded on write (embedding/row_dtype.h). Optimizer state stays fp32.
   RowDtype dtype = RowDtype::kF32;                 // Default: fp32
   RowRounding rounding = RowRounding::kStochastic;  // Default: stochastic (16-bit tables only)
+  // Any tier: an HBM cache of this many rows (or, when device_cache_rows is 0, this many bytes
+  // of weights + optimizer state) over the table's store (embedding/device_row_cache.h): the
+  // table trains on the GPU with its hot rows in device memory and the rest in host memory or
+  // the RocksDB tier. 0 and 0: no cache (device: cuda keeps a memory table whole in HBM and a
+  // RocksDB table on the host). Defaults: 0, 0.
+  int64_t device_cache_rows = 0;
+  int64_t device_cache_bytes = 0;
+  bool device_cached() const { return device_cache_rows > 0 || device_cache_bytes > 0; }
 };
 
 struct TableConfig {

@@ -26,15 +26,20 @@ class CudaSparseArch final : public SparseArch {
   explicit CudaSparseArch(std::unique_ptr<CudaEmbeddingCollection> collection)
       : collection_(std::move(collection)) {}
 
-  // Tables from `options` on ctx's device. Every table must be in memory (storage.tier memory):
-  // InvalidArgument naming the table otherwise (the RocksDB tier lives in host memory and on
-  // disk). Errors of CreateCudaEmbeddingCollection pass through (Unimplemented without the CUDA
-  // path, InvalidArgument for a non-CUDA context, ResourceExhausted when HBM is short).
+  // Tables from `options` on ctx's device. A table is either whole in HBM (storage.tier memory,
+  // no device cache) or an HBM cache over its host or RocksDB store (storage.device_cache_rows /
+  // bytes: its DeviceRowCache in `caches`, trainer/stores.h CreateDeviceCaches); a RocksDB table
+  // without a device cache is InvalidArgument naming the table (the model keeps such tables on
+  // the host, trainer/split_sparse_arch.h), and so is a cached table without its cache. Errors
+  // of CreateCudaEmbeddingCollection pass through (Unimplemented without the CUDA path,
+  // InvalidArgument for a non-CUDA context, ResourceExhausted when HBM is short).
   // `table_ids`: as CreateCudaEmbeddingCollection's (the model's table index of each table, when
   // `options` holds a subset of the model's tables, e.g. SplitSparseArch's device part).
+  // `caches`: empty or one entry per table (null: not cached).
   static absl::StatusOr<std::unique_ptr<CudaSparseArch>> Create(
       const EmbeddingCollectionOptions& options, const DeviceContext& ctx,
-      const std::vector<uint64_t>& table_ids = {});
+      const std::vector<uint64_t>& table_ids = {},
+      std::vector<std::unique_ptr<DeviceRowCache>> caches = {});
 
   int64_t output_dim() const override { return collection_->output_dim(); }
   absl::Status Forward(const KeyedJagged& batch, float* out) override {
@@ -43,6 +48,7 @@ class CudaSparseArch final : public SparseArch {
   absl::Status BackwardUpdate(const float* d_out, float lr, int64_t step) override {
     return collection_->BackwardUpdate(d_out, lr, step);
   }
+  void Prefetch(const KeyedJagged& next) override { collection_->Prefetch(next); }
   int num_tables() const override { return collection_->num_tables(); }
   const TableConfig& table(int t) const override { return collection_->table(t); }
   // Weights only; the optimizer state stays as it is on the device.

@@ -100,27 +100,34 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const Config& config,
   if (sparse == nullptr && ctx.is_cuda()) {
     bool tiered = false;
     for (const TableConfig& t : config.model.tables) {
-      tiered = tiered || t.storage.tier == StorageTier::kRocksDb;
+      tiered = tiered || (t.storage.tier == StorageTier::kRocksDb && !t.storage.device_cached());
     }
+    // Tables with storage.device_cache_rows train on the GPU as an HBM cache over their host or
+    // RocksDB store (embedding/device_row_cache.h); the others whole in HBM.
+    auto on_device = [&ctx, &config](const EmbeddingCollectionOptions& o,
+                                     const std::vector<int>& global)
+        -> absl::StatusOr<std::unique_ptr<SparseArch>> {
+      std::vector<uint64_t> ids(global.begin(), global.end());
+      TESSERA_ASSIGN_OR_RETURN(auto caches, CreateDeviceCaches(config, global, ctx));
+      TESSERA_ASSIGN_OR_RETURN(auto arch, CudaSparseArch::Create(o, ctx, ids, std::move(caches)));
+      return std::unique_ptr<SparseArch>(std::move(arch));
+    };
     if (tiered) {
-      // RocksDB-tier tables stay on the host (their cache, prefetch and disk as on the CPU); the
-      // pooled rows and their gradients cross PCIe per step (trainer/split_sparse_arch.h).
-      auto on_device = [&ctx](const EmbeddingCollectionOptions& o, const std::vector<int>& global)
-          -> absl::StatusOr<std::unique_ptr<SparseArch>> {
-        std::vector<uint64_t> ids(global.begin(), global.end());
-        TESSERA_ASSIGN_OR_RETURN(auto arch, CudaSparseArch::Create(o, ctx, ids));
-        return std::unique_ptr<SparseArch>(std::move(arch));
-      };
+      // RocksDB-tier tables without a device cache stay on the host (their cache, prefetch and
+      // disk as on the CPU); the pooled rows and their gradients cross PCIe per step
+      // (trainer/split_sparse_arch.h).
       TESSERA_ASSIGN_OR_RETURN(sparse, CreateTierSplitSparseArch(config, on_device, false,
                                                                  DeviceColumnCopies(ctx),
                                                                  Device::kCuda));
     } else {
-      TESSERA_ASSIGN_OR_RETURN(sparse,
-                               CudaSparseArch::Create(EmbeddingOptionsFromConfig(config), ctx));
+      std::vector<int> all(config.model.tables.size());
+      for (size_t t = 0; t < all.size(); ++t) all[t] = static_cast<int>(t);
+      TESSERA_ASSIGN_OR_RETURN(sparse, on_device(EmbeddingOptionsFromConfig(config), all));
     }
   }
   if (sparse == nullptr) {
-    // Each table's store as its config.model.tables[t].storage says (trainer/stores.h).
+    // Each table's store as its config.model.tables[t].storage says (trainer/stores.h); a
+    // table with a device cache gets the cache's CPU twin (host memory standing in for HBM).
     TESSERA_ASSIGN_OR_RETURN(auto stores, CreateTableStores(config));
     TESSERA_ASSIGN_OR_RETURN(auto collection,
                              EmbeddingCollection::CreateWithStores(

@@ -243,12 +243,15 @@ absl::StatusOr<std::unique_ptr<SplitSparseArch>> CreateTierSplitSparseArch(
   std::vector<bool> tiered(all.tables.size());
   bool any = false, all_tiered = true;
   for (size_t t = 0; t < all.tables.size(); ++t) {
-    tiered[t] = all.tables[t].storage.tier == StorageTier::kRocksDb;
+    // A RocksDB table with an HBM cache (storage.device_cache_rows) trains in the rest.
+    tiered[t] = all.tables[t].storage.tier == StorageTier::kRocksDb &&
+                !all.tables[t].storage.device_cached();
     any = any || tiered[t];
     all_tiered = all_tiered && tiered[t];
   }
   if (!any) {
-    return absl::InvalidArgumentError("CreateTierSplitSparseArch: no table is in the RocksDB tier");
+    return absl::InvalidArgumentError(
+        "CreateTierSplitSparseArch: no table is in the RocksDB tier without a device cache");
   }
   std::vector<SplitSparseArch::Part> parts;
   {

@@ -110,7 +110,7 @@ class SplitSparseArch final : public SparseArch {
   int64_t batch_ = 0;
 };
 
-// A config's tables split by tier: the RocksDB-tier tables in host memory (a LocalSparseArch over
+// A config's tables split by tier: the RocksDB-tier tables without a device cache in host memory (a LocalSparseArch over
 // CreateTableStores, so the tier, its cache and its prefetch work as on the CPU), every other
 // table in `make_rest(options, global_tables)` (a CudaSparseArch for device: cuda; tests give a
 // LocalSparseArch and `rest_on_host`). InvalidArgument when the config has no tiered table.

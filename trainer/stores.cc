@@ -39,14 +39,49 @@ void DiscardShardWorkingDbs(const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<std::unique_ptr<RowStore>>> CreateTableStores(const Config& config) {
+absl::StatusOr<std::vector<std::unique_ptr<RowStore>>> CreateTableStores(
+    const Config& config, const DeviceContext& cache_ctx) {
   std::vector<int> all(config.model.tables.size());
   for (size_t t = 0; t < all.size(); ++t) all[t] = static_cast<int>(t);
-  return CreateTableStores(config, all);
+  return CreateTableStores(config, all, cache_ctx);
+}
+
+namespace {
+
+absl::StatusOr<std::unique_ptr<DeviceRowCache>> WrapInDeviceCache(const Config& config, int t,
+                                                                   std::unique_ptr<RowStore> store,
+                                                                   const DeviceContext& ctx) {
+  const TableConfig& table = config.model.tables[t];
+  DeviceRowCacheOptions o;
+  o.ctx = ctx;
+  o.cache_rows = table.storage.device_cache_rows;
+  o.cache_bytes = table.storage.device_cache_bytes;
+  // One policy per table: the tier's storage.policy serves the HBM cache too.
+  o.policy = table.storage.policy;
+  o.name = table.name;
+  return DeviceRowCache::Create(o, std::move(store));
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::unique_ptr<DeviceRowCache>>> CreateDeviceCaches(
+    const Config& config, const std::vector<int>& tables, const DeviceContext& cache_ctx) {
+  std::vector<std::unique_ptr<DeviceRowCache>> out;
+  for (int t : tables) {
+    if (t < 0 || t >= static_cast<int>(config.model.tables.size()) ||
+        !config.model.tables[t].storage.device_cached()) {
+      out.push_back(nullptr);
+      continue;
+    }
+    // device_cached(): CreateTableStores wraps the table's store in its DeviceRowCache.
+    TESSERA_ASSIGN_OR_RETURN(auto stores, CreateTableStores(config, {t}, cache_ctx));
+    out.emplace_back(static_cast<DeviceRowCache*>(stores[0].release()));
+  }
+  return out;
 }
 
 absl::StatusOr<std::vector<std::unique_ptr<RowStore>>> CreateTableStores(
-    const Config& config, const std::vector<int>& tables) {
+    const Config& config, const std::vector<int>& tables, const DeviceContext& cache_ctx) {
   const RowOptimizerOptions& opt = config.optimizer.embedding;
   // The same initial state EmbeddingCollection::Create gives its in-memory tables.
   const float state_init =
@@ -70,6 +105,9 @@ absl::StatusOr<std::vector<std::unique_ptr<RowStore>>> CreateTableStores(
       so.name = table.name;
       so.dtype = table.storage.dtype;
       TESSERA_ASSIGN_OR_RETURN(auto store, CreateInMemoryRowStore(so));
+      if (table.storage.device_cached()) {
+        TESSERA_ASSIGN_OR_RETURN(store, WrapInDeviceCache(config, t, std::move(store), cache_ctx));
+      }
       stores.push_back(std::move(store));
       continue;
     }
@@ -92,7 +130,10 @@ absl::StatusOr<std::vector<std::unique_ptr<RowStore>>> CreateTableStores(
     so.policy = st.policy;
     so.reader_threads = st.reader_threads;
     so.prefetch = st.prefetch;
-    TESSERA_ASSIGN_OR_RETURN(auto store, TieredRowStore::Open(so));
+    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<RowStore> store, TieredRowStore::Open(so));
+    if (table.storage.device_cached()) {
+      TESSERA_ASSIGN_OR_RETURN(store, WrapInDeviceCache(config, t, std::move(store), cache_ctx));
+    }
     stores.push_back(std::move(store));
   }
   return stores;
@@ -106,7 +147,9 @@ std::vector<TieredRowStore*> TieredStores(Model& model, std::vector<int>* table_
     if (local == nullptr) return;
     EmbeddingCollection& c = local->collection();
     for (int t = 0; t < c.num_tables(); ++t) {
-      if (auto* tiered = dynamic_cast<TieredRowStore*>(&c.store(t))) {
+      RowStore* s = &c.store(t);
+      if (auto* cached = dynamic_cast<DeviceRowCache*>(s)) s = &cached->backing();
+      if (auto* tiered = dynamic_cast<TieredRowStore*>(s)) {
         found.push_back({global != nullptr ? (*global)[t] : t, tiered});
       }
     }

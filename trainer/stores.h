@@ -5,6 +5,11 @@
 //                 from the config; the working database is scratch: it is emptied on open
 //                 (discard_existing), and a resumed run restores it from a checkpoint
 //                 (trainer/checkpoint.h).
+//   device cache  (storage.device_cache_rows / device_cache_bytes, either tier) the store above
+//                 becomes the backing of a DeviceRowCache (embedding/device_row_cache.h) whose
+//                 slots live in `cache_ctx`'s memory: HBM for a CUDA context, host memory for the
+//                 CPU one (the CPU twin, which trains the same bits and is what the CPU tests
+//                 run; it saves nothing).
 // Either way table t's rows are initialised lazily or eagerly from (config.seed, t, row) with
 // the table's init rule, and the row optimizer's state from its initial value, so the tier
 // never changes the trained model's bits.
@@ -16,6 +21,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/device.h"
+#include "embedding/device_row_cache.h"
 #include "embedding/row_store.h"
 #include "embedding/tiered_row_store.h"
 #include "trainer/config.h"
@@ -26,12 +33,19 @@ class Model;
 
 // The RowStore of every table of config.model.tables, in order. Errors: the stores' own
 // (InvalidArgument naming the table for bad sizes, PermissionDenied naming a RocksDB path that
-// cannot be written, ResourceExhausted when memory is short).
-absl::StatusOr<std::vector<std::unique_ptr<RowStore>>> CreateTableStores(const Config& config);
+// cannot be written, ResourceExhausted when memory is short; for a device cache, naming the
+// table and the bytes).
+absl::StatusOr<std::vector<std::unique_ptr<RowStore>>> CreateTableStores(
+    const Config& config, const DeviceContext& cache_ctx = DeviceContext::Cpu());
 // The stores of tables `tables` (indices into config.model.tables), in that order, each with its
 // global table id (so its rows start as in the full model).
 absl::StatusOr<std::vector<std::unique_ptr<RowStore>>> CreateTableStores(
-    const Config& config, const std::vector<int>& tables);
+    const Config& config, const std::vector<int>& tables,
+    const DeviceContext& cache_ctx = DeviceContext::Cpu());
+// For tables `tables`: the DeviceRowCache on `cache_ctx` of each table with a device cache (over
+// its store as above), null for the others; errors as CreateTableStores.
+absl::StatusOr<std::vector<std::unique_ptr<DeviceRowCache>>> CreateDeviceCaches(
+    const Config& config, const std::vector<int>& tables, const DeviceContext& cache_ctx);
 
 // Counters of one RocksDB-tier table.
 struct TierTableMetrics {

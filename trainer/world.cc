@@ -39,6 +39,17 @@ absl::StatusOr<World> CreateWorld(const Config& config) {
 absl::StatusOr<std::unique_ptr<Model>> CreateModelForWorld(const Config& config, World& world,
                                                            const DeviceContext& ctx) {
   if (!world.distributed()) return Model::Create(config, ctx);
+  for (size_t t = 0; t < config.model.tables.size(); ++t) {
+    const TableStorage& st = config.model.tables[t].storage;
+    if (st.device_cached()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          config.source, ": model.tables[", t, "].storage.",
+          st.device_cache_rows > 0 ? "device_cache_rows" : "device_cache_bytes", " (table '",
+          config.model.tables[t].name, "'): the HBM cache trains on one process only (this run "
+          "has ", world.comm->size(), " ranks; the sharded tables keep their shards in host "
+          "memory or the RocksDB tier)"));
+    }
+  }
   ShardedEmbeddingOptions o;
   o.collection = EmbeddingOptionsFromConfig(config);
   if (world.auto_plan.has_value()) {

@@ -174,14 +174,16 @@ TEST_F(ConfigEnumsTest, EveryEnumKeyReadsAndWritesEverySpelling) {
 // complete. The exceptions are keys that only exist in another shape of config: the
 // table_rows shorthand (written expanded as tables), the data files and MLPerf day keys (a
 // synthetic config has none; data_formats_test covers them), init.scale (written only when
-// set: absent means the default sqrt(1 / rows)) and cache_bytes (the alternative to cache_rows).
+// set: absent means the default sqrt(1 / rows)), cache_bytes (the alternative to cache_rows) and
+// device_cache_bytes (the alternative to device_cache_rows).
 TEST_F(ConfigEnumsTest, ConfigToYamlWritesEverySchemaKey) {
   auto c = ParseConfig(Base(), source());
   ASSERT_TRUE(c.ok()) << c.status();
   const YAML::Node root = YAML::Load(ConfigToYaml(*c));
   const std::set<std::string> not_written = {
       "model.table_rows", "data.train", "data.eval", "data.train_days", "data.eval_days",
-      "data.eval_split", "model.tables[].init.scale", "model.tables[].storage.cache_bytes"};
+      "data.eval_split", "model.tables[].init.scale", "model.tables[].storage.cache_bytes",
+      "model.tables[].storage.device_cache_bytes"};
   int checked = 0;
   for (const internal::SchemaSection& s : internal::ConfigSchema()) {
     // The section's node: list sections are checked on their entry that has the keys (the

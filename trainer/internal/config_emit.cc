@@ -79,11 +79,20 @@ void EmitModel(YAML::Emitter& e, const ModelConfig& m) {
     const bool default_storage = t.storage.dtype == RowDtype::kF32 &&
                                  m.embedding_dtype == RowDtype::kF32 &&
                                  t.storage.rounding == m.embedding_rounding;
-    if (t.storage.tier == StorageTier::kMemory && !default_storage) {
+    // device_cache_rows always (0: no cache); device_cache_bytes only as its alternative.
+    auto device_cache = [&e](const TableStorage& st) {
+      if (st.device_cache_rows > 0 || st.device_cache_bytes <= 0)
+        Key(e, "device_cache_rows", st.device_cache_rows);
+      if (st.device_cache_rows <= 0 && st.device_cache_bytes > 0)
+        Key(e, "device_cache_bytes", st.device_cache_bytes);
+    };
+    if (t.storage.tier == StorageTier::kMemory && (!default_storage || t.storage.device_cached())) {
       e << YAML::Key << "storage" << YAML::Value << YAML::Flow << YAML::BeginMap;
       Key(e, "tier", kStorageTierNames, t.storage.tier);
       Key(e, "dtype", kRowDtypeNames, t.storage.dtype);
       Key(e, "rounding", kRowRoundingNames, t.storage.rounding);
+      if (t.storage.device_cached()) Key(e, "policy", kCachePolicyNames, t.storage.policy);
+      device_cache(t.storage);
       e << YAML::EndMap;
     }
     if (t.storage.tier == StorageTier::kRocksDb) {
@@ -98,6 +107,7 @@ void EmitModel(YAML::Emitter& e, const ModelConfig& m) {
       Key(e, "policy", kCachePolicyNames, st.policy);
       Key(e, "reader_threads", st.reader_threads);
       Key(e, "prefetch", st.prefetch);
+      device_cache(st);
       e << YAML::EndMap;
     }
     e << YAML::EndMap;

@@ -74,17 +74,32 @@ absl::Status ParseTableStorage(const ConfigReader& r, const YAML::Node& entry,
   TESSERA_RETURN_IF_ERROR(r.ReadEnum(st, p, "tier", kStorageTierNames, &out->tier));
   TESSERA_RETURN_IF_ERROR(r.ReadEnum(st, p, "dtype", kRowDtypeNames, &out->dtype));
   TESSERA_RETURN_IF_ERROR(r.ReadEnum(st, p, "rounding", kRowRoundingNames, &out->rounding));
+  auto positive = [](int64_t v) { return v > 0; };
+  auto non_negative = [](int64_t v) { return v >= 0; };
+  TESSERA_RETURN_IF_ERROR(r.ReadInt(st, p, "device_cache_rows", "an integer >= 0 (0: no cache)",
+                                    non_negative, &out->device_cache_rows));
+  TESSERA_RETURN_IF_ERROR(r.ReadInt(st, p, "device_cache_bytes",
+                                    "an integer >= 0 (bytes; 0: no cache)", non_negative,
+                                    &out->device_cache_bytes));
+  if (out->device_cache_rows > 0 && out->device_cache_bytes > 0)
+    return r.Error(YAML::Node(), Child(st, "device_cache_bytes"), p + ".device_cache_bytes",
+                   "give either device_cache_rows or device_cache_bytes, not both");
+  // policy: the RocksDB tier's and the device cache's replacement (one per table).
+  TESSERA_RETURN_IF_ERROR(r.ReadEnum(st, p, "policy", kCachePolicyNames, &out->policy));
   if (out->tier == StorageTier::kMemory) {
     for (const std::string& key : StorageKeys()) {
-      if (key == "tier" || key == "dtype" || key == "rounding") continue;
+      if (key == "tier" || key == "dtype" || key == "rounding" || key == "device_cache_rows" ||
+          key == "device_cache_bytes" || (key == "policy" && out->device_cached()))
+        continue;
       YAML::Node n = Child(st, key.c_str());
       if (n.IsDefined() && !n.IsNull())
-        return r.Error(n, st, JoinKey(p, key), "only used with storage.tier rocksdb");
+        return r.Error(n, st, JoinKey(p, key),
+                       key == "policy" ? "only used with storage.tier rocksdb or a device cache"
+                                       : "only used with storage.tier rocksdb");
     }
     return absl::OkStatus();
   }
   TESSERA_RETURN_IF_ERROR(r.ReadString(st, p, "path", &out->path));
-  auto positive = [](int64_t v) { return v > 0; };
   TESSERA_RETURN_IF_ERROR(
       r.ReadInt(st, p, "cache_rows", "a positive integer", positive, &out->cache_rows));
   TESSERA_RETURN_IF_ERROR(r.ReadInt(st, p, "cache_bytes", "a positive integer (bytes)",
@@ -96,7 +111,6 @@ absl::Status ParseTableStorage(const ConfigReader& r, const YAML::Node& entry,
     return r.Error(YAML::Node(), st, p + ".cache_rows",
                    "required with storage.tier rocksdb (or cache_bytes): the cache must hold "
                    "at least one step's distinct rows");
-  TESSERA_RETURN_IF_ERROR(r.ReadEnum(st, p, "policy", kCachePolicyNames, &out->policy));
   int64_t threads = out->reader_threads;
   TESSERA_RETURN_IF_ERROR(r.ReadInt(st, p, "reader_threads", "an integer in [1, 256]",
                                     [](int64_t v) { return v >= 1 && v <= 256; }, &threads));

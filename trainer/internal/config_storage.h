@@ -18,14 +18,15 @@ namespace tessera::internal {
 inline const std::vector<std::string>& StorageKeys() {
   static const auto* keys = new std::vector<std::string>{
       "tier",   "path",     "cache_rows", "cache_bytes", "policy", "reader_threads",
-      "prefetch", "dtype", "rounding"};
+      "prefetch", "dtype", "rounding", "device_cache_rows", "device_cache_bytes"};
   return *keys;
 }
 
 // Reads entry["storage"] of the table at `table_path` ("model.tables[2]") into *out.
 // dtype / rounding (any tier) override the model.embedding_dtype / embedding_rounding defaults
-// already in *out. Rules: tier memory takes no other key but those two; tier rocksdb needs exactly one of cache_rows /
-// cache_bytes (> 0); reader_threads in [1, 256].
+// already in *out. Rules: tier memory takes no other key but those two and the device cache's;
+// tier rocksdb needs exactly one of cache_rows / cache_bytes (> 0); reader_threads in [1, 256];
+// device_cache_rows / device_cache_bytes (any tier): >= 0 (0: no cache), at most one set.
 absl::Status ParseTableStorage(const ConfigReader& r, const YAML::Node& entry,
                                const std::string& table_path, TableStorage* out);
 
