@@ -236,8 +236,10 @@ absl::StatusOr<TrainSummary> Trainer::RunLoop() {
     eval_seconds += secs;
     interval_eval_seconds += secs;
     log_->EndProgress();
-    if (world_.chief()) TESSERA_LOG(INFO) << "step " << step << ": eval AUC " << m.auc << ", log loss " << m.logloss
-                      << ", NE " << m.ne << " over " << m.count << " samples";
+    if (world_.chief()) {
+      TESSERA_LOG(INFO) << "step " << step << ": eval AUC " << m.auc << ", log loss " << m.logloss
+                        << ", NE " << m.ne << " over " << m.count << " samples";
+    }
     if (final_eval) s.eval = m;
     return log_->Write(JsonLine()
                            .Add("step", step)
