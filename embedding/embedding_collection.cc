@@ -15,25 +15,29 @@ using embedding_internal::TableLabel;
 
 }  // namespace
 
+InMemoryRowStoreOptions TableRowStoreOptions(const TableConfig& table, int t,
+                                             const RowOptimizerOptions& optimizer, uint64_t seed) {
+  InMemoryRowStoreOptions so;
+  so.num_rows = table.num_rows;
+  so.dim = table.dim;
+  so.state_dim = RowStateDim(optimizer.type, table.dim);
+  so.state_init =
+      optimizer.type == RowOptimizerType::kRowWiseAdagrad ? optimizer.adagrad_initial : 0.0f;
+  so.init = table.init;
+  so.seed = seed;
+  so.table_id = static_cast<uint64_t>(t);
+  so.name = table.name;
+  so.dtype = table.storage.dtype;
+  return so;
+}
+
 absl::StatusOr<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::Create(
     const EmbeddingCollectionOptions& options, const DeviceContext& ctx) {
   TESSERA_RETURN_IF_ERROR(embedding_internal::ValidateOptions(options, "EmbeddingCollection"));
   std::vector<std::unique_ptr<RowStore>> stores;
   for (int t = 0; t < static_cast<int>(options.tables.size()); ++t) {
-    const TableConfig& table = options.tables[t];
-    InMemoryRowStoreOptions so;
-    so.num_rows = table.num_rows;
-    so.dim = table.dim;
-    so.state_dim = RowStateDim(options.optimizer.type, table.dim);
-    so.state_init = options.optimizer.type == RowOptimizerType::kRowWiseAdagrad
-                        ? options.optimizer.adagrad_initial
-                        : 0.0f;
-    so.init = table.init;
-    so.seed = options.seed;
-    so.table_id = static_cast<uint64_t>(t);
-    so.name = table.name;
-    so.dtype = table.storage.dtype;
-    TESSERA_ASSIGN_OR_RETURN(auto store, CreateInMemoryRowStore(so));
+    TESSERA_ASSIGN_OR_RETURN(auto store, CreateInMemoryRowStore(TableRowStoreOptions(
+                                             options.tables[t], t, options.optimizer, options.seed)));
     stores.push_back(std::move(store));
   }
   return CreateWithStores(options, std::move(stores), ctx);

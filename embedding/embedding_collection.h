@@ -29,6 +29,14 @@ struct EmbeddingCollectionOptions {
   uint64_t seed = 0;
 };
 
+// The in-memory store EmbeddingCollection::Create gives table `t` (global index: its InitRow
+// table id) trained by `optimizer` with `seed`: the table's rows, dim, init and storage dtype,
+// the optimizer's state dim, and row-wise AdaGrad's initial state (0 for the others). Other
+// places that build a table's store over the same rows (the trainer's store factory, a device
+// cache's backing) start from it.
+InMemoryRowStoreOptions TableRowStoreOptions(const TableConfig& table, int t,
+                                             const RowOptimizerOptions& optimizer, uint64_t seed);
+
 class EmbeddingCollection {
  public:
   // Creates tables with in-memory stores (table t's rows initialised from (seed, t, row), stored

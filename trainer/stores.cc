@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "embedding/embedding_collection.h"
 #include "embedding/row_optimizer.h"
 #include "trainer/model.h"
 #include "trainer/sharded_sparse_arch.h"
@@ -94,17 +95,8 @@ absl::StatusOr<std::vector<std::unique_ptr<RowStore>>> CreateTableStores(
     const TableConfig& table = config.model.tables[t];
     const int64_t state_dim = RowStateDim(opt.type, table.dim);
     if (table.storage.tier == StorageTier::kMemory) {
-      InMemoryRowStoreOptions so;
-      so.num_rows = table.num_rows;
-      so.dim = table.dim;
-      so.state_dim = state_dim;
-      so.state_init = state_init;
-      so.init = table.init;
-      so.seed = config.seed;
-      so.table_id = static_cast<uint64_t>(t);
-      so.name = table.name;
-      so.dtype = table.storage.dtype;
-      TESSERA_ASSIGN_OR_RETURN(auto store, CreateInMemoryRowStore(so));
+      TESSERA_ASSIGN_OR_RETURN(
+          auto store, CreateInMemoryRowStore(TableRowStoreOptions(table, t, opt, config.seed)));
       if (table.storage.device_cached()) {
         TESSERA_ASSIGN_OR_RETURN(store, WrapInDeviceCache(config, t, std::move(store), cache_ctx));
       }

@@ -177,11 +177,12 @@ absl::Status OutputDist::Aggregate(const std::vector<OwnerIds>& owners,
     rg.grads.clear();
     rg.bags.clear();
     if (sources[q].empty()) continue;
-    if (l_.UpdatesFused(ls) && ids.uslots == ids.urows) {
+    const bool slots_are_rows = ids.uslots == ids.urows;  // in-memory stores
+    if (l_.UpdatesFused(ls) && slots_are_rows) {
       rg.bags = std::move(sources[q]);  // ApplyShardUpdates pools and applies them in one pass
       continue;
     }
-    if (ids.uslots == ids.urows) {
+    if (slots_are_rows) {
       // Slots are the rows (in-memory stores): AggregateRowGradients's distinct slots, in
       // increasing order, are already the rows ordered by row; aggregate in place.
       TESSERA_RETURN_IF_ERROR(AggregateRowGradients(l_.ctx, sources[q], ls.width, PoolingMode::kSum,

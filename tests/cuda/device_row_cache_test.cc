@@ -138,16 +138,7 @@ TEST_P(CachedCollectionCuda, TrainsBitIdenticallyToTheTablesWholeInHbm) {
       ASSERT_TRUE(s.ok()) << s.status();
       backing = std::move(*s);
     } else {
-      InMemoryRowStoreOptions so;
-      so.num_rows = c.num_rows;
-      so.dim = c.dim;
-      so.state_dim = sd;
-      so.state_init = state_init;
-      so.init = c.init;
-      so.seed = o.seed;
-      so.table_id = static_cast<uint64_t>(t);
-      so.name = c.name;
-      auto s = CreateInMemoryRowStore(so);
+      auto s = CreateInMemoryRowStore(TableRowStoreOptions(c, t, o.optimizer, o.seed));
       ASSERT_TRUE(s.ok()) << s.status();
       backing = std::move(*s);
     }

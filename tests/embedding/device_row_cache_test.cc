@@ -71,16 +71,7 @@ std::unique_ptr<RowStore> BackingStore(const EmbeddingCollectionOptions& o, int 
                                        const TempDir& tmp) {
   const TableConfig& c = o.tables[t];
   if (b == Backing::kMemory) {
-    InMemoryRowStoreOptions so;
-    so.num_rows = c.num_rows;
-    so.dim = c.dim;
-    so.state_dim = RowStateDim(o.optimizer.type, c.dim);
-    so.state_init = o.optimizer.adagrad_initial;
-    so.init = c.init;
-    so.seed = o.seed;
-    so.table_id = static_cast<uint64_t>(t);
-    so.name = c.name;
-    auto s = CreateInMemoryRowStore(so);
+    auto s = CreateInMemoryRowStore(TableRowStoreOptions(c, t, o.optimizer, o.seed));
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? std::move(*s) : nullptr;
   }
