@@ -24,7 +24,8 @@ inline absl::Status NoCudaPath(absl::string_view op) {
 bool CudaCompiled();
 // Number of visible CUDA devices; 0 without the CUDA path, a driver or a device.
 int CudaDeviceCount();
-// Allocates `bytes` of zeroed device memory on the current device.
+// Allocates `bytes` of zeroed device memory on the current device. ResourceExhausted when the
+// device is out of memory, Internal for other CUDA errors.
 [[nodiscard]] absl::StatusOr<void*> CudaMallocZeroed(size_t bytes);
 // Frees device memory from CudaMallocZeroed; nullptr is a no-op.
 void CudaFree(void* ptr);

@@ -25,7 +25,13 @@ int CudaDeviceCount() {
 
 absl::StatusOr<void*> CudaMallocZeroed(size_t bytes) {
   void* p = nullptr;
-  absl::Status st = FromCuda(cudaMalloc(&p, bytes == 0 ? 256 : bytes), "cudaMalloc");
+  const cudaError_t err = cudaMalloc(&p, bytes == 0 ? 256 : bytes);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // not sticky: clear it
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cudaMalloc of ", bytes, " bytes: out of device memory"));
+  }
+  absl::Status st = FromCuda(err, "cudaMalloc");
   if (!st.ok()) return st;
   st = FromCuda(cudaMemset(p, 0, bytes), "cudaMemset");
   if (!st.ok()) {

@@ -45,7 +45,19 @@
 // sharding group returns the same error.
 // Pipelining: the caller may hint the next batch (Prefetch); its input dist then overlaps the
 // current step (see Prefetch).
-// CPU only for now (host memory, MPI); the CUDA path returns Unimplemented.
+// Devices: with a CPU DeviceContext everything is host memory and MPI. With a CUDA context
+// (device: cuda on several ranks) the shards and data-parallel replicas are in device memory
+// (embedding/device_row_store.h), Forward's `out` and BackwardUpdate's `d_out` are device memory,
+// the owners pool and update with the CUDA kernels, and the pooled partial sums and their
+// gradients travel in device memory over `transport` (NCCL, or MPI staged through pinned host
+// memory). One orchestration drives both: the routing of ids (input dist) is host work over MPI,
+// and its results are copied to the device once per step; the row gradients of a shard that is
+// not updated fused (replicas M > 1, column-split row-wise AdaGrad) and of data-parallel tables
+// are summed on the device, copied to the host for the replica / world sums over MPI (rank
+// order, as on the CPU) and copied back for the update. Not yet on CUDA (Unimplemented, naming
+// the key): replica_sync average, RocksDB-tier tables, device caches; 16-bit tables are
+// InvalidArgument. Results equal the CPU collection's up to the CUDA kernels' contracted
+// multiply-adds (embedding/pooled_lookup_cuda.h).
 // Thread-safety: none; the training loop owns it.
 #pragma once
 
@@ -96,6 +108,24 @@ inline absl::StatusOr<PayloadDType> ParsePayloadDType(const std::string& name) {
 }
 inline const char* PayloadDTypeName(PayloadDType t) { return NameIn(kPayloadDTypeNames, t); }
 
+// How payloads in device memory travel between ranks when the shards are on a CUDA device (a
+// CPU collection always uses the grid's host communicators). kMpi: the grid's MPI communicators
+// with every buffer staged through pinned host memory (StagedCommunicator): works for several
+// ranks on one GPU and without NCCL-capable links. kNccl: an NCCL communicator per group over
+// the rank's GPU (NCCL refuses two ranks on one device). kAuto: kNccl when NCCL is built in and
+// no two ranks of the node share a GPU (local ranks <= visible devices), else kMpi.
+enum class PayloadTransport { kAuto, kMpi, kNccl };
+inline constexpr EnumName<PayloadTransport> kPayloadTransportNames[] = {
+    {PayloadTransport::kAuto, "auto"}, {PayloadTransport::kMpi, "mpi"},
+    {PayloadTransport::kNccl, "nccl"}};
+// "auto" / "mpi" / "nccl"; InvalidArgument naming the value otherwise.
+inline absl::StatusOr<PayloadTransport> ParsePayloadTransport(const std::string& name) {
+  return ParseIn(kPayloadTransportNames, name, "sharding.transport");
+}
+inline const char* PayloadTransportName(PayloadTransport t) {
+  return NameIn(kPayloadTransportNames, t);
+}
+
 struct ShardedEmbeddingOptions {
   // Tables, features, row optimizer and seed, exactly as for EmbeddingCollection.
   EmbeddingCollectionOptions collection;
@@ -119,6 +149,8 @@ struct ShardedEmbeddingOptions {
   PayloadDType comm_dtype = PayloadDType::kF32;
   // Lets Prefetch(next) start the next batch's input dist early (see Prefetch). Default: true.
   bool pipeline_input_dist = true;
+  // The transport of device payloads (CUDA shards only; see PayloadTransport). Default: kAuto.
+  PayloadTransport transport = PayloadTransport::kAuto;
 };
 
 class ShardedEmbeddingCollection {
@@ -132,7 +164,9 @@ class ShardedEmbeddingCollection {
   // plan's shard index; a data_parallel table is refused: InvalidArgument), emptied on open,
   // rows lazily initialised to the same values, its cache the table's cache_rows (cache_bytes)
   // times the shard's share of the table's rows (cells). Returns InvalidArgument for bad tables or an invalid plan (the
-  // same message on every rank), Unimplemented for a CUDA context; when a shard store cannot be
+  // same message on every rank), for a CUDA context what it does not support yet (see the header's
+  // "Devices") and ResourceExhausted naming the table and the bytes when device memory cannot
+  // hold a shard; when a shard store cannot be
   // opened, every rank returns an error (that rank its own).
   static absl::StatusOr<std::unique_ptr<ShardedEmbeddingCollection>> Create(
       const ShardedEmbeddingOptions& options, const ProcessGrid& grid, const DeviceContext& ctx);
@@ -143,6 +177,11 @@ class ShardedEmbeddingCollection {
   int num_tables() const;
   const TableConfig& table(int t) const;
   const ShardingPlan& plan() const;
+  // The backend of the pooled payloads: the group's ("mpi", "single") on the CPU; "mpi+staged"
+  // or "nccl" for CUDA shards.
+  std::string payload_backend() const;
+  // True when the shards are in device memory (created with a CUDA context).
+  bool on_device() const;
 
   // Pooled lookup of this rank's `local_batch` into out [local batch size, output_dim()].
   // Average mode with tiered shards (storage.prefetch on) and M > 1: when this Forward's

@@ -53,7 +53,7 @@ const std::vector<SchemaSection>& internal::ConfigSchema() {
                  "checkpoint_every", "resume", "nonfinite"}},
       {"output", {"dir", "metrics", "export", "progress", "checkpoint_dir", "tensorboard"}},
       {"sharding", {"group_size", "layout", "replica_sync", "sync_every", "sync_rows", "plan",
-                    "bucket_bytes", "comm_dtype", "pipeline", "profile"}},
+                    "bucket_bytes", "comm_dtype", "pipeline", "profile", "transport"}},
   };
   return *schema;
 }
@@ -559,6 +559,8 @@ absl::Status ParseRest(const ConfigReader& r, const YAML::Node& root, const std:
   TESSERA_RETURN_IF_ERROR(
       r.ReadEnum(sh, p, "comm_dtype", kPayloadDTypeNames, &c->sharding.comm_dtype));
   TESSERA_RETURN_IF_ERROR(r.ReadBool(sh, p, "pipeline", &c->sharding.pipeline));
+  TESSERA_RETURN_IF_ERROR(
+      r.ReadEnum(sh, p, "transport", kPayloadTransportNames, &c->sharding.transport));
   TESSERA_RETURN_IF_ERROR(r.ReadString(sh, p, "profile", &c->sharding.profile));
   if (c->sharding.profile.empty())
     return r.Error(Child(sh, "profile"), sh, "sharding.profile",

@@ -144,6 +144,9 @@ struct ShardingConfig {
   PayloadDType comm_dtype = PayloadDType::kF32;  // sharding.comm_dtype: fp32|fp16|bf16 (pooled
                                          // all-to-alls)
   bool pipeline = true;                  // sharding.pipeline: next batch's input dist overlaps
+  // sharding.transport: auto|mpi|nccl, how device payloads travel when device: cuda shards
+  // (PayloadTransport, sharding/sharded_embedding.h).
+  PayloadTransport transport = PayloadTransport::kAuto;
   // sharding.profile: the machine profile `sharding.plan: auto` plans with: a shipped name
   // (planner/profiles/) or a file (a value with '/' or ending .yaml/.json, relative to the
   // config's directory, must exist).

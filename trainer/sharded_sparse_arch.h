@@ -1,9 +1,11 @@
 // The SparseArch over ranks: adapts sharding/ShardedEmbeddingCollection to the interface the
 // Model drives. Every method is collective over the world (ReadRows/WriteRows included).
-// The shards live in host memory. With a CUDA `model_ctx` (device: cuda on several ranks: the
-// dense model on the GPU) Forward's `out` and BackwardUpdate's `d_out` are device memory: the
-// pooled rows are copied host -> device after the collection's Forward and the gradients device
-// -> host before its BackwardUpdate, on model_ctx's compute stream (B x output_dim floats each).
+// With a CUDA `model_ctx` (device: cuda on several ranks: the dense model on the GPU) Forward's
+// `out` and BackwardUpdate's `d_out` are device memory. A collection whose shards are on the
+// device too (created with model_ctx) takes them as they are; one whose shards stay in host
+// memory (trainer/world.h ShardsStayOnHost) gets host copies: the pooled rows are copied host ->
+// device after its Forward and the gradients device -> host before its BackwardUpdate, on
+// model_ctx's compute stream (B x output_dim floats each).
 #pragma once
 
 #include <cstdint>
@@ -22,10 +24,12 @@ class ShardedSparseArch final : public SparseArch {
  public:
   explicit ShardedSparseArch(std::unique_ptr<ShardedEmbeddingCollection> collection,
                              const DeviceContext& model_ctx = DeviceContext::Cpu())
-      : collection_(std::move(collection)), model_ctx_(model_ctx) {}
+      : collection_(std::move(collection)),
+        model_ctx_(model_ctx),
+        staged_(model_ctx.is_cuda() && !collection_->on_device()) {}
   int64_t output_dim() const override { return collection_->output_dim(); }
   absl::Status Forward(const KeyedJagged& batch, float* out) override {
-    if (!model_ctx_.is_cuda()) return collection_->Forward(batch, out);
+    if (!staged_) return collection_->Forward(batch, out);
     const size_t n = static_cast<size_t>(batch.batch_size * output_dim());
     host_out_.resize(n);
     TESSERA_RETURN_IF_ERROR(collection_->Forward(batch, host_out_.data()));
@@ -34,7 +38,7 @@ class ShardedSparseArch final : public SparseArch {
     return CudaCopyToDevice(model_ctx_, out, host_out_.data(), n * sizeof(float));
   }
   absl::Status BackwardUpdate(const float* d_out, float lr, int64_t step) override {
-    if (!model_ctx_.is_cuda()) return collection_->BackwardUpdate(d_out, lr, step);
+    if (!staged_) return collection_->BackwardUpdate(d_out, lr, step);
     const size_t n = static_cast<size_t>(batch_ * output_dim());
     host_d_.resize(n);
     TESSERA_RETURN_IF_ERROR(CudaCopyToHost(model_ctx_, host_d_.data(), d_out, n * sizeof(float)));
@@ -55,6 +59,7 @@ class ShardedSparseArch final : public SparseArch {
  private:
   std::unique_ptr<ShardedEmbeddingCollection> collection_;
   DeviceContext model_ctx_;
+  bool staged_ = false;  // host shards under a CUDA model: copies both ways
   std::vector<float> host_out_, host_d_;  // staging for a CUDA model
   int64_t batch_ = 0;
 };

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "core/logging.h"
 #include "sharding/mpi_communicator.h"
 #include "sharding/plan.h"
 #include "trainer/auto_plan.h"
@@ -34,6 +35,19 @@ absl::StatusOr<World> CreateWorld(const Config& config) {
     w.grid.emplace(std::move(grid).value());
   }
   return w;
+}
+
+std::string ShardsStayOnHost(const Config& config) {
+  if (config.sharding.replica_sync == ReplicaSync::kAverage) return "sharding.replica_sync average";
+  for (const TableConfig& t : config.model.tables) {
+    if (t.storage.tier != StorageTier::kMemory) {
+      return absl::StrCat("table '", t.name, "' is in the RocksDB tier");
+    }
+    if (t.storage.dtype != RowDtype::kF32) {
+      return absl::StrCat("table '", t.name, "' has storage.dtype ", RowDtypeName(t.storage.dtype));
+    }
+  }
+  return "";
 }
 
 absl::StatusOr<std::unique_ptr<Model>> CreateModelForWorld(const Config& config, World& world,
@@ -70,11 +84,29 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModelForWorld(const Config& config,
   o.sync_rows = config.sharding.sync_rows;
   o.comm_dtype = config.sharding.comm_dtype;
   o.pipeline_input_dist = config.sharding.pipeline;
-  // device: cuda on several ranks: the shards stay in host memory (their all-to-alls over MPI,
-  // as on the CPU) and each rank's dense model is on its GPU; pooled rows and their gradients
-  // cross PCIe per step (trainer/sharded_sparse_arch.h). Shards in HBM are not built yet.
-  TESSERA_ASSIGN_OR_RETURN(auto sharded, ShardedEmbeddingCollection::Create(
-                                             o, *world.grid, DeviceContext::Cpu()));
+  o.transport = config.sharding.transport;
+  // device: cuda on several ranks: the shards in HBM, their payloads over sharding.transport,
+  // when the collection supports the config there (ShardsStayOnHost); otherwise the shards stay
+  // in host memory (their all-to-alls over MPI, as on the CPU) with each rank's dense model on
+  // its GPU, the pooled rows and their gradients crossing PCIe per step
+  // (trainer/sharded_sparse_arch.h).
+  DeviceContext shard_ctx = ctx;
+  if (ctx.is_cuda()) {
+    const std::string why = ShardsStayOnHost(config);
+    if (!why.empty()) {
+      shard_ctx = DeviceContext::Cpu();
+      if (world.rank() == 0) {
+        TESSERA_LOG(INFO) << "device: cuda: the embedding shards stay in host memory (" << why
+                          << "); the dense model is on the GPU";
+      }
+    }
+  }
+  TESSERA_ASSIGN_OR_RETURN(auto sharded,
+                           ShardedEmbeddingCollection::Create(o, *world.grid, shard_ctx));
+  if (ctx.is_cuda() && world.rank() == 0 && shard_ctx.is_cuda()) {
+    TESSERA_LOG(INFO) << "device: cuda: embedding shards in device memory, payloads over "
+                      << sharded->payload_backend();
+  }
   auto sparse = std::make_unique<ShardedSparseArch>(std::move(sharded), ctx);
   return Model::Create(config, ctx, std::move(sparse), world.comm.get());
 }

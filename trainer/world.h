@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "core/device.h"
@@ -38,8 +39,14 @@ struct World {
 absl::StatusOr<World> CreateWorld(const Config& config);
 
 // The Model for `world`: local tables for a world of one, sharded tables otherwise, with the
-// model's gradient scaling and dense all-reduce attached to `world.comm`.
+// model's gradient scaling and dense all-reduce attached to `world.comm`. With a CUDA ctx and
+// several ranks the shards are in device memory (sharding.transport carries their payloads)
+// unless ShardsStayOnHost names a reason, in which case they stay in host memory and only the
+// dense model is on the GPU (rank 0 logs which).
 absl::StatusOr<std::unique_ptr<Model>> CreateModelForWorld(const Config& config, World& world,
                                                            const DeviceContext& ctx);
+// Why a device: cuda model's shards must stay in host memory (what CUDA shards do not support
+// yet: replica_sync average, RocksDB-tier or 16-bit tables), or "" when they can be on the GPU.
+std::string ShardsStayOnHost(const Config& config);
 
 }  // namespace tessera

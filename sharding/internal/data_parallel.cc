@@ -13,26 +13,34 @@ int DataParallelTables::Add(int t, std::unique_ptr<RowStore> store) {
   return static_cast<int>(tables_.size()) - 1;
 }
 
-absl::Status DataParallelTables::Forward(const KeyedJagged& batch, bool weighted, float* out) {
+absl::Status DataParallelTables::Forward(const KeyedJagged& batch, const LocalStep& local,
+                                         bool weighted, float* out) {
   const auto& co = l_.options.collection;
   const int64_t b = batch.batch_size, od = l_.output_dim;
   slots_.resize(batch.values.size());
   for (const Table& d : tables_) {
     const TableConfig& cfg = co.tables[d.table];
-    RowStore& store = *d.store;
     for (int f : cfg.features) {
       const int64_t fb = batch.feature_begin(f), nv = batch.feature_end(f) - fb;
-      TESSERA_RETURN_IF_ERROR(store.Resolve(absl::MakeConstSpan(batch.values.data() + fb, nv),
-                                            absl::MakeSpan(slots_.data() + fb, nv)));
+      TESSERA_RETURN_IF_ERROR(d.store->Resolve(absl::MakeConstSpan(batch.values.data() + fb, nv),
+                                               absl::MakeSpan(slots_.data() + fb, nv)));
     }
+  }
+  // One copy of every data-parallel feature's slots into ctx's memory (none on the CPU).
+  if (tables_.empty()) return absl::OkStatus();
+  TESSERA_ASSIGN_OR_RETURN(ctx_slots_,
+                           Mirror(l_.ctx, slots_, &slots_mirror_, "the data-parallel slots"));
+  for (const Table& d : tables_) {
+    const TableConfig& cfg = co.tables[d.table];
+    RowStore& store = *d.store;
     for (int f : cfg.features) {
       PooledLookupArgs a;
       a.weights = store.weight_data();
       a.weight_dtype = store.weight_dtype();
       a.dim = cfg.dim;
-      a.offsets = batch.feature_offsets(f);
-      a.indices = slots_.data();
-      a.per_id_weights = weighted ? batch.weights.data() : nullptr;
+      a.offsets = local.ctx_offsets + static_cast<int64_t>(f) * b;
+      a.indices = ctx_slots_;
+      a.per_id_weights = weighted ? local.ctx_id_weights : nullptr;
       a.num_bags = b;
       a.pooling = cfg.pooling;
       a.out = out + l_.feature_column[f];
@@ -75,9 +83,9 @@ absl::Status DataParallelTables::BackwardUpdate(const LocalStep& local, const fl
     std::vector<BagGradients> sources;
     for (int f : cfg.features) {
       BagGradients g;
-      g.offsets = local.offsets.data() + static_cast<int64_t>(f) * batch;
-      g.indices = slots_.data();
-      g.per_id_weights = local.id_weights.empty() ? nullptr : local.id_weights.data();
+      g.offsets = local.ctx_offsets + static_cast<int64_t>(f) * batch;
+      g.indices = ctx_slots_;
+      g.per_id_weights = local.ctx_id_weights;
       g.num_bags = batch;
       g.grad = d_out + l_.feature_column[f];
       g.grad_stride = l_.output_dim;
@@ -119,7 +127,13 @@ absl::Status DataParallelTables::BackwardUpdate(const LocalStep& local, const fl
     a.optimizer = l_.options.collection.optimizer;
     a.lr = lr;
     a.step = step;
-    TESSERA_RETURN_IF_ERROR(ApplyRowUpdates(l_.ctx, slots, g.data(), a));
+    const int64_t count = static_cast<int64_t>(slots.size());
+    TESSERA_ASSIGN_OR_RETURN(const int64_t* ctx_slots,
+                             Mirror(l_.ctx, slots, &update_slots_, "the data-parallel rows"));
+    TESSERA_ASSIGN_OR_RETURN(const float* ctx_g,
+                             Mirror(l_.ctx, g, &update_grads_, "the data-parallel gradients"));
+    TESSERA_RETURN_IF_ERROR(
+        ApplyRowUpdates(l_.ctx, absl::MakeConstSpan(ctx_slots, count), ctx_g, a));
   }
   guard.done = true;
   return absl::OkStatus();

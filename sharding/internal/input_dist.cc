@@ -141,7 +141,7 @@ void InputDist::Pack(const KeyedJagged& batch, bool keep_batch, PackedInput* out
         }
       }
       // Host-side packing (ctx is the CPU's here); a device twin packs device buckets.
-      TESSERA_CHECK_OK(PackSegments(l_.ctx, segs_.data(), static_cast<int64_t>(segs_.size()),
+      TESSERA_CHECK_OK(PackSegments(l_.host, segs_.data(), static_cast<int64_t>(segs_.size()),
                                     out->payload.data() + out->pdispl[d]));
     }
   }
@@ -293,7 +293,8 @@ absl::Status InputDist::Exchange(const KeyedJagged& batch, const float* out, Res
 absl::Status InputDist::Unpack() {
   TESSERA_CHECK(current_ != nullptr) << "InputDist::Unpack without a successful Exchange";
   const ReceivedInput& in = *current_;
-  const DeviceContext& ctx = l_.ctx;
+  // Routing is host work (the ids came over MPI); the shards' memory gets a mirror at the end.
+  const DeviceContext& ctx = l_.host;
   const int n = l_.n;
   const auto& mine = l_.dst_requests[l_.me];
   const int64_t hme = l_.HeaderInts(l_.me);
@@ -383,6 +384,13 @@ absl::Status InputDist::Unpack() {
     TESSERA_RETURN_IF_ERROR(l_.local[li].store->Resolve(o.urows, absl::MakeSpan(o.uslots)));
     TESSERA_RETURN_IF_ERROR(
         MapIndices(ctx, o.uslots.data(), static_cast<int64_t>(o.slots.size()), o.slots.data()));
+    TESSERA_ASSIGN_OR_RETURN(o.ctx_slots,
+                             Mirror(l_.ctx, o.slots, &o.slots_mirror, "the owner's slots"));
+    TESSERA_ASSIGN_OR_RETURN(o.ctx_offsets,
+                             Mirror(l_.ctx, o.offsets, &o.offsets_mirror, "the owner's offsets"));
+    TESSERA_ASSIGN_OR_RETURN(o.ctx_weights, Mirror(l_.ctx, o.weights, &o.weights_mirror,
+                                                   "the owner's per-id weights"));
+    if (o.weights.empty()) o.ctx_weights = nullptr;
   }
   // The prefetched payload is unpacked: its buffers can go.
   in_use_.reset();
@@ -420,7 +428,7 @@ absl::Status InputDist::HintNextRows(bool wait) {
       std::vector<int64_t>& rows = hint_rows_[li];
       const int64_t at = static_cast<int64_t>(rows.size());
       rows.resize(at + nu);
-      TESSERA_RETURN_IF_ERROR(UnpackIds(l_.ctx, ids, nu, ls.rect.row_begin, rows.data() + at));
+      TESSERA_RETURN_IF_ERROR(UnpackIds(l_.host, ids, nu, ls.rect.row_begin, rows.data() + at));
     }
   }
   for (size_t li = 0; li < l_.local.size(); ++li) {

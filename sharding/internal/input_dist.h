@@ -33,6 +33,7 @@
 #include "absl/status/status.h"
 #include "core/keyed_jagged.h"
 #include "sharding/communicator.h"
+#include "sharding/internal/ctx_array.h"
 #include "sharding/internal/shard_kernels.h"
 #include "sharding/internal/shard_layout.h"
 
@@ -80,6 +81,14 @@ struct OwnerIds {
   std::vector<float> weights;          // per position, when some sender's batch is weighted
   std::vector<int64_t> offsets;        // per (sender, feature): batch + 1 absolute offsets
   std::vector<int64_t> offsets_start;  // (sender * features + feature) -> start in offsets
+  // slots, offsets and weights in the shards' memory (layout.ctx), what the lookup and the
+  // update read: the vectors' own data on a CPU context, device copies (the mirrors) on CUDA.
+  // Set by Unpack, valid until the next Unpack; ctx_weights is null when `weights` is empty.
+  const int64_t* ctx_slots = nullptr;
+  const int64_t* ctx_offsets = nullptr;
+  const float* ctx_weights = nullptr;
+  CtxArray<int64_t> slots_mirror, offsets_mirror;
+  CtxArray<float> weights_mirror;
 };
 
 class InputDist {

@@ -41,10 +41,13 @@ absl::Status OutputDist::PoolLocal(const std::vector<OwnerIds>& owners,
   const int n = l_.n;
   const auto& mine = l_.dst_requests[l_.me];
   SizeRoutes(src_batch, batch);
-  // Reply layout to sender src: per request of mine, per feature, [batch(src), width].
-  send_f_.assign(reply_displs_[n - 1] + reply_counts_[n - 1], 0.0f);
+  // Reply layout to sender src: per request of mine, per feature, [batch(src), width]; every
+  // float of it is written below (a sender of no samples has no block).
+  TESSERA_ASSIGN_OR_RETURN(float* send,
+                           send_f_.Reserve(l_.ctx, reply_displs_[n - 1] + reply_counts_[n - 1],
+                                           "the pooled partial sums"));
   for (int src = 0; src < n; ++src) {
-    float* o = send_f_.data() + reply_displs_[src];
+    float* o = send + reply_displs_[src];
     for (int ri : mine) {
       const int li = l_.requests[ri].local;
       const LocalShard& ls = l_.local[li];
@@ -55,9 +58,9 @@ absl::Status OutputDist::PoolLocal(const std::vector<OwnerIds>& owners,
         a.weights = ls.store->weight_data();
         a.weight_dtype = ls.store->weight_dtype();
         a.dim = ls.width;
-        a.offsets = ids.offsets.data() + ids.offsets_start[src * nf + fi];
-        a.indices = ids.slots.data();
-        a.per_id_weights = ids.weights.empty() ? nullptr : ids.weights.data();
+        a.offsets = ids.ctx_offsets + ids.offsets_start[src * nf + fi];
+        a.indices = ids.ctx_slots;
+        a.per_id_weights = ids.ctx_weights;
         a.num_bags = src_batch[src];
         a.pooling = PoolingMode::kSum;
         a.out = o;
@@ -72,13 +75,15 @@ absl::Status OutputDist::PoolLocal(const std::vector<OwnerIds>& owners,
 
 absl::Status OutputDist::ExchangeForward() {
   const int n = l_.n;
-  recv_f_.resize(ask_displs_[n - 1] + ask_counts_[n - 1]);
+  TESSERA_ASSIGN_OR_RETURN(float* recv,
+                           recv_f_.Reserve(l_.ctx, ask_displs_[n - 1] + ask_counts_[n - 1],
+                                           "the received partial sums"));
   // Sending what this rank computed (reply) and receiving what it asked for (ask).
-  return ExchangeFloats(send_f_.data(), reply_counts_, reply_displs_, recv_f_.data(), ask_counts_,
+  return ExchangeFloats(send_f_.data(), reply_counts_, reply_displs_, recv, ask_counts_,
                         ask_displs_);
 }
 
-absl::Status OutputDist::Reduce(const KeyedJagged& batch, float* out) {
+absl::Status OutputDist::Reduce(const int64_t* batch_offsets, float* out) {
   const auto& co = l_.options.collection;
   const int n = l_.n;
   const int64_t b = batch_, od = l_.output_dim;
@@ -105,8 +110,8 @@ absl::Status OutputDist::Reduce(const KeyedJagged& batch, float* out) {
                                             out + l_.feature_column[f] + r.rect.col_begin, od));
       }
       if (cfg.pooling == PoolingMode::kMean) {
-        TESSERA_RETURN_IF_ERROR(ScaleBagsByLength(l_.ctx, batch.feature_offsets(f), b, cfg.dim,
-                                                  out + l_.feature_column[f], od));
+        TESSERA_RETURN_IF_ERROR(ScaleBagsByLength(l_.ctx, batch_offsets + static_cast<int64_t>(f) * b,
+                                                  b, cfg.dim, out + l_.feature_column[f], od));
       }
     }
   }
@@ -120,15 +125,16 @@ absl::Status OutputDist::ExchangeBackward(const LocalStep& step,
   const int n = l_.n;
   const int64_t b = step.batch, od = l_.output_dim;
   SizeRoutes(src_batch, b);
-  send_f_.resize(ask_displs_[n - 1] + ask_counts_[n - 1]);
-  float* p = send_f_.data();
+  TESSERA_ASSIGN_OR_RETURN(float* p,
+                           send_f_.Reserve(l_.ctx, ask_displs_[n - 1] + ask_counts_[n - 1],
+                                           "the output gradient slices"));
   for (int d = 0; d < n && b > 0; ++d) {
     for (int ri : l_.dst_requests[d]) {
       const Request& r = l_.requests[ri];
       const TableConfig& cfg = co.tables[r.table];
       const int64_t w = r.rect.num_cols();
       for (int f : cfg.features) {
-        const int64_t* offs = step.offsets.data() + static_cast<int64_t>(f) * b;
+        const int64_t* offs = step.ctx_offsets + static_cast<int64_t>(f) * b;
         TESSERA_RETURN_IF_ERROR(
             PackGradSlice(l_.ctx, d_out + l_.feature_column[f] + r.rect.col_begin, od,
                           cfg.pooling == PoolingMode::kMean ? offs : nullptr, b, w, p));
@@ -136,8 +142,10 @@ absl::Status OutputDist::ExchangeBackward(const LocalStep& step,
       }
     }
   }
-  recv_f_.resize(reply_displs_[n - 1] + reply_counts_[n - 1]);
-  return ExchangeFloats(send_f_.data(), ask_counts_, ask_displs_, recv_f_.data(), reply_counts_,
+  TESSERA_ASSIGN_OR_RETURN(float* recv,
+                           recv_f_.Reserve(l_.ctx, reply_displs_[n - 1] + reply_counts_[n - 1],
+                                           "the received gradient slices"));
+  return ExchangeFloats(send_f_.data(), ask_counts_, ask_displs_, recv, reply_counts_,
                         reply_displs_);
 }
 
@@ -156,9 +164,9 @@ absl::Status OutputDist::Aggregate(const std::vector<OwnerIds>& owners,
       const int64_t nf = l_.NumFeatures(ls.table);
       for (int64_t fi = 0; fi < nf; ++fi) {
         BagGradients bg;
-        bg.offsets = ids.offsets.data() + ids.offsets_start[src * nf + fi];
-        bg.indices = ids.slots.data();
-        bg.per_id_weights = ids.weights.empty() ? nullptr : ids.weights.data();
+        bg.offsets = ids.ctx_offsets + ids.offsets_start[src * nf + fi];
+        bg.indices = ids.ctx_slots;
+        bg.per_id_weights = ids.ctx_weights;
         bg.num_bags = src_batch[src];
         bg.grad = p;
         bg.grad_stride = ls.width;
@@ -180,6 +188,13 @@ absl::Status OutputDist::Aggregate(const std::vector<OwnerIds>& owners,
     const bool slots_are_rows = ids.uslots == ids.urows;  // in-memory stores
     if (l_.UpdatesFused(ls) && slots_are_rows) {
       rg.bags = std::move(sources[q]);  // ApplyShardUpdates pools and applies them in one pass
+      if (l_.ctx.is_cuda()) {
+        // The CPU update reports its distinct rows (ws->unique_slots); the CUDA one keeps them
+        // on the device, so name them here: every unique row received has a position.
+        rg.rows = ids.urows;
+        std::sort(rg.rows.begin(), rg.rows.end());
+        rg.rows.erase(std::unique(rg.rows.begin(), rg.rows.end()), rg.rows.end());
+      }
       continue;
     }
     if (slots_are_rows) {
@@ -203,7 +218,7 @@ absl::Status OutputDist::Aggregate(const std::vector<OwnerIds>& owners,
     rg.rows.resize(rows.size());
     rg.grads.resize(g.size());
     for (size_t i = 0; i < order.size(); ++i) rg.rows[i] = rows[order[i]];
-    TESSERA_RETURN_IF_ERROR(GatherRows(l_.ctx, g.data(), order.data(),
+    TESSERA_RETURN_IF_ERROR(GatherRows(l_.host, g.data(), order.data(),
                                        static_cast<int64_t>(order.size()), ls.width,
                                        rg.grads.data()));
   }
@@ -216,14 +231,13 @@ absl::Status OutputDist::ExchangeFloats(const float* send, const std::vector<int
                                         const std::vector<int64_t>& rd) {
   const int n = l_.n;
   const PayloadDType dt = l_.options.comm_dtype;
-  if (dt == PayloadDType::kF32) return l_.group->AllToAllV<float>(send, sc, sd, recv, rc, rd);
+  if (dt == PayloadDType::kF32) return l_.payload->AllToAllV<float>(send, sc, sd, recv, rc, rd);
   const int64_t ns = sd[n - 1] + sc[n - 1], nr = rd[n - 1] + rc[n - 1];
-  send_h_.resize(ns);
-  recv_h_.resize(nr);
-  TESSERA_RETURN_IF_ERROR(FloatsTo16(l_.ctx, dt, send, ns, send_h_.data()));
-  TESSERA_RETURN_IF_ERROR(
-      l_.group->AllToAllV<uint16_t>(send_h_.data(), sc, sd, recv_h_.data(), rc, rd));
-  return FloatsFrom16(l_.ctx, dt, recv_h_.data(), nr, recv);
+  TESSERA_ASSIGN_OR_RETURN(uint16_t* sh, send_h_.Reserve(l_.ctx, ns, "16-bit payloads"));
+  TESSERA_ASSIGN_OR_RETURN(uint16_t* rh, recv_h_.Reserve(l_.ctx, nr, "16-bit payloads"));
+  TESSERA_RETURN_IF_ERROR(FloatsTo16(l_.ctx, dt, send, ns, sh));
+  TESSERA_RETURN_IF_ERROR(l_.payload->AllToAllV<uint16_t>(sh, sc, sd, rh, rc, rd));
+  return FloatsFrom16(l_.ctx, dt, rh, nr, recv);
 }
 
 }  // namespace tessera::internal

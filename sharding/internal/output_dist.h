@@ -7,6 +7,10 @@
 // the same routes back to the owners, which sum the row gradients of each local shard over the
 // senders in shard rank order (AggregateRowGradients).
 //
+// Memory: the payloads, `out` and `d_out` are in the shards' memory (layout.ctx: device memory
+// for CUDA shards), travelling over layout.payload; the received ids are OwnerIds' ctx_*
+// pointers. The aggregated RowGrads are host vectors (the replica sync sums them over MPI).
+//
 // Payload per (owner, requester) pair, both directions: per request of the owner, per feature of
 // its table, [requester's batch, shard width] floats; as fp32, or rounded to fp16 / bf16 on the
 // way out and widened on the way in (options.comm_dtype; the part a rank keeps is rounded too).
@@ -46,9 +50,10 @@ class OutputDist {
   // Collective over the group: the replies of PoolLocal out, this rank's partial sums in.
   absl::Status ExchangeForward();
   // Requester: out [batch, output_dim] = the partial sums of every sharded table added in shard
-  // order (kMean scaled by 1 / bag length); the columns of data-parallel tables are zeroed.
+  // order (kMean scaled by 1 / bag length, from `batch_offsets`: the local batch's offsets in
+  // ctx's memory); the columns of data-parallel tables are zeroed.
   // REQUIRES: ExchangeForward done for this batch.
-  absl::Status Reduce(const KeyedJagged& batch, float* out);
+  absl::Status Reduce(const int64_t* batch_offsets, float* out);
 
   // Requester, backward: packs d_out's slices of every request (per owner, request, feature,
   // bag) and sends them to the owners; receives the slices of this rank's shards. Collective
@@ -72,8 +77,9 @@ class OutputDist {
   const ShardLayout& l_;
   int64_t batch_ = 0;
   std::vector<int64_t> ask_counts_, ask_displs_, reply_counts_, reply_displs_;
-  std::vector<float> send_f_, recv_f_;
-  std::vector<uint16_t> send_h_, recv_h_;  // 16-bit payloads
+  // Payloads in ctx's memory (device memory for CUDA shards), over layout.payload.
+  CtxArray<float> send_f_, recv_f_;
+  CtxArray<uint16_t> send_h_, recv_h_;  // 16-bit payloads
   EmbeddingWorkspace ws_;
 };
 

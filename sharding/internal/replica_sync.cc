@@ -66,7 +66,7 @@ absl::Status ReplicaSyncPhase::ReduceGradients(const InputDist& in, std::vector<
   if (l_.options.replica_sync == tessera::ReplicaSync::kExact) return ExactSum(in, grads);
   const float scale = static_cast<float>(l_.m);
   for (RowGrads& rg : *grads) {
-    TESSERA_RETURN_IF_ERROR(ScaleFloats(l_.ctx, scale, static_cast<int64_t>(rg.grads.size()),
+    TESSERA_RETURN_IF_ERROR(ScaleFloats(l_.host, scale, static_cast<int64_t>(rg.grads.size()),
                                         rg.grads.data()));
   }
   return absl::OkStatus();
@@ -110,7 +110,7 @@ absl::Status ReplicaSyncPhase::ExactSum(const InputDist& in, std::vector<RowGrad
   for (size_t q = 0; q < local.size(); ++q) {
     const int64_t w = local[q].width, u = static_cast<int64_t>(unions[q].size());
     TESSERA_RETURN_IF_ERROR(
-        ScatterToUnion(l_.ctx, rg[q].rows.data(), static_cast<int64_t>(rg[q].rows.size()),
+        ScatterToUnion(l_.host, rg[q].rows.data(), static_cast<int64_t>(rg[q].rows.size()),
                        unions[q].data(), u, rg[q].grads.data(), w, buf.data() + at));
     at += u * w;
   }

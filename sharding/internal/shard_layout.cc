@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "embedding/device_row_store.h"
 #include "embedding/row_init.h"
 #include "embedding/tiered_row_store.h"
 #include "sharding/internal/shard_layout.h"
@@ -79,7 +80,8 @@ absl::StatusOr<std::unique_ptr<RowStore>> MakeTieredShardStore(
 
 absl::StatusOr<std::unique_ptr<RowStore>> MakeStore(const EmbeddingCollectionOptions& o, int t,
                                                     int64_t r0, int64_t r1, int64_t c0,
-                                                    int64_t c1, int world_rank, int shard) {
+                                                    int64_t c1, int world_rank, int shard,
+                                                    const DeviceContext& ctx) {
   const TableConfig& cfg = o.tables[t];
   if (cfg.storage.tier == StorageTier::kRocksDb) {
     return MakeTieredShardStore(o, t, r0, r1, c0, c1, world_rank, shard);
@@ -95,7 +97,7 @@ absl::StatusOr<std::unique_ptr<RowStore>> MakeStore(const EmbeddingCollectionOpt
   so.table_id = static_cast<uint64_t>(t);
   so.name = cfg.name;
   so.dtype = cfg.storage.dtype;
-  TESSERA_ASSIGN_OR_RETURN(auto store, CreateInMemoryRowStore(so));
+  TESSERA_ASSIGN_OR_RETURN(auto store, CreateDeviceRowStore(ctx, so));
   constexpr int64_t kChunk = 4096;
   std::vector<float> buf;
   for (int64_t b = r0; b < r1; b += kChunk) {

@@ -13,6 +13,7 @@
 
 #include "embedding/pooled_lookup.h"
 #include "embedding/row_store.h"
+#include "sharding/internal/ctx_array.h"
 #include "sharding/sharded_embedding.h"
 
 namespace tessera::internal {
@@ -48,8 +49,17 @@ struct TableRoute {
 struct ShardLayout {
   ShardedEmbeddingOptions options;
   ShardingPlan plan;  // validated
-  DeviceContext ctx;
+  // Where the shards, the pooled payloads and the step's gradients live (CPU or CUDA), and
+  // where the host-side work runs (the input dist's routing, the replica sums): ctx itself for
+  // a CPU collection, DeviceContext::Cpu() for a CUDA one.
+  DeviceContext ctx, host;
+  // Host communicators (MPI): ids, headers, row gradients of the replica sync, data-parallel
+  // gradient tables.
   std::shared_ptr<Communicator> world, group, replica;
+  // The sharding group's communicator for payloads in ctx's memory (pooled partial sums and
+  // their gradients): `group` itself on the CPU; on CUDA a StagedCommunicator over a duplicate
+  // of it or an NCCL communicator (ShardedEmbeddingOptions::transport).
+  std::shared_ptr<Communicator> payload;
   int n = 1, m = 1, me = 0;        // group size N, sharding groups M, this rank's shard rank
   RowOptimizerOptions update_opt;  // the optimizer as applied here (average mode: divisor c)
   std::vector<int> table_of_feature;
@@ -106,6 +116,12 @@ struct LocalStep {
   bool weighted = false;
   std::vector<int64_t> offsets;   // the local batch's offsets
   std::vector<float> id_weights;  // the local batch's per-id weights
+  // The same in the shards' memory (ctx): the vectors' data on the CPU, mirrors on CUDA
+  // (ctx_id_weights null when unweighted). Set by Forward.
+  const int64_t* ctx_offsets = nullptr;
+  const float* ctx_id_weights = nullptr;
+  CtxArray<int64_t> offsets_mirror;
+  CtxArray<float> id_weights_mirror;
 };
 
 // The store for rows [r0, r1) x columns [c0, c1) of table t, holding the slice of the full
@@ -113,9 +129,11 @@ struct LocalStep {
 // in-memory store initialised eagerly. Tier rocksdb: a TieredRowStore at
 // "<storage.path>/rank<world_rank>-shard<shard>" (emptied on open), lazily initialised to the
 // same values, with the table's cache budget scaled by the shard's share of the table.
+// On a CUDA ctx the in-memory store is in device memory (embedding/device_row_store.h).
 absl::StatusOr<std::unique_ptr<RowStore>> MakeStore(const EmbeddingCollectionOptions& o, int t,
                                                     int64_t r0, int64_t r1, int64_t c0, int64_t c1,
-                                                    int world_rank, int shard);
+                                                    int world_rank, int shard,
+                                                    const DeviceContext& ctx);
 // InvalidArgument naming the table, feature, sample and id for a malformed batch.
 absl::Status CheckBatch(const ShardLayout& l, const KeyedJagged& batch);
 

@@ -11,7 +11,8 @@
 namespace tessera::internal {
 
 absl::Status ApplyShardUpdates(const ShardLayout& l, std::vector<RowGrads>* all_grads, float lr,
-                               int64_t step, EmbeddingWorkspace* ws) {
+                               int64_t step, UpdateScratch* scratch) {
+  EmbeddingWorkspace* ws = &scratch->ws;
   const std::vector<RowGrads>& grads = *all_grads;
   const auto& tables = l.options.collection.tables;
   const auto& local = l.local;
@@ -44,7 +45,7 @@ absl::Status ApplyShardUpdates(const ShardLayout& l, std::vector<RowGrads>* all_
       }
       partial.assign(cnt, 0.0f);
       TESSERA_RETURN_IF_ERROR(
-          RowSquaredSums(l.ctx, rg.grads.data(), cnt, ls.width, partial.data()));
+          RowSquaredSums(l.host, rg.grads.data(), cnt, ls.width, partial.data()));
       put(partial.data(), cnt * 4);
       block.resize((block.size() + 7) & ~size_t{7}, 0);
     }
@@ -114,21 +115,31 @@ absl::Status ApplyShardUpdates(const ShardLayout& l, std::vector<RowGrads>* all_
     if (!rg.bags.empty()) {
       // Slots are the rows (OutputDist::Aggregate hands bags only for such stores).
       TESSERA_RETURN_IF_ERROR(FusedBackwardUpdate(l.ctx, rg.bags, PoolingMode::kSum, a, ws));
-      (*all_grads)[q].rows.assign(ws->unique_slots.begin(), ws->unique_slots.end());
+      if (!l.ctx.is_cuda()) {
+        (*all_grads)[q].rows.assign(ws->unique_slots.begin(), ws->unique_slots.end());
+      }
       continue;
     }
     if (rg.rows.empty()) continue;
     slots.resize(rg.rows.size());
     TESSERA_RETURN_IF_ERROR(ls.store->Resolve(rg.rows, absl::MakeSpan(slots)));
+    // The host's slots and gradients in the shard's memory (no copy on the CPU).
+    const int64_t count = static_cast<int64_t>(slots.size());
+    TESSERA_ASSIGN_OR_RETURN(const int64_t* ctx_slots,
+                             Mirror(l.ctx, slots, &scratch->slots, "the update's slots"));
+    TESSERA_ASSIGN_OR_RETURN(const float* ctx_grads,
+                             Mirror(l.ctx, rg.grads, &scratch->grads, "the row gradients"));
     if (col_adagrad && ls.col_split) {
+      TESSERA_ASSIGN_OR_RETURN(const float* ctx_sq, Mirror(l.ctx, total_sq[q], &scratch->total_sq,
+                                                           "the squared-gradient totals"));
       // Row-wise AdaGrad (embedding/row_optimizer.h) with the full row's squared-gradient sum.
       TESSERA_RETURN_IF_ERROR(ColumnSplitAdagrad(
-          l.ctx, l.update_opt, lr, total_sq[q].data(), static_cast<float>(tables[ls.table].dim),
-          slots.data(), static_cast<int64_t>(slots.size()), ls.width, rg.grads.data(),
-          ls.store->weights(), ls.store->state()));
+          l.ctx, l.update_opt, lr, ctx_sq, static_cast<float>(tables[ls.table].dim), ctx_slots,
+          count, ls.width, ctx_grads, ls.store->weights(), ls.store->state()));
       continue;
     }
-    TESSERA_RETURN_IF_ERROR(ApplyRowUpdates(l.ctx, slots, rg.grads.data(), a));
+    TESSERA_RETURN_IF_ERROR(
+        ApplyRowUpdates(l.ctx, absl::MakeConstSpan(ctx_slots, count), ctx_grads, a));
   }
   return absl::OkStatus();
 }

@@ -18,10 +18,19 @@
 
 namespace tessera::internal {
 
+// The update's scratch: the host workspace of the fused update, and (CUDA shards) the device
+// copies of the host-side slots, row gradients and squared-gradient totals.
+struct UpdateScratch {
+  EmbeddingWorkspace ws;
+  CtxArray<int64_t> slots;
+  CtxArray<float> grads, total_sq;
+};
+
 // Applies the update with `lr` and 1-based `step`; (*grads)[q] belongs to layout.local[q]. A
-// shard handed as bags (RowGrads::bags) is updated by FusedBackwardUpdate with `ws` as its
-// scratch, and its `rows` are set to the distinct rows it updated.
+// shard handed as bags (RowGrads::bags) is updated by FusedBackwardUpdate with scratch->ws as
+// its scratch, and its `rows` are set to the distinct rows it updated (CUDA shards: Aggregate
+// set them). RowGrads are host memory; on a CUDA context they are copied to the device first.
 absl::Status ApplyShardUpdates(const ShardLayout& layout, std::vector<RowGrads>* grads, float lr,
-                               int64_t step, EmbeddingWorkspace* ws);
+                               int64_t step, UpdateScratch* scratch);
 
 }  // namespace tessera::internal

@@ -21,6 +21,7 @@
 #include "sharding/internal/output_dist.h"
 #include "sharding/internal/replica_sync.h"
 #include "sharding/internal/shard_layout.h"
+#include "sharding/internal/shard_update.h"
 #include "sharding/sharded_embedding.h"
 
 namespace tessera {
@@ -34,7 +35,7 @@ struct ShardedEmbeddingCollection::Impl {
   std::unique_ptr<internal::ReplicaSyncPhase> sync;
   // Per local shard: the step's row gradients (OutputDist::Aggregate, then ReplicaSyncPhase).
   std::vector<internal::RowGrads> grads;
-  EmbeddingWorkspace update_ws;  // ApplyShardUpdates' scratch for fused shards
+  internal::UpdateScratch update;  // ApplyShardUpdates' scratch
   // The local batch between Forward and BackwardUpdate.
   internal::LocalStep step;
   PhaseTimes* times = nullptr;

@@ -214,6 +214,7 @@ std::string ConfigToYaml(const Config& c) {
   Key(e, "plan", c.sharding.plan);
   Key(e, "bucket_bytes", c.sharding.bucket_bytes);
   Key(e, "comm_dtype", kPayloadDTypeNames, c.sharding.comm_dtype);
+  Key(e, "transport", kPayloadTransportNames, c.sharding.transport);
   Key(e, "pipeline", c.sharding.pipeline);
   Key(e, "profile", c.sharding.profile);
   e << YAML::EndMap << YAML::EndMap;
