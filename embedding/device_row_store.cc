@@ -159,7 +159,6 @@ class DeviceRowStore final : public RowStore {
 absl::StatusOr<std::unique_ptr<RowStore>> CreateDeviceRowStore(
     const DeviceContext& ctx, const InMemoryRowStoreOptions& options) {
   if (!ctx.is_cuda()) return CreateInMemoryRowStore(options);
-  if (!CudaCompiled()) return NoCudaPath("CreateDeviceRowStore");
   const std::string label = options.name.empty() ? absl::StrCat("table ", options.table_id)
                                                  : absl::StrCat("table '", options.name, "'");
   if (options.num_rows <= 0 || options.dim <= 0 || options.state_dim < 0) {
@@ -174,6 +173,7 @@ absl::StatusOr<std::unique_ptr<RowStore>> CreateDeviceRowStore(
         " is not supported on CUDA yet (use storage.dtype fp32 with device cuda, or run on the "
         "CPU)"));
   }
+  if (!CudaCompiled()) return NoCudaPath("CreateDeviceRowStore");
   auto store = std::make_unique<DeviceRowStore>(ctx, options);
   TESSERA_RETURN_IF_ERROR(store->Allocate());
   TESSERA_RETURN_IF_ERROR(store->Initialize());

@@ -201,11 +201,12 @@ absl::StatusOr<std::unique_ptr<ShardedEmbeddingCollection>> ShardedEmbeddingColl
       s.requests.push_back(std::move(r));
     }
   }
-  // Only with a RocksDB-tier table (the same on every rank), so the all-in-memory Create keeps
-  // its collectives (and communicator stats) unchanged.
+  // Only with a RocksDB-tier table or device memory (the same on every rank: a rank whose
+  // shard does not fit its GPU must not leave the others waiting), so the all-in-memory CPU
+  // Create keeps its collectives (and communicator stats) unchanged.
   bool any_tiered = false;
   for (const TableConfig& cfg : co.tables) any_tiered |= cfg.storage.tier == StorageTier::kRocksDb;
-  if (any_tiered) {
+  if (any_tiered || ctx.is_cuda()) {
     int64_t failed = store_error.ok() ? 0 : 1;
     TESSERA_RETURN_IF_ERROR(s.world->AllReduce(&failed, 1, ReduceOp::kSum));
     if (failed > 0) {
