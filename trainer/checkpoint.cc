@@ -147,13 +147,8 @@ absl::StatusOr<TrainPosition> RestoreCheckpoint(Model& model, const std::string&
   auto fmt = file->metadata().find("format");
   if (fmt == file->metadata().end() || fmt->second != kFormat) {
     if (fmt != file->metadata().end() && fmt->second == internal::kShardedCheckpointFormat) {
-      // Written by several ranks: gather it into this process's tables.
-      if (c->host() == nullptr) {
-        return absl::UnimplementedError(absl::StrCat(
-            checkpoint, ": written by several ranks; restoring it into a device: cuda model is "
-            "not supported yet (resume it with device: cpu, or on as many ranks)"));
-      }
-      return internal::RestoreShardedCheckpointLocally(model, *c->host(), checkpoint, *file);
+      // Written by several ranks: gather it into this process's tables (host or device).
+      return internal::RestoreShardedCheckpointLocally(model, *c, checkpoint, *file);
     }
     return absl::DataLossError(
         absl::StrCat(file->path(), ": not a ", kFormat, " file (metadata 'format')"));

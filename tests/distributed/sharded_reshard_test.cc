@@ -32,6 +32,8 @@
 #include "trainer/checkpoint.h"
 #include "trainer/model.h"
 #include "trainer/sharded_sparse_arch.h"
+#include "trainer/split_sparse_arch.h"
+#include "trainer/stores.h"
 
 namespace tessera {
 namespace {
@@ -131,6 +133,28 @@ std::unique_ptr<Model> Build(const Shape& s, std::shared_ptr<Communicator> comm,
   return m.ok() ? std::move(*m) : nullptr;
 }
 
+// One process with the tables split by tier into two host parts (SplitSparseArch: the RocksDB
+// table in one, the others in the other), as a device: cuda model with a RocksDB table holds
+// them: a sharded checkpoint gathers into it through the same CheckpointTables::WriteFloatRows
+// as into a one-GPU model. Needs a RocksDB table (`tier` not empty).
+std::unique_ptr<Model> BuildSplit(const std::string& tier) {
+  const Config config = MakeConfig(tier);
+  auto rest = [&config](const EmbeddingCollectionOptions& o, const std::vector<int>& global)
+      -> absl::StatusOr<std::unique_ptr<SparseArch>> {
+    TESSERA_ASSIGN_OR_RETURN(auto stores, CreateTableStores(config, global));
+    TESSERA_ASSIGN_OR_RETURN(auto coll, EmbeddingCollection::CreateWithStores(
+                                            o, std::move(stores), DeviceContext::Cpu()));
+    return std::unique_ptr<SparseArch>(std::make_unique<LocalSparseArch>(std::move(coll)));
+  };
+  auto split = CreateTierSplitSparseArch(config, rest, /*rest_on_host=*/true, HostColumnCopies(),
+                                         Device::kCpu);
+  EXPECT_TRUE(split.ok()) << split.status();
+  if (!split.ok()) return nullptr;
+  auto m = Model::Create(config, DeviceContext::Cpu(), std::move(*split));
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? std::move(*m) : nullptr;
+}
+
 std::vector<Batch> GlobalBatches() {
   const Config c = MakeConfig("");
   SyntheticDataOptions o;
@@ -173,6 +197,15 @@ Snap Snapshot(Model& m) {
     if (auto* sharded = dynamic_cast<ShardedSparseArch*>(&m.sparse())) {
       s = sharded->collection().ReadTable(t, 0, tc.num_rows, out[out.size() - 2].data(),
                                           out.back().data());
+    } else if (auto* split = dynamic_cast<SplitSparseArch*>(&m.sparse())) {
+      for (int q = 0; q < split->num_parts(); ++q) {
+        const std::vector<int>& g = split->part(q).tables;
+        for (size_t i = 0; i < g.size(); ++i) {
+          if (g[i] != t) continue;
+          s = static_cast<LocalSparseArch&>(split->part_arch(q)).collection().store(i).ReadRows(
+              0, tc.num_rows, out[out.size() - 2].data(), out.back().data());
+        }
+      }
     } else {
       s = static_cast<LocalSparseArch&>(m.sparse()).collection().store(t).ReadRows(
           0, tc.num_rows, out[out.size() - 2].data(), out.back().data());
@@ -266,6 +299,14 @@ void ResumeMatchesOneProcess(const Written& from, int at, const Shape& b, int to
       for (int t = 0; t < 3; ++t) written[2 * t + 1] = restored[2 * t + 1] = {};
     }
     ExpectSame(restored, written, "gathered into one process");
+  }
+  if (!p.tier.empty()) {
+    auto split = BuildSplit(p.Tier(who + "_split"));
+    ASSERT_NE(split, nullptr);
+    auto split_pos = RestoreCheckpoint(*split, ckpt);
+    ASSERT_TRUE(split_pos.ok()) << split_pos.status();
+    EXPECT_EQ(split_pos->step, at);
+    ExpectSame(Snapshot(*split), ref_restored, "gathered into a tier-split model");
   }
   Train(*ref, 1, at, to);
   const Snap ref_trained = Snapshot(*ref);

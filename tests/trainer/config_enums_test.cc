@@ -134,6 +134,7 @@ TEST_F(ConfigEnumsTest, EveryEnumKeyReadsAndWritesEverySpelling) {
       {"sharding.replica_sync", "sharding", "replica_sync", names_of(kReplicaSyncNames)},
       {"sharding.sync_rows", "sharding", "sync_rows", names_of(kSyncRowsNames)},
       {"sharding.comm_dtype", "sharding", "comm_dtype", names_of(kPayloadDTypeNames)},
+      {"sharding.transport", "sharding", "transport", names_of(kPayloadTransportNames)},
   };
   auto lookup = [](YAML::Node n, const std::string& section) {
     const std::vector<std::string> parts = absl::StrSplit(section, '.', absl::SkipEmpty());

@@ -10,6 +10,7 @@
 #include "trainer/config.h"
 #include "trainer/model.h"
 #include "trainer/trainer.h"
+#include "trainer/world.h"
 
 namespace tessera {
 namespace {
@@ -68,6 +69,22 @@ TEST_F(DeviceTest, CudaWithoutDeviceFailsFirstWithOneMessage) {
   }
   auto cuda = CreateDeviceForConfig(SmallConfig("cuda"), 0);
   EXPECT_EQ(cuda.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// Where a device: cuda model on several ranks keeps its shards: on the GPU unless the config
+// needs what CUDA shards lack (trainer/world.h); the reason names the key or the table.
+TEST_F(DeviceTest, ShardsStayOnHostNamesWhatCudaShardsLack) {
+  Config c = SmallConfig("cuda");
+  EXPECT_EQ(ShardsStayOnHost(c), "");
+  c.sharding.replica_sync = ReplicaSync::kAverage;
+  EXPECT_EQ(ShardsStayOnHost(c), "sharding.replica_sync average");
+  c = SmallConfig("cuda");
+  c.model.tables[1].storage.tier = StorageTier::kRocksDb;
+  EXPECT_EQ(ShardsStayOnHost(c), "table '" + c.model.tables[1].name + "' is in the RocksDB tier");
+  c = SmallConfig("cuda");
+  c.model.tables[0].storage.dtype = RowDtype::kBf16;
+  EXPECT_EQ(ShardsStayOnHost(c),
+            "table '" + c.model.tables[0].name + "' has storage.dtype bf16");
 }
 
 }  // namespace

@@ -174,7 +174,7 @@ bool Overlaps(int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
 }
 
 // Fills one target from the readers of its table.
-absl::Status FillTarget(const CheckpointTables& from, const ReshardTarget& target,
+absl::Status FillTarget(const CheckpointContents& from, const ReshardTarget& target,
                         const EmbeddingCollectionOptions& o,
                         std::vector<std::unique_ptr<PieceReader>>& readers) {
   const TableConfig& cfg = o.tables[target.table];
@@ -234,18 +234,18 @@ absl::Status FillTarget(const CheckpointTables& from, const ReshardTarget& targe
     if (state_groups > 1) {
       for (float& v : s) v /= static_cast<float>(state_groups);
     }
-    TESSERA_RETURN_IF_ERROR(target.store->WriteRows(b - T.row_begin, n, w.data(),
-                                                    tsd > 0 ? s.data() : nullptr));
+    TESSERA_RETURN_IF_ERROR(
+        target.write(b - T.row_begin, n, w.data(), tsd > 0 ? s.data() : nullptr));
   }
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::StatusOr<CheckpointTables> SingleProcessCheckpointTables(
+absl::StatusOr<CheckpointContents> SingleProcessCheckpointContents(
     const std::string& checkpoint, const SafetensorsFile& state,
     const EmbeddingCollectionOptions& tables) {
-  CheckpointTables out;
+  CheckpointContents out;
   out.checkpoint = checkpoint;
   out.pieces.resize(tables.tables.size());
   for (int t = 0; t < static_cast<int>(tables.tables.size()); ++t) {
@@ -271,10 +271,10 @@ absl::StatusOr<CheckpointTables> SingleProcessCheckpointTables(
   return out;
 }
 
-absl::StatusOr<CheckpointTables> ShardedCheckpointTables(const std::string& checkpoint,
+absl::StatusOr<CheckpointContents> ShardedCheckpointContents(const std::string& checkpoint,
                                                          const SafetensorsFile& state,
                                                          const EmbeddingCollectionOptions& tables) {
-  CheckpointTables out;
+  CheckpointContents out;
   out.checkpoint = checkpoint;
   const fs::path dir(checkpoint);
   TESSERA_ASSIGN_OR_RETURN(int64_t world_size, MetaInt(state, "world_size"));
@@ -378,7 +378,7 @@ absl::StatusOr<CheckpointTables> ShardedCheckpointTables(const std::string& chec
   return out;
 }
 
-absl::Status AverageModeReshardError(const CheckpointTables& from, const std::string& why) {
+absl::Status AverageModeReshardError(const CheckpointContents& from, const std::string& why) {
   if (!from.average || from.num_groups == 1 || from.sync_clock % from.sync_every == 0) {
     return absl::OkStatus();
   }
@@ -391,7 +391,7 @@ absl::Status AverageModeReshardError(const CheckpointTables& from, const std::st
       "sharding.sync_every)"));
 }
 
-absl::Status ReshardInto(const CheckpointTables& from, const std::vector<ReshardTarget>& targets,
+absl::Status ReshardInto(const CheckpointContents& from, const std::vector<ReshardTarget>& targets,
                          const EmbeddingCollectionOptions& tables, const std::string& scratch) {
   std::error_code ec;
   fs::remove_all(scratch, ec);
@@ -463,12 +463,12 @@ absl::StatusOr<TrainPosition> RestoreDenseAndPosition(Model& model, const Safete
   return pos;
 }
 
-absl::StatusOr<CheckpointTables> TablesOf(const std::string& checkpoint,
+absl::StatusOr<CheckpointContents> TablesOf(const std::string& checkpoint,
                                           const SafetensorsFile& state,
                                           const EmbeddingCollectionOptions& o, int64_t step) {
-  if (!IsSingleProcess(state)) return ShardedCheckpointTables(checkpoint, state, o);
-  TESSERA_ASSIGN_OR_RETURN(CheckpointTables from,
-                           SingleProcessCheckpointTables(checkpoint, state, o));
+  if (!IsSingleProcess(state)) return ShardedCheckpointContents(checkpoint, state, o);
+  TESSERA_ASSIGN_OR_RETURN(CheckpointContents from,
+                           SingleProcessCheckpointContents(checkpoint, state, o));
   from.sync_clock = step;  // one BackwardUpdate per step, as a sharded run counts them
   return from;
 }
@@ -490,12 +490,16 @@ absl::StatusOr<TrainPosition> ReshardRestoreSharded(Model& model,
                                                     const std::string& changed) {
   const EmbeddingCollectionOptions& o = tables.options().collection;
   TESSERA_ASSIGN_OR_RETURN(TrainPosition pos, RestoreDenseAndPosition(model, state));
-  TESSERA_ASSIGN_OR_RETURN(CheckpointTables from, TablesOf(checkpoint, state, o, pos.step));
+  TESSERA_ASSIGN_OR_RETURN(CheckpointContents from, TablesOf(checkpoint, state, o, pos.step));
   TESSERA_RETURN_IF_ERROR(AverageModeReshardError(from, absl::StrCat("this run (", changed, ")")));
   std::vector<ReshardTarget> targets;
-  for (const auto& sh : tables.local_shards()) targets.push_back({sh.table, sh.rect, sh.store});
+  for (const auto& sh : tables.local_shards()) {
+    targets.push_back({sh.table, sh.rect, StoreWriter(sh.store)});
+  }
   for (int t = 0; t < tables.num_tables(); ++t) {
-    if (RowStore* dp = tables.data_parallel_store(t)) targets.push_back({t, FullRect(o.tables[t]), dp});
+    if (RowStore* dp = tables.data_parallel_store(t)) {
+      targets.push_back({t, FullRect(o.tables[t]), StoreWriter(dp)});
+    }
   }
   const int rank = tables.world().rank();
   TESSERA_RETURN_IF_ERROR(ReshardInto(from, targets, o, ScratchDir(checkpoint, rank)));
@@ -512,16 +516,26 @@ absl::StatusOr<TrainPosition> ReshardRestoreSharded(Model& model,
   return pos;
 }
 
-absl::StatusOr<TrainPosition> ReshardRestoreLocal(Model& model, EmbeddingCollection& tables,
+RowWriter StoreWriter(RowStore* store) {
+  return [store](int64_t begin, int64_t count, const float* weights, const float* state) {
+    return store->WriteRows(begin, count, weights, state);
+  };
+}
+
+absl::StatusOr<TrainPosition> ReshardRestoreLocal(Model& model, CheckpointTables& tables,
                                                   const std::string& checkpoint,
                                                   const SafetensorsFile& state) {
   const EmbeddingCollectionOptions o = EmbeddingOptionsFromConfig(model.config());
   TESSERA_ASSIGN_OR_RETURN(TrainPosition pos, RestoreDenseAndPosition(model, state));
-  TESSERA_ASSIGN_OR_RETURN(CheckpointTables from, TablesOf(checkpoint, state, o, pos.step));
+  TESSERA_ASSIGN_OR_RETURN(CheckpointContents from, TablesOf(checkpoint, state, o, pos.step));
   TESSERA_RETURN_IF_ERROR(AverageModeReshardError(from, "one process"));
   std::vector<ReshardTarget> targets;
   for (int t = 0; t < tables.num_tables(); ++t) {
-    targets.push_back({t, FullRect(o.tables[t]), &tables.store(t)});
+    targets.push_back({t, FullRect(o.tables[t]),
+                       [&tables, t](int64_t begin, int64_t count, const float* w,
+                                    const float* s) {
+                         return tables.WriteFloatRows(t, begin, count, w, s);
+                       }});
   }
   TESSERA_RETURN_IF_ERROR(ReshardInto(from, targets, o, ScratchDir(checkpoint, 0)));
   TESSERA_LOG(INFO) << "resharded " << checkpoint << " into one process";

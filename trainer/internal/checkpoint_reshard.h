@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,7 @@
 #include "sharding/plan.h"
 #include "sharding/sharded_embedding.h"
 #include "trainer/checkpoint.h"
+#include "trainer/internal/checkpoint_tables.h"
 #include "trainer/model.h"
 #include "trainer/safetensors.h"
 
@@ -46,7 +48,7 @@ struct CheckpointPiece {
 };
 
 // What a checkpoint holds for the tables, read from its metadata.
-struct CheckpointTables {
+struct CheckpointContents {
   std::string checkpoint;                     // its path, for messages
   int num_groups = 1;                         // M of the run that wrote it
   bool average = false;                       // written in average mode
@@ -58,33 +60,41 @@ struct CheckpointTables {
 // The pieces of a single-process checkpoint (format tessera-checkpoint-1; `state` is its
 // state.safetensors) for this run's `tables`: InvalidArgument naming the checkpoint and table
 // when a table is missing or has another shape.
-absl::StatusOr<CheckpointTables> SingleProcessCheckpointTables(
+absl::StatusOr<CheckpointContents> SingleProcessCheckpointContents(
     const std::string& checkpoint, const SafetensorsFile& state,
     const EmbeddingCollectionOptions& tables);
 
 // The pieces of a sharded checkpoint (format tessera-sharded-checkpoint-1): its plan per table
 // from state.safetensors' metadata, and which world rank held each (group, shard rank) from the
 // rank files' metadata. InvalidArgument / DataLoss naming the checkpoint, the table or the file.
-absl::StatusOr<CheckpointTables> ShardedCheckpointTables(const std::string& checkpoint,
+absl::StatusOr<CheckpointContents> ShardedCheckpointContents(const std::string& checkpoint,
                                                          const SafetensorsFile& state,
                                                          const EmbeddingCollectionOptions& tables);
 
 // Average mode between syncs cannot be resharded: FailedPrecondition naming the checkpoint, the
 // steps since the sync and what to do instead; OK otherwise (exact mode, or at a sync).
-absl::Status AverageModeReshardError(const CheckpointTables& from, const std::string& why);
+absl::Status AverageModeReshardError(const CheckpointContents& from, const std::string& why);
 
-// One rectangle of a table this rank holds, and the store holding it as local rows
-// [0, rect.num_rows()), rect.num_cols() wide.
+// Writes local rows [begin, begin + count) of a target from fp32 weights (count * width floats)
+// and state (count * state_dim floats, or null): RowStore::WriteRows of a shard's store, or a
+// one-process model's CheckpointTables::WriteFloatRows.
+using RowWriter = std::function<absl::Status(int64_t begin, int64_t count, const float* weights,
+                                             const float* state)>;
+
+// One rectangle of a table this rank holds, and where its local rows [0, rect.num_rows()),
+// rect.num_cols() wide, are written.
 struct ReshardTarget {
   int table = 0;
   Shard rect;
-  RowStore* store = nullptr;
+  RowWriter write;
 };
+// The writer of a RowStore holding the rectangle (not owned; must outlive the writer).
+RowWriter StoreWriter(RowStore* store);
 
 // Fills every target from `from` (see above). `scratch` is a directory this rank alone may use
 // for the RocksDB pieces' working copies (created, and removed afterwards). Errors name the
 // checkpoint and the piece; on error the targets are partly written.
-absl::Status ReshardInto(const CheckpointTables& from, const std::vector<ReshardTarget>& targets,
+absl::Status ReshardInto(const CheckpointContents& from, const std::vector<ReshardTarget>& targets,
                          const EmbeddingCollectionOptions& tables, const std::string& scratch);
 
 // The whole restore onto another shape, after the caller checked that tables, row optimizer and
@@ -97,8 +107,9 @@ absl::StatusOr<TrainPosition> ReshardRestoreSharded(Model& model,
                                                     const std::string& checkpoint,
                                                     const SafetensorsFile& state,
                                                     const std::string& changed);
-// The same into one process's tables (a sharded checkpoint gathered into one process).
-absl::StatusOr<TrainPosition> ReshardRestoreLocal(Model& model, EmbeddingCollection& tables,
+// The same into one process's tables (a sharded checkpoint gathered into one process): host,
+// device (one GPU) or both (SplitSparseArch), through CheckpointTables::WriteFloatRows.
+absl::StatusOr<TrainPosition> ReshardRestoreLocal(Model& model, CheckpointTables& tables,
                                                   const std::string& checkpoint,
                                                   const SafetensorsFile& state);
 

@@ -23,7 +23,10 @@ class HostTables final : public CheckpointTables {
                          const float* state) override {
     return WriteTableRows(c_.store(t), w, src, dst, n, state);
   }
-  EmbeddingCollection* host() override { return &c_; }
+  absl::Status WriteFloatRows(int t, int64_t begin, int64_t n, const float* weights,
+                              const float* state) override {
+    return c_.store(t).WriteRows(begin, n, weights, state);
+  }
 
  private:
   EmbeddingCollection& c_;
@@ -54,7 +57,10 @@ class CudaTables final : public CheckpointTables {
     }
     return c_.WriteRows(t, dst, n, w.f32() + src * c_.table(t).dim, state);
   }
-  EmbeddingCollection* host() override { return nullptr; }
+  absl::Status WriteFloatRows(int t, int64_t begin, int64_t n, const float* weights,
+                              const float* state) override {
+    return c_.WriteRows(t, begin, n, weights, state);
+  }
 
  private:
   CudaEmbeddingCollection& c_;
@@ -87,7 +93,10 @@ class JoinedTables final : public CheckpointTables {
                          const float* state) override {
     return part(t).WriteRows(index(t), w, src, dst, n, state);
   }
-  EmbeddingCollection* host() override { return nullptr; }
+  absl::Status WriteFloatRows(int t, int64_t begin, int64_t n, const float* weights,
+                              const float* state) override {
+    return part(t).WriteFloatRows(index(t), begin, n, weights, state);
+  }
 
  private:
   CheckpointTables& part(int t) const { return *parts_[where_[t].first]; }

@@ -37,9 +37,11 @@ class CheckpointTables {
   // [dst, dst + n) of table t, with `state` (n * state_dim(t) floats, or null).
   virtual absl::Status WriteRows(int t, const TensorView& w, int64_t src, int64_t dst, int64_t n,
                                  const float* state) = 0;
-  // The host collection, for what only host tables support (gathering a checkpoint written by
-  // several ranks); null for device tables.
-  virtual EmbeddingCollection* host() = 0;
+  // Rows [begin, begin + n) of table t from fp32 weights (n * dim floats; a 16-bit table rounds
+  // them to nearest, exact for values it stored) and `state` (n * state_dim(t) floats, or null:
+  // unchanged): how a checkpoint written by several ranks is gathered into these tables.
+  virtual absl::Status WriteFloatRows(int t, int64_t begin, int64_t n, const float* weights,
+                                      const float* state) = 0;
 };
 
 std::unique_ptr<CheckpointTables> HostCheckpointTables(EmbeddingCollection& c);

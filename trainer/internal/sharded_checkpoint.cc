@@ -494,7 +494,7 @@ absl::StatusOr<TrainPosition> RestoreShardedCheckpoint(Model& model, Tables& tab
 }
 
 absl::StatusOr<TrainPosition> RestoreShardedCheckpointLocally(Model& model,
-                                                              EmbeddingCollection& tables,
+                                                              CheckpointTables& tables,
                                                               const std::string& checkpoint,
                                                               const SafetensorsFile& state) {
   TESSERA_RETURN_IF_ERROR(CheckFixed(

@@ -38,6 +38,7 @@
 #include "absl/status/statusor.h"
 #include "sharding/sharded_embedding.h"
 #include "trainer/checkpoint.h"
+#include "trainer/internal/checkpoint_tables.h"
 #include "trainer/model.h"
 #include "trainer/safetensors.h"
 
@@ -59,7 +60,7 @@ absl::StatusOr<TrainPosition> RestoreShardedCheckpoint(Model& model,
 // Not collective. InvalidArgument when tables, row optimizer or seed differ; FailedPrecondition
 // for average mode between syncs.
 absl::StatusOr<TrainPosition> RestoreShardedCheckpointLocally(Model& model,
-                                                              EmbeddingCollection& tables,
+                                                              CheckpointTables& tables,
                                                               const std::string& checkpoint,
                                                               const SafetensorsFile& state);
 
