@@ -32,15 +32,11 @@ absl::Status CheckCudaOptions(const ShardedEmbeddingOptions& o) {
         "sync reads and writes rows in device memory); use replica_sync exact, or device: cpu");
   }
   for (const TableConfig& t : o.collection.tables) {
-    if (t.storage.tier != StorageTier::kMemory) {
+    if (t.storage.tier != StorageTier::kMemory && !t.storage.device_cached()) {
       return absl::UnimplementedError(absl::StrCat(
-          "table '", t.name, "': storage.tier rocksdb with device: cuda shards is not built yet "
-          "(the shards of such a model stay in host memory: trainer/world.cc)"));
-    }
-    if (t.storage.device_cached()) {
-      return absl::UnimplementedError(absl::StrCat(
-          "table '", t.name, "': storage.device_cache_rows on a sharded (several-rank) model is "
-          "not built yet; a shard is held whole in device memory"));
+          "table '", t.name, "': storage.tier rocksdb with device: cuda shards needs "
+          "storage.device_cache_rows (an HBM cache over each shard's tier); without one the "
+          "shards of such a model stay in host memory (trainer/world.cc)"));
     }
     if (t.storage.dtype != RowDtype::kF32) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -140,6 +136,12 @@ absl::StatusOr<std::unique_ptr<ShardedEmbeddingCollection>> ShardedEmbeddingColl
         return absl::InvalidArgumentError(absl::StrCat(
             "table '", cfg.name, "': storage.tier rocksdb is not supported for a data_parallel "
             "table (replicated on every rank); use storage.tier memory or shard it"));
+      }
+      if (cfg.storage.device_cached()) {
+        // The data-parallel update indexes its all-reduced gradient table by slot == row.
+        return absl::InvalidArgumentError(absl::StrCat(
+            "table '", cfg.name, "': storage.device_cache_rows is not supported for a "
+            "data_parallel table (replicated on every rank); shard it, or hold it whole"));
       }
       auto store = MakeStore(co, t, 0, cfg.num_rows, 0, cfg.dim, s.world->rank(), 0, ctx);
       if (!store.ok()) {

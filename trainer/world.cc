@@ -40,8 +40,9 @@ absl::StatusOr<World> CreateWorld(const Config& config) {
 std::string ShardsStayOnHost(const Config& config) {
   if (config.sharding.replica_sync == ReplicaSync::kAverage) return "sharding.replica_sync average";
   for (const TableConfig& t : config.model.tables) {
-    if (t.storage.tier != StorageTier::kMemory) {
-      return absl::StrCat("table '", t.name, "' is in the RocksDB tier");
+    if (t.storage.tier != StorageTier::kMemory && !t.storage.device_cached()) {
+      return absl::StrCat("table '", t.name,
+                          "' is in the RocksDB tier without storage.device_cache_rows");
     }
     if (t.storage.dtype != RowDtype::kF32) {
       return absl::StrCat("table '", t.name, "' has storage.dtype ", RowDtypeName(t.storage.dtype));
@@ -53,17 +54,6 @@ std::string ShardsStayOnHost(const Config& config) {
 absl::StatusOr<std::unique_ptr<Model>> CreateModelForWorld(const Config& config, World& world,
                                                            const DeviceContext& ctx) {
   if (!world.distributed()) return Model::Create(config, ctx);
-  for (size_t t = 0; t < config.model.tables.size(); ++t) {
-    const TableStorage& st = config.model.tables[t].storage;
-    if (st.device_cached()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          config.source, ": model.tables[", t, "].storage.",
-          st.device_cache_rows > 0 ? "device_cache_rows" : "device_cache_bytes", " (table '",
-          config.model.tables[t].name, "'): the HBM cache trains on one process only (this run "
-          "has ", world.comm->size(), " ranks; the sharded tables keep their shards in host "
-          "memory or the RocksDB tier)"));
-    }
-  }
   ShardedEmbeddingOptions o;
   o.collection = EmbeddingOptionsFromConfig(config);
   if (world.auto_plan.has_value()) {

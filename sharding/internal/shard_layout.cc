@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "embedding/device_row_cache.h"
 #include "embedding/device_row_store.h"
 #include "embedding/row_init.h"
 #include "embedding/tiered_row_store.h"
@@ -78,10 +79,14 @@ absl::StatusOr<std::unique_ptr<RowStore>> MakeTieredShardStore(
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<RowStore>> MakeStore(const EmbeddingCollectionOptions& o, int t,
-                                                    int64_t r0, int64_t r1, int64_t c0,
-                                                    int64_t c1, int world_rank, int shard,
-                                                    const DeviceContext& ctx) {
+namespace {
+
+// The shard's store without a device cache: the tier, or the rows in ctx's memory (host, or
+// HBM for CUDA shards), holding the full table's slice.
+absl::StatusOr<std::unique_ptr<RowStore>> MakeBackingStore(const EmbeddingCollectionOptions& o,
+                                                           int t, int64_t r0, int64_t r1,
+                                                           int64_t c0, int64_t c1, int world_rank,
+                                                           int shard, const DeviceContext& ctx) {
   const TableConfig& cfg = o.tables[t];
   if (cfg.storage.tier == StorageTier::kRocksDb) {
     return MakeTieredShardStore(o, t, r0, r1, c0, c1, world_rank, shard);
@@ -107,6 +112,37 @@ absl::StatusOr<std::unique_ptr<RowStore>> MakeStore(const EmbeddingCollectionOpt
     TESSERA_RETURN_IF_ERROR(store->WriteRows(b - r0, e - b, buf.data(), nullptr));
   }
   return store;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RowStore>> MakeStore(const EmbeddingCollectionOptions& o, int t,
+                                                    int64_t r0, int64_t r1, int64_t c0,
+                                                    int64_t c1, int world_rank, int shard,
+                                                    const DeviceContext& ctx) {
+  const TableConfig& cfg = o.tables[t];
+  const TableStorage& st = cfg.storage;
+  if (!st.device_cached()) return MakeBackingStore(o, t, r0, r1, c0, c1, world_rank, shard, ctx);
+  // A device cache over the shard's rows in host memory or the tier. The table's budget is for
+  // the whole table: each shard gets its share (rows for device_cache_rows, rows x columns for
+  // device_cache_bytes), rounded up, as the tier's host cache does.
+  TESSERA_ASSIGN_OR_RETURN(auto backing, MakeBackingStore(o, t, r0, r1, c0, c1, world_rank, shard,
+                                                          DeviceContext::Cpu()));
+  const double row_frac = static_cast<double>(r1 - r0) / static_cast<double>(cfg.num_rows);
+  const double cell_frac = row_frac * static_cast<double>(c1 - c0) / static_cast<double>(cfg.dim);
+  DeviceRowCacheOptions co;
+  co.ctx = ctx;
+  if (st.device_cache_rows > 0) {
+    co.cache_rows =
+        std::max<int64_t>(1, static_cast<int64_t>(std::ceil(st.device_cache_rows * row_frac)));
+  } else {
+    co.cache_bytes = std::max<int64_t>(
+        1, static_cast<int64_t>(std::ceil(st.device_cache_bytes * cell_frac)));
+  }
+  co.policy = st.policy;
+  co.name = absl::StrCat(cfg.name, " shard ", shard);
+  TESSERA_ASSIGN_OR_RETURN(auto cache, DeviceRowCache::Create(co, std::move(backing)));
+  return std::unique_ptr<RowStore>(std::move(cache));
 }
 
 absl::Status CheckBatch(const ShardLayout& s, const KeyedJagged& batch) {

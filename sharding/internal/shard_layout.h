@@ -129,7 +129,10 @@ struct LocalStep {
 // in-memory store initialised eagerly. Tier rocksdb: a TieredRowStore at
 // "<storage.path>/rank<world_rank>-shard<shard>" (emptied on open), lazily initialised to the
 // same values, with the table's cache budget scaled by the shard's share of the table.
-// On a CUDA ctx the in-memory store is in device memory (embedding/device_row_store.h).
+// On a CUDA ctx the in-memory store is in device memory (embedding/device_row_store.h). With
+// storage.device_cache_rows / device_cache_bytes the store is a DeviceRowCache in ctx's memory
+// (HBM, or host memory as the CPU twin) over the shard's rows in host memory or the tier, its
+// budget the table's times the shard's share (rows, or cells for bytes), rounded up.
 absl::StatusOr<std::unique_ptr<RowStore>> MakeStore(const EmbeddingCollectionOptions& o, int t,
                                                     int64_t r0, int64_t r1, int64_t c0, int64_t c1,
                                                     int world_rank, int shard,

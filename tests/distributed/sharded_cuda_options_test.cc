@@ -54,12 +54,14 @@ TEST(ShardedCudaOptions, RefusesWhatCudaShardsDoNotSupportYetNamingTheKey) {
   }
   {
     ShardedEmbeddingOptions so = Options(2);
+    so.plan = tt::PlanOfType(ShardingType::kDataParallel, so.collection.tables, 2);
     so.collection.tables[2].storage.device_cache_rows = 8;
     auto c = ShardedEmbeddingCollection::Create(so, *grid, HandMadeCuda());
     ASSERT_FALSE(c.ok());
-    EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented);
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(c.status().message()),
-                HasSubstr("table 'site': storage.device_cache_rows"));
+                HasSubstr("table 'site': storage.device_cache_rows is not supported for a "
+                          "data_parallel table"));
   }
   {
     ShardedEmbeddingOptions so = Options(2);

@@ -178,4 +178,50 @@ inline void ExpectClose(const float* got, const float* want, int64_t n, double r
   }
 }
 
+// Steps 1..steps of Forward + BackwardUpdate (lr 0.5) of a ShardedEmbeddingCollection on ctx
+// over the global batches above (odd steps weighted; the next batch prefetched), then every
+// table read back: this rank's pooled outputs of each step, and each table's rows and state.
+struct ShardedRun {
+  std::vector<std::vector<float>> outputs, weights, state;
+  std::unique_ptr<ShardedEmbeddingCollection> model;  // for metrics after the run
+  bool ok = false;
+};
+
+inline ShardedRun TrainSharded(const ProcessGrid& grid, const ShardedEmbeddingOptions& so,
+                               const DeviceContext& ctx, int steps, int me, int world) {
+  ShardedRun run;
+  auto m = ShardedEmbeddingCollection::Create(so, grid, ctx);
+  EXPECT_TRUE(m.ok()) << m.status();
+  if (!m.ok()) return run;
+  run.model = std::move(m).value();
+  ShardedEmbeddingCollection& model = *run.model;
+  const int64_t od = model.output_dim();
+  for (int step = 1; step <= steps; ++step) {
+    GlobalBatch gb = MakeGlobalBatch(so.collection, world, step, step % 2 == 0);
+    if (step < steps) {
+      model.Prefetch(MakeGlobalBatch(so.collection, world, step + 1, (step + 1) % 2 == 0)
+                         .per_rank[me]);
+    }
+    run.outputs.emplace_back(gb.per_rank[me].batch_size * od);
+    absl::Status fs = model.Forward(gb.per_rank[me], run.outputs.back().data());
+    EXPECT_TRUE(fs.ok()) << fs;
+    std::vector<float> grad = GlobalGrad(gb.global.batch_size, od, step);
+    absl::Status bs = model.BackwardUpdate(grad.data() + RowsBefore(gb, me) * od, 0.5f, step);
+    EXPECT_TRUE(bs.ok()) << bs;
+    if (!fs.ok() || !bs.ok()) return run;
+  }
+  for (int t = 0; t < model.num_tables(); ++t) {
+    const TableConfig& c = model.table(t);
+    const int64_t sd = RowStateDim(so.collection.optimizer.type, c.dim);
+    run.weights.emplace_back(c.num_rows * c.dim);
+    run.state.emplace_back(c.num_rows * sd + 1);
+    absl::Status rs =
+        model.ReadTable(t, 0, c.num_rows, run.weights.back().data(), run.state.back().data());
+    EXPECT_TRUE(rs.ok()) << rs;
+    if (!rs.ok()) return run;
+  }
+  run.ok = true;
+  return run;
+}
+
 }  // namespace tessera::testing

@@ -80,7 +80,10 @@ TEST_F(DeviceTest, ShardsStayOnHostNamesWhatCudaShardsLack) {
   EXPECT_EQ(ShardsStayOnHost(c), "sharding.replica_sync average");
   c = SmallConfig("cuda");
   c.model.tables[1].storage.tier = StorageTier::kRocksDb;
-  EXPECT_EQ(ShardsStayOnHost(c), "table '" + c.model.tables[1].name + "' is in the RocksDB tier");
+  EXPECT_EQ(ShardsStayOnHost(c), "table '" + c.model.tables[1].name +
+                                     "' is in the RocksDB tier without storage.device_cache_rows");
+  c.model.tables[1].storage.device_cache_rows = 16;  // an HBM cache over each shard's tier
+  EXPECT_EQ(ShardsStayOnHost(c), "");
   c = SmallConfig("cuda");
   c.model.tables[0].storage.dtype = RowDtype::kBf16;
   EXPECT_EQ(ShardsStayOnHost(c),
