@@ -93,6 +93,37 @@ class CudaContext {
 [[nodiscard]] absl::Status CudaCommWaitsForCompute(const DeviceContext& ctx);
 [[nodiscard]] absl::Status CudaComputeWaitsForComm(const DeviceContext& ctx);
 
+// Device -> host on ctx's communication stream, after the work queued there so far (order it
+// after compute work with CudaCommWaitsForCompute first). Returns once queued: `dst` (pinned, to
+// overlap) holds the bytes once a CudaEvent recorded on the comm stream afterwards is done.
+[[nodiscard]] absl::Status CudaCommCopyToHost(const DeviceContext& ctx, void* dst, const void* src,
+                                              size_t bytes);
+
+// An owned CUDA event (timing disabled): lets the host see, without blocking, how far a stream
+// has come. Move-only; destroyed with the object (CUDA keeps a recorded event alive until the
+// stream reaches it). Without the CUDA path Create returns Unimplemented.
+class CudaEvent {
+ public:
+  [[nodiscard]] static absl::StatusOr<CudaEvent> Create();
+  CudaEvent() = default;
+  ~CudaEvent();
+  CudaEvent(CudaEvent&& other) noexcept;
+  CudaEvent& operator=(CudaEvent&& other) noexcept;
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+
+  // Records the event after the work queued so far on ctx's communication stream.
+  [[nodiscard]] absl::Status RecordOnComm(const DeviceContext& ctx);
+  // True once the work before the last record has finished (cudaEventQuery); true for an event
+  // never recorded. Returns that work's asynchronous error, if any.
+  [[nodiscard]] absl::StatusOr<bool> Done() const;
+  // Blocks until that work has finished (cudaEventSynchronize).
+  [[nodiscard]] absl::Status Wait() const;
+
+ private:
+  void* event_ = nullptr;  // cudaEvent_t
+};
+
 // Stream-ordered scratch memory (cudaMallocAsync / cudaFreeAsync on the compute stream, served
 // from the device's memory pool, so steady-state steps do not reach the driver). The memory may
 // be used by work queued on that stream after the call; CudaFreeAsync(nullptr) is a no-op.

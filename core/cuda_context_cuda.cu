@@ -187,6 +187,62 @@ absl::Status CudaFreeAsync(const DeviceContext& ctx, void* ptr) {
   return CudaStatus(cudaFreeAsync(ptr, ComputeStream(ctx)), "cudaFreeAsync");
 }
 
+absl::Status CudaCommCopyToHost(const DeviceContext& ctx, void* dst, const void* src,
+                                size_t bytes) {
+  TESSERA_RETURN_IF_ERROR(CheckCuda(ctx, "CudaCommCopyToHost"));
+  if (ctx.comm_stream == nullptr) {
+    return absl::InvalidArgumentError("CudaCommCopyToHost: the context has no comm stream");
+  }
+  if (bytes == 0) return absl::OkStatus();
+  return CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, CommStream(ctx)),
+                    "cudaMemcpyAsync(device to host, comm stream)");
+}
+
+// ---- CudaEvent ----------------------------------------------------------------------------
+
+absl::StatusOr<CudaEvent> CudaEvent::Create() {
+  cudaEvent_t ev = nullptr;
+  TESSERA_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  CudaEvent e;
+  e.event_ = ev;
+  return e;
+}
+
+CudaEvent::~CudaEvent() {
+  if (event_ != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+}
+
+CudaEvent::CudaEvent(CudaEvent&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
+
+CudaEvent& CudaEvent::operator=(CudaEvent&& other) noexcept {
+  if (this != &other) {
+    if (event_ != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+    event_ = std::exchange(other.event_, nullptr);
+  }
+  return *this;
+}
+
+absl::Status CudaEvent::RecordOnComm(const DeviceContext& ctx) {
+  TESSERA_RETURN_IF_ERROR(CheckCuda(ctx, "CudaEvent::RecordOnComm"));
+  if (event_ == nullptr) return absl::FailedPreconditionError("CudaEvent: not created");
+  return CudaStatus(cudaEventRecord(static_cast<cudaEvent_t>(event_), CommStream(ctx)),
+                    "cudaEventRecord(comm stream)");
+}
+
+absl::StatusOr<bool> CudaEvent::Done() const {
+  if (event_ == nullptr) return true;
+  const cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event_));
+  if (err == cudaErrorNotReady) return false;
+  TESSERA_RETURN_IF_ERROR(CudaStatus(err, "cudaEventQuery"));
+  return true;
+}
+
+absl::Status CudaEvent::Wait() const {
+  if (event_ == nullptr) return absl::OkStatus();
+  return CudaStatus(cudaEventSynchronize(static_cast<cudaEvent_t>(event_)),
+                    "cudaEventSynchronize");
+}
+
 // ---- PinnedBuffer ----------------------------------------------------------------------------
 
 PinnedBuffer::~PinnedBuffer() { Release(); }

@@ -50,6 +50,24 @@ absl::Status CudaFreeAsync(const DeviceContext&, void* ptr) {
   return ptr == nullptr ? absl::OkStatus() : NoCuda("CudaFreeAsync");
 }
 
+absl::Status CudaCommCopyToHost(const DeviceContext&, void*, const void*, size_t) {
+  return NoCuda("CudaCommCopyToHost");
+}
+
+absl::StatusOr<CudaEvent> CudaEvent::Create() { return NoCuda("CudaEvent::Create"); }
+CudaEvent::~CudaEvent() = default;
+CudaEvent::CudaEvent(CudaEvent&& other) noexcept : event_(other.event_) { other.event_ = nullptr; }
+CudaEvent& CudaEvent::operator=(CudaEvent&& other) noexcept {
+  event_ = other.event_;
+  other.event_ = nullptr;
+  return *this;
+}
+absl::Status CudaEvent::RecordOnComm(const DeviceContext&) {
+  return NoCuda("CudaEvent::RecordOnComm");
+}
+absl::StatusOr<bool> CudaEvent::Done() const { return true; }
+absl::Status CudaEvent::Wait() const { return absl::OkStatus(); }
+
 PinnedBuffer::~PinnedBuffer() = default;
 PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept { *this = std::move(other); }
 PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {

@@ -236,6 +236,7 @@ absl::StatusOr<double> Model::TrainStep(const Batch& batch, int64_t step, PhaseT
       // Complete the buckets started during backward (their sums are dropped: the next
       // backward overwrites every gradient), so the next step starts with none in flight.
       if (grad_sync_ != nullptr) TESSERA_RETURN_IF_ERROR(grad_sync_->Finish());
+      if (device_grad_sync_ != nullptr) TESSERA_RETURN_IF_ERROR(device_grad_sync_->Finish());
       if (nonfinite == nullptr) {
         return absl::InternalError(absl::StrCat("training diverged: gradients are not finite at "
                                                 "step ", step, " (lower the learning rate)"));
@@ -246,6 +247,8 @@ absl::StatusOr<double> Model::TrainStep(const Batch& batch, int64_t step, PhaseT
   }
   {
     ScopedPhase p(times, kPhaseEmbeddingUpdate);
+    // Gradient copies that have landed start their buckets before the embedding update.
+    if (device_grad_sync_ != nullptr) TESSERA_RETURN_IF_ERROR(device_grad_sync_->Poll());
     TESSERA_RETURN_IF_ERROR(sparse_->BackwardUpdate(d_emb_.data<float>(), emb_lr, step + 1));
     TESSERA_RETURN_IF_ERROR(EndPhase());
   }
@@ -301,38 +304,28 @@ absl::Status Model::EndPhase() {
 }
 
 absl::Status Model::AllReduceDeviceGrads() {
-  // The gradients are device memory: staged through one host buffer (in backward order, as the
-  // CPU path's buckets) and summed there by the same BucketedAllReduce, so the sums have the bits
-  // of one flat all-reduce. No overlap with the backward yet (each copy waits).
-  std::vector<Parameter*> params = dense_->parameters();
-  if (grad_sync_ == nullptr) {
-    int64_t total = 0;
-    for (Parameter* p : params) total += p->grad.numel();
-    host_grads_.assign(static_cast<size_t>(total), 0.0f);
-    std::vector<absl::Span<float>> grads;
-    int64_t at = 0;
-    for (auto it = params.rbegin(); it != params.rend(); ++it) {
-      grads.push_back(absl::MakeSpan(host_grads_.data() + at, (*it)->grad.numel()));
-      at += (*it)->grad.numel();
+  // The gradients are device memory: each is copied to pinned host memory on the comm stream as
+  // soon as backward has queued its last kernel, and summed over MPI in buckets by
+  // DeviceGradSync (sharding/device_grad_sync.h): the copies overlap backward, the buckets the
+  // embedding update, and the sums (rank order) have the bits of one flat all-reduce, as on the
+  // CPU. The first call sets it up (every copy then starts here) and the gradient-ready callback.
+  if (device_grad_sync_ == nullptr) {
+    std::vector<Parameter*> params = dense_->parameters();
+    std::vector<DeviceGradTensor> grads;
+    for (auto it = params.rbegin(); it != params.rend(); ++it) {  // backward runs top first
+      grads.push_back({(*it)->grad.data<float>(), (*it)->grad.numel()});
     }
+    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<GradStager> stager, CreateCudaGradStager(ctx_));
     BucketedAllReduceOptions o;
     o.bucket_bytes = config_.sharding.bucket_bytes;
-    TESSERA_ASSIGN_OR_RETURN(grad_sync_, BucketedAllReduce::Create(world_, std::move(grads), o));
+    TESSERA_ASSIGN_OR_RETURN(device_grad_sync_, DeviceGradSync::Create(world_, std::move(grads),
+                                                                       std::move(stager), o));
+    TESSERA_RETURN_IF_ERROR(device_grad_sync_->Finish());
+    dense_->set_grad_ready_callback(
+        [this](Parameter& p) { return device_grad_sync_->MarkReady(p.grad.data<float>()); });
+    return absl::OkStatus();
   }
-  int64_t at = 0;
-  for (auto it = params.rbegin(); it != params.rend(); ++it) {
-    TESSERA_RETURN_IF_ERROR(
-        CudaCopyToHost(ctx_, host_grads_.data() + at, (*it)->grad.raw(), (*it)->grad.bytes()));
-    at += (*it)->grad.numel();
-  }
-  TESSERA_RETURN_IF_ERROR(grad_sync_->Finish());
-  at = 0;
-  for (auto it = params.rbegin(); it != params.rend(); ++it) {
-    TESSERA_RETURN_IF_ERROR(
-        CudaCopyToDevice(ctx_, (*it)->grad.raw(), host_grads_.data() + at, (*it)->grad.bytes()));
-    at += (*it)->grad.numel();
-  }
-  return absl::OkStatus();
+  return device_grad_sync_->Finish();
 }
 
 absl::Status Model::AllReduceDenseGrads() {

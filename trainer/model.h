@@ -21,6 +21,7 @@
 #include "dense/optimizer.h"
 #include "io/batch.h"
 #include "sharding/communicator.h"
+#include "sharding/device_grad_sync.h"
 #include "sharding/grad_buckets.h"
 #include "trainer/config.h"
 #include "trainer/sparse_arch.h"
@@ -134,7 +135,7 @@ class Model {
   DenseGradHook dense_grad_hook_;
   Communicator* world_ = nullptr;
   std::unique_ptr<BucketedAllReduce> grad_sync_;  // dense gradient buckets (world_ only)
-  std::vector<float> host_grads_;  // a CUDA model's gradients staged for grad_sync_
+  std::unique_ptr<DeviceGradSync> device_grad_sync_;  // a CUDA model's (world_ only)
   Buffer emb_out_, d_emb_, d_logits_;
   int64_t capacity_ = 0;
   // CUDA only: device copies of the batch's dense features and labels, their pinned staging
