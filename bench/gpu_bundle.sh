@@ -11,7 +11,7 @@
 # bench/gpu_check.sh unpacks it beside itself. Layout of the bundle:
 #   bin/    tessera-train, tessera-bench, tessera-data, cuda_lookup_bench, cuda_linear_bench
 #   tests/  cuda_*_test, sharding_*_cuda_test, sharding_communicator_test,
-#           distributed_communicator_test
+#           distributed_communicator_test, distributed_*_cuda_test
 #   lib/    libtessera_*.so, the CUDA runtime (libcudart.so.13) and every non-glibc library the
 #           above load, copied from this machine (Abseil, yaml-cpp, RocksDB + compression,
 #           OpenBLAS (OpenMP) + gfortran, gomp, libstdc++, Google Benchmark, OpenMPI, hwloc,
@@ -43,6 +43,10 @@ for f in tests/sharding/*_cuda_test.cc; do
   [ -f "$f" ] && TESTS="$TESTS sharding_$(basename "$f" .cc)"
 done
 [ -f tests/distributed/communicator_test.cc ] && TESTS="$TESTS distributed_communicator_test"
+# Multi-rank CUDA tests (the CUDA shards against the CPU collection, run on 1, 2 and 4 ranks).
+for f in tests/distributed/*_cuda_test.cc; do
+  [ -f "$f" ] && TESTS="$TESTS distributed_$(basename "$f" .cc)"
+done
 
 # ---- 1. build ---------------------------------------------------------------------------------
 LAUNCH=""

@@ -124,6 +124,26 @@ def table_rows(out):
                      f"({'ok' if q['loss_ok'] else 'FAIL'})"))
     else:
         rows.append(("quickstart gpu vs cpu", "n/a (a run failed)"))
+    q2 = read_json(os.path.join(out, "mpi2_gpu_compare.json"))
+    if q2:
+        ok = "ok" if q2["auc_ok"] and q2["loss_ok"] else "FAIL"
+        rows.append(("2 ranks sharing the GPU vs 2 CPU ranks: AUC / max loss diff",
+                     f"{q2['auc_gpu']:.4f} / {q2['auc_cpu']:.4f}, {q2['loss_max_abs_diff']:.5f} "
+                     f"({ok})"))
+    else:
+        rows.append(("2 ranks sharing the GPU vs 2 CPU ranks", "n/a (a run failed)"))
+    for np_ in (1, 2, 4):
+        c = gtest_counts(os.path.join(out, f"sharded_cuda_np{np_}.log"))
+        how = "NCCL" if np_ == 1 else "MPI staged"
+        label = f"CUDA shards vs CPU, {np_} rank{'s' if np_ > 1 else ''} ({how})"
+        if c is None:
+            rows.append((label, "n/a (not run)"))
+        else:
+            rows.append((label, f"{c[0]} passed, {c[1]} failed, {c[2]} skipped"
+                                + (f": {', '.join(c[3][:4])}" if c[3] else "")))
+    hbm = stages.get("hbm_cache_compare")
+    rows.append(("HBM cache over host memory / RocksDB: exports equal the whole table's",
+                 "ok (bit-identical)" if hbm == "ok" else f"{hbm or 'n/a'}"))
     rows.append(("device-to-device copy bandwidth", fmt(copy_bw, 1e-9, 0, " GB/s")))
     for a, v in look_bw.items():
         ratio = f" ({v / copy_bw:.0%} of copy)" if v and copy_bw else ""
@@ -137,6 +157,11 @@ def table_rows(out):
                  fmt(ts, 1, 0, " samples/s") + speed))
     rows.append(("tessera-bench kaggle on GPU, phase syncs on", fmt(tps, 1, 0, " samples/s")))
     rows.append(("PyTorch eager DLRM kaggle on GPU", fmt(ps, 1, 0, " samples/s")))
+    m = read_json(os.path.join(out, "mlperf_dcnv2_gpu.json"))
+    ms = m.get("samples_per_sec") if m else None
+    goal = f" ({ms / 2.1e6:.0%} of the 2.1 M/s goal)" if ms else ""
+    rows.append(("MLPerf DLRM-DCNv2 shape, batch 65,536, tables capped (MLPERF_ROWS)",
+                 fmt(ms, 1, 0, " samples/s") + goal))
     return rows
 
 
@@ -194,7 +219,7 @@ def summary(work, md_path):
             "| --- | --- | --- | --- | --- |"]
     for n, r, d in stages:
         if not (n.startswith("cuda_") and n.endswith("_test") or n.endswith("communicator_test")
-                or n.endswith("_memcheck")):
+                or n.endswith("_memcheck") or n.startswith("sharded_cuda_np")):
             continue
         c = gtest_counts(os.path.join(work, n + ".log"))
         if c is None:
