@@ -26,11 +26,6 @@ namespace {
 // What CUDA shards do not support yet, refused before any collective (the same verdict on every
 // rank): Unimplemented naming the key.
 absl::Status CheckCudaOptions(const ShardedEmbeddingOptions& o) {
-  if (o.replica_sync == ReplicaSync::kAverage) {
-    return absl::UnimplementedError(
-        "sharding.replica_sync average with device: cuda shards is not built yet (its periodic "
-        "sync reads and writes rows in device memory); use replica_sync exact, or device: cpu");
-  }
   for (const TableConfig& t : o.collection.tables) {
     if (t.storage.tier != StorageTier::kMemory && !t.storage.device_cached()) {
       return absl::UnimplementedError(absl::StrCat(

@@ -54,10 +54,10 @@
 // and its results are copied to the device once per step; the row gradients of a shard that is
 // not updated fused (replicas M > 1, column-split row-wise AdaGrad) and of data-parallel tables
 // are summed on the device, copied to the host for the replica / world sums over MPI (rank
-// order, as on the CPU) and copied back for the update. Not yet on CUDA (Unimplemented, naming
-// the key): replica_sync average, RocksDB-tier tables without a device cache (with
-// storage.device_cache_rows each shard is an HBM cache over its tier); 16-bit tables are
-// InvalidArgument. Results equal the CPU collection's up to the CUDA kernels' contracted
+// order, as on the CPU) and copied back for the update; average mode's sync gathers its rows
+// on the device and averages them over MPI on the host. Not yet on CUDA (Unimplemented, naming
+// the key): RocksDB-tier tables without a device cache (with storage.device_cache_rows each
+// shard is an HBM cache over its tier); 16-bit tables are InvalidArgument. Results equal the CPU collection's up to the CUDA kernels' contracted
 // multiply-adds (embedding/pooled_lookup_cuda.h).
 // Thread-safety: none; the training loop owns it.
 #pragma once

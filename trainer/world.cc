@@ -38,7 +38,6 @@ absl::StatusOr<World> CreateWorld(const Config& config) {
 }
 
 std::string ShardsStayOnHost(const Config& config) {
-  if (config.sharding.replica_sync == ReplicaSync::kAverage) return "sharding.replica_sync average";
   for (const TableConfig& t : config.model.tables) {
     if (t.storage.tier != StorageTier::kMemory && !t.storage.device_cached()) {
       return absl::StrCat("table '", t.name,

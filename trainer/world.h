@@ -46,7 +46,7 @@ absl::StatusOr<World> CreateWorld(const Config& config);
 absl::StatusOr<std::unique_ptr<Model>> CreateModelForWorld(const Config& config, World& world,
                                                            const DeviceContext& ctx);
 // Why a device: cuda model's shards must stay in host memory (what CUDA shards do not support
-// yet: replica_sync average, a RocksDB-tier table without an HBM cache, a 16-bit table), or ""
+// yet: a RocksDB-tier table without an HBM cache, a 16-bit table), or ""
 // when they can be on the GPU.
 std::string ShardsStayOnHost(const Config& config);
 

@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "core/status.h"
+#include "sharding/internal/ctx_array.h"
 #include "sharding/internal/shard_kernels.h"
 
 namespace tessera::internal {
@@ -312,7 +313,8 @@ absl::Status ReplicaSyncPhase::AverageSync(const InputDist& in) {
     TESSERA_ASSIGN_OR_RETURN(unions, ReplicaUnion(*l_.replica, rows));
   }
   // The state average of the previous sync, applied now (one sync behind), keeping the local
-  // increments since its snapshot.
+  // increments since its snapshot. Rows move between the stores (ctx's memory: HBM for CUDA
+  // shards) and the host buffer of the all-reduce through ctx arrays (no copy on the CPU).
   std::vector<int64_t> slots;
   for (size_t q = 0; q < local.size(); ++q) {
     const LocalShard& ls = local[q];
@@ -321,9 +323,14 @@ absl::Status ReplicaSyncPhase::AverageSync(const InputDist& in) {
     if (sd == 0 || st.pending_rows.empty()) continue;
     slots.resize(st.pending_rows.size());
     TESSERA_RETURN_IF_ERROR(ls.store->Resolve(st.pending_rows, absl::MakeSpan(slots)));
-    TESSERA_RETURN_IF_ERROR(
-        ApplyDelayedAverage(ctx, st.pending_avg.data(), st.pending_snapshot.data(), slots.data(),
-                            static_cast<int64_t>(slots.size()), sd, ls.store->state()));
+    TESSERA_ASSIGN_OR_RETURN(const int64_t* cs, Mirror(ctx, slots, &sync_slots_, "sync slots"));
+    TESSERA_ASSIGN_OR_RETURN(const float* avg,
+                             Mirror(ctx, st.pending_avg, &sync_avg_, "the state average"));
+    TESSERA_ASSIGN_OR_RETURN(const float* snap, Mirror(ctx, st.pending_snapshot, &sync_snap_,
+                                                       "the state snapshot"));
+    TESSERA_RETURN_IF_ERROR(ApplyDelayedAverage(ctx, avg, snap, cs,
+                                                static_cast<int64_t>(slots.size()), sd,
+                                                ls.store->state()));
   }
   int64_t total = 0;
   for (size_t q = 0; q < local.size(); ++q) {
@@ -331,6 +338,11 @@ absl::Status ReplicaSyncPhase::AverageSync(const InputDist& in) {
         static_cast<int64_t>(unions[q].size()) * (local[q].width + local[q].store->state_dim());
   }
   std::vector<float> buf(total);
+  // The gathered rows in ctx's memory: buf itself on the CPU.
+  float* rows = buf.data();
+  if (ctx.is_cuda()) {
+    TESSERA_ASSIGN_OR_RETURN(rows, sync_rows_.Reserve(ctx, total, "sync rows"));
+  }
   std::vector<std::vector<int64_t>> union_slots(local.size());
   int64_t at = 0;
   for (size_t q = 0; q < local.size(); ++q) {
@@ -338,29 +350,43 @@ absl::Status ReplicaSyncPhase::AverageSync(const InputDist& in) {
     const int64_t w = ls.width, sd = ls.store->state_dim(), u = unions[q].size();
     union_slots[q].resize(u);
     TESSERA_RETURN_IF_ERROR(ls.store->Resolve(unions[q], absl::MakeSpan(union_slots[q])));
-    TESSERA_RETURN_IF_ERROR(
-        GatherRows(ctx, ls.store->weights(), union_slots[q].data(), u, w, buf.data() + at));
+    TESSERA_ASSIGN_OR_RETURN(const int64_t* cs,
+                             Mirror(ctx, union_slots[q], &sync_slots_, "sync slots"));
+    TESSERA_RETURN_IF_ERROR(GatherRows(ctx, ls.store->weights(), cs, u, w, rows + at));
     if (sd > 0) {
-      TESSERA_RETURN_IF_ERROR(GatherRows(ctx, ls.store->state(), union_slots[q].data(), u, sd,
-                                         buf.data() + at + u * w));
+      TESSERA_RETURN_IF_ERROR(
+          GatherRows(ctx, ls.store->state(), cs, u, sd, rows + at + u * w));
     }
     at += u * (w + sd);
   }
+  if (ctx.is_cuda()) TESSERA_RETURN_IF_ERROR(CopyToHost(ctx, buf.data(), rows, total));
   TESSERA_RETURN_IF_ERROR(l_.replica->AllReduce(buf.data(), total, ReduceOp::kAvg));
+  const float* avg_rows = buf.data();
+  if (ctx.is_cuda()) {
+    TESSERA_ASSIGN_OR_RETURN(avg_rows, Mirror(ctx, buf, &sync_rows_, "averaged sync rows"));
+  }
   at = 0;
   for (size_t q = 0; q < local.size(); ++q) {
     const LocalShard& ls = local[q];
     ShardSyncState& st = state_[q];
     const int64_t w = ls.width, sd = ls.store->state_dim(), u = unions[q].size();
     TESSERA_RETURN_IF_ERROR(ls.store->Resolve(unions[q], absl::MakeSpan(union_slots[q])));
-    TESSERA_RETURN_IF_ERROR(
-        ScatterRows(ctx, buf.data() + at, union_slots[q].data(), u, w, ls.store->weights()));
+    TESSERA_ASSIGN_OR_RETURN(const int64_t* cs,
+                             Mirror(ctx, union_slots[q], &sync_slots_, "sync slots"));
+    TESSERA_RETURN_IF_ERROR(ScatterRows(ctx, avg_rows + at, cs, u, w, ls.store->weights()));
     if (sd > 0) {
       st.pending_rows = unions[q];
       st.pending_avg.assign(buf.begin() + at + u * w, buf.begin() + at + u * (w + sd));
       st.pending_snapshot.resize(u * sd);
-      TESSERA_RETURN_IF_ERROR(GatherRows(ctx, ls.store->state(), union_slots[q].data(), u, sd,
-                                         st.pending_snapshot.data()));
+      float* snap = st.pending_snapshot.data();
+      if (ctx.is_cuda()) {
+        TESSERA_ASSIGN_OR_RETURN(snap, sync_snap_.Reserve(ctx, u * sd, "the state snapshot"));
+      }
+      TESSERA_RETURN_IF_ERROR(GatherRows(ctx, ls.store->state(), cs, u, sd, snap));
+      if (ctx.is_cuda()) {
+        TESSERA_RETURN_IF_ERROR(CopyToHost(ctx, st.pending_snapshot.data(),
+                                           static_cast<const float*>(snap), u * sd));
+      }
     }
     at += u * (w + sd);
     st.touched.clear();

@@ -30,6 +30,7 @@
 
 #include "absl/status/status.h"
 #include "sharding/communicator.h"
+#include "sharding/internal/ctx_array.h"
 #include "sharding/internal/input_dist.h"
 #include "sharding/internal/shard_layout.h"
 
@@ -107,6 +108,10 @@ class ReplicaSyncPhase {
   // batch's rows, handed to the stores by PrefetchReplicaRows.
   std::vector<std::vector<int64_t>> replica_next_;
   Ahead ahead_;
+  // Average mode on CUDA shards: the sync's slots, gathered / averaged rows, the delayed state
+  // average and its snapshot in device memory (unused on the CPU).
+  CtxArray<int64_t> sync_slots_;
+  CtxArray<float> sync_rows_, sync_avg_, sync_snap_;
 };
 
 }  // namespace tessera::internal

@@ -2,7 +2,8 @@
 // shards do not support yet is refused before any collective, with the same error on every rank
 // and naming the key; and a supported config whose device stores cannot be made (no CUDA path,
 // or no device) fails on every rank instead of leaving some ranks in a collective. (The CUDA
-// shards themselves are checked against this CPU collection by tests/cuda on a GPU.)
+// shards themselves are checked against the CPU collection by distributed_sharded_cuda_test on
+// a GPU.)
 #include <string>
 
 #include "core/cuda_runtime.h"
@@ -36,14 +37,6 @@ ShardedEmbeddingOptions Options(int n) {
 TEST(ShardedCudaOptions, RefusesWhatCudaShardsDoNotSupportYetNamingTheKey) {
   auto grid = ProcessGrid::Create(World(), {.group_size = 2});
   ASSERT_TRUE(grid.ok()) << grid.status();
-  {
-    ShardedEmbeddingOptions so = Options(2);
-    so.replica_sync = ReplicaSync::kAverage;
-    auto c = ShardedEmbeddingCollection::Create(so, *grid, HandMadeCuda());
-    ASSERT_FALSE(c.ok());
-    EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented);
-    EXPECT_THAT(std::string(c.status().message()), HasSubstr("sharding.replica_sync average"));
-  }
   {
     ShardedEmbeddingOptions so = Options(2);
     so.collection.tables[1].storage.tier = StorageTier::kRocksDb;

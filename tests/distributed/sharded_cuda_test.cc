@@ -1,6 +1,6 @@
 // ShardedEmbeddingCollection with its shards on the GPU (a CUDA context) against the same
 // collection on the CPU, on the same ranks: for every sharding type, every grid of this world
-// (groups x group size), SGD and row-wise AdaGrad, exact replica sync, several steps of
+// (groups x group size), SGD and row-wise AdaGrad, exact replica sync (and average mode), several steps of
 // Forward + BackwardUpdate give the CPU run's pooled outputs, final rows and optimizer state
 // within rtol 2e-5, atol 1e-6 (the CUDA kernels contract multiply-adds and sum in another order:
 // embedding/pooled_lookup_cuda.h). Several ranks share the machine's one GPU through
@@ -107,6 +107,31 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(RowOptimizerType::kSgd,
                                          RowOptimizerType::kRowWiseAdagrad)),
     Name);
+
+// Average mode (M = 2 replica groups, sync every 2 steps, touched rows and all rows): the sync
+// gathers rows on the device and averages them over MPI, as the CPU collection does.
+TEST(ShardedCudaAverageTest, AverageModeMatchesTheCpuCollection) {
+  SKIP_WITHOUT_GPU();
+  const int me = World()->rank(), world = World()->size();
+  if (world % 2 != 0) GTEST_SKIP() << "average mode needs 2 replica groups";
+  const int n = world / 2;
+  auto grid = ProcessGrid::Create(World(), {.group_size = n});
+  ASSERT_TRUE(grid.ok()) << grid.status();
+  for (ShardingType type :
+       {ShardingType::kTableWise, ShardingType::kRowWise, ShardingType::kColumnWise}) {
+    for (SyncRows rows : {SyncRows::kTouched, SyncRows::kAll}) {
+      ShardedEmbeddingOptions so = Options(type, RowOptimizerType::kRowWiseAdagrad, n);
+      so.replica_sync = ReplicaSync::kAverage;
+      so.sync_every = 2;
+      so.sync_rows = rows;
+      const tt::ShardedRun cpu =
+          tt::TrainSharded(*grid, so, DeviceContext::Cpu(), kSteps, me, world);
+      const tt::ShardedRun gpu = tt::TrainSharded(*grid, so, *Gpu(), kSteps, me, world);
+      ExpectClose(gpu, cpu, std::string("average ") + ShardingTypeName(type) +
+                                (rows == SyncRows::kAll ? " all rows" : " touched rows"));
+    }
+  }
+}
 
 // HBM caches of about a third of each shard of table 0 (2000 rows) and of all of table 1, over host memory and over the RocksDB tier, on a row-wise plan over the whole
 // world: the same training as the CPU collection without caches.
