@@ -4,6 +4,7 @@
 // Several ranks sharing the GPU are bench/gpu_check.sh's job (mpi2 / mpi4). Skips without a device.
 #include <vector>
 
+#include "core/pinned.h"
 #include "cuda_test_util.h"
 #include "gtest/gtest.h"
 #include "sharding/device_grad_sync.h"
@@ -39,7 +40,9 @@ TEST_F(DeviceGradSyncCudaTest, CopiesLandAndSumsComeBackOverSteps) {
       ASSERT_TRUE(CudaCopyToDevice(gpu(), dev[i].raw(), host[i].data(),
                                    host[i].size() * sizeof(float))
                       .ok());
-      if (step > 0) ASSERT_TRUE((*s)->MarkReady(dev[i].data<float>()).ok());
+      if (step > 0) {
+        ASSERT_TRUE((*s)->MarkReady(dev[i].data<float>()).ok());
+      }
     }
     ASSERT_TRUE((*s)->Finish().ok());
     ASSERT_TRUE(CudaSynchronize(gpu()).ok());

@@ -64,7 +64,9 @@ TEST(DeviceGradSyncTest, AnyBucketSizeAndLandingDelayGiveTheFlatAllReduceBits) {
                                        : step == 1 ? std::vector<int>{1, 0, 3, 2, 6, 5}
                                                    : std::vector<int>{};
         for (int i : order) ASSERT_TRUE((*s)->MarkReady(g[i].data()).ok());
-        if (step == 1) ASSERT_TRUE((*s)->Poll().ok());
+        if (step == 1) {
+          ASSERT_TRUE((*s)->Poll().ok());
+        }
         ASSERT_TRUE((*s)->Finish().ok());
         if (bucket == 1 && step == 0) {
           // polls 1: each copy lands at once and its bucket starts; 2: each lands at the next
