@@ -50,7 +50,9 @@ TEST(DeviceGradSyncTest, AnyBucketSizeAndLandingDelayGiveTheFlatAllReduceBits) {
       auto s = DeviceGradSync::Create(&w, Views(g), CreateHostGradStager(polls),
                                       BucketedAllReduceOptions{bucket});
       ASSERT_TRUE(s.ok()) << s.status();
-      if (bucket == 1) EXPECT_EQ((*s)->num_buckets(), 7);
+      if (bucket == 1) {
+        EXPECT_EQ((*s)->num_buckets(), 7);
+      }
       for (int step = 0; step < 3; ++step) {
         std::vector<std::vector<float>> fresh = Grads(me, step);
         for (size_t i = 0; i < g.size(); ++i) g[i] = fresh[i];  // same storage, new values
@@ -73,7 +75,9 @@ TEST(DeviceGradSyncTest, AnyBucketSizeAndLandingDelayGiveTheFlatAllReduceBits) {
           // mark (the last one at Finish); 1000: none before Finish.
           EXPECT_EQ((*s)->started_early_last_step(), polls == 1 ? 7 : polls == 2 ? 6 : 0);
         }
-        if (step == 2) EXPECT_EQ((*s)->started_early_last_step(), 0);
+        if (step == 2) {
+          EXPECT_EQ((*s)->started_early_last_step(), 0);
+        }
         size_t at = 0;
         for (size_t i = 0; i < g.size(); ++i) {
           for (size_t k = 0; k < g[i].size(); ++k) {
