@@ -21,9 +21,10 @@
 #   /opt/carry/gpu-bundle.tar.gz    the tarball the device tool carries; gpu_check.sh unpacks it
 #   no libcuda.so.1                 so every CUDA test must reach its "no CUDA device" skip
 # Checks: every bundle binary's libraries resolve inside the bundle or to glibc (ldd and
-# LD_DEBUG=libs in the chroot), each CUDA test binary exits 0 with "no CUDA device", the CPU
-# stages of gpu_check.sh pass (CPU quickstart, the MPI communicator test on 4 ranks through the
-# carried mpirun, the report), no log says "error while loading shared libraries".
+# LD_DEBUG=libs in the chroot), each CUDA test binary exits 0 with "no CUDA device" (the
+# multi-rank one on 1, 2 and 4 ranks), the CPU stages of gpu_check.sh pass (CPU quickstart on 1
+# and 2 ranks, the MPI communicator test on 4 ranks through the carried mpirun, the report), no
+# log says "error while loading shared libraries".
 # Environment: BUNDLE (build-bundle/gpu-bundle: its .tar.gz is what runs), KEEP=1 keeps the chroot, RESULTS (where the
 # two result files land; default runs/gpu_rehearsal).
 set -euo pipefail
@@ -139,7 +140,13 @@ for t in "$BUNDLE"/tests/cuda_*_test; do
   if grep -q "^$n	ok" "$X/stages.tsv" && grep -q "no CUDA device" "$X/$n.log"; then say "$n: exits 0 with 'no CUDA device'" ok
   else say "$n: exits 0 with 'no CUDA device'" FAILED; fi
 done
-for s in env sharding_communicator_test distributed_communicator_test quick_cpu; do
+# The multi-rank CUDA test under the carried mpirun on 1, 2 and 4 ranks: every rank skips.
+for np in 1 2 4; do
+  n=sharded_cuda_np$np
+  if grep -q "^$n	ok" "$X/stages.tsv" && grep -q "no CUDA device" "$X/$n.log"; then say "$n: exits 0 with 'no CUDA device'" ok
+  else say "$n: exits 0 with 'no CUDA device'" FAILED; fi
+done
+for s in env sharding_communicator_test distributed_communicator_test quick_cpu mpi2_cpu; do
   if grep -q "^$s	ok" "$X/stages.tsv"; then say "stage $s" ok; else say "stage $s" FAILED; fi
 done
 if grep -l "error while loading shared libraries\|cannot open shared object" "$X"/*.log; then
