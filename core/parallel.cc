@@ -28,7 +28,7 @@ void ParallelFor(int64_t n, int64_t min_chunk,
   min_chunk = std::max<int64_t>(min_chunk, 1);
   int threads = static_cast<int>(
       std::min<int64_t>(NumThreads(), (n + min_chunk - 1) / min_chunk));
-  if (threads <= 1) {
+  if (threads <= 1 || omp_in_parallel()) {
     fn(0, n, 0);
     return;
   }
@@ -39,6 +39,17 @@ void ParallelFor(int64_t n, int64_t min_chunk,
     ChunkRange(n, threads, t, &b, &e);
     if (b < e) fn(b, e, t);
   }
+}
+
+void ParallelForDynamic(int64_t n, const std::function<void(int64_t, int)>& fn) {
+  if (n <= 0) return;
+  const int threads = static_cast<int>(std::min<int64_t>(NumThreads(), n));
+  if (threads <= 1 || omp_in_parallel()) {
+    for (int64_t i = 0; i < n; ++i) fn(i, 0);
+    return;
+  }
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+  for (int64_t i = 0; i < n; ++i) fn(i, omp_get_thread_num());
 }
 
 }  // namespace tessera

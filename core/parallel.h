@@ -20,6 +20,14 @@ void SetNumThreads(int n);
 void ParallelFor(int64_t n, int64_t min_chunk,
                  const std::function<void(int64_t begin, int64_t end, int thread)>& fn);
 
+// Calls fn(i, thread) for every i in [0, n) on min(NumThreads(), n) threads, handing the items
+// out one at a time in increasing i as threads come free (dynamic scheduling): for independent
+// items of uneven cost (order them costliest first) whose results must not depend on the thread
+// that runs them. Blocks until all items are done. fn must not throw.
+void ParallelForDynamic(int64_t n, const std::function<void(int64_t i, int thread)>& fn);
+// Inside a ParallelFor / ParallelForDynamic body, ParallelFor runs fn(0, n, 0) on the calling
+// thread (no nested teams): callers whose results do not depend on the thread count see the
+// same bits.
 // The chunk [begin, end) that thread t of `threads` gets for n items (the split ParallelFor uses).
 void ChunkRange(int64_t n, int threads, int t, int64_t* begin, int64_t* end);
 

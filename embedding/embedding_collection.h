@@ -90,6 +90,10 @@ class EmbeddingCollection {
   // Runs fn(t) for every table (concurrently across tables when some store is tiered) and
   // returns the first error in table order.
   absl::Status ForEachTable(const std::function<absl::Status(int)>& fn);
+  // The lookup's and the update's per-table work: fn(t, thread) for every table, whole tables per
+  // thread (costliest first, table_order_) for host-memory stores on several threads, else one
+  // after the other on thread 0. Returns the first error in table order.
+  absl::Status RunTables(const std::function<absl::Status(int, int)>& fn);
 
   EmbeddingCollectionOptions options_;
   DeviceContext ctx_;
@@ -111,8 +115,14 @@ class EmbeddingCollection {
   std::vector<std::vector<int64_t>> prefetch_ids_;
   std::vector<absl::Status> table_status_;
   bool any_tiered_ = false;  // some store is a TieredRowStore (ForEachTable runs tables in parallel)
-  std::vector<BagGradients> sources_;
-  EmbeddingWorkspace ws_;
+  // Per thread of RunTables: the update's sources and workspace.
+  struct ThreadScratch {
+    std::vector<BagGradients> sources;
+    EmbeddingWorkspace ws;
+  };
+  std::vector<ThreadScratch> thread_ws_;
+  std::vector<int64_t> table_cost_;  // the last Forward's ids per table
+  std::vector<int> table_order_;     // tables by decreasing cost (stable)
 };
 
 }  // namespace tessera

@@ -4,8 +4,10 @@
 
 #include <cmath>
 #include <map>
+#include <string>
 #include <vector>
 
+#include "core/parallel.h"
 #include "core/rng.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -235,6 +237,63 @@ TEST(EmbeddingCollectionTest, BadConfigsNameTheTable) {
   auto w = EmbeddingCollection::CreateWithStores(o, std::move(stores), DeviceContext::Cpu());
   EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(w.status().message(), HasSubstr("table 'item': store does not match"));
+}
+
+// Whole tables per thread (several host-memory tables on 2 or 3 threads, costliest first) give
+// the bits of the tables one after the other on 1 thread: pooled outputs of every step, then
+// every table's rows and state. Six tables of unequal cost (one serving two features, mean
+// pooling, weighted batches), so the dynamic schedule hands them out in another order than the
+// table order; row-wise AdaGrad and dims 8 / 128 (the in-register update) / 24.
+TEST(EmbeddingCollectionTest, TablesRunInParallelWithTheBitsOfOneThread) {
+  EmbeddingCollectionOptions o = TwoTables(RowOptimizerType::kRowWiseAdagrad);
+  o.num_features = 7;
+  const int64_t dims[] = {128, 24, 8, 128};
+  for (int k = 0; k < 4; ++k) {
+    TableConfig t;
+    t.name = "extra" + std::to_string(k);
+    t.num_rows = 300 + 100 * k;
+    t.dim = dims[k];
+    t.pooling = k % 2 ? PoolingMode::kMean : PoolingMode::kSum;
+    t.features = {3 + k};
+    o.tables.push_back(t);
+  }
+  auto run = [&](int threads, std::vector<std::vector<float>>* outs,
+                 std::vector<std::vector<float>>* rows) {
+    const int saved = NumThreads();
+    SetNumThreads(threads);
+    auto c = EmbeddingCollection::Create(o, DeviceContext::Cpu());
+    ASSERT_TRUE(c.ok()) << c.status();
+    for (int step = 1; step <= 3; ++step) {
+      KeyedJagged kj = MakeBatch(50 + step, 37, o, /*weighted=*/step % 2 == 1);
+      outs->emplace_back(kj.batch_size * (*c)->output_dim());
+      ASSERT_TRUE((*c)->Forward(kj, outs->back().data()).ok());
+      std::vector<float> g(outs->back().size());
+      CounterRng rng(step, 9);
+      for (float& x : g) x = rng.NextUniform() - 0.5f;
+      ASSERT_TRUE((*c)->BackwardUpdate(g.data(), 0.3f, step).ok());
+    }
+    for (int t = 0; t < (*c)->num_tables(); ++t) {
+      const TableConfig& tc = (*c)->table(t);
+      rows->emplace_back(tc.num_rows * (tc.dim + 1));
+      ASSERT_TRUE((*c)->store(t).ReadRows(0, tc.num_rows, rows->back().data(),
+                                         rows->back().data() + tc.num_rows * tc.dim)
+                      .ok());
+    }
+    SetNumThreads(saved);
+  };
+  std::vector<std::vector<float>> out1, rows1;
+  run(1, &out1, &rows1);
+  for (int threads : {2, 3}) {
+    std::vector<std::vector<float>> out, rows;
+    run(threads, &out, &rows);
+    ASSERT_EQ(out.size(), out1.size());
+    for (size_t s = 0; s < out1.size(); ++s) {
+      EXPECT_EQ(out[s], out1[s]) << threads << " threads, pooled output of step " << s + 1;
+    }
+    for (size_t t = 0; t < rows1.size(); ++t) {
+      EXPECT_EQ(rows[t], rows1[t]) << threads << " threads, rows and state of table " << t;
+    }
+  }
 }
 
 }  // namespace
