@@ -28,6 +28,18 @@ void ParallelForDynamic(int64_t n, const std::function<void(int64_t i, int threa
 // Inside a ParallelFor / ParallelForDynamic body, ParallelFor runs fn(0, n, 0) on the calling
 // thread (no nested teams): callers whose results do not depend on the thread count see the
 // same bits.
+// Sets the thread count (SetNumThreads) for its lifetime and restores the previous one after:
+// tests and benchmarks that run the same work on several thread counts.
+class ScopedNumThreads {
+ public:
+  explicit ScopedNumThreads(int n) : saved_(NumThreads()) { SetNumThreads(n); }
+  ~ScopedNumThreads() { SetNumThreads(saved_); }
+  ScopedNumThreads(const ScopedNumThreads&) = delete;
+  ScopedNumThreads& operator=(const ScopedNumThreads&) = delete;
+
+ private:
+  int saved_;
+};
 // The chunk [begin, end) that thread t of `threads` gets for n items (the split ParallelFor uses).
 void ChunkRange(int64_t n, int threads, int t, int64_t* begin, int64_t* end);
 

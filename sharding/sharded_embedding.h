@@ -57,8 +57,9 @@
 // order, as on the CPU) and copied back for the update; average mode's sync gathers its rows
 // on the device and averages them over MPI on the host. Not yet on CUDA (Unimplemented, naming
 // the key): RocksDB-tier tables without a device cache (with storage.device_cache_rows each
-// shard is an HBM cache over its tier); 16-bit tables are InvalidArgument. Results equal the CPU collection's up to the CUDA kernels' contracted
-// multiply-adds (embedding/pooled_lookup_cuda.h).
+// shard is an HBM cache over its tier); 16-bit tables are InvalidArgument. Results equal the
+// CPU collection's up to the CUDA kernels' contracted multiply-adds
+// (embedding/pooled_lookup_cuda.h).
 // Thread-safety: none; the training loop owns it.
 #pragma once
 

@@ -10,18 +10,9 @@
 namespace tessera {
 namespace {
 
-class ThreadCount {
- public:
-  explicit ThreadCount(int n) : saved_(NumThreads()) { SetNumThreads(n); }
-  ~ThreadCount() { SetNumThreads(saved_); }
-
- private:
-  int saved_;
-};
-
 TEST(ParallelTest, DynamicRunsEveryItemOnceAndNestedLoopsRunWhole) {
   for (int threads : {1, 2, 3}) {
-    ThreadCount tc(threads);
+    ScopedNumThreads tc(threads);
     const int64_t n = 17;
     std::vector<std::atomic<int>> seen(n);
     std::vector<int64_t> inner_sum(n, 0);

@@ -10,6 +10,7 @@
 #include "core/rng.h"
 #include "gtest/gtest.h"
 #include "mpi_test_main.h"
+#include "noisy_floats.h"
 #include "sharding/communicator.h"
 #include "sharding/grad_buckets.h"
 #include "sharding/process_grid.h"
@@ -17,15 +18,8 @@
 namespace tessera {
 namespace {
 
+using ::tessera::testing::NoisyFloats;
 using ::tessera::testing::World;
-
-// Values whose float sum depends on the order they are added in.
-std::vector<float> Noisy(int64_t n, uint64_t seed) {
-  CounterRng rng(seed, 3);
-  std::vector<float> v(n);
-  for (auto& x : v) x = (rng.NextUniform() - 0.5f) * std::exp2(std::floor(rng.NextUniform() * 30) - 15);
-  return v;
-}
 
 TEST(AsyncCollectivesTest, AllReduceInFlightMatchesBlockingBits) {
   Communicator& w = *World();
@@ -33,7 +27,7 @@ TEST(AsyncCollectivesTest, AllReduceInFlightMatchesBlockingBits) {
   const std::vector<int64_t> sizes = {1, 3, 1000, 4099, 0, 77};
   std::vector<std::vector<float>> want, got;
   for (size_t i = 0; i < sizes.size(); ++i) {
-    want.push_back(Noisy(sizes[i], 100 * i + me));
+    want.push_back(NoisyFloats(sizes[i], 100 * i + me));
     got.push_back(want.back());
     ASSERT_TRUE(w.AllReduce(want.back().data(), sizes[i], i % 2 ? ReduceOp::kAvg : ReduceOp::kSum)
                     .ok());
@@ -109,7 +103,8 @@ TEST(AsyncCollectivesTest, SubCommunicatorsRunIndependently) {
   ASSERT_TRUE(grid.ok());
   Communicator& g = grid->sharding_group();
   Communicator& rep = grid->replica_group();
-  std::vector<float> a = Noisy(513, 7 + World()->rank()), b = Noisy(33, 9 + World()->rank());
+  std::vector<float> a = NoisyFloats(513, 7 + World()->rank());
+  std::vector<float> b = NoisyFloats(33, 9 + World()->rank());
   std::vector<float> wa = a, wb = b;
   ASSERT_TRUE(g.AllReduce(wa.data(), 513, ReduceOp::kSum).ok());
   ASSERT_TRUE(rep.AllReduce(wb.data(), 33, ReduceOp::kSum).ok());
@@ -126,7 +121,7 @@ TEST(AsyncCollectivesTest, SubCommunicatorsRunIndependently) {
 std::vector<std::vector<float>> Tensors(int me) {
   std::vector<std::vector<float>> t;
   const int64_t sizes[] = {1, 64, 8, 512, 16, 2048, 13};
-  for (int i = 0; i < 7; ++i) t.push_back(Noisy(sizes[i], 31 * i + me));
+  for (int i = 0; i < 7; ++i) t.push_back(NoisyFloats(sizes[i], 31 * i + me));
   return t;
 }
 

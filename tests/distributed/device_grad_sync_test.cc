@@ -8,29 +8,21 @@
 #include "core/rng.h"
 #include "gtest/gtest.h"
 #include "mpi_test_main.h"
+#include "noisy_floats.h"
 #include "sharding/communicator.h"
 #include "sharding/device_grad_sync.h"
 
 namespace tessera {
 namespace {
 
+using ::tessera::testing::NoisyFloats;
 using ::tessera::testing::World;
-
-// Values whose float sum depends on the order they are added in.
-std::vector<float> Noisy(int64_t n, uint64_t seed) {
-  CounterRng rng(seed, 5);
-  std::vector<float> v(n);
-  for (auto& x : v) {
-    x = (rng.NextUniform() - 0.5f) * std::exp2(std::floor(rng.NextUniform() * 30) - 15);
-  }
-  return v;
-}
 
 // The gradients of a small model, in backward order.
 std::vector<std::vector<float>> Grads(int me, int step) {
   std::vector<std::vector<float>> t;
   const int64_t sizes[] = {1, 64, 8, 512, 16, 2048, 13};
-  for (int i = 0; i < 7; ++i) t.push_back(Noisy(sizes[i], 1000 * step + 31 * i + me));
+  for (int i = 0; i < 7; ++i) t.push_back(NoisyFloats(sizes[i], 1000 * step + 31 * i + me));
   return t;
 }
 

@@ -1,13 +1,14 @@
 // ShardedEmbeddingCollection with its shards on the GPU (a CUDA context) against the same
 // collection on the CPU, on the same ranks: for every sharding type, every grid of this world
-// (groups x group size), SGD and row-wise AdaGrad, exact replica sync (and average mode), several steps of
-// Forward + BackwardUpdate give the CPU run's pooled outputs, final rows and optimizer state
-// within rtol 2e-5, atol 1e-6 (the CUDA kernels contract multiply-adds and sum in another order:
-// embedding/pooled_lookup_cuda.h). Several ranks share the machine's one GPU through
-// sharding.transport mpi (payloads staged through pinned memory; NCCL refuses two ranks on one
-// device); a world of one sends its payloads over NCCL. Also: HBM caches smaller than their
-// shards, over host memory and over the RocksDB tier, train as the CPU run without caches.
-// Without a device every test skips; bench/gpu_check.sh runs this binary on 1, 2 and 4 ranks.
+// (groups x group size), SGD and row-wise AdaGrad, exact replica sync (and average mode),
+// several steps of Forward + BackwardUpdate give the CPU run's pooled outputs, final rows and
+// optimizer state within rtol 2e-5, atol 1e-6 (the CUDA kernels contract multiply-adds and sum
+// in another order: embedding/pooled_lookup_cuda.h). Several ranks share the machine's one GPU
+// through sharding.transport mpi (payloads staged through pinned memory; NCCL refuses two ranks
+// on one device); a world of one sends its payloads over NCCL. Also: HBM caches smaller than
+// their shards, over host memory and over the RocksDB tier, train as the CPU run without
+// caches. Without a device every test skips; bench/gpu_check.sh runs this binary on 1, 2 and 4
+// ranks.
 #include <memory>
 #include <string>
 #include <tuple>
@@ -101,11 +102,7 @@ std::string Name(const ::testing::TestParamInfo<Param>& info) {
 INSTANTIATE_TEST_SUITE_P(
     EveryTypeAndGrid, ShardedCudaTest,
     ::testing::Combine(::testing::Values(1, 2, 4),
-                       ::testing::Values(ShardingType::kDataParallel, ShardingType::kTableWise,
-                                         ShardingType::kRowWise, ShardingType::kColumnWise,
-                                         ShardingType::kTableRowWise, ShardingType::kGrid),
-                       ::testing::Values(RowOptimizerType::kSgd,
-                                         RowOptimizerType::kRowWiseAdagrad)),
+                       tt::EveryShardingType(), tt::BothRowOptimizers()),
     Name);
 
 // Average mode (M = 2 replica groups, sync every 2 steps, touched rows and all rows): the sync
@@ -133,8 +130,9 @@ TEST(ShardedCudaAverageTest, AverageModeMatchesTheCpuCollection) {
   }
 }
 
-// HBM caches of about a third of each shard of table 0 (2000 rows) and of all of table 1, over host memory and over the RocksDB tier, on a row-wise plan over the whole
-// world: the same training as the CPU collection without caches.
+// HBM caches of about a third of each shard of table 0 (2000 rows) and of all of table 1,
+// over host memory and over the RocksDB tier, on a row-wise plan over the whole world: the same
+// training as the CPU collection without caches.
 TEST(ShardedCudaCacheTest, HbmCachesOverHostAndTierMatchTheCpuCollection) {
   SKIP_WITHOUT_GPU();
   const int me = World()->rank(), world = World()->size();

@@ -86,11 +86,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(1, 2, 4),
                        ::testing::Values(GridLayout::kReplicasAdjacent,
                                          GridLayout::kGroupsContiguous),
-                       ::testing::Values(ShardingType::kDataParallel, ShardingType::kTableWise,
-                                         ShardingType::kRowWise, ShardingType::kColumnWise,
-                                         ShardingType::kTableRowWise, ShardingType::kGrid),
-                       ::testing::Values(RowOptimizerType::kSgd,
-                                         RowOptimizerType::kRowWiseAdagrad)),
+                       tt::EveryShardingType(), tt::BothRowOptimizers()),
     Name);
 
 // The default plan (row-wise split of the big table, the rest table-wise) and Adam (per-column

@@ -92,6 +92,16 @@ inline ShardingPlan PlanOfType(ShardingType type, const std::vector<TableConfig>
   return plan;
 }
 
+// Every sharding type and both row optimizers, as gtest parameter generators.
+inline auto EveryShardingType() {
+  return ::testing::Values(ShardingType::kDataParallel, ShardingType::kTableWise,
+                           ShardingType::kRowWise, ShardingType::kColumnWise,
+                           ShardingType::kTableRowWise, ShardingType::kGrid);
+}
+inline auto BothRowOptimizers() {
+  return ::testing::Values(RowOptimizerType::kSgd, RowOptimizerType::kRowWiseAdagrad);
+}
+
 // The global batch of step `step`: batch_of(r) samples for rank r, concatenated in rank order.
 // Ids are skewed (many repeats), bags hold 0..4 ids, optional per-id weights.
 struct GlobalBatch {

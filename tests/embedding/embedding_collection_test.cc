@@ -259,8 +259,7 @@ TEST(EmbeddingCollectionTest, TablesRunInParallelWithTheBitsOfOneThread) {
   }
   auto run = [&](int threads, std::vector<std::vector<float>>* outs,
                  std::vector<std::vector<float>>* rows) {
-    const int saved = NumThreads();
-    SetNumThreads(threads);
+    ScopedNumThreads scoped(threads);
     auto c = EmbeddingCollection::Create(o, DeviceContext::Cpu());
     ASSERT_TRUE(c.ok()) << c.status();
     for (int step = 1; step <= 3; ++step) {
@@ -279,7 +278,6 @@ TEST(EmbeddingCollectionTest, TablesRunInParallelWithTheBitsOfOneThread) {
                                          rows->back().data() + tc.num_rows * tc.dim)
                       .ok());
     }
-    SetNumThreads(saved);
   };
   std::vector<std::vector<float>> out1, rows1;
   run(1, &out1, &rows1);

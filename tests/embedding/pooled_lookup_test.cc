@@ -55,15 +55,6 @@ std::vector<float> RandomTable(uint64_t seed, int64_t rows, int64_t dim) {
   return w;
 }
 
-class ThreadCount {
- public:
-  explicit ThreadCount(int n) : saved_(NumThreads()) { SetNumThreads(n); }
-  ~ThreadCount() { SetNumThreads(saved_); }
-
- private:
-  int saved_;
-};
-
 struct ForwardCase {
   int64_t dim;
   PoolingMode pooling;
@@ -130,7 +121,7 @@ TEST(PooledLookupTest, ForwardBitIdenticalForAnyThreadCount) {
   Bags bags = MakeBags(4, 4000, 10, rows);
   std::vector<std::vector<float>> outs;
   for (int threads : {1, 2, 3}) {
-    ThreadCount tc(threads);
+    ScopedNumThreads tc(threads);
     std::vector<float> out(bags.num_bags() * dim);
     PooledLookupArgs a{table.data(),
                        dim,
@@ -263,7 +254,7 @@ TEST(AggregateRowGradientsTest, PerBagAndPerPositionIndexingGiveTheSameBits) {
   for (PoolingMode pooling : {PoolingMode::kSum, PoolingMode::kMean}) {
     for (int64_t dim : {5, 16, 128}) {
       for (int threads : {1, 2}) {
-        ThreadCount tc(threads);
+        ScopedNumThreads tc(threads);
         std::vector<Source> sources = {MakeSource(3, 700, 9, 60, dim, false, 2),
                                        MakeSource(4, 450, 9, 500, dim, false)};
         std::vector<BagGradients> views = {sources[0].View(), sources[1].View()};
@@ -295,7 +286,7 @@ TEST(AggregateRowGradientsTest, LargeSlotsAndManyIdsSortCorrectly) {
   std::vector<BagGradients> views = {sources[0].View()};
   EmbeddingWorkspace ws;
   for (int threads : {1, 2}) {
-    ThreadCount tc(threads);
+    ScopedNumThreads tc(threads);
     ASSERT_TRUE(AggregateRowGradients(DeviceContext::Cpu(), views, dim, PoolingMode::kSum, &ws,
                                       &ws.unique_slots, &ws.row_grads)
                     .ok());
@@ -425,7 +416,7 @@ TEST(FusedBackwardTest, BitIdenticalWithOneAndTwoThreads) {
   opt.type = RowOptimizerType::kAdam;
   std::vector<std::vector<float>> results;
   for (int threads : {1, 2}) {
-    ThreadCount tc(threads);
+    ScopedNumThreads tc(threads);
     std::vector<float> w = RandomTable(5, rows, dim), state(rows * 2 * dim, 0.0f);
     EmbeddingWorkspace ws;
     for (int64_t step = 1; step <= 2; ++step) {
@@ -452,7 +443,7 @@ TEST(FusedBackwardTest, BitIdenticalToAggregateThenApply) {
                                 RowOptimizerType::kAdam}) {
     for (int64_t dim : {16, 24, 32, 64, 128}) {
       for (int threads : {1, 2}) {
-        ThreadCount tc(threads);
+        ScopedNumThreads tc(threads);
         RowOptimizerOptions opt;
         opt.type = type;
         const int64_t sd = RowStateDim(type, dim);

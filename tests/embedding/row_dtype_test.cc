@@ -21,15 +21,6 @@ namespace {
 namespace rd = row_dtype;
 
 // Sets the thread count for a scope.
-class ThreadCount {
- public:
-  explicit ThreadCount(int n) : saved_(NumThreads()) { SetNumThreads(n); }
-  ~ThreadCount() { SetNumThreads(saved_); }
-
- private:
-  int saved_;
-};
-
 std::vector<uint16_t> Narrowed(RowDtype d, const std::vector<float>& v) {
   std::vector<uint16_t> out(v.size());
   RowValuesFromFloat(d, v.data(), static_cast<int64_t>(v.size()), out.data());
@@ -212,7 +203,7 @@ TEST_P(RowDtypeTest, FusedUpdateMatchesReferenceAndThreadCounts) {
       std::vector<int64_t> unique;
       std::vector<float> sums;
       for (int threads : {1, 2, 3}) {
-        ThreadCount tc(threads);
+        ScopedNumThreads tc(threads);
         std::vector<uint16_t> table = table0;
         std::vector<float> state = state0;
         args.weights = table.data();

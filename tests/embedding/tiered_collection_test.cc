@@ -93,17 +93,8 @@ TieredRowStore& TierOf(EmbeddingCollection& c, int t) {
   return dynamic_cast<TieredRowStore&>(c.store(t));
 }
 
-class ThreadsScope {
- public:
-  explicit ThreadsScope(int n) : saved_(NumThreads()) { SetNumThreads(n); }
-  ~ThreadsScope() { SetNumThreads(saved_); }
-
- private:
-  int saved_;
-};
-
 TEST(TieredCollectionTest, ConcurrentTablesMatchInMemoryBitForBit) {
-  ThreadsScope threads(2);
+  ScopedNumThreads threads(2);
   TempDir tmp;
   const EmbeddingCollectionOptions o = ThreeTables();
   auto mem = EmbeddingCollection::Create(o, DeviceContext::Cpu());
@@ -137,7 +128,7 @@ TEST(TieredCollectionTest, ConcurrentTablesMatchInMemoryBitForBit) {
 }
 
 TEST(TieredCollectionTest, EvaluationWritesNothingBack) {
-  ThreadsScope threads(2);
+  ScopedNumThreads threads(2);
   TempDir tmp;
   const EmbeddingCollectionOptions o = ThreeTables();
   auto tier = Tiered(o, tmp, 90);
