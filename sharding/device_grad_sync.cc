@@ -57,10 +57,10 @@ class HostGradStager final : public GradStager {
   }
 
   absl::Status StartToHost(int n, float* host, const float* device, int64_t floats) override {
-    if (n != static_cast<int>(copies_.size()) && n != 0) {
+    if (n == 0) copies_.clear();  // a new step
+    if (n != static_cast<int>(copies_.size())) {
       return absl::InternalError(absl::StrCat("HostGradStager: copy ", n, " out of order"));
     }
-    if (n == 0) copies_.clear();
     copies_.push_back({host, device, floats, 0, false});
     return absl::OkStatus();
   }
@@ -71,7 +71,8 @@ class HostGradStager final : public GradStager {
     }
     Copy& c = copies_[n];
     if (!c.landed && ++c.polls < polls_to_land_) return false;
-    return Land(n);
+    Land(n);
+    return true;
   }
 
   absl::Status WaitLanded(int n) override {
@@ -96,14 +97,13 @@ class HostGradStager final : public GradStager {
     bool landed;
   };
   // Lands copy n and every earlier one (a stream runs its copies in order).
-  bool Land(int n) {
+  void Land(int n) {
     for (int k = 0; k <= n; ++k) {
       Copy& c = copies_[k];
       if (c.landed) continue;
       std::memcpy(c.host, c.device, static_cast<size_t>(c.floats) * sizeof(float));
       c.landed = true;
     }
-    return true;
   }
 
   int polls_to_land_;
@@ -131,7 +131,6 @@ absl::StatusOr<std::unique_ptr<DeviceGradSync>> DeviceGradSync::Create(
   if (comm == nullptr) return absl::InvalidArgumentError("DeviceGradSync: null communicator");
   if (stager == nullptr) return absl::InvalidArgumentError("DeviceGradSync: null stager");
   std::unique_ptr<DeviceGradSync> s(new DeviceGradSync());
-  s->comm_ = comm;
   s->tensors_ = std::move(tensors);
   s->stager_ = std::move(stager);
   const int n = static_cast<int>(s->tensors_.size());

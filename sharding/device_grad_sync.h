@@ -99,7 +99,6 @@ class DeviceGradSync {
   DeviceGradSync() = default;
   absl::Status StartCopy(int i);
 
-  Communicator* comm_ = nullptr;
   std::vector<DeviceGradTensor> tensors_;
   std::unique_ptr<GradStager> stager_;
   std::unique_ptr<BucketedAllReduce> buckets_;
