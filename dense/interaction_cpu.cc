@@ -3,11 +3,14 @@
 // depend on the thread count.
 //
 // Both directions work on 16-lane vectors (one zmm in the AVX-512 clone) and on blocks of four
-// rows at a time: four independent accumulator chains hide the FMA latency (one chain of 16-27
-// dependent FMAs was latency-bound at about a quarter of peak) and share every vector load.
+// rows (the last F + 1 mod 4 rows in one smaller block) times two 16-lane column blocks: up to
+// eight independent accumulator chains hide the FMA latency (one chain of 16-27 dependent FMAs
+// was latency-bound at about a quarter of peak) and share the vector loads. Every output element
+// is still one chain in a fixed order, so blocking changes no bits. The next sample's rows are
+// prefetched into L2 a few lines per block (NextSamplePrefetch).
 //
 // Forward, per sample: Z ((F + 1) x d) is transposed into zt (d x P, P = F + 1 rounded up to 16,
-// padding zero), and the pairs of rows i..i+3 (j < i, contiguous in the output per row) are
+// padding zero) in 16 x 16 register tiles, and the pairs of rows i..i+3 (j < i, contiguous in the output per row) are
 // outer-product sweeps acc_i[j] += Z_i[k] * zt[k][j] over k: no horizontal sums, lower triangle
 // only (lanes past a row's diagonal are computed and dropped).
 // Backward, per sample: dZ = S Z with S the symmetric pair-gradient matrix (zero diagonal). S is
@@ -33,6 +36,45 @@ int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 // Offset within a sample's output row of pair (i, 0), i >= 1.
 inline int64_t PairRow(int64_t d, int64_t i) { return d + i * (i - 1) / 2; }
 
+// Prefetches the next sample's rows into L2 while this sample is computed, a few lines before
+// each block of rows: the rows of consecutive samples are contiguous but read in a strided order
+// the hardware prefetcher does not follow, and one burst of a whole sample's lines stalls on the
+// miss buffers and (into L1) evicts the rows still in use.
+class NextSamplePrefetch {
+ public:
+  // Up to three float ranges; `calls`: how many Issue() calls one sample makes.
+  void Start(const float* a, int64_t na, const float* b, int64_t nb, const float* c, int64_t nc,
+             int64_t calls) {
+    const float* p[3] = {a, b, c};
+    const int64_t n[3] = {na, nb, nc};
+    int64_t lines = 0;
+    for (int r = 0; r < 3; ++r) {
+      next_[r] = reinterpret_cast<const char*>(p[r]);
+      end_[r] = next_[r] + (p[r] == nullptr ? 0 : n[r] * sizeof(float));
+      lines += (end_[r] - next_[r] + kLine - 1) / kLine;
+    }
+    range_ = 0;
+    per_call_ = (lines + calls - 1) / std::max<int64_t>(1, calls);
+  }
+  void Issue() { Issue(per_call_); }
+  void IssueAll() { Issue(INT64_MAX); }
+
+ private:
+  static constexpr int64_t kLine = 64;
+  void Issue(int64_t lines) {
+    for (; range_ < 3 && lines > 0; ++range_) {
+      for (; next_[range_] < end_[range_] && lines > 0; next_[range_] += kLine, --lines) {
+        __builtin_prefetch(next_[range_], 0, 2);
+      }
+      if (next_[range_] < end_[range_]) return;
+    }
+  }
+  const char* next_[3] = {};
+  const char* end_[3] = {};
+  int range_ = 3;
+  int64_t per_call_ = 0;
+};
+
 // Per-thread scratch that only grows, so steady-state steps do not allocate.
 float* ThreadScratch(size_t floats) {
   thread_local std::vector<float> scratch;
@@ -50,29 +92,132 @@ float** ThreadGradPointers(size_t n) {
   return pointers.data();
 }
 
-// Output rows i0 .. i0 + R - 1 of one sample (R <= kRows, all <= F).
-template <int R>
+// One step of the 16 x 16 transpose: swaps bit m of the row index with bit m of the column index
+// for the row pair (a, b = a | m). Two-source shuffles (vpermt2ps or cheaper in the AVX-512 clone).
+template <int M>
+__attribute__((always_inline)) inline void SwapBit(V16f& a, V16f& b) {
+  typedef int V16i __attribute__((vector_size(64)));
+  constexpr V16i kLo = {(0 & M) ? 16 + (0 ^ M) : 0,     (1 & M) ? 16 + (1 ^ M) : 1,
+                        (2 & M) ? 16 + (2 ^ M) : 2,     (3 & M) ? 16 + (3 ^ M) : 3,
+                        (4 & M) ? 16 + (4 ^ M) : 4,     (5 & M) ? 16 + (5 ^ M) : 5,
+                        (6 & M) ? 16 + (6 ^ M) : 6,     (7 & M) ? 16 + (7 ^ M) : 7,
+                        (8 & M) ? 16 + (8 ^ M) : 8,     (9 & M) ? 16 + (9 ^ M) : 9,
+                        (10 & M) ? 16 + (10 ^ M) : 10,  (11 & M) ? 16 + (11 ^ M) : 11,
+                        (12 & M) ? 16 + (12 ^ M) : 12,  (13 & M) ? 16 + (13 ^ M) : 13,
+                        (14 & M) ? 16 + (14 ^ M) : 14,  (15 & M) ? 16 + (15 ^ M) : 15};
+  constexpr V16i kHi = {(0 & M) ? 16 + 0 : (0 | M),     (1 & M) ? 16 + 1 : (1 | M),
+                        (2 & M) ? 16 + 2 : (2 | M),     (3 & M) ? 16 + 3 : (3 | M),
+                        (4 & M) ? 16 + 4 : (4 | M),     (5 & M) ? 16 + 5 : (5 | M),
+                        (6 & M) ? 16 + 6 : (6 | M),     (7 & M) ? 16 + 7 : (7 | M),
+                        (8 & M) ? 16 + 8 : (8 | M),     (9 & M) ? 16 + 9 : (9 | M),
+                        (10 & M) ? 16 + 10 : (10 | M),  (11 & M) ? 16 + 11 : (11 | M),
+                        (12 & M) ? 16 + 12 : (12 | M),  (13 & M) ? 16 + 13 : (13 | M),
+                        (14 & M) ? 16 + 14 : (14 | M),  (15 & M) ? 16 + 15 : (15 | M)};
+  const V16f lo = __builtin_shuffle(a, b, kLo);
+  const V16f hi = __builtin_shuffle(a, b, kHi);
+  a = lo;
+  b = hi;
+}
+
+template <int M>
+__attribute__((always_inline)) inline void SwapBitAll(V16f* r) {
+  for (int a = 0; a < 16; ++a) {
+    if ((a & M) == 0) SwapBit<M>(r[a], r[a | M]);
+  }
+}
+
+// zt[k * pp + r] = Z[r][k] for one sample: Z's row 0 is the bottom output zb, rows 1..nf the
+// embedding rows ze; zt's padding rows (nf + 1 .. pp - 1) are written as zeros. Whole 16 x 16
+// tiles go through registers; the columns past the last multiple of 16 are copied one by one.
+__attribute__((always_inline)) inline void TransposeSample(const float* __restrict zb,
+                                                           const float* __restrict ze, int64_t nf,
+                                                           int64_t d, int64_t pp,
+                                                           float* __restrict zt) {
+  const int64_t dv = d / kLanes * kLanes;
+  for (int64_t rb = 0; rb < pp; rb += kLanes) {
+    for (int64_t kb = 0; kb < dv; kb += kLanes) {
+      V16f r[kLanes];
+      for (int a = 0; a < kLanes; ++a) {
+        const int64_t row = rb + a;
+        if (row == 0) {
+          r[a] = LoadV<V16f>(zb + kb);
+        } else if (row <= nf) {
+          r[a] = LoadV<V16f>(ze + (row - 1) * d + kb);
+        } else {
+          r[a] = V16f{};
+        }
+      }
+      SwapBitAll<1>(r);
+      SwapBitAll<2>(r);
+      SwapBitAll<4>(r);
+      SwapBitAll<8>(r);
+      for (int c = 0; c < kLanes; ++c) StoreV(zt + (kb + c) * pp + rb, r[c]);
+    }
+  }
+  for (int64_t k = dv; k < d; ++k) {
+    float* __restrict t = zt + k * pp;
+    t[0] = zb[k];
+    for (int64_t f = 0; f < nf; ++f) t[f + 1] = ze[f * d + k];
+  }
+}
+
+// Output rows i0 .. i0 + R - 1 of one sample (R <= kRows, all <= F), pair columns
+// [jb0, jb0 + 16 J): R x J independent accumulator chains, each over k ascending.
+template <int R, int J>
 __attribute__((always_inline)) inline void ForwardRows(const float* const* zi, const float* zt,
                                                        int64_t pp, int64_t d, int64_t i0,
-                                                       float* o) {
-  const int64_t last = i0 + R - 1;
-  for (int64_t jb = 0; jb < last; jb += kLanes) {
-    V16f acc[R] = {};
-    for (int64_t k = 0; k < d; ++k) {
-      const V16f t = LoadV<V16f>(zt + k * pp + jb);
-      for (int a = 0; a < R; ++a) acc[a] += zi[a][k] * t;
-    }
+                                                       int64_t jb0, float* o) {
+  V16f acc[R][J] = {};
+  for (int64_t k = 0; k < d; ++k) {
+    V16f t[J];
+    for (int c = 0; c < J; ++c) t[c] = LoadV<V16f>(zt + k * pp + jb0 + c * kLanes);
     for (int a = 0; a < R; ++a) {
-      const int64_t i = i0 + a;
+      const float s = zi[a][k];
+      for (int c = 0; c < J; ++c) acc[a][c] += s * t[c];
+    }
+  }
+  for (int a = 0; a < R; ++a) {
+    const int64_t i = i0 + a;
+    for (int c = 0; c < J; ++c) {
+      const int64_t jb = jb0 + c * kLanes;
       const int64_t n = std::min(kLanes, i - jb);
       float* oi = o + PairRow(d, i) + jb;
       if (n == kLanes) {
-        StoreV(oi, acc[a]);
+        StoreV(oi, acc[a][c]);
       } else {
-        for (int64_t l = 0; l < n; ++l) oi[l] = acc[a][l];
+        for (int64_t l = 0; l < n; ++l) oi[l] = acc[a][c][l];
       }
     }
   }
+}
+
+// Rows i0 .. i0 + R - 1: the 16-column blocks left of the last row's diagonal, two at a time.
+template <int R>
+__attribute__((always_inline)) inline void ForwardBlock(const float* ze, const float* zt,
+                                                        int64_t pp, int64_t d, int64_t i0,
+                                                        NextSamplePrefetch& pf, float* o) {
+  const float* zi[R];
+  for (int a = 0; a < R; ++a) zi[a] = ze + (i0 + a - 1) * d;
+  const int64_t end = RoundUp(i0 + R - 1, kLanes);  // columns j < i0 + R - 1, in whole blocks
+  int64_t jb = 0;
+  for (; jb + 2 * kLanes <= end; jb += 2 * kLanes) {
+    pf.Issue();
+    ForwardRows<R, 2>(zi, zt, pp, d, i0, jb, o);
+  }
+  if (jb < end) {
+    pf.Issue();
+    ForwardRows<R, 1>(zi, zt, pp, d, i0, jb, o);
+  }
+}
+
+// The ForwardRows calls of one sample (ForwardRange's row blocks, ForwardBlock's column steps).
+int64_t ForwardCalls(int64_t nf) {
+  int64_t calls = 0;
+  for (int64_t i0 = 1; i0 <= nf; i0 += kRows) {
+    const int64_t blocks = RoundUp(std::min(i0 + kRows - 1, nf), kLanes) / kLanes;
+    calls += (blocks + 1) / 2;
+  }
+  return calls;
 }
 
 TESSERA_VECTOR_CLONES
@@ -82,27 +227,28 @@ void ForwardRange(const float* __restrict bottom, const float* __restrict emb, i
   const int64_t pp = RoundUp(nf + 1, kLanes);
   const int64_t out_dim = d + nf * (nf + 1) / 2;
   std::memset(zt, 0, sizeof(float) * d * pp);
+  const int64_t calls = ForwardCalls(nf);
+  NextSamplePrefetch pf;
   for (int64_t b = b0; b < b1; ++b) {
     const float* __restrict zb = bottom + b * d;
     const float* __restrict ze = emb + b * nf * d;
     float* __restrict o = out + b * out_dim;
+    if (b + 1 < b1) {
+      pf.Start(ze + nf * d, nf * d, zb + d, d, nullptr, 0, calls);
+    } else {
+      pf.Start(nullptr, 0, nullptr, 0, nullptr, 0, calls);
+    }
     std::memcpy(o, zb, sizeof(float) * d);
-    // k outer: contiguous stores into zt (the strided reads hit the sample's few L1 lines).
-    for (int64_t k = 0; k < d; ++k) {
-      float* __restrict t = zt + k * pp;
-      t[0] = zb[k];
-      for (int64_t f = 0; f < nf; ++f) t[f + 1] = ze[f * d + k];
-    }
+    TransposeSample(zb, ze, nf, d, pp, zt);
     int64_t i0 = 1;
-    const float* zi[kRows];
-    for (; i0 + kRows - 1 <= nf; i0 += kRows) {
-      for (int a = 0; a < kRows; ++a) zi[a] = ze + (i0 + a - 1) * d;
-      ForwardRows<kRows>(zi, zt, pp, d, i0, o);
+    for (; i0 + kRows - 1 <= nf; i0 += kRows) ForwardBlock<kRows>(ze, zt, pp, d, i0, pf, o);
+    switch (nf + 1 - i0) {  // the last nf mod 4 rows in one block
+      case 3: ForwardBlock<3>(ze, zt, pp, d, i0, pf, o); break;
+      case 2: ForwardBlock<2>(ze, zt, pp, d, i0, pf, o); break;
+      case 1: ForwardBlock<1>(ze, zt, pp, d, i0, pf, o); break;
+      default: break;
     }
-    for (; i0 <= nf; ++i0) {
-      zi[0] = ze + (i0 - 1) * d;
-      ForwardRows<1>(zi, zt, pp, d, i0, o);
-    }
+    pf.IssueAll();
   }
 }
 
@@ -112,28 +258,60 @@ inline float PairGrad(const float* g, int64_t d, int64_t i, int64_t j) {
   return i > j ? g[PairRow(d, i) + j] : g[PairRow(d, j) + i];
 }
 
-// dZ rows i0 .. i0 + R - 1 of one sample, lanes [kb, kb + 16) of d.
-template <int R>
+// dZ rows i0 .. i0 + R - 1 of one sample, lanes [kb, kb + 16 J) of d: R x J independent
+// accumulator chains, each over j ascending.
+template <int R, int J>
 __attribute__((always_inline)) inline void BackwardRows(const float* g, const float* const* zp,
                                                         int64_t p, int64_t d, int64_t i0,
                                                         int64_t kb, float* const* dst) {
-  V16f acc[R] = {};
+  V16f acc[R][J] = {};
   const float* gl[R];  // row i's lower part: S(i, j) = gl[j] for j < i
   for (int a = 0; a < R; ++a) gl[a] = g + PairRow(d, i0 + a);
   for (int64_t j = 0; j < i0; ++j) {
-    const V16f z = LoadV<V16f>(zp[j] + kb);
-    for (int a = 0; a < R; ++a) acc[a] += gl[a][j] * z;
+    V16f z[J];
+    for (int c = 0; c < J; ++c) z[c] = LoadV<V16f>(zp[j] + kb + c * kLanes);
+    for (int a = 0; a < R; ++a) {
+      const float s = gl[a][j];
+      for (int c = 0; c < J; ++c) acc[a][c] += s * z[c];
+    }
   }
   for (int64_t j = i0; j < i0 + R; ++j) {  // the R x R diagonal block
-    const V16f z = LoadV<V16f>(zp[j] + kb);
-    for (int a = 0; a < R; ++a) acc[a] += PairGrad(g, d, i0 + a, j) * z;
+    V16f z[J];
+    for (int c = 0; c < J; ++c) z[c] = LoadV<V16f>(zp[j] + kb + c * kLanes);
+    for (int a = 0; a < R; ++a) {
+      const float s = PairGrad(g, d, i0 + a, j);
+      for (int c = 0; c < J; ++c) acc[a][c] += s * z[c];
+    }
   }
   for (int64_t j = i0 + R; j < p; ++j) {  // upper part: S(i0 + a, j) = g(j, i0 + a)
-    const V16f z = LoadV<V16f>(zp[j] + kb);
+    V16f z[J];
+    for (int c = 0; c < J; ++c) z[c] = LoadV<V16f>(zp[j] + kb + c * kLanes);
     const float* gj = g + PairRow(d, j) + i0;
-    for (int a = 0; a < R; ++a) acc[a] += gj[a] * z;
+    for (int a = 0; a < R; ++a) {
+      const float s = gj[a];
+      for (int c = 0; c < J; ++c) acc[a][c] += s * z[c];
+    }
   }
-  for (int a = 0; a < R; ++a) StoreV(dst[a] + kb, acc[a]);
+  for (int a = 0; a < R; ++a) {
+    for (int c = 0; c < J; ++c) StoreV(dst[a] + kb + c * kLanes, acc[a][c]);
+  }
+}
+
+// dZ rows i0 .. i0 + R - 1, all vector lanes [0, dv), two 16-lane blocks at a time.
+template <int R>
+__attribute__((always_inline)) inline void BackwardBlock(const float* g, const float* const* zp,
+                                                         int64_t p, int64_t d, int64_t dv,
+                                                         int64_t i0, NextSamplePrefetch& pf,
+                                                         float* const* dst) {
+  int64_t kb = 0;
+  for (; kb + 2 * kLanes <= dv; kb += 2 * kLanes) {
+    pf.Issue();
+    BackwardRows<R, 2>(g, zp, p, d, i0, kb, dst);
+  }
+  if (kb < dv) {
+    pf.Issue();
+    BackwardRows<R, 1>(g, zp, p, d, i0, kb, dst);
+  }
 }
 
 TESSERA_VECTOR_CLONES
@@ -144,19 +322,32 @@ void BackwardRange(const float* __restrict bottom, const float* __restrict emb,
   const int64_t p = nf + 1;
   const int64_t out_dim = d + nf * (nf + 1) / 2;
   const int64_t dv = d / kLanes * kLanes;  // vector part of d; the rest is a scalar tail
+  // BackwardRows calls per sample: row blocks x column steps.
+  const int64_t calls = (p + kRows - 1) / kRows * ((dv / kLanes + 1) / 2);
+  NextSamplePrefetch pf;
   for (int64_t b = b0; b < b1; ++b) {
     const float* __restrict g = d_out + b * out_dim;
+    if (b + 1 < b1) {
+      pf.Start(emb + (b + 1) * nf * d, nf * d, g + out_dim, out_dim, bottom + (b + 1) * d, d,
+               calls);
+    } else {
+      pf.Start(nullptr, 0, nullptr, 0, nullptr, 0, calls);
+    }
     zp[0] = bottom + b * d;
     dp[0] = d_bottom + b * d;
     for (int64_t f = 0; f < nf; ++f) {
       zp[f + 1] = emb + (b * nf + f) * d;
       dp[f + 1] = d_emb + (b * nf + f) * d;
     }
-    for (int64_t kb = 0; kb < dv; kb += kLanes) {
-      int64_t i0 = 0;
-      for (; i0 + kRows <= p; i0 += kRows) BackwardRows<kRows>(g, zp, p, d, i0, kb, dp + i0);
-      for (; i0 < p; ++i0) BackwardRows<1>(g, zp, p, d, i0, kb, dp + i0);
+    int64_t i0 = 0;
+    for (; i0 + kRows <= p; i0 += kRows) BackwardBlock<kRows>(g, zp, p, d, dv, i0, pf, dp + i0);
+    switch (p - i0) {  // the last p mod 4 rows in one block
+      case 3: BackwardBlock<3>(g, zp, p, d, dv, i0, pf, dp + i0); break;
+      case 2: BackwardBlock<2>(g, zp, p, d, dv, i0, pf, dp + i0); break;
+      case 1: BackwardBlock<1>(g, zp, p, d, dv, i0, pf, dp + i0); break;
+      default: break;
     }
+    pf.IssueAll();
     if (dv < d) {
       for (int64_t i = 0; i < p; ++i) {
         for (int64_t k = dv; k < d; ++k) {
