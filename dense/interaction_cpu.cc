@@ -93,28 +93,23 @@ float** ThreadGradPointers(size_t n) {
 }
 
 // One step of the 16 x 16 transpose: swaps bit m of the row index with bit m of the column index
-// for the row pair (a, b = a | m). Two-source shuffles (vpermt2ps or cheaper in the AVX-512 clone).
+// for the row pair (a, b = a | m). Two-source shuffles (vpermt2ps or cheaper in the AVX-512
+// clone); __builtin_shufflevector is GCC's (12 and later) and clang's. Lane c of the new a comes
+// from a when bit m of c is clear, else from lane c ^ m of b (indices 16.. name b's lanes); the
+// new b is the mirror image.
+constexpr int LoLane(int m, int c) { return (c & m) ? 16 + (c ^ m) : c; }
+constexpr int HiLane(int m, int c) { return (c & m) ? 16 + c : (c | m); }
+
 template <int M>
 __attribute__((always_inline)) inline void SwapBit(V16f& a, V16f& b) {
-  typedef int V16i __attribute__((vector_size(64)));
-  constexpr V16i kLo = {(0 & M) ? 16 + (0 ^ M) : 0,     (1 & M) ? 16 + (1 ^ M) : 1,
-                        (2 & M) ? 16 + (2 ^ M) : 2,     (3 & M) ? 16 + (3 ^ M) : 3,
-                        (4 & M) ? 16 + (4 ^ M) : 4,     (5 & M) ? 16 + (5 ^ M) : 5,
-                        (6 & M) ? 16 + (6 ^ M) : 6,     (7 & M) ? 16 + (7 ^ M) : 7,
-                        (8 & M) ? 16 + (8 ^ M) : 8,     (9 & M) ? 16 + (9 ^ M) : 9,
-                        (10 & M) ? 16 + (10 ^ M) : 10,  (11 & M) ? 16 + (11 ^ M) : 11,
-                        (12 & M) ? 16 + (12 ^ M) : 12,  (13 & M) ? 16 + (13 ^ M) : 13,
-                        (14 & M) ? 16 + (14 ^ M) : 14,  (15 & M) ? 16 + (15 ^ M) : 15};
-  constexpr V16i kHi = {(0 & M) ? 16 + 0 : (0 | M),     (1 & M) ? 16 + 1 : (1 | M),
-                        (2 & M) ? 16 + 2 : (2 | M),     (3 & M) ? 16 + 3 : (3 | M),
-                        (4 & M) ? 16 + 4 : (4 | M),     (5 & M) ? 16 + 5 : (5 | M),
-                        (6 & M) ? 16 + 6 : (6 | M),     (7 & M) ? 16 + 7 : (7 | M),
-                        (8 & M) ? 16 + 8 : (8 | M),     (9 & M) ? 16 + 9 : (9 | M),
-                        (10 & M) ? 16 + 10 : (10 | M),  (11 & M) ? 16 + 11 : (11 | M),
-                        (12 & M) ? 16 + 12 : (12 | M),  (13 & M) ? 16 + 13 : (13 | M),
-                        (14 & M) ? 16 + 14 : (14 | M),  (15 & M) ? 16 + 15 : (15 | M)};
-  const V16f lo = __builtin_shuffle(a, b, kLo);
-  const V16f hi = __builtin_shuffle(a, b, kHi);
+  const V16f lo = __builtin_shufflevector(
+      a, b, LoLane(M, 0), LoLane(M, 1), LoLane(M, 2), LoLane(M, 3), LoLane(M, 4), LoLane(M, 5),
+      LoLane(M, 6), LoLane(M, 7), LoLane(M, 8), LoLane(M, 9), LoLane(M, 10), LoLane(M, 11),
+      LoLane(M, 12), LoLane(M, 13), LoLane(M, 14), LoLane(M, 15));
+  const V16f hi = __builtin_shufflevector(
+      a, b, HiLane(M, 0), HiLane(M, 1), HiLane(M, 2), HiLane(M, 3), HiLane(M, 4), HiLane(M, 5),
+      HiLane(M, 6), HiLane(M, 7), HiLane(M, 8), HiLane(M, 9), HiLane(M, 10), HiLane(M, 11),
+      HiLane(M, 12), HiLane(M, 13), HiLane(M, 14), HiLane(M, 15));
   a = lo;
   b = hi;
 }
