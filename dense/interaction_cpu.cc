@@ -10,9 +10,9 @@
 // prefetched into L2 a few lines per block (NextSamplePrefetch).
 //
 // Forward, per sample: Z ((F + 1) x d) is transposed into zt (d x P, P = F + 1 rounded up to 16,
-// padding zero) in 16 x 16 register tiles, and the pairs of rows i..i+3 (j < i, contiguous in the output per row) are
-// outer-product sweeps acc_i[j] += Z_i[k] * zt[k][j] over k: no horizontal sums, lower triangle
-// only (lanes past a row's diagonal are computed and dropped).
+// padding zero) in 16 x 16 register tiles, and the pairs of rows i..i+3 (j < i, contiguous in
+// the output per row) are outer-product sweeps acc_i[j] += Z_i[k] * zt[k][j] over k: no
+// horizontal sums, lower triangle only (lanes past a row's diagonal are computed and dropped).
 // Backward, per sample: dZ = S Z with S the symmetric pair-gradient matrix (zero diagonal). S is
 // never built: row i reads its lower part g(i, j<i) contiguously from d_out, and its upper part
 // g(j>i, i) for four consecutive rows as four consecutive floats of row j of the pair triangle.
@@ -42,7 +42,8 @@ inline int64_t PairRow(int64_t d, int64_t i) { return d + i * (i - 1) / 2; }
 // miss buffers and (into L1) evicts the rows still in use.
 class NextSamplePrefetch {
  public:
-  // Up to three float ranges; `calls`: how many Issue() calls one sample makes.
+  // Three float ranges (n = 0 for an unused one); `calls`: how many Issue() calls one sample
+  // makes.
   void Start(const float* a, int64_t na, const float* b, int64_t nb, const float* c, int64_t nc,
              int64_t calls) {
     const float* p[3] = {a, b, c};
@@ -50,12 +51,14 @@ class NextSamplePrefetch {
     int64_t lines = 0;
     for (int r = 0; r < 3; ++r) {
       next_[r] = reinterpret_cast<const char*>(p[r]);
-      end_[r] = next_[r] + (p[r] == nullptr ? 0 : n[r] * sizeof(float));
+      end_[r] = next_[r] + n[r] * sizeof(float);
       lines += (end_[r] - next_[r] + kLine - 1) / kLine;
     }
     range_ = 0;
     per_call_ = (lines + calls - 1) / std::max<int64_t>(1, calls);
   }
+  // Nothing to prefetch (the last sample of a range).
+  void Stop() { range_ = 3; }
   void Issue() { Issue(per_call_); }
   void IssueAll() { Issue(INT64_MAX); }
 
@@ -231,7 +234,7 @@ void ForwardRange(const float* __restrict bottom, const float* __restrict emb, i
     if (b + 1 < b1) {
       pf.Start(ze + nf * d, nf * d, zb + d, d, nullptr, 0, calls);
     } else {
-      pf.Start(nullptr, 0, nullptr, 0, nullptr, 0, calls);
+      pf.Stop();
     }
     std::memcpy(o, zb, sizeof(float) * d);
     TransposeSample(zb, ze, nf, d, pp, zt);
@@ -326,7 +329,7 @@ void BackwardRange(const float* __restrict bottom, const float* __restrict emb,
       pf.Start(emb + (b + 1) * nf * d, nf * d, g + out_dim, out_dim, bottom + (b + 1) * d, d,
                calls);
     } else {
-      pf.Start(nullptr, 0, nullptr, 0, nullptr, 0, calls);
+      pf.Stop();
     }
     zp[0] = bottom + b * d;
     dp[0] = d_bottom + b * d;
