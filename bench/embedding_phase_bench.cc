@@ -10,6 +10,17 @@
 //                       row-wise AdaGrad) beside scatter_rows/s: a bare scatter-update
 //                       w[slot] -= lr * g of one contiguous gradient row per unique slot of the
 //                       same batch, in the same (increasing slot) order, with prefetch.
+//   BM_UpdateFloor      Where the update's time goes below the kernel, three bare loops over the
+//                       same batches, interleaved: the scatter-update above; "sum": per unique
+//                       slot, the sum of its ids' own output-gradient rows (read from d_out, as the
+//                       update must), then w -= lr * sum, sorted runs given (no sort timed); "sum
+//                       +state": the same with row-wise AdaGrad's state line read and written;
+//                       "by table": "sum +state" with the output gradient laid out table-major
+//                       (each table's [bag, dim] block contiguous, a copy made at setup), what a
+//                       dense backward that wrote d_emb that way would give.
+//                       Counters: each loop's rows/s and its fraction of the scatter's rate. A
+//                       kernel that sorts the ids and reads every id's gradient cannot beat "sum
+//                       +state"; if that is below 0.67 of the scatter, so is the update.
 // Counters: rows/s (ids looked up, or unique rows updated, per second of the kernel), the
 // limit's rows/s, and of_limit = kernel rate / limit rate (the item-4 goals of issue 12: the
 // lookup >= 0.80, the update >= 1 / 1.5 = 0.67). Needs ~7 GB of memory (the tables and state).
@@ -21,11 +32,14 @@
 //                       speedups (fp32 time / 16-bit time). Needs ~3.5 GB more.
 //   OMP_NUM_THREADS=1 build/bin/embedding_phase_bench --benchmark_filter='/threads:1'
 //   OMP_NUM_THREADS=1 build/bin/embedding_phase_bench --benchmark_filter='BM_Phases16'
+//   OMP_NUM_THREADS=1 build/bin/embedding_phase_bench --benchmark_filter='BM_UpdateFloor'
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -57,6 +71,11 @@ struct Setup {
   // Per batch and table: the distinct ids (increasing) of the batch, for the scatter-update.
   std::vector<std::vector<std::vector<int64_t>>> unique;
   std::vector<float> scatter_grad;  // [max unique of a table, kDim]
+  // Per batch and table: the bags of each unique slot's ids, in (bag, position) order
+  // (run_bags[run_starts[u] .. run_starts[u + 1])), for BM_UpdateFloor.
+  std::vector<std::vector<std::vector<int64_t>>> run_starts;
+  std::vector<std::vector<std::vector<int32_t>>> run_bags;
+  std::vector<float> d_out_by_table;  // d_out table-major: [table][bag][kDim]
   int64_t ids_per_batch = 0;
 };
 
@@ -99,8 +118,18 @@ Setup& GetSetup() {
     s->d_out.resize(kBatchSize * width);
     CounterRng rng(3, 0);
     for (float& g : s->d_out) g = (rng.NextUniform() - 0.5f) * 0.02f;
+    const int tables = s->collection->num_tables();
+    s->d_out_by_table.resize(s->d_out.size());
+    for (int t = 0; t < tables; ++t) {
+      for (int64_t bag = 0; bag < kBatchSize; ++bag) {
+        const float* src = s->d_out.data() + bag * width + s->collection->feature_column(t);
+        std::copy(src, src + kDim, s->d_out_by_table.data() + (t * kBatchSize + bag) * kDim);
+      }
+    }
     size_t max_unique = 0;
     s->unique.resize(kBatches);
+    s->run_starts.resize(kBatches);
+    s->run_bags.resize(kBatches);
     for (int i = 0; i < kBatches; ++i) {
       const KeyedJagged& kj = s->batches[i].sparse;
       for (int f = 0; f < kj.num_features; ++f) {
@@ -109,6 +138,25 @@ Setup& GetSetup() {
         std::sort(u.begin(), u.end());
         u.erase(std::unique(u.begin(), u.end()), u.end());
         max_unique = std::max(max_unique, u.size());
+        // (slot, bag) pairs of the feature's ids, sorted: the runs of the update's sort.
+        const int64_t* off = kj.feature_offsets(f);
+        std::vector<std::pair<int64_t, int32_t>> ids;
+        for (int64_t bag = 0; bag < kj.batch_size; ++bag) {
+          for (int64_t j = off[bag]; j < off[bag + 1]; ++j) {
+            ids.push_back({kj.values[j], static_cast<int32_t>(bag)});
+          }
+        }
+        std::stable_sort(ids.begin(), ids.end(),
+                         [](const auto& a, const auto& b) { return a.first < b.first; });
+        std::vector<int64_t> starts;
+        std::vector<int32_t> bags;
+        for (size_t e = 0; e < ids.size(); ++e) {
+          if (e == 0 || ids[e].first != ids[e - 1].first) starts.push_back(e);
+          bags.push_back(ids[e].second);
+        }
+        starts.push_back(static_cast<int64_t>(ids.size()));
+        s->run_starts[i].push_back(std::move(starts));
+        s->run_bags[i].push_back(std::move(bags));
         s->unique[i].push_back(std::move(u));
       }
     }
@@ -163,6 +211,58 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void BareScatter(Se
       float* __restrict row = w + u[i] * kDim;
       const float* __restrict gi = g + i * kDim;
       for (int k = 0; k < kDim; ++k) row[k] -= kLr * gi[k];
+    }
+  }
+}
+
+// The floor loops: per unique slot of each table, the sum of its ids' gradient rows (d_out, the
+// bag's row; rows prefetched `ahead` ids ahead), then w[slot] -= lr * sum, or with `adagrad` the
+// row-wise AdaGrad step on the table's state (v += sum of squares / dim, w -= lr / (sqrt(v) +
+// eps) * sum). Rows and state prefetched `ahead` slots ahead, as in BareScatter.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void BareSumScatter(Setup& s,
+                                                                               int batch,
+                                                                               int ahead,
+                                                                               bool adagrad,
+                                                                               bool by_table) {
+  EmbeddingCollection& c = *s.collection;
+  const int64_t width = c.output_dim();
+  for (int t = 0; t < c.num_tables(); ++t) {
+    float* w = c.store(t).weights();
+    float* state = c.store(t).state();
+    const std::vector<int64_t>& u = s.unique[batch][t];
+    const int64_t* starts = s.run_starts[batch][t].data();
+    const int32_t* bags = s.run_bags[batch][t].data();
+    // d_out's [bag, width] rows, or (by_table) the table's own contiguous [bag, kDim] block.
+    const float* grad = by_table ? s.d_out_by_table.data() + t * kBatchSize * kDim
+                                 : s.d_out.data() + c.feature_column(t);
+    const int64_t stride = by_table ? kDim : width;
+    const int64_t n = static_cast<int64_t>(u.size());
+    const int64_t last = starts[n];
+    for (int64_t i = 0; i < n; ++i) {
+      if (i + ahead < n) {
+        Prefetch(w + u[i + ahead] * kDim, true);
+        if (adagrad) __builtin_prefetch(state + u[i + ahead], 1, 3);
+      }
+      float g[kDim] = {};
+      for (int64_t e = starts[i]; e < starts[i + 1]; ++e) {
+        if (e + ahead < last) Prefetch(grad + bags[e + ahead] * stride, false);
+        const float* __restrict gi = grad + bags[e] * stride;
+        for (int k = 0; k < kDim; ++k) g[k] += gi[k];
+      }
+      float scale = kLr;
+      if (adagrad) {
+        // 16 partial sums (vectorized without reassociating a single chain).
+        float part[16] = {};
+        for (int k = 0; k < kDim; k += 16) {
+          for (int l = 0; l < 16; ++l) part[l] += g[k + l] * g[k + l];
+        }
+        float sq = 0;
+        for (float p : part) sq += p;
+        state[u[i]] += sq / kDim;
+        scale = kLr / (std::sqrt(state[u[i]]) + 1e-8f);
+      }
+      float* __restrict row = w + u[i] * kDim;
+      for (int k = 0; k < kDim; ++k) row[k] -= scale * g[k];
     }
   }
 }
@@ -233,6 +333,46 @@ void BM_EmbeddingUpdate(benchmark::State& state) {
   state.counters["ids/row"] = double(iter) * s.ids_per_batch / rows_k;
 }
 
+// Args: threads (of the collection's Forward, untimed), prefetch distance (ids / slots).
+void BM_UpdateFloor(benchmark::State& state) {
+  Setup& s = GetSetup();
+  SetNumThreads(static_cast<int>(state.range(0)));
+  const int ahead = static_cast<int>(state.range(1));
+  constexpr int kLoops = 4;
+  double t[kLoops] = {};  // scatter, sum, sum + state, sum + state (gradient by table)
+  int64_t rows[kLoops] = {};
+  int64_t iter = 0;
+  for (auto _ : state) {
+    double total = 0;
+    for (int loop = 0; loop < kLoops; ++loop) {
+      // Each loop follows the Forward of its batch, a quarter of the cycle apart (untimed).
+      const int bi = static_cast<int>((iter + loop * kBatches / kLoops) % kBatches);
+      TESSERA_CHECK_OK(s.collection->Forward(s.batches[bi].sparse, s.out.data()));
+      Stopwatch w;
+      if (loop == 0) {
+        BareScatter(s, bi, ahead);
+      } else {
+        BareSumScatter(s, bi, ahead, /*adagrad=*/loop >= 2, /*by_table=*/loop == 3);
+      }
+      const double e = w.ElapsedSeconds();
+      t[loop] += e;
+      total += e;
+      rows[loop] += UniqueRows(s, bi);
+    }
+    state.SetIterationTime(total);
+    ++iter;
+  }
+  // Each Forward is still pending (no BackwardUpdate followed); the next Forward replaces it.
+  const double scatter = rows[0] / t[0];
+  state.counters["scatter_rows/s"] = scatter;
+  state.counters["sum_rows/s"] = rows[1] / t[1];
+  state.counters["sum_state_rows/s"] = rows[2] / t[2];
+  state.counters["sum_of_scatter"] = (rows[1] / t[1]) / scatter;
+  state.counters["sum_state_of_scatter"] = (rows[2] / t[2]) / scatter;
+  state.counters["by_table_rows/s"] = rows[3] / t[3];
+  state.counters["by_table_of_scatter"] = (rows[3] / t[3]) / scatter;
+}
+
 // The same tables stored as `dtype` (created on first use, one at a time).
 EmbeddingCollection& Collection16(RowDtype dtype) {
   static std::unique_ptr<EmbeddingCollection> c;
@@ -296,6 +436,11 @@ void Args(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_PooledLookup)->Apply(Args);
 BENCHMARK(BM_EmbeddingUpdate)->Apply(Args);
+BENCHMARK(BM_UpdateFloor)
+    ->ArgsProduct({{1}, {4, 8, 16}})
+    ->ArgNames({"threads", "ahead"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Phases16)
     ->ArgsProduct({{1, 2}, {1, 2}})
     ->ArgNames({"dtype", "threads"})
