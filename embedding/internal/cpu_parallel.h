@@ -47,6 +47,15 @@ void RunChunks(int chunks, Fn& fn) {
   ParallelFor(chunks, 1, call);
 }
 
+// Prefetches every cache line of the `bytes` bytes at `p` into L2 only (read intent).
+TESSERA_ALWAYS_INLINE void PrefetchBytesL2(const void* p, int64_t bytes) {
+  uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
+  uintptr_t last = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes) - 1;
+  for (uintptr_t q = first; q <= last; q += 64) {
+    __builtin_prefetch(reinterpret_cast<const void*>(q), 0, 2);
+  }
+}
+
 // Prefetches every cache line of the `bytes` bytes at `p` (read or write intent).
 TESSERA_ALWAYS_INLINE void PrefetchBytes(const void* p, int64_t bytes, bool write) {
   uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
