@@ -51,7 +51,7 @@ TESSERA_AVX512 void SumAndUpdate(const SumRunsArgs& r, const int64_t* slots,
   const float lr = a.lr, divisor = a.optimizer.adagrad_divisor, eps = a.optimizer.eps;
   // Each run's row and state line are prefetched twice: into L2 kFarRuns runs ahead, then into
   // L1 with write intent kNearRuns runs ahead. Measured against one L1 prefetch 7 runs ahead:
-  // the fp32 update 8-30% less CPU time per batch (BM_Phases16), of_limit 0.43-0.45 against
+  // the fp32 update 17-30% less CPU time per batch (BM_Phases16), of_limit 0.43-0.45 against
   // 0.40-0.47. The loop still waits for lines in flight: perf puts its samples on the L2
   // prefetch now.
   for (int64_t u = u0; u < u1 && u < u0 + kFarRuns; ++u) {
