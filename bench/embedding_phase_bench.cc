@@ -170,27 +170,30 @@ Setup& GetSetup() {
   return *s;
 }
 
-__attribute__((always_inline)) inline void Prefetch(const float* p, bool write) {
-  for (int k = 0; k < kDim; k += 16) __builtin_prefetch(p + k, write ? 1 : 0, 3);
+// Prefetches the `floats` floats at p (a row: kDim; a row's AdaGrad state: 1) into L1.
+__attribute__((always_inline)) inline void Prefetch(const float* p, bool write,
+                                                    int64_t floats = kDim) {
+  for (int64_t k = 0; k < floats; k += 16) __builtin_prefetch(p + k, write ? 1 : 0, 3);
 }
 
-__attribute__((always_inline)) inline void PrefetchL2(const float* p) {
-  for (int k = 0; k < kDim; k += 16) __builtin_prefetch(p + k, 0, 2);
+// The same into L2 only.
+__attribute__((always_inline)) inline void PrefetchL2(const float* p, int64_t floats) {
+  for (int64_t k = 0; k < floats; k += 16) __builtin_prefetch(p + k, 0, 2);
 }
 
-// The limits' row prefetch for row i of n rows w + idx[k] * kDim: `ahead` > 0: into L1 `ahead`
+// The limits' prefetch for row i of n rows w + idx[k] * floats: `ahead` > 0: into L1 `ahead`
 // rows ahead; `ahead` == 0: into L2 kFar rows ahead, then into L1 kNear rows ahead (as the
 // update kernel does; measured faster for the scatter-update, docs/PERFORMANCE.md).
 constexpr int64_t kFar = 16, kNear = 2;
 __attribute__((always_inline)) inline void PrefetchAhead(const float* w, const int64_t* idx,
                                                          int64_t i, int64_t n, int ahead,
-                                                         bool write) {
+                                                         bool write, int64_t floats = kDim) {
   if (ahead > 0) {
-    if (i + ahead < n) Prefetch(w + idx[i + ahead] * kDim, write);
+    if (i + ahead < n) Prefetch(w + idx[i + ahead] * floats, write, floats);
     return;
   }
-  if (i + kFar < n) PrefetchL2(w + idx[i + kFar] * kDim);
-  if (i + kNear < n) Prefetch(w + idx[i + kNear] * kDim, write);
+  if (i + kFar < n) PrefetchL2(w + idx[i + kFar] * floats, floats);
+  if (i + kNear < n) Prefetch(w + idx[i + kNear] * floats, write, floats);
 }
 
 // The gather limit: every id of the batch, feature by feature, its row added into its bag's
@@ -263,11 +266,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void BareSumScatter
     const int64_t grad_ahead = ahead > 0 ? ahead : 8;
     for (int64_t i = 0; i < n; ++i) {
       PrefetchAhead(w, u.data(), i, n, ahead, true);
-      if (adagrad) {
-        const int64_t k = i + (ahead > 0 ? ahead : kNear);
-        if (ahead == 0 && i + kFar < n) __builtin_prefetch(state + u[i + kFar], 0, 2);
-        if (k < n) __builtin_prefetch(state + u[k], 1, 3);
-      }
+      if (adagrad) PrefetchAhead(state, u.data(), i, n, ahead, true, /*floats=*/1);
       float g[kDim] = {};
       for (int64_t e = starts[i]; e < starts[i + 1]; ++e) {
         if (e + grad_ahead < last) Prefetch(grad + bags[e + grad_ahead] * stride, false);

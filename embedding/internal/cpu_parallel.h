@@ -47,26 +47,29 @@ void RunChunks(int chunks, Fn& fn) {
   ParallelFor(chunks, 1, call);
 }
 
-// Prefetches every cache line of the `bytes` bytes at `p` into L2 only (read intent).
-TESSERA_ALWAYS_INLINE void PrefetchBytesL2(const void* p, int64_t bytes) {
+// Prefetches every cache line of the `bytes` bytes at `p`: __builtin_prefetch's read/write
+// flag kRw and locality kLocality (3: into L1, 2: into L2).
+template <int kRw, int kLocality>
+TESSERA_ALWAYS_INLINE void PrefetchLines(const void* p, int64_t bytes) {
   uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
   uintptr_t last = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes) - 1;
   for (uintptr_t q = first; q <= last; q += 64) {
-    __builtin_prefetch(reinterpret_cast<const void*>(q), 0, 2);
+    __builtin_prefetch(reinterpret_cast<const void*>(q), kRw, kLocality);
   }
 }
 
-// Prefetches every cache line of the `bytes` bytes at `p` (read or write intent).
+// Into L1, read or write intent.
 TESSERA_ALWAYS_INLINE void PrefetchBytes(const void* p, int64_t bytes, bool write) {
-  uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
-  uintptr_t last = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes) - 1;
-  for (uintptr_t q = first; q <= last; q += 64) {
-    if (write) {
-      __builtin_prefetch(reinterpret_cast<const void*>(q), 1, 3);
-    } else {
-      __builtin_prefetch(reinterpret_cast<const void*>(q), 0, 3);
-    }
+  if (write) {
+    PrefetchLines<1, 3>(p, bytes);
+  } else {
+    PrefetchLines<0, 3>(p, bytes);
   }
+}
+
+// Into L2 only, read intent.
+TESSERA_ALWAYS_INLINE void PrefetchBytesL2(const void* p, int64_t bytes) {
+  PrefetchLines<0, 2>(p, bytes);
 }
 
 // How many rows ahead to prefetch: enough rows that ~4 KiB (64 lines) are requested ahead of

@@ -58,6 +58,10 @@ TESSERA_AVX512 void SumAndUpdate(const SumRunsArgs& r, const int64_t* slots,
     PrefetchBytesL2(weights + slots[u] * kRowBytes, kRowBytes);
     if (kAdagrad) PrefetchBytesL2(state + slots[u], sizeof(float));
   }
+  for (int64_t u = u0; u < u1 && u < u0 + kNearRuns; ++u) {
+    PrefetchBytes(weights + slots[u] * kRowBytes, kRowBytes, true);
+    if (kAdagrad) __builtin_prefetch(state + slots[u], 1, 3);
+  }
   for (int64_t u = u0; u < u1; ++u) {
     if (u + kFarRuns < u1) {
       const int64_t next = slots[u + kFarRuns];
