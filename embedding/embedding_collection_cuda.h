@@ -12,7 +12,10 @@
 // host before the batch is uploaded (misses fetched, dirty victims written back), the same
 // kernels run over the slots, and the step's EndStep marks them dirty. Prefetch hands the next
 // batch's misses to the backing's prefetch. Such a table trains bit-identically to the same
-// table held whole in HBM (the kernels see the same rows at other slot numbers).
+// table held whole in HBM: the kernels see the same rows at other slot numbers, and the backward
+// sums a row's terms in pieces cut from the start of the row's own run
+// (embedding/internal/run_pieces.h), so neither the slot numbers nor the tables sharing a fused
+// pass change its bits.
 //
 // Memory: out and d_out are device memory [batch, output_dim()]. Work is queued on
 // ctx.compute_stream; Forward returns once its copies and kernels are queued (it waits only for

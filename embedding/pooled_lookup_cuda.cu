@@ -5,7 +5,7 @@
 // gradient row and its scale; a stable CUB radix sort over the slot bits groups equal slots with
 // positions in order; run starts are flagged, scanned (CUB) and scattered into unique slots and
 // run boundaries; a group of T lanes per unique slot sums its run in order (same order as the CPU
-// twin); one warp per unique slot applies ApplyRowUpdate, lanes over the columns. The number of
+// twin; runs over 256 entries in pieces cut from the run's own start, run_pieces.h); one warp per unique slot applies ApplyRowUpdate, lanes over the columns. The number of
 // unique slots stays on the device: kernels read it, so the backward queues without waiting for
 // the host. Several tables of one dim share one pass (FusedBackwardUpdateTablesCuda): the table
 // index sits above the slot bits of the key, and the update kernel decodes it.
@@ -13,6 +13,7 @@
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "embedding/internal/lookup_cuda_common.h"
 #include "embedding/internal/pooled_lookup_kernels.h"
 #include "embedding/internal/row_update_lanes.h"
+#include "embedding/internal/run_pieces.h"
 #include "embedding/pooled_lookup_cuda.h"
 
 namespace tessera {
@@ -113,23 +115,37 @@ __global__ void RunScatterKernel(const Key* __restrict__ keys, const int* __rest
   }
 }
 
-// Run sums in bounded pieces. A hot row (Zipf ids) can own a run of ~10^5 entries; one thread
-// group walking it in order would serialise the whole backward behind it. So the sorted entries
-// are cut into fixed chunks of kChunkEntries (independent of the GPU), and a run is summed as
-//   (piece in its first chunk) + (piece in the next chunk) + ... in chunk order,
-// each piece in entry order: the same bits on every run, every group bounded by kChunkEntries
-// sequential loads. Runs inside one chunk (almost all) are summed in plain entry order, as the
-// CPU twin does; longer runs differ from it by rounding only. Three passes of one kernel:
-//   mode 0  group per unique run: its first piece -> row_grads[u]
-//   mode 1  group per chunk that continues a run: its piece -> chunk_partial[c]
-//   mode 2  group per unique run spanning chunks: row_grads[u] += chunk_partial[c], c in order
-constexpr int64_t kChunkEntries = 256;
+// Per entry: the extra pieces of its run at a run's head, 0 elsewhere (embedding/internal/
+// run_pieces.h); its inclusive scan numbers every run's pieces after the first.
+// In place: heads_then_extra[i] is read, then overwritten by entry i's thread alone.
+__global__ void RunExtraPiecesKernel(int* heads_then_extra, const int* __restrict__ run_ids,
+                                     const int64_t* __restrict__ run_starts, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    // Run run_ids[i] - 1 ends where run run_ids[i] starts.
+    heads_then_extra[i] =
+        heads_then_extra[i]
+            ? static_cast<int>(embedding_internal::RunExtraPieces(run_starts[run_ids[i]] - i))
+            : 0;
+  }
+}
+
+// Run sums in bounded pieces (embedding/internal/run_pieces.h): a run [eb, ee) is summed as
+//   piece 0 + piece 1 + ...,  piece k = [eb + 256k, min(ee, eb + 256(k+1))), each in entry order,
+// cut relative to the run's own start, so its bits depend on its own entries alone (not on its
+// slot number or on the tables sharing the pass); every group does at most 256 sequential loads.
+// Runs of at most 256 entries (almost all) are summed in plain entry order, as the CPU twin
+// does; longer runs differ from it by rounding only. Three passes of one kernel:
+//   mode 0  group per unique run: its piece 0 -> row_grads[u]
+//   mode 1  group per extra piece (run, k >= 1): that piece -> chunk_partial[its number]
+//   mode 2  group per unique run with extra pieces: row_grads[u] += its partials, k in order
+constexpr int64_t kChunkEntries = embedding_internal::kRunPieceEntries;
 
 struct SumArgs {
   const Key* keys;
   const int64_t* run_starts;
-  const int* heads;
   const int* run_ids;
+  const int* piece_scan;  // inclusive scan of RunExtraPiecesKernel's output
   const float* const* grad_rows;
   const float* scales;
   Key pos_mask;
@@ -139,7 +155,7 @@ struct SumArgs {
   const int64_t* counters;
   int lanes_log2;
   float* row_grads;
-  float* chunk_partial;  // [ceil(n / kChunkEntries), dim]
+  float* chunk_partial;  // [ceil(n / kChunkEntries), dim]: room for every extra piece
 };
 
 // out[c] = sum over entries [e0, e1), in order, of scale * gradient row (this lane's columns).
@@ -176,31 +192,32 @@ __device__ __forceinline__ void SumPiece(const SumArgs& a, int64_t e0, int64_t e
 
 template <bool kVec4>
 __global__ void SumRunsKernel(SumArgs a, int mode) {
+  namespace ei = embedding_internal;
   const int lanes = 1 << a.lanes_log2;
   const int lane = threadIdx.x & (lanes - 1);
   const int64_t groups = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> a.lanes_log2;
-  const int64_t items =
-      mode == 1 ? (a.n + kChunkEntries - 1) / kChunkEntries : min(a.counters[0], a.max_rows);
+  // Mode 1: the extra pieces (at most ceil(n / 256)); modes 0 and 2: the unique runs.
+  const int64_t items = mode == 1 ? static_cast<int64_t>(a.piece_scan[a.n - 1])
+                                  : min(a.counters[0], a.max_rows);
   for (int64_t item = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> a.lanes_log2;
        item < items; item += groups) {
     if (mode == 0) {
-      const int64_t eb = a.run_starts[item], ee = a.run_starts[item + 1];
-      const int64_t e1 = min(ee, (eb / kChunkEntries + 1) * kChunkEntries);
-      SumPiece<kVec4>(a, eb, e1, lane, lanes, a.row_grads + item * a.dim);
+      const ei::EntryRange r = ei::RunPiece(a.run_starts[item], a.run_starts[item + 1], 0);
+      SumPiece<kVec4>(a, r.begin, r.end, lane, lanes, a.row_grads + item * a.dim);
     } else if (mode == 1) {
-      const int64_t e0 = item * kChunkEntries;
-      if (a.heads[e0]) continue;  // a run starts here: mode 0 sums this piece
-      const int64_t u = a.run_ids[e0] - 1;
-      const int64_t e1 = min(a.run_starts[u + 1], e0 + kChunkEntries);
-      SumPiece<kVec4>(a, e0, e1, lane, lanes, a.chunk_partial + item * a.dim);
+      const ei::ExtraPiece piece = ei::FindExtraPiece(a.piece_scan, a.n, item);
+      const int64_t u = a.run_ids[piece.head] - 1;
+      const ei::EntryRange r = ei::RunPiece(piece.head, a.run_starts[u + 1], piece.k);
+      SumPiece<kVec4>(a, r.begin, r.end, lane, lanes, a.chunk_partial + item * a.dim);
     } else {
       const int64_t eb = a.run_starts[item], ee = a.run_starts[item + 1];
-      const int64_t c0 = eb / kChunkEntries, c1 = (ee - 1) / kChunkEntries;
-      if (c1 == c0) continue;
+      const int64_t extra = ei::RunExtraPieces(ee - eb);
+      if (extra == 0) continue;
+      const int64_t first = ei::ExtraPieceNumber(a.piece_scan, eb, extra, 1);
       float* out = a.row_grads + item * a.dim;
       for (int64_t c = lane; c < a.dim; c += lanes) {
         float acc = out[c];
-        for (int64_t k = c0 + 1; k <= c1; ++k) acc += a.chunk_partial[k * a.dim + c];
+        for (int64_t k = 0; k < extra; ++k) acc += a.chunk_partial[(first + k) * a.dim + c];
         out[c] = acc;
       }
     }
@@ -222,11 +239,26 @@ struct RowTables {
 // rule is ApplyRowUpdate of embedding/row_optimizer.h, split over lanes as
 // embedding/internal/row_update_lanes.h states (same terms, same order; row-wise AdaGrad's sum
 // of squares in RowSumOfSquares' 16-partial order). Lane 0 alone reads and writes the AdaGrad
-// accumulator and broadcasts it, so no lane can read it after another wrote it.
+// accumulator and broadcasts it, so no lane can read it after another wrote it. Adam's bias
+// corrections come from the host (AdamCorrections): the CPU twin's glibc powf bits, not the
+// device powf's (an ulp there is ~1.5e-5 relative in the step at t = 2).
+struct AdamCorrections {
+  float bc1 = 1.0f, bc2 = 1.0f;
+};
+AdamCorrections HostAdamCorrections(const RowUpdateArgs& a) {
+  AdamCorrections c;
+  if (a.optimizer.type == RowOptimizerType::kAdam) {
+    // The expressions of ApplyRowUpdate (embedding/row_optimizer.h), evaluated on the host.
+    c.bc1 = 1.0f - powf(a.optimizer.beta1, static_cast<float>(a.step));
+    c.bc2 = 1.0f - powf(a.optimizer.beta2, static_cast<float>(a.step));
+  }
+  return c;
+}
+
 __global__ void __launch_bounds__(kThreads)
     UpdateRowsKernel(const int64_t* __restrict__ slots, const int64_t* __restrict__ num_unique,
                      int64_t max_rows, const float* __restrict__ row_grads, RowUpdateArgs a,
-                     const __grid_constant__ RowTables tables) {
+                     AdamCorrections adam, const __grid_constant__ RowTables tables) {
   namespace ei = embedding_internal;
   constexpr unsigned kAll = 0xffffffffu;
   const int lane = threadIdx.x & 31;
@@ -263,10 +295,8 @@ __global__ void __launch_bounds__(kThreads)
         break;
       }
       case RowOptimizerType::kAdam: {
-        const float bc1 = 1.0f - powf(a.optimizer.beta1, static_cast<float>(a.step));
-        const float bc2 = 1.0f - powf(a.optimizer.beta2, static_cast<float>(a.step));
         for (int64_t k = lane; k < dim; k += 32) {
-          ei::AdamColumn(a.optimizer, a.lr, bc1, bc2, dim, g, w, st, k);
+          ei::AdamColumn(a.optimizer, a.lr, adam.bc1, adam.bc2, dim, g, w, st, k);
         }
         break;
       }
@@ -432,7 +462,8 @@ CudaEmbeddingWorkspace::~CudaEmbeddingWorkspace() {
        {static_cast<void*>(keys_), static_cast<void*>(keys_alt_), static_cast<void*>(heads_),
         static_cast<void*>(run_ids_), static_cast<void*>(grad_rows_), static_cast<void*>(scales_),
         static_cast<void*>(unique_slots_), static_cast<void*>(run_starts_),
-        static_cast<void*>(row_grads_), sort_temp_, scan_temp_, static_cast<void*>(counters_)}) {
+        static_cast<void*>(piece_scan_), static_cast<void*>(row_grads_), sort_temp_, scan_temp_,
+        static_cast<void*>(counters_)}) {
     (void)CudaFreeAsync(ctx_, p);
   }
 }
@@ -461,21 +492,26 @@ absl::Status CudaEmbeddingWorkspace::Reserve(int64_t n, int64_t dim, size_t sort
         reinterpret_cast<void**>(&keys_),         reinterpret_cast<void**>(&keys_alt_),
         reinterpret_cast<void**>(&heads_),        reinterpret_cast<void**>(&run_ids_),
         reinterpret_cast<void**>(&grad_rows_),    reinterpret_cast<void**>(&scales_),
-        reinterpret_cast<void**>(&unique_slots_), reinterpret_cast<void**>(&run_starts_)};
-    const size_t elem_bytes[] = {sizeof(Key),    sizeof(Key),   sizeof(int),     sizeof(int),
-                                 sizeof(float*), sizeof(float), sizeof(int64_t), sizeof(int64_t)};
+        reinterpret_cast<void**>(&unique_slots_), reinterpret_cast<void**>(&run_starts_),
+        reinterpret_cast<void**>(&piece_scan_)};
+    const size_t elem_bytes[] = {sizeof(Key),     sizeof(Key),     sizeof(int),
+                                 sizeof(int),     sizeof(float*),  sizeof(float),
+                                 sizeof(int64_t), sizeof(int64_t), sizeof(int)};
+    constexpr int kArrays = sizeof(elem_bytes) / sizeof(elem_bytes[0]);
+    static_assert(kArrays == sizeof(arrays) / sizeof(arrays[0]));
     cap_ids_ = 0;
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < kArrays; ++i) {
       TESSERA_RETURN_IF_ERROR(CudaFreeAsync(ctx_, *arrays[i]));
       *arrays[i] = nullptr;
     }
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < kArrays; ++i) {
       TESSERA_ASSIGN_OR_RETURN(*arrays[i], CudaMallocAsync(ctx_, elem_bytes[i] * (cap + 1)));
     }
     cap_ids_ = cap;
   }
   void* rg = row_grads_;
-  // Row gradients [n, dim], then the chunk partials of long runs [ceil(n / kChunkEntries), dim].
+  // Row gradients [n, dim], then the partials of long runs' extra pieces: at most
+  // ceil(n / kChunkEntries) of them (a run of L entries has ceil(L / 256) - 1), [that, dim].
   const int64_t floats = (n + (n + kChunkEntries - 1) / kChunkEntries) * dim;
   TESSERA_RETURN_IF_ERROR(Grow(&rg, &cap_floats_, sizeof(float) * std::max<int64_t>(1, floats)));
   row_grads_ = static_cast<float*>(rg);
@@ -584,6 +620,18 @@ absl::Status CudaWorkspaceAccess::Aggregate(const DeviceContext& ctx,
       ws->counters_);
   TESSERA_CUDA_LAUNCH_RETURN_IF_ERROR("RunScatterKernel");
 
+  // Number the runs' pieces after the first (embedding/internal/run_pieces.h): their counts at
+  // the run heads (over heads_, which nothing reads after the scatter), then a scan.
+  RunExtraPiecesKernel<<<GridFor(n, kThreads), kThreads, 0, ComputeStream(ctx)>>>(
+      ws->heads_, ws->run_ids_, ws->run_starts_, n);
+  TESSERA_CUDA_LAUNCH_RETURN_IF_ERROR("RunExtraPiecesKernel");
+  size_t scan_bytes = ws->cap_scan_;
+  TESSERA_RETURN_IF_ERROR(
+      CudaStatus(cub::DeviceScan::InclusiveSum(ws->scan_temp_, scan_bytes, ws->heads_,
+                                               ws->piece_scan_, static_cast<int>(n),
+                                               ComputeStream(ctx)),
+                 "cub::DeviceScan::InclusiveSum(pieces)"));
+
   bool vec4 = dim % 4 == 0;
   for (const BagGradients& src : sources) {
     if (src.num_bags > 0) vec4 = vec4 && src.grad_stride % 4 == 0 && Aligned16(src.grad);
@@ -592,8 +640,8 @@ absl::Status CudaWorkspaceAccess::Aggregate(const DeviceContext& ctx,
   const int64_t chunks = (n + kChunkEntries - 1) / kChunkEntries;
   const SumArgs sa{ws->keys_,
                    ws->run_starts_,
-                   ws->heads_,
                    ws->run_ids_,
+                   ws->piece_scan_,
                    ws->grad_rows_,
                    ws->scales_,
                    (Key{1} << pos_bits) - 1,
@@ -605,7 +653,7 @@ absl::Status CudaWorkspaceAccess::Aggregate(const DeviceContext& ctx,
                    ws->row_grads_,
                    ws->row_grads_ + n * dim};
   for (int mode = 0; mode < 3; ++mode) {
-    // n bounds the unique count (modes 0 and 2).
+    // n bounds the unique count (modes 0 and 2), ceil(n / 256) the extra pieces (mode 1).
     const int64_t threads = (mode == 1 ? chunks : n) << lanes_log2;
     if (vec4) {
       SumRunsKernel<true>
@@ -718,7 +766,7 @@ absl::Status ApplyRowUpdatesCuda(const DeviceContext& ctx, const int64_t* slots,
   one.state[0] = args.state;
   // One warp (32 threads) per row.
   UpdateRowsKernel<<<GridFor(max_rows * 32, kThreads), kThreads, 0, ComputeStream(ctx)>>>(
-      slots, num_unique, max_rows, row_grads, args, one);
+      slots, num_unique, max_rows, row_grads, args, HostAdamCorrections(args), one);
   return CudaLaunchStatus("UpdateRowsKernel");
 }
 
@@ -781,7 +829,8 @@ absl::Status FusedBackwardUpdateTablesCuda(const DeviceContext& ctx,
   if (ws->last_num_ids() <= 0) return absl::OkStatus();
   UpdateRowsKernel<<<GridFor(ws->last_num_ids() * 32, kThreads), kThreads, 0,
                      ComputeStream(ctx)>>>(ws->unique_slots(), ws->num_unique(),
-                                           ws->last_num_ids(), ws->row_grads(), group.args, tables);
+                                           ws->last_num_ids(), ws->row_grads(), group.args,
+                                           HostAdamCorrections(group.args), tables);
   return CudaLaunchStatus("UpdateRowsKernel");
 }
 

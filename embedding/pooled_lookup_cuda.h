@@ -10,7 +10,9 @@
 // order in one thread group, then applies ApplyRowUpdate (embedding/row_optimizer.h) to each
 // row in one warp, with the terms and order of one thread: no float atomics, the same bits on
 // every run, and the same order of terms as the CPU twin (results differ from it only by fused
-// multiply-adds, and for runs longer than 256 entries by their chunked sum order).
+// multiply-adds, and for runs longer than 256 entries by their sum in pieces of 256 cut from the
+// run's own start, embedding/internal/run_pieces.h: a row's bits depend only on its own terms,
+// not on its slot number or on the other tables of a fused pass).
 #pragma once
 
 #include <cstddef>
@@ -92,7 +94,8 @@ class CudaEmbeddingWorkspace {
   size_t sort_bytes_ = 0, scan_bytes_ = 0;
   unsigned long long* keys_ = nullptr;      // [n] sort ping
   unsigned long long* keys_alt_ = nullptr;  // [n] sort pong
-  int* heads_ = nullptr;                    // [n] run-start flags, then their inclusive scan
+  int* heads_ = nullptr;                    // [n] run-start flags, then each run's extra pieces
+  int* piece_scan_ = nullptr;               // [n] inclusive scan of those (run_pieces.h)
   int* run_ids_ = nullptr;                  // [n]
   const float** grad_rows_ = nullptr;       // [n] per position: its bag's gradient row
   float* scales_ = nullptr;                 // [n] per position: id weight / bag length

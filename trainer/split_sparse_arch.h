@@ -8,9 +8,12 @@
 // feature order) with strided 2-D copies (ColumnCopies).
 //
 // Bits: a table's rows, updates and pooled outputs do not depend on which other tables share its
-// collection (the collection runs tables independently), and the parts' tables keep their global
-// table ids for the initial rows, so a split model trains bit-identically to one collection of
-// the same kernels (tests/trainer/split_sparse_arch_test.cc, with two host parts).
+// collection (the collection runs tables independently; on the GPU, where tables of one dim
+// share a backward pass, a row's terms are summed in pieces cut from the start of its own run,
+// embedding/internal/run_pieces.h, not from its place among the other tables' entries), and the
+// parts' tables keep their global table ids for the initial rows, so a split model trains
+// bit-identically to one collection of the same kernels (tests/trainer/split_sparse_arch_test.cc,
+// with two host parts).
 //
 // Memory contract: Forward's `out` and BackwardUpdate's `d_out` are in the model's memory (host
 // or device, as ColumnCopies says); a part marked `host` takes host pointers, the other the
