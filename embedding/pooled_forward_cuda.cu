@@ -113,14 +113,21 @@ absl::Status PooledLookupForwardCuda(const DeviceContext& ctx, const PooledLooku
   TESSERA_RETURN_IF_ERROR(embedding_internal::CheckForwardArgs(kOp, a));
   TESSERA_RETURN_IF_ERROR(embedding_internal::CheckFp32ForCuda(kOp, a.weight_dtype));
   if (a.num_bags == 0) return absl::OkStatus();
-  if (a.indices == nullptr || a.weights == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kOp, ": null indices or weights (device pointers)"));
-  }
-  if (a.num_slots >= 0) {
-    int64_t ends[2] = {0, 0};
+  // The ids' range [ends[0], ends[1]) is read from the device only when needed: to check slots,
+  // or to accept null indices/weights, which the CPU twin allows when every bag is empty (a
+  // shard that received no id this step).
+  int64_t ends[2] = {0, 0};
+  const bool null_data = a.indices == nullptr || a.weights == nullptr;
+  if (a.num_slots >= 0 || null_data) {
     TESSERA_RETURN_IF_ERROR(CudaCopyToHost(ctx, &ends[0], a.offsets, sizeof(int64_t)));
     TESSERA_RETURN_IF_ERROR(CudaCopyToHost(ctx, &ends[1], a.offsets + a.num_bags, sizeof(int64_t)));
+  }
+  if (null_data && ends[1] > ends[0]) {
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": null indices or weights (device "
+                                                   "pointers) for ",
+                                                   ends[1] - ends[0], " ids"));
+  }
+  if (a.num_slots >= 0) {
     TESSERA_ASSIGN_OR_RETURN(void* c, CudaMallocAsync(ctx, 3 * sizeof(int64_t)));
     int64_t* counters = static_cast<int64_t*>(c);
     static const int64_t kInit[3] = {0, 0, kNoBad};
@@ -165,8 +172,8 @@ absl::Status PooledLookupForwardFusedCuda(const DeviceContext& ctx, const FusedL
                                                    ", num_features ", a.num_features));
   }
   if (a.num_bags == 0 || a.num_features == 0) return absl::OkStatus();
-  if (a.offsets == nullptr || a.indices == nullptr || a.out == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(kOp, ": null offsets, indices or out"));
+  if (a.offsets == nullptr || a.out == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": null offsets or out"));
   }
   bool vec4 = a.dim % 4 == 0 && a.out_stride % 4 == 0 && Aligned16(a.out);
   for (int k = 0; k < a.num_features; ++k) {
@@ -177,6 +184,19 @@ absl::Status PooledLookupForwardFusedCuda(const DeviceContext& ctx, const FusedL
                                                      a.out_column[k], " outside the row"));
     }
     vec4 = vec4 && a.out_column[k] % 4 == 0 && Aligned16(a.weights[k]);
+  }
+  // Null indices are fine where every bag of the launch is empty, as in PooledLookupForwardCuda
+  // (the offsets are read only then).
+  for (int k = 0; a.indices == nullptr && k < a.num_features; ++k) {
+    int64_t ends[2] = {0, 0};
+    const int64_t o = static_cast<int64_t>(a.feature[k]) * a.num_bags;
+    TESSERA_RETURN_IF_ERROR(CudaCopyToHost(ctx, &ends[0], a.offsets + o, sizeof(int64_t)));
+    TESSERA_RETURN_IF_ERROR(
+        CudaCopyToHost(ctx, &ends[1], a.offsets + o + a.num_bags, sizeof(int64_t)));
+    if (ends[1] > ends[0]) {
+      return absl::InvalidArgumentError(absl::StrCat(kOp, ": null indices for ", ends[1] - ends[0],
+                                                     " ids of feature ", a.feature[k]));
+    }
   }
   const int lanes_log2 = LanesLog2(a.dim, vec4 ? 4 : 1);
   const int64_t threads = (a.num_bags * a.num_features) << lanes_log2;

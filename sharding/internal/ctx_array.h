@@ -55,11 +55,17 @@ class CtxArray {
 };
 
 // `host[0, n)` in ctx's memory: the host pointer itself for a CPU context, else a copy in
-// `*mirror` (grown as needed). A null result for n == 0 is fine (kernels see no element).
+// `*mirror` (grown as needed). Never null, and always ctx's memory: for n == 0 (where `host` may
+// be null, or a host address that a CUDA kernel must not be handed) it is the mirror's own
+// storage, with no copy, so a callee that checks its pointers sees the same on both devices.
 template <typename T>
 absl::StatusOr<const T*> Mirror(const DeviceContext& ctx, const T* host, int64_t n,
                                 CtxArray<T>* mirror, const char* what) {
-  if (!ctx.is_cuda() || n == 0) return host;
+  if (n == 0) {
+    TESSERA_ASSIGN_OR_RETURN(T* empty, mirror->Reserve(ctx, 0, what));
+    return static_cast<const T*>(empty);
+  }
+  if (!ctx.is_cuda()) return host;
   TESSERA_ASSIGN_OR_RETURN(T* d, mirror->Reserve(ctx, n, what));
   TESSERA_RETURN_IF_ERROR(CudaCopyToDevice(ctx, d, host, static_cast<size_t>(n) * sizeof(T)));
   return static_cast<const T*>(d);
@@ -79,6 +85,18 @@ absl::Status CopyToHost(const DeviceContext& ctx, T* dst, const T* src, int64_t 
     return absl::OkStatus();
   }
   return CudaCopyToHost(ctx, dst, src, static_cast<size_t>(n) * sizeof(T));
+}
+
+// Copies n host elements at `src` into ctx's memory at `dst` (a memcpy on a CPU context; on CUDA
+// queued on the compute stream: `src` must stay unchanged until the stream reaches the copy).
+template <typename T>
+absl::Status CopyFromHost(const DeviceContext& ctx, T* dst, const T* src, int64_t n) {
+  if (n == 0) return absl::OkStatus();
+  if (!ctx.is_cuda()) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(T));
+    return absl::OkStatus();
+  }
+  return CudaCopyToDevice(ctx, dst, src, static_cast<size_t>(n) * sizeof(T));
 }
 
 }  // namespace tessera::internal

@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "sharding/plan.h"
 #include "sharding/process_grid.h"
+#include "sharding/internal/ctx_array.h"
 #include "sharding/sharded_embedding.h"
 
 namespace tessera::testing {
@@ -190,7 +191,8 @@ inline void ExpectClose(const float* got, const float* want, int64_t n, double r
 
 // Steps 1..steps of Forward + BackwardUpdate (lr 0.5) of a ShardedEmbeddingCollection on ctx
 // over the global batches above (odd steps weighted; the next batch prefetched), then every
-// table read back: this rank's pooled outputs of each step, and each table's rows and state.
+// table read back: this rank's pooled outputs of each step (copied to the host), and each
+// table's rows and state.
 struct ShardedRun {
   std::vector<std::vector<float>> outputs, weights, state;
   std::unique_ptr<ShardedEmbeddingCollection> model;  // for metrics after the run
@@ -206,19 +208,32 @@ inline ShardedRun TrainSharded(const ProcessGrid& grid, const ShardedEmbeddingOp
   run.model = std::move(m).value();
   ShardedEmbeddingCollection& model = *run.model;
   const int64_t od = model.output_dim();
+  internal::CtxArray<float> out_buf, grad_buf;
   for (int step = 1; step <= steps; ++step) {
     GlobalBatch gb = MakeGlobalBatch(so.collection, world, step, step % 2 == 0);
     if (step < steps) {
       model.Prefetch(MakeGlobalBatch(so.collection, world, step + 1, (step + 1) % 2 == 0)
                          .per_rank[me]);
     }
-    run.outputs.emplace_back(gb.per_rank[me].batch_size * od);
-    absl::Status fs = model.Forward(gb.per_rank[me], run.outputs.back().data());
+    const int64_t n = gb.per_rank[me].batch_size * od;
+    run.outputs.emplace_back(n);
+    // Forward's out and BackwardUpdate's d_out are ctx's memory (device memory on a CUDA context,
+    // sharding/sharded_embedding.h): both go through ctx arrays on every context, so the CPU runs
+    // take the same path as the GPU ones (there the copies are memcpy).
+    absl::StatusOr<float*> out = out_buf.Reserve(ctx, n, "the test's outputs");
+    absl::StatusOr<float*> d_out = grad_buf.Reserve(ctx, n, "the test's output gradients");
+    EXPECT_TRUE(out.ok() && d_out.ok()) << out.status() << d_out.status();
+    if (!out.ok() || !d_out.ok()) return run;
+    absl::Status fs = model.Forward(gb.per_rank[me], *out);
+    if (fs.ok()) fs = internal::CopyToHost(ctx, run.outputs.back().data(), *out, n);
     EXPECT_TRUE(fs.ok()) << fs;
+    if (!fs.ok()) return run;
     std::vector<float> grad = GlobalGrad(gb.global.batch_size, od, step);
-    absl::Status bs = model.BackwardUpdate(grad.data() + RowsBefore(gb, me) * od, 0.5f, step);
+    absl::Status bs =
+        internal::CopyFromHost(ctx, *d_out, grad.data() + RowsBefore(gb, me) * od, n);
+    if (bs.ok()) bs = model.BackwardUpdate(*d_out, 0.5f, step);
     EXPECT_TRUE(bs.ok()) << bs;
-    if (!fs.ok() || !bs.ok()) return run;
+    if (!bs.ok()) return run;
   }
   for (int t = 0; t < model.num_tables(); ++t) {
     const TableConfig& c = model.table(t);
