@@ -19,8 +19,10 @@ class DeviceGradSyncCudaTest : public cuda_testing::CudaTest {};
 
 TEST_F(DeviceGradSyncCudaTest, CopiesLandAndSumsComeBackOverSteps) {
   auto world = CreateSingleProcessCommunicator();
-  std::vector<std::vector<float>> host = {std::vector<float>(3, 1.0f),
-                                          std::vector<float>(70000, 2.0f)};
+  // Two buckets of 1 KiB: a bucket closes once it holds bucket_bytes (sharding/grad_buckets.cc),
+  // so the large tensor goes first (small first would share one bucket with it).
+  std::vector<std::vector<float>> host = {std::vector<float>(70000, 2.0f),
+                                          std::vector<float>(3, 1.0f)};
   std::vector<Buffer> dev;
   std::vector<DeviceGradTensor> views;
   for (auto& h : host) dev.push_back(ToDevice(h));

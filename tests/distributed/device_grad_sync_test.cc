@@ -32,6 +32,21 @@ std::vector<DeviceGradTensor> Views(std::vector<std::vector<float>>& g) {
   return v;
 }
 
+// The bucket layout tests/cuda/device_grad_sync_test.cc relies on: a bucket closes once it holds
+// bucket_bytes, so 3 floats then 70,000 share one bucket of 1 KiB and 70,000 then 3 make two.
+TEST(DeviceGradSyncTest, BucketsCloseOnceTheyHoldBucketBytes) {
+  Communicator& w = *World();
+  for (bool small_first : {true, false}) {
+    std::vector<std::vector<float>> g = {std::vector<float>(small_first ? 3 : 70000, 1.0f),
+                                         std::vector<float>(small_first ? 70000 : 3, 2.0f)};
+    auto s = DeviceGradSync::Create(&w, Views(g), CreateHostGradStager(1),
+                                    BucketedAllReduceOptions{1024});
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ((*s)->num_buckets(), small_first ? 1 : 2);
+    ASSERT_TRUE((*s)->Finish().ok());
+  }
+}
+
 TEST(DeviceGradSyncTest, AnyBucketSizeAndLandingDelayGiveTheFlatAllReduceBits) {
   Communicator& w = *World();
   const int me = w.rank();
