@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -24,6 +25,11 @@ inline absl::Status NoCudaPath(absl::string_view op) {
 bool CudaCompiled();
 // Number of visible CUDA devices; 0 without the CUDA path, a driver or a device.
 int CudaDeviceCount();
+// One line for diagnostics (bench/gpu_check.sh's env stage): driver and runtime versions, then
+// each device's name, compute capability and whether it can access pageable host memory (HMM)
+// -- or, where CudaDeviceCount() says 0, the error cudaGetDeviceCount returned, so a GPU the
+// runtime cannot use (driver/runtime mismatch, a sandbox refusal) is not mistaken for no GPU.
+std::string CudaDeviceReport();
 // Allocates `bytes` of zeroed device memory on the current device. ResourceExhausted when the
 // device is out of memory, Internal for other CUDA errors.
 [[nodiscard]] absl::StatusOr<void*> CudaMallocZeroed(size_t bytes);

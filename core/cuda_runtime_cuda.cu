@@ -23,6 +23,36 @@ int CudaDeviceCount() {
   return n;
 }
 
+std::string CudaDeviceReport() {
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  std::string out = absl::StrCat("driver API ", driver / 1000, ".", driver % 1000 / 10,
+                                 ", runtime ", runtime / 1000, ".", runtime % 1000 / 10, ": ");
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return absl::StrCat(out, "cudaGetDeviceCount failed: ", cudaGetErrorName(err), " (",
+                        cudaGetErrorString(err), ")");
+  }
+  absl::StrAppend(&out, n, " device(s)");
+  for (int d = 0; d < n; ++d) {
+    cudaDeviceProp p{};
+    int pageable = 0;
+    if (cudaGetDeviceProperties(&p, d) != cudaSuccess ||
+        cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, d) != cudaSuccess) {
+      const cudaError_t e = cudaGetLastError();
+      absl::StrAppend(&out, "; device ", d, ": ", cudaGetErrorString(e));
+      continue;
+    }
+    absl::StrAppend(&out, "; device ", d, ": ", p.name, " (sm_", p.major, p.minor, ", ",
+                    p.totalGlobalMem >> 20, " MiB, pageable memory access ",
+                    pageable ? "yes" : "no", ")");
+  }
+  return out;
+}
+
 absl::StatusOr<void*> CudaMallocZeroed(size_t bytes) {
   void* p = nullptr;
   const cudaError_t err = cudaMalloc(&p, bytes == 0 ? 256 : bytes);

@@ -6,6 +6,7 @@ namespace tessera {
 
 bool CudaCompiled() { return false; }
 int CudaDeviceCount() { return 0; }
+std::string CudaDeviceReport() { return "this build has no CUDA path (TESSERA_CUDA=OFF)"; }
 absl::StatusOr<void*> CudaMallocZeroed(size_t) {
   return absl::UnimplementedError("this build of Tessera has no CUDA path (TESSERA_CUDA=OFF)");
 }

@@ -65,6 +65,11 @@ __global__ void __launch_bounds__(kBlock) BceKernel(const float* __restrict__ lo
 absl::StatusOr<double> BceWithLogitsCuda(const DeviceContext& ctx, const float* logits,
                                          const float* labels, int64_t batch, float* d_logits) {
   TESSERA_RETURN_IF_ERROR(CheckCudaContext(ctx, "BceWithLogits", "dense/loss_cuda.cu"));
+  // A mean over no sample (and a launch of 0 blocks) has no meaning; the entry point already
+  // wants batch >= 1 (CheckSize).
+  if (batch < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("BceWithLogits: batch ", batch, " < 1"));
+  }
   const int64_t blocks = (batch + kBlock - 1) / kBlock;
   TESSERA_ASSIGN_OR_RETURN(void* scratch, CudaMallocAsync(ctx, sizeof(BlockResult) * blocks));
   BlockResult* results = static_cast<BlockResult*>(scratch);

@@ -28,6 +28,13 @@ absl::Status NcclErr(const char* call, ncclResult_t r) {
     ncclResult_t tessera_r_ = (x);                      \
     if (tessera_r_ != ncclSuccess) return NcclErr(#x, tessera_r_); \
   } while (0)
+// Inside ncclGroupStart/ncclGroupEnd: remembers the first failure in `group_err` and goes on, so
+// the group is always closed (returning from inside it would leave the communicator unusable).
+#define TESSERA_NCCL_GROUP_CALL(group_err, x)                                    \
+  do {                                                                             \
+    const ncclResult_t tessera_r_ = (x);                                           \
+    if (tessera_r_ != ncclSuccess) (group_err).Update(NcclErr(#x, tessera_r_));    \
+  } while (0)
 
 class NcclCommunicator final : public Communicator {
  public:
@@ -76,17 +83,19 @@ class NcclCommunicator final : public Communicator {
     const char* s = static_cast<const char*>(send);
     char* r = static_cast<char*>(recv);
     TESSERA_NCCL_CALL(ncclGroupStart());
+    absl::Status group;
     for (int p = 0; p < size(); ++p) {
       if (send_bytes[p] > 0) {
-        TESSERA_NCCL_CALL(ncclSend(s + send_displs[p], send_bytes[p], ncclUint8, p, comm_,
-                                   stream_));
+        TESSERA_NCCL_GROUP_CALL(group, ncclSend(s + send_displs[p], send_bytes[p], ncclUint8, p,
+                                                comm_, stream_));
       }
       if (recv_bytes[p] > 0) {
-        TESSERA_NCCL_CALL(ncclRecv(r + recv_displs[p], recv_bytes[p], ncclUint8, p, comm_,
-                                   stream_));
+        TESSERA_NCCL_GROUP_CALL(group, ncclRecv(r + recv_displs[p], recv_bytes[p], ncclUint8, p,
+                                                comm_, stream_));
       }
     }
     TESSERA_NCCL_CALL(ncclGroupEnd());
+    TESSERA_RETURN_IF_ERROR(group);
     return Sync();
   }
 
@@ -111,15 +120,19 @@ class NcclCommunicator final : public Communicator {
     TESSERA_CUDA_CALL(cudaSetDevice(device_));
     char* r = static_cast<char*>(recv);
     TESSERA_NCCL_CALL(ncclGroupStart());
+    absl::Status group;
     for (int p = 0; p < size(); ++p) {
       if (p == rank()) continue;
-      if (send_bytes > 0) TESSERA_NCCL_CALL(ncclSend(send, send_bytes, ncclUint8, p, comm_, stream_));
+      if (send_bytes > 0) {
+        TESSERA_NCCL_GROUP_CALL(group, ncclSend(send, send_bytes, ncclUint8, p, comm_, stream_));
+      }
       if (recv_bytes[p] > 0) {
-        TESSERA_NCCL_CALL(ncclRecv(r + recv_displs[p], recv_bytes[p], ncclUint8, p, comm_,
-                                   stream_));
+        TESSERA_NCCL_GROUP_CALL(group, ncclRecv(r + recv_displs[p], recv_bytes[p], ncclUint8, p,
+                                                comm_, stream_));
       }
     }
     TESSERA_NCCL_CALL(ncclGroupEnd());
+    TESSERA_RETURN_IF_ERROR(group);
     if (send_bytes > 0 && r + recv_displs[rank()] != send) {
       TESSERA_CUDA_CALL(cudaMemcpyAsync(r + recv_displs[rank()], send, send_bytes,
                                         cudaMemcpyDeviceToDevice, stream_));

@@ -1,6 +1,9 @@
 // CudaContext, the stream-ordered helpers and PinnedBuffer. The first two tests run everywhere:
 // without a device, creating a context must fail with a clear error instead of crashing.
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/cuda_context.h"
@@ -15,6 +18,21 @@ namespace tessera {
 namespace {
 
 using cuda_testing::CudaTest;
+
+// What the runtime sees, printed for the log. bench/gpu_check.sh's env stage runs this test with
+// TESSERA_EXPECT_CUDA_DEVICE=1 where nvidia-smi lists a GPU: a runtime that then counts none
+// (driver/runtime mismatch, a sandbox refusal) fails here, naming the CUDA error, instead of
+// every CUDA test skipping as if there were no GPU and every stage saying ok.
+TEST(CudaProbe, ReportsTheDevicesOrTheRuntimeError) {
+  const std::string report = CudaDeviceReport();
+  std::printf("CUDA runtime: %s\n", report.c_str());
+  EXPECT_FALSE(report.empty());
+  const char* expect = std::getenv("TESSERA_EXPECT_CUDA_DEVICE");
+  if (expect != nullptr && std::string(expect) == "1") {
+    EXPECT_GT(CudaDeviceCount(), 0)
+        << "nvidia-smi lists a GPU but the CUDA runtime sees none: " << report;
+  }
+}
 
 TEST(CudaContextNoDevice, CreateFailsClearlyWithoutADevice) {
   if (CudaDeviceCount() > 0) GTEST_SKIP() << "a CUDA device is present";

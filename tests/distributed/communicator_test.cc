@@ -174,6 +174,12 @@ TEST(NcclCommunicatorTest, CollectivesOnDevice) {
   auto dev = CudaMallocZeroed(n * 4);
   ASSERT_TRUE(dev.ok()) << dev.status();
   ASSERT_TRUE(CudaMemcpy(*dev, host.data(), n * 4).ok());
+  // From pageable memory cudaMemcpy may return before its DMA has landed, and NCCL runs on the
+  // communicator's non-blocking stream, which does not wait for the legacy stream: a device to
+  // host copy (legacy stream, returns once done) makes sure the upload has landed.
+  float landed = 0.0f;
+  ASSERT_TRUE(CudaMemcpy(&landed, static_cast<float*>(*dev) + n - 1, 4).ok());
+  ASSERT_EQ(landed, host[n - 1]);
   ASSERT_TRUE(c.AllReduce(static_cast<float*>(*dev), n, ReduceOp::kSum).ok());
   ASSERT_TRUE(CudaMemcpy(host.data(), *dev, n * 4).ok());
   for (int64_t i = 0; i < n; ++i) {
@@ -190,6 +196,9 @@ TEST(NcclCommunicatorTest, CollectivesOnDevice) {
   auto dsend = CudaMallocZeroed(p * 8), drecv = CudaMallocZeroed(p * 8);
   ASSERT_TRUE(dsend.ok() && drecv.ok());
   ASSERT_TRUE(CudaMemcpy(*dsend, send.data(), p * 8).ok());
+  int64_t landed_id = -1;  // as above: the upload has landed before NCCL's stream reads it
+  ASSERT_TRUE(CudaMemcpy(&landed_id, static_cast<int64_t*>(*dsend) + p - 1, 8).ok());
+  ASSERT_EQ(landed_id, send[p - 1]);
   ASSERT_TRUE(c.AllToAllV(*dsend, eights, displs, *drecv, eights, displs).ok());
   ASSERT_TRUE(CudaMemcpy(recv.data(), *drecv, p * 8).ok());
   for (int r = 0; r < p; ++r) EXPECT_EQ(recv[r], 10 * r + me);

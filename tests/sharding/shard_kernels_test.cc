@@ -166,5 +166,19 @@ TEST(ShardKernelsTest, CudaContextWithoutTheCudaPathIsUnimplemented) {
   EXPECT_EQ(x, 0.0f);
 }
 
+// A hand-made kCuda context (no compute stream) is refused before anything is launched, as the
+// dense and embedding twins refuse it: no device needed.
+TEST(ShardKernelsTest, HandMadeCudaContextWithoutAStreamIsRefused) {
+  if (!CudaCompiled()) GTEST_SKIP() << "this build has no CUDA path (the test above covers it)";
+  DeviceContext cuda = kCpu;
+  cuda.device = Device::kCuda;
+  float x = 0.0f;
+  const absl::Status st = FillFloats(cuda, 1.0f, 1, &x);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_THAT(st.message(), HasSubstr("FillFloats"));
+  EXPECT_THAT(st.message(), HasSubstr("compute stream"));
+  EXPECT_EQ(x, 0.0f);
+}
+
 }  // namespace
 }  // namespace tessera::internal
