@@ -1,6 +1,7 @@
 // GPU dense benchmarks: Linear forward + backward (three GEMMs, fused bias/ReLU, bias gradient)
 // at DLRM layer shapes, in TFLOP/s of GEMM work, next to one large square cuBLAS SGEMM (the
-// device's fp32 GEMM ceiling under the same cuBLAS settings: no TF32).
+// device's fp32 GEMM ceiling under the same cuBLAS settings: no TF32), and the same steps with
+// dense_dtype bf16.
 // Needs a CUDA device; without one every benchmark reports "no CUDA device".
 #include <benchmark/benchmark.h>
 #include <cublas_v2.h>
@@ -74,6 +75,34 @@ void BM_LinearStep(benchmark::State& state) {
                                                  benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_LinearStep)
+    ->Args({65536, 512, 256})
+    ->Args({65536, 1024, 1024})
+    ->Args({16384, 479, 1024})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The same step with model.dense_dtype bf16 (a Linear layer: x, W and dz rounded to bf16 on the
+// device, cuBLAS with bf16 inputs and fp32 accumulation), the same flop count.
+void BM_LinearStepBf16(benchmark::State& state) {
+  CudaContext* c = Context();
+  if (c == nullptr) return state.SkipWithError("no CUDA device");
+  const int64_t batch = state.range(0), in = state.range(1), out = state.range(2);
+  const DeviceContext& ctx = c->context();
+  auto layer = Linear::Create("bench", in, out, Activation::kRelu, ctx, DenseDtype::kBf16);
+  if (!layer.ok()) return state.SkipWithError(std::string(layer.status().message()).c_str());
+  (*layer)->Init(1);
+  Buffer x = Floats(batch * in), dy = Floats(batch * out), dx = Floats(batch * in);
+  for (auto _ : state) {
+    const float* y = nullptr;
+    absl::Status st = (*layer)->Forward(x.data<float>(), batch, &y);
+    if (st.ok()) st = (*layer)->Backward(dy.data<float>(), dx.data<float>());
+    if (st.ok()) st = CudaSynchronize(ctx);
+    if (!st.ok()) return state.SkipWithError(std::string(st.message()).c_str());
+  }
+  state.counters["TFLOP/s"] = benchmark::Counter(3.0 * 2.0 * batch * in * out * 1e-12,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_LinearStepBf16)
     ->Args({65536, 512, 256})
     ->Args({65536, 1024, 1024})
     ->Args({16384, 479, 1024})

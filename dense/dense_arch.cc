@@ -129,15 +129,12 @@ absl::StatusOr<std::unique_ptr<DenseArch>> DenseArch::Create(const DenseArchOpti
         "DenseArch: the CUDA DeviceContext has no compute stream or cuBLAS handle; create it "
         "with CudaContext::Create (core/cuda_context.h)");
   }
-  if (options.dense_dtype == DenseDtype::kBf16) {
-    if (ctx.is_cuda()) {
-      return absl::UnimplementedError("DenseArch: dense_dtype bf16 is CPU only for now");
-    }
-    if (!dense_internal::DnnlGemmAvailable()) {
-      return absl::UnimplementedError(
-          "DenseArch: dense_dtype bf16 needs oneDNN; this build has none (install libdnnl-dev "
-          "and reconfigure)");
-    }
+  // bf16 on CUDA takes cuBLAS (dense/linear_cuda.cu); on the CPU it needs oneDNN.
+  if (options.dense_dtype == DenseDtype::kBf16 && !ctx.is_cuda() &&
+      !dense_internal::DnnlGemmAvailable()) {
+    return absl::UnimplementedError(
+        "DenseArch: dense_dtype bf16 on the CPU needs oneDNN; this build has none (install "
+        "libdnnl-dev and reconfigure), or train on a GPU (device: cuda)");
   }
   std::unique_ptr<DenseArch> arch(new DenseArch());
   arch->options_ = options;

@@ -46,7 +46,7 @@ struct DenseArchOptions {
   int dcn_num_layers = 3;
   int64_t dcn_low_rank = 0;           // 0: full rank
   // GEMM inputs of the bottom and top MLPs (mlp.h): kBf16 = bf16 with fp32 accumulation and fp32
-  // master weights, CPU only, needs oneDNN. The interaction and cross network stay fp32.
+  // master weights (CPU: oneDNN; CUDA: cuBLAS). The interaction and cross network stay fp32.
   DenseDtype dense_dtype = DenseDtype::kFp32;
 };
 
@@ -78,8 +78,8 @@ class DenseArch {
   [[nodiscard]] static absl::StatusOr<DenseArchFootprint> Footprint(
       const DenseArchOptions& options);
   // Returns InvalidArgument naming the field for inconsistent sizes, and Unimplemented for a
-  // CUDA context in a build without the CUDA path, or dense_dtype kBf16 on a CUDA context or in
-  // a build without oneDNN.
+  // CUDA context in a build without the CUDA path, or dense_dtype kBf16 on a CPU context in a
+  // build without oneDNN.
   static absl::StatusOr<std::unique_ptr<DenseArch>> Create(const DenseArchOptions& options,
                                                            const DeviceContext& ctx);
   // Create's checks alone.

@@ -1,7 +1,11 @@
 // CUDA twin of Linear (contract in dense/mlp.h and dense/internal/kernels.h): cuBLAS for the
 // three products (row-major through the transposition trick, dense/internal/blas_cuda.h), one
 // fused bias + activation pass over y, and one fused pass for the ReLU mask and the bias
-// gradient (a deterministic column sum, dense/internal/column_sums_cuda.h).
+// gradient (a deterministic column sum, dense/internal/column_sums_cuda.h). dense_dtype bf16: the
+// same with the three products' operands rounded to bf16 on the device and multiplied by
+// cublasGemmEx (bf16 inputs, fp32 accumulation): the twin of LinearForwardBf16Cpu.
+#include <cuda_bf16.h>
+
 #include "dense/internal/blas_cuda.h"
 #include "dense/internal/column_sums_cuda.h"
 #include "dense/internal/kernels.h"
@@ -42,7 +46,62 @@ __global__ void MaskColumnChunkKernel(float* __restrict__ dy, const float* __res
   StoreChunkPartial(acc, col, cols, partial);
 }
 
+// out[i] = x[i] rounded to bf16, to nearest even (NaN stays NaN), as the CPU twin's FloatToBf16.
+__global__ void ToBf16Kernel(const float* __restrict__ x, int64_t n, __nv_bfloat16* __restrict__ out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[i] = __float2bfloat16_rn(x[i]);
+  }
+}
+
+// *buf (device bf16) rounded from x[0, n); grows *buf to n elements when short.
+absl::Status ToBf16(const DeviceContext& ctx, const float* x, int64_t n, Buffer* buf) {
+  if (buf->numel() < n) {
+    TESSERA_ASSIGN_OR_RETURN(*buf, Buffer::Allocate(Device::kCuda, DType::kBF16, {n}));
+  }
+  ToBf16Kernel<<<GridFor(n, 256), 256, 0, ComputeStream(ctx)>>>(
+      x, n, static_cast<__nv_bfloat16*>(buf->raw()));
+  return CudaLaunchStatus("ToBf16Kernel");
+}
+
 }  // namespace
+
+absl::Status LinearForwardBf16Cuda(const DeviceContext& ctx, const float* x, const float* w,
+                                   const float* b, int64_t batch, int64_t in, int64_t out,
+                                   Activation act, float* y, Bf16OperandsCuda* s) {
+  TESSERA_RETURN_IF_ERROR(CheckCudaContext(ctx, "LinearForward(bf16)", "dense/linear_cuda.cu"));
+  TESSERA_RETURN_IF_ERROR(ToBf16(ctx, x, batch * in, &s->x));
+  TESSERA_RETURN_IF_ERROR(ToBf16(ctx, w, out * in, &s->w));
+  TESSERA_RETURN_IF_ERROR(
+      CudaGemmBf16(ctx, false, true, batch, out, in, s->x.raw(), in, s->w.raw(), in, y, out));
+  const int64_t n = batch * out;
+  BiasActKernel<<<GridFor(n, 256), 256, 0, ComputeStream(ctx)>>>(y, b, n, out,
+                                                                 act == Activation::kRelu);
+  return CudaLaunchStatus("BiasActKernel");
+}
+
+absl::Status LinearBackwardBf16Cuda(const DeviceContext& ctx, const float* y, float* dy,
+                                    int64_t batch, int64_t in, int64_t out, Activation act,
+                                    float* dw, float* db, float* dx, Bf16OperandsCuda* s) {
+  TESSERA_RETURN_IF_ERROR(CheckCudaContext(ctx, "LinearBackward(bf16)", "dense/linear_cuda.cu"));
+  if (s->x.numel() < batch * in || s->w.numel() < out * in) {
+    return absl::FailedPreconditionError("LinearBackward(bf16): no bf16 forward operands");
+  }
+  const float* mask = act == Activation::kRelu ? y : nullptr;
+  TESSERA_RETURN_IF_ERROR(
+      DeterministicColumnSums(ctx, batch, out, db, [&](dim3 grid, dim3 block, double* partial) {
+        MaskColumnChunkKernel<<<grid, block, 0, ComputeStream(ctx)>>>(dy, mask, batch, out,
+                                                                      partial);
+      }));
+  TESSERA_RETURN_IF_ERROR(ToBf16(ctx, dy, batch * out, &s->dy));
+  TESSERA_RETURN_IF_ERROR(
+      CudaGemmBf16(ctx, true, false, out, in, batch, s->dy.raw(), out, s->x.raw(), in, dw, in));
+  if (dx != nullptr) {
+    TESSERA_RETURN_IF_ERROR(CudaGemmBf16(ctx, false, false, batch, in, out, s->dy.raw(), out,
+                                         s->w.raw(), in, dx, in));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status LinearForwardCuda(const DeviceContext& ctx, const float* x, const float* w,
                                const float* b, int64_t batch, int64_t in, int64_t out,

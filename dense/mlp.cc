@@ -79,13 +79,16 @@ absl::Status Linear::AllocateParameters() {
   if (in_ < 1 || out_ < 1)
     return absl::InvalidArgumentError(
         absl::StrCat(name_, ": in ", in_, ", out ", out_, " must both be >= 1"));
-  if (dtype_ != DenseDtype::kFp32 && ctx_.is_cuda())
-    return absl::InvalidArgumentError(absl::StrCat(name_, ": bf16 dense math is CPU only"));
   // Layers with fewer than 8 outputs (the logit layer) stay fp32: a negligible share of the
   // flops, and oneDNN 2.6's bf16 matmul for their input gradient (an outer product, K = out)
-  // was off by more than the two bf16 roundings (tests/dense/linear_bf16_test.cc).
+  // was off by more than the two bf16 roundings (tests/dense/linear_bf16_test.cc). The CUDA
+  // twin keeps the same rule, so both devices run the same layers in bf16.
   if (dtype_ == DenseDtype::kBf16 && out_ < 8) dtype_ = DenseDtype::kFp32;
-  if (dtype_ == DenseDtype::kBf16) bf16_ = std::make_unique<dense_internal::Bf16Operands>();
+  if (dtype_ == DenseDtype::kBf16 && ctx_.is_cuda()) {
+    bf16_cuda_ = std::make_unique<dense_internal::Bf16OperandsCuda>();
+  } else if (dtype_ == DenseDtype::kBf16) {
+    bf16_ = std::make_unique<dense_internal::Bf16Operands>();
+  }
   TESSERA_ASSIGN_OR_RETURN(weight_,
                            MakeParameter(absl::StrCat(name_, ".weight"), {out_, in_}, ctx_.device));
   TESSERA_ASSIGN_OR_RETURN(bias_, MakeParameter(absl::StrCat(name_, ".bias"), {out_}, ctx_.device));
@@ -103,7 +106,16 @@ absl::Status Linear::Forward(const float* x, int64_t batch, const float** y) {
   TESSERA_RETURN_IF_ERROR(CheckNotNull(name_, "y (output pointer)", y));
   TESSERA_RETURN_IF_ERROR(CheckSize(name_, "batch", batch));
   TESSERA_RETURN_IF_ERROR(dense_internal::EnsureFloats(ctx_.device, batch, out_, &y_));
-  if (bf16_ != nullptr) {
+  if (bf16_cuda_ != nullptr) {
+    TESSERA_RETURN_IF_ERROR(CheckNotNull(name_, "x", x));
+#if TESSERA_HAVE_CUDA
+    TESSERA_RETURN_IF_ERROR(dense_internal::LinearForwardBf16Cuda(
+        ctx_, x, weight_.value.data<float>(), bias_.value.data<float>(), batch, in_, out_, act_,
+        y_.data<float>(), bf16_cuda_.get()));
+#else
+    return dense_internal::NoCudaTwin("LinearForward(bf16)", "dense/linear_cuda.cu");
+#endif
+  } else if (bf16_ != nullptr) {
     TESSERA_RETURN_IF_ERROR(CheckNotNull(name_, "x", x));
     TESSERA_RETURN_IF_ERROR(dense_internal::LinearForwardBf16Cpu(
         x, weight_.value.data<float>(), bias_.value.data<float>(), batch, in_, out_, act_,
@@ -122,6 +134,16 @@ absl::Status Linear::Forward(const float* x, int64_t batch, const float** y) {
 absl::Status Linear::Backward(float* dy, float* dx) {
   if (x_ == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(name_, ": Backward before Forward"));
+  }
+  if (bf16_cuda_ != nullptr) {
+    TESSERA_RETURN_IF_ERROR(CheckNotNull(name_, "dy", dy));
+#if TESSERA_HAVE_CUDA
+    return dense_internal::LinearBackwardBf16Cuda(ctx_, y_.data<float>(), dy, batch_, in_, out_,
+                                                  act_, weight_.grad.data<float>(),
+                                                  bias_.grad.data<float>(), dx, bf16_cuda_.get());
+#else
+    return dense_internal::NoCudaTwin("LinearBackward(bf16)", "dense/linear_cuda.cu");
+#endif
   }
   if (bf16_ != nullptr) {
     TESSERA_RETURN_IF_ERROR(CheckNotNull(name_, "dy", dy));

@@ -4,9 +4,11 @@
 // Backward: dW = dz^T x, db = sum_b dz, dx = dz W, with dz = dy masked by the ReLU.
 // Layers own parameters and their activation buffers (grown to the largest batch seen); inputs
 // passed to Forward must stay alive until Backward. Not thread-safe.
-// DenseDtype::kBf16 (CPU only, needs oneDNN): the three products take bf16 inputs (x, W and dz
-// rounded to nearest even) with fp32 accumulation; parameters, grads, activations and everything
-// elementwise stay fp32 (fp32 master weights). Layers with fewer than 8 outputs stay fp32.
+// DenseDtype::kBf16 (CPU: needs oneDNN; CUDA: cuBLAS): the three products take bf16 inputs (x, W
+// and dz rounded to nearest even) with fp32 accumulation; parameters, grads, activations and
+// everything elementwise stay fp32 (fp32 master weights). Layers with fewer than 8 outputs stay
+// fp32. The CUDA twin matches the CPU one up to the fp32 accumulation order
+// (tests/cuda/linear_bf16_cuda_test.cc).
 #pragma once
 
 #include <cstdint>
@@ -35,6 +37,7 @@ inline absl::StatusOr<DenseDtype> ParseDenseDtype(const std::string& name) {
 
 namespace dense_internal {
 struct Bf16Operands;
+struct Bf16OperandsCuda;
 }  // namespace dense_internal
 
 // The Linear kernels on plain views (memory of ctx.device), for callers that own their buffers.
@@ -62,7 +65,6 @@ class Linear {
                                                                       DenseDtype dtype =
                                                                           DenseDtype::kFp32);
   // As Create, for fixed small sizes (tests): a failure is a bug and aborts.
-  // REQUIRES: dtype is kFp32 on a CUDA context (DenseArch::Validate checks configs).
   Linear(std::string name, int64_t in, int64_t out, Activation act, const DeviceContext& ctx,
          DenseDtype dtype = DenseDtype::kFp32);
   ~Linear();
@@ -100,7 +102,8 @@ class Linear {
   Activation act_;
   DenseDtype dtype_;
   Parameter weight_, bias_;
-  std::unique_ptr<dense_internal::Bf16Operands> bf16_;  // kBf16: the last Forward's bf16 x, W
+  std::unique_ptr<dense_internal::Bf16Operands> bf16_;  // kBf16 on the CPU: the last Forward's bf16 x, W
+  std::unique_ptr<dense_internal::Bf16OperandsCuda> bf16_cuda_;  // kBf16 on CUDA: the same
   const float* x_ = nullptr;
   int64_t batch_ = 0;
   Buffer y_;

@@ -78,7 +78,7 @@ struct ModelConfig {
   int64_t max_table_rows = 0;            // model.max_table_rows: cap every table (0 = no cap)
   std::string init_from;                 // model.init_from: safetensors file to start from
   DenseDtype dense_dtype = DenseDtype::kFp32;  // model.dense_dtype: fp32|bf16 (MLP GEMM inputs;
-                                         // bf16 is CPU only, fp32 accumulation and weights)
+                                         // bf16: fp32 accumulation and weights; CPU or CUDA)
   // model.embedding_dtype / embedding_rounding: every table's storage.dtype / storage.rounding
   // unless the table sets its own (fp32 | fp16 | bf16; stochastic | nearest).
   RowDtype embedding_dtype = RowDtype::kF32;

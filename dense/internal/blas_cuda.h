@@ -39,6 +39,21 @@ inline absl::Status CudaSgemm(const DeviceContext& ctx, bool trans_a, bool trans
       "cublasSgemm");
 }
 
+// As CudaSgemm with A and B in bf16 (__nv_bfloat16 bits) and C fp32: cublasGemmEx with
+// CUBLAS_COMPUTE_32F, i.e. exact bf16 products accumulated in fp32 (dense_dtype bf16).
+inline absl::Status CudaGemmBf16(const DeviceContext& ctx, bool trans_a, bool trans_b, int64_t m,
+                                 int64_t n, int64_t k, const void* a, int64_t lda, const void* b,
+                                 int64_t ldb, float* c, int64_t ldc) {
+  const float alpha = 1.0f, beta = 0.0f;
+  return CublasStatus(
+      cublasGemmEx(CublasHandle(ctx), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                   trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
+                   static_cast<int>(k), &alpha, b, CUDA_R_16BF, static_cast<int>(ldb), a,
+                   CUDA_R_16BF, static_cast<int>(lda), &beta, c, CUDA_R_32F,
+                   static_cast<int>(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      "cublasGemmEx(bf16)");
+}
+
 // `count` independent row-major GEMMs; operand i starts at base + i * stride.
 inline absl::Status CudaSgemmStridedBatched(const DeviceContext& ctx, bool trans_a, bool trans_b,
                                             int64_t m, int64_t n, int64_t k, float alpha,

@@ -48,6 +48,20 @@ absl::Status LinearForwardBf16Cpu(const float* x, const float* w, const float* b
 absl::Status LinearBackwardBf16Cpu(const float* y, float* dy, int64_t batch, int64_t in,
                                    int64_t out, Activation act, float* dw, float* db, float* dx,
                                    Bf16Operands* s);
+// Their CUDA twin (dense/linear_cuda.cu): the operands rounded to bf16 on the device (round to
+// nearest even, as the CPU's), the products by cuBLAS with bf16 inputs, fp32 accumulation
+// (CUBLAS_COMPUTE_32F) and fp32 outputs; bias, ReLU, its mask and db as LinearForwardCuda /
+// LinearBackwardCuda. `s` holds the forward's device bf16 x and W (and the backward's dz), grown
+// as needed. Pointers are device memory of ctx.
+struct Bf16OperandsCuda {
+  Buffer x, w, dy;
+};
+absl::Status LinearForwardBf16Cuda(const DeviceContext& ctx, const float* x, const float* w,
+                                   const float* b, int64_t batch, int64_t in, int64_t out,
+                                   Activation act, float* y, Bf16OperandsCuda* s);
+absl::Status LinearBackwardBf16Cuda(const DeviceContext& ctx, const float* y, float* dy,
+                                    int64_t batch, int64_t in, int64_t out, Activation act,
+                                    float* dw, float* db, float* dx, Bf16OperandsCuda* s);
 
 // ---- Dot interaction (dense/interaction_cpu.cc); contract in dense/interaction.h ---------------
 absl::Status DotInteractionForwardCpu(const DeviceContext& ctx, const float* bottom,
