@@ -149,6 +149,13 @@ done
 for s in env sharding_communicator_test distributed_communicator_test quick_cpu mpi2_cpu; do
   if grep -q "^$s	ok" "$X/stages.tsv"; then say "stage $s" ok; else say "stage $s" FAILED; fi
 done
+# The probe prints what the runtime says (here: no driver) and passes where nvidia-smi lists no GPU.
+if grep -q "^cuda_probe	ok" "$X/stages.tsv" && grep -q "CUDA runtime: " "$X/cuda_probe.log"; then
+  say "stage cuda_probe prints the runtime's view" ok
+else say "stage cuda_probe prints the runtime's view" FAILED; fi
+# A test that only failed on values is not rerun under memcheck (none fail here at all).
+if ls "$X"/*_memcheck.log > /dev/null 2>&1; then say "no memcheck reruns" FAILED
+else say "no memcheck reruns" ok; fi
 if grep -l "error while loading shared libraries\|cannot open shared object" "$X"/*.log; then
   say "no 'error while loading shared libraries' in any log" FAILED
 else

@@ -107,14 +107,17 @@ def table_rows(out):
     look_bw = {a: bench_value(lk, f"BM_PooledLookup/{a}", bytes_per_second=True)
                for a in ("64/20", "128/20", "128/1")}
     sgemm = bench_value(ln, "BM_CublasSgemm", "TFLOP/s")
-    lin = {a: bench_value(ln, f"BM_LinearStep/{a}", "TFLOP/s")
-           for a in ("65536/512/256", "65536/1024/1024", "16384/479/1024")}
-    t = read_json(os.path.join(out, "tessera_bench_gpu.json"))
-    tp = read_json(os.path.join(out, "tessera_bench_gpu_phases.json"))
-    p = read_json(os.path.join(out, "pytorch_gpu.json"))
-    ts = t.get("samples_per_sec") if t else None
-    tps = tp.get("samples_per_sec") if tp else None
-    ps = p.get("samples_per_sec") if p else None
+    shapes = ("65536/512/256", "65536/1024/1024", "16384/479/1024")
+    lin = {a: bench_value(ln, f"BM_LinearStep/{a}", "TFLOP/s") for a in shapes}
+    lin16 = {a: bench_value(ln, f"BM_LinearStepBf16/{a}", "TFLOP/s") for a in shapes}
+
+    def sps(name):
+        d = read_json(os.path.join(out, name))
+        return d.get("samples_per_sec") if d else None
+    ts = sps("tessera_bench_gpu.json")  # headline: dense_dtype bf16
+    t32 = sps("tessera_bench_gpu_fp32.json")
+    tps = sps("tessera_bench_gpu_phases.json")
+    ps = sps("pytorch_gpu.json")
     rows = [("stages ok", f"{sum(v == 'ok' for v in stages.values())} of {len(stages)}")]
     if q:
         rows.append(("quickstart eval AUC gpu / cpu (|diff| <= 0.005)",
@@ -152,16 +155,23 @@ def table_rows(out):
     for a, v in lin.items():
         ratio = f" ({v / sgemm:.0%} of SGEMM)" if v and sgemm else ""
         rows.append((f"Linear fwd+bwd {a}", fmt(v, 1, 1, " TFLOP/s") + ratio))
-    speed = f" ({ts / ps:.2f}x PyTorch eager)" if ts and ps else ""
-    rows.append(("tessera-bench kaggle on GPU, phase syncs off (headline)",
-                 fmt(ts, 1, 0, " samples/s") + speed))
-    rows.append(("tessera-bench kaggle on GPU, phase syncs on", fmt(tps, 1, 0, " samples/s")))
-    rows.append(("PyTorch eager DLRM kaggle on GPU", fmt(ps, 1, 0, " samples/s")))
-    m = read_json(os.path.join(out, "mlperf_dcnv2_gpu.json"))
-    ms = m.get("samples_per_sec") if m else None
-    goal = f" ({ms / 2.1e6:.0%} of the 2.1 M/s goal)" if ms else ""
-    rows.append(("MLPerf DLRM-DCNv2 shape, batch 65,536, tables capped (MLPERF_ROWS)",
-                 fmt(ms, 1, 0, " samples/s") + goal))
+    for a, v in lin16.items():
+        ratio = f" ({v / lin[a]:.1f}x fp32)" if v and lin[a] else ""
+        rows.append((f"Linear fwd+bwd bf16 {a}", fmt(v, 1, 1, " TFLOP/s") + ratio))
+
+    def vs_torch(v):
+        return f" ({v / ps:.2f}x PyTorch eager)" if v and ps else ""
+    rows.append(("tessera-bench kaggle on GPU, dense bf16, phase syncs off (headline)",
+                 fmt(ts, 1, 0, " samples/s") + vs_torch(ts)))
+    rows.append(("tessera-bench kaggle on GPU, dense fp32, phase syncs off",
+                 fmt(t32, 1, 0, " samples/s") + vs_torch(t32)))
+    rows.append(("tessera-bench kaggle on GPU, dense bf16, phase syncs on", fmt(tps, 1, 0, " samples/s")))
+    rows.append(("PyTorch eager DLRM kaggle on GPU (fp32)", fmt(ps, 1, 0, " samples/s")))
+    for name, what in (("mlperf_dcnv2_gpu.json", "bf16"), ("mlperf_dcnv2_gpu_fp32.json", "fp32")):
+        ms = sps(name)
+        goal = f" ({ms / 2.1e6:.0%} of the 2.1 M/s goal)" if ms else ""
+        rows.append((f"MLPerf DLRM-DCNv2 shape, dense {what}, batch 65,536, tables capped "
+                     "(MLPERF_ROWS)", fmt(ms, 1, 0, " samples/s") + goal))
     return rows
 
 
@@ -218,7 +228,8 @@ def summary(work, md_path):
     out += ["", "## Tests", "", "| binary | passed | failed | skipped | failed tests / skip reason |",
             "| --- | --- | --- | --- | --- |"]
     for n, r, d in stages:
-        if not (n.startswith("cuda_") and n.endswith("_test") or n.endswith("communicator_test")
+        if not (n.startswith("cuda_") and n.endswith("_test") or n.endswith("_cuda_test")
+                or n.endswith("communicator_test") or n == "cuda_probe"
                 or n.endswith("_memcheck") or n.startswith("sharded_cuda_np")):
             continue
         c = gtest_counts(os.path.join(work, n + ".log"))
