@@ -165,7 +165,8 @@ def table_rows(out):
                  fmt(ts, 1, 0, " samples/s") + vs_torch(ts)))
     rows.append(("tessera-bench kaggle on GPU, dense fp32, phase syncs off",
                  fmt(t32, 1, 0, " samples/s") + vs_torch(t32)))
-    rows.append(("tessera-bench kaggle on GPU, dense bf16, phase syncs on", fmt(tps, 1, 0, " samples/s")))
+    rows.append(("tessera-bench kaggle on GPU, dense bf16, phase syncs on",
+                 fmt(tps, 1, 0, " samples/s")))
     rows.append(("PyTorch eager DLRM kaggle on GPU (fp32)", fmt(ps, 1, 0, " samples/s")))
     for name, what in (("mlperf_dcnv2_gpu.json", "bf16"), ("mlperf_dcnv2_gpu_fp32.json", "fp32")):
         ms = sps(name)

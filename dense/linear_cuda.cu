@@ -47,7 +47,8 @@ __global__ void MaskColumnChunkKernel(float* __restrict__ dy, const float* __res
 }
 
 // out[i] = x[i] rounded to bf16, to nearest even (NaN stays NaN), as the CPU twin's FloatToBf16.
-__global__ void ToBf16Kernel(const float* __restrict__ x, int64_t n, __nv_bfloat16* __restrict__ out) {
+__global__ void ToBf16Kernel(const float* __restrict__ x, int64_t n,
+                             __nv_bfloat16* __restrict__ out) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     out[i] = __float2bfloat16_rn(x[i]);

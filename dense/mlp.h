@@ -102,8 +102,9 @@ class Linear {
   Activation act_;
   DenseDtype dtype_;
   Parameter weight_, bias_;
-  std::unique_ptr<dense_internal::Bf16Operands> bf16_;  // kBf16 on the CPU: the last Forward's bf16 x, W
-  std::unique_ptr<dense_internal::Bf16OperandsCuda> bf16_cuda_;  // kBf16 on CUDA: the same
+  // kBf16: the last Forward's bf16 x and W, on the CPU (bf16_) or on CUDA (bf16_cuda_).
+  std::unique_ptr<dense_internal::Bf16Operands> bf16_;
+  std::unique_ptr<dense_internal::Bf16OperandsCuda> bf16_cuda_;
   const float* x_ = nullptr;
   int64_t batch_ = 0;
   Buffer y_;

@@ -5,7 +5,8 @@
 // gradient row and its scale; a stable CUB radix sort over the slot bits groups equal slots with
 // positions in order; run starts are flagged, scanned (CUB) and scattered into unique slots and
 // run boundaries; a group of T lanes per unique slot sums its run in order (same order as the CPU
-// twin; runs over 256 entries in pieces cut from the run's own start, run_pieces.h); one warp per unique slot applies ApplyRowUpdate, lanes over the columns. The number of
+// twin; runs over 256 entries in pieces cut from the run's own start, run_pieces.h); one warp
+// per unique slot applies ApplyRowUpdate, lanes over the columns. The number of
 // unique slots stays on the device: kernels read it, so the backward queues without waiting for
 // the host. Several tables of one dim share one pass (FusedBackwardUpdateTablesCuda): the table
 // index sits above the slot bits of the key, and the update kernel decodes it.

@@ -117,7 +117,8 @@ TEST_P(LinearBf16Cuda, MatchesTheCpuTwinWithinTheAccumulationBound) {
   const std::vector<double> xr = RoundedBf16(x), wr = RoundedBf16(w), zr = RoundedBf16(dz);
   std::vector<double> tol_y(B * O);
   int ambiguous = 0;
-  double off_unrounded = 0, off_cpu = 0;  // largest |yg - float64 of the unrounded inputs|, |yg - yc|
+  // Largest |yg - float64 product of the unrounded inputs| and |yg - yc|.
+  double off_unrounded = 0, off_cpu = 0;
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t o = 0; o < O; ++o) {
       double sum = 0, abs_sum = 0, exact32 = 0;

@@ -124,7 +124,9 @@ std::map<int64_t, uint32_t> ReplayKernel(std::vector<Entry> entries, bool absolu
     for (int64_t u = 0; u < runs; ++u) {
       const int64_t eb = run_starts[u], ee = run_starts[u + 1];
       float acc = sum(eb, std::min(ee, (eb / 256 + 1) * 256));
-      for (int64_t c = eb / 256 + 1; c * 256 < ee; ++c) acc += sum(c * 256, std::min(ee, c * 256 + 256));
+      for (int64_t c = eb / 256 + 1; c * 256 < ee; ++c) {
+        acc += sum(c * 256, std::min(ee, c * 256 + 256));
+      }
       row_grads[u] = acc;
     }
   }
@@ -167,8 +169,12 @@ TEST(RunPieces, RowSumsDoNotDependOnSlotNumberingOrOtherTables) {
     }
     // Fused pass: another table's 777 entries come first in the key order (table 0 < table 1).
     std::vector<Entry> fused;
-    for (const Entry& x : Batch(seed + 100, 777, 50)) fused.push_back({static_cast<uint64_t>(x.row), -1, x.value});
-    for (const Entry& x : base) fused.push_back({(uint64_t{1} << 20) | static_cast<uint64_t>(x.row), x.row, x.value});
+    for (const Entry& x : Batch(seed + 100, 777, 50)) {
+      fused.push_back({static_cast<uint64_t>(x.row), -1, x.value});
+    }
+    for (const Entry& x : base) {
+      fused.push_back({(uint64_t{1} << 20) | static_cast<uint64_t>(x.row), x.row, x.value});
+    }
 
     const auto want = ReplayKernel(whole, false);
     int64_t longest = 0;
