@@ -41,20 +41,25 @@ void Flatten(const YAML::Node& n, const std::string& prefix,
   (*out)[prefix] = Inline(n);
 }
 
-// Storage placement keys: where a table lives, not what it computes.
+// Storage keys: where a table lives and in which precision, not what it computes.
 bool IsPlacementKey(const std::string& key) {
   static const std::set<std::string> kPlacement = {"tier",           "path",
                                                    "cache_rows",     "cache_bytes",
                                                    "policy",         "reader_threads",
                                                    "prefetch",       "device_cache_rows",
-                                                   "device_cache_bytes"};
+                                                   "device_cache_bytes", "dtype",
+                                                   "rounding"};
   const size_t at = key.rfind(".storage.");
   return at != std::string::npos && kPlacement.count(key.substr(at + 9)) > 0;
 }
 
 bool Relevant(const std::string& key) {
   if (key == "seed" || key == "data.batch_size") return true;
-  if (key == "model.init_from") return false;
+  // How numbers are stored or multiplied, not what the model is: an fp32 checkpoint loads into
+  // 16-bit tables (rounded), and dense_dtype keeps fp32 master weights.
+  if (key == "model.init_from" || key == "model.embedding_dtype" ||
+      key == "model.embedding_rounding" || key == "model.dense_dtype")
+    return false;
   if (absl::StartsWith(key, "model.")) return !IsPlacementKey(key);
   return absl::StartsWith(key, "optimizer.");
 }

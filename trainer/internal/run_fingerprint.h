@@ -4,9 +4,10 @@
 // later on a tensor shape. Private to trainer/.
 //
 // What counts: seed, data.batch_size (the data position is counted in batches), every model.*
-// key except model.init_from and the tables' storage placement (tier, path, caches, reader
-// threads, prefetch: a checkpoint reshards and restores across them), and every optimizer.*
-// key. The run length (train.*), output.*, sharding.*, threads and device may change.
+// key except model.init_from, the storage keys (tier, path, caches, reader threads, prefetch,
+// dtype, rounding: a checkpoint restores across them, an fp32 one into 16-bit tables) and the
+// precision keys (embedding_dtype, embedding_rounding, dense_dtype), and every optimizer.* key.
+// The run length (train.*), output.*, sharding.*, threads and device may change.
 #pragma once
 
 #include <map>
