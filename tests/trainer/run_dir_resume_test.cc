@@ -187,5 +187,22 @@ TEST_F(RunDirResumeTest, AStopSignalWritesACheckpointAndTheModelAndTheResumeIsBi
             ReadFile(dir_ / "straight" / "model.safetensors"));
 }
 
+// train.checkpoint_minutes: a checkpoint at the first step after that much wall time since the
+// last (here every step: 1e-7 minutes), with checkpoint_every 0; 0 for both means none.
+TEST_F(RunDirResumeTest, CheckpointsByTimeWithoutCheckpointEvery) {
+  auto timed = MakeConfig(6, "train.checkpoint_every=0 train.checkpoint_minutes=0.0000001");
+  ASSERT_TRUE(timed.ok()) << timed.status();
+  ASSERT_TRUE(Run(*timed).ok());
+  EXPECT_EQ(ReadFile(dir_ / "run" / "checkpoints" / "LATEST"), "ckpt-6\n");
+  EXPECT_EQ(Steps(ReadFile(dir_ / "run" / "metrics.jsonl"), "checkpoint").size(), 6u);
+  auto none = MakeConfig(6, "train.checkpoint_every=0 train.checkpoint_minutes=0", "none");
+  ASSERT_TRUE(none.ok());
+  ASSERT_TRUE(Run(*none).ok());
+  EXPECT_FALSE(fs::exists(dir_ / "none" / "checkpoints" / "LATEST"));
+  auto defaults = MakeConfig(6);
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->train.checkpoint_minutes, 10);
+}
+
 }  // namespace
 }  // namespace tessera
