@@ -18,7 +18,7 @@ int StopSignalReceived();
 // Records a stop request as a signal would (for tests), or clears it (sig 0).
 void SetStopSignalForTesting(int sig);
 
-// "SIGINT", "SIGTERM" or "signal N".
+// "SIGINT", "SIGTERM", "SIGHUP", else "a signal".
 const char* StopSignalName(int sig);
 
 }  // namespace tessera
