@@ -25,6 +25,7 @@
 #include "tools/bench_tier.h"
 #include "tools/blas_env.h"
 #include "tools/flags_util.h"
+#include "tools/help.h"
 #include "tools/launcher_env.h"
 #include "trainer/config.h"
 #include "trainer/data_sources.h"
@@ -288,10 +289,32 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
 }  // namespace
 }  // namespace tessera
 
+namespace {
+constexpr char kUsage[] =
+    "tessera-bench: times a config's training steps on synthetic batches generated before\n"
+    "timing; prints samples/s and the time per phase as a table, then one JSON object (the\n"
+    "last line of stdout, and --json FILE). docs/PERFORMANCE.md gives the numbers it measures.\n"
+    "\n"
+    "Usage:\n"
+    "  tessera-bench --config C.yaml [--steps 50] [--warmup 5] [--threads N] [--set key=value ...]\n"
+    "  mpirun -np T --oversubscribe tessera-bench --config C.yaml --set sharding.group_size=N\n"
+    "      T ranks, each on its own local batches (data.batch_size per rank); rank 0 also\n"
+    "      prints the bytes each rank sent per step by communicator\n"
+    "\n"
+    "Example:\n"
+    "  tessera-bench --config configs/bench/small.yaml --threads 2\n";
+const std::vector<tessera::ExtraFlag> kExtraFlags = {
+    {"--set key=value",
+     "override one config key (repeatable; the value is YAML), e.g. --set data.batch_size=4096"}};
+}  // namespace
+
 int main(int argc, char** argv) {
+  if (tessera::HandleHelp(argc, argv, kUsage, kExtraFlags)) return 0;
   tessera::MaybeReexecForBlasKernels(argv);
   std::vector<std::string> overrides = tessera::ExtractOverrides(&argc, argv);
-  absl::SetProgramUsageMessage("Benchmarks a config's training step on synthetic data.");
+  tessera::DashesToUnderscores(argc, argv);
+  if (!tessera::CheckKnownFlags(argc, argv, "tessera-bench", &tessera::SetHint)) return 2;
+  absl::SetProgramUsageMessage(kUsage);
   absl::ParseCommandLine(argc, argv);
   if (absl::GetFlag(FLAGS_config).empty()) {
     std::fprintf(stderr, "tessera-bench: --config is required\n");

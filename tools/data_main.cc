@@ -26,6 +26,7 @@
 #include "io/criteo_text.h"
 #include "io/mlperf_npy.h"
 #include "io/reader.h"
+#include "tools/help.h"
 
 ABSL_FLAG(std::string, input, "", "convert: Criteo text file(s), comma-separated, read in order");
 ABSL_FLAG(std::string, output, "", "convert: the binary record file to write");
@@ -45,7 +46,9 @@ namespace tessera {
 namespace {
 
 constexpr char kUsage[] =
-    "Converts Criteo text to Tessera binary records and inspects them.\n"
+    "tessera-data: converts Criteo text to Tessera binary records and inspects them "
+    "(docs/DATA.md).\n"
+    "Commands:\n"
     "  tessera-data convert --input X.tsv --output Y.bin (--rows 1460,583,... | "
     "--rows-preset kaggle)\n"
     "                       [--format tsv|csv] [--on-bad-record fail|skip] "
@@ -53,7 +56,12 @@ constexpr char kUsage[] =
     "  tessera-data inspect Y.bin [--head N]\n"
     "  tessera-data read --input X.gz|X.tsv|Y.bin (--rows ... | --rows-preset ...) "
     "[--threads N] [--max-records N]\n"
-    "  tessera-data read --mlperf-dir D --days 0-22 (--rows ... | --rows-preset ...)";
+    "  tessera-data read --mlperf-dir D --days 0-22 (--rows ... | --rows-preset ...)\n"
+    "      read: the reader alone, records/s (docs/PERFORMANCE.md)\n";
+
+std::string DataHint(const std::string&) {
+  return "tessera-data's flags belong to its commands (convert, inspect, read)";
+}
 
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "tessera-data: %s\n", std::string(status.message()).c_str());
@@ -243,23 +251,13 @@ int Read() {
   return 0;
 }
 
-// Abseil flag names cannot hold dashes; accept `--rows-preset` by rewriting it to
-// `--rows_preset` (the name part only, never the value).
-void DashesToUnderscores(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    char* a = argv[i];
-    if (std::strncmp(a, "--", 2) != 0) continue;
-    for (char* p = a + 2; *p != '\0' && *p != '='; ++p) {
-      if (*p == '-') *p = '_';
-    }
-  }
-}
-
 }  // namespace
 }  // namespace tessera
 
 int main(int argc, char** argv) {
+  if (tessera::HandleHelp(argc, argv, tessera::kUsage)) return 0;
   tessera::DashesToUnderscores(argc, argv);
+  if (!tessera::CheckKnownFlags(argc, argv, "tessera-data", &tessera::DataHint)) return 2;
   absl::SetProgramUsageMessage(tessera::kUsage);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() < 2) return tessera::Usage("missing command (convert, inspect or read)");

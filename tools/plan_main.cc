@@ -24,6 +24,7 @@
 #include "planner/planner.h"
 #include "tools/blas_env.h"
 #include "tools/flags_util.h"
+#include "tools/help.h"
 #include "tools/plan_calibrate.h"
 #include "tools/plan_sample.h"
 #include "trainer/auto_plan.h"
@@ -135,13 +136,32 @@ planner::Baseline MakeBaseline(const std::string& name, const planner::PlanInput
   return b;
 }
 
+// --help's text. A subcommand added to main() below gets its line under "Usage".
+constexpr char kUsage[] =
+    "tessera-plan: plans the sharding of a config's tables on T ranks from a machine profile\n"
+    "(docs/PLANNER.md): per-rank predicted time and memory, one line per table saying why, and\n"
+    "the plan file the trainer reads (sharding.plan).\n"
+    "\n"
+    "Usage:\n"
+    "  tessera-plan --config C.yaml --world_size T [--ranks_per_node R]\n"
+    "               [--memory host=24G,device=0,disk=100G] [--profile NAME|FILE] [--group_size N]\n"
+    "               [--transport mpi|nccl] [--data_sample FILE] [--out plan.yaml]\n"
+    "               [--format text|json] [--svg F] [--set key=value ...]\n"
+    "  tessera-plan calibrate --out FILE [...]\n"
+    "      measures this machine and writes the profile the planner reads\n"
+    "      (tessera-plan calibrate --help lists its flags)\n"
+    "\n"
+    "Example:\n"
+    "  tessera-plan --config configs/criteo_kaggle.yaml --world_size 4 --out plan.yaml\n";
+const std::vector<ExtraFlag> kExtraFlags = {
+    {"--set key=value", "override one config key of --config (repeatable; the value is YAML)"}};
+
 int Run(int argc, char** argv) {
+  if (HandleHelp(argc, argv, kUsage, kExtraFlags)) return 0;
   std::vector<std::string> overrides = ExtractOverrides(&argc, argv);
-  absl::SetProgramUsageMessage(
-      "Plans the sharding of a config's tables on T ranks.\n"
-      "  tessera-plan --config C.yaml --world_size T [--ranks_per_node R] [--memory host=..,"
-      "device=..,disk=..] [--profile P] [--group_size N] [--data_sample FILE] [--out plan.yaml]"
-      " [--format text|json] [--svg F]\n  tessera-plan calibrate ...");
+  DashesToUnderscores(argc, argv);
+  if (!CheckKnownFlags(argc, argv, "tessera-plan", &SetHint)) return 2;
+  absl::SetProgramUsageMessage(kUsage);
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) {
     std::fprintf(stderr, "tessera-plan: unexpected argument '%s' (see --help)\n", rest[1]);

@@ -24,10 +24,13 @@
 #include "core/parallel.h"
 #include "sharding/mpi_communicator.h"
 #include "tools/blas_env.h"
+#include "tools/eval_inputs.h"
 #include "tools/flags_util.h"
+#include "tools/help.h"
 #include "tools/launcher_env.h"
 #include "trainer/checkpoint.h"
 #include "trainer/config.h"
+#include "trainer/stop_signal.h"
 #include "trainer/trainer.h"
 
 ABSL_FLAG(std::string, config, "", "YAML config file (see docs/CONFIG.md)");
@@ -44,6 +47,10 @@ ABSL_FLAG(std::string, model, "",
 ABSL_FLAG(std::string, scores, "",
           "with --eval-only: write one predicted click probability per eval sample to this "
           "file, one per line, in the data's order");
+ABSL_FLAG(std::string, inputs, "",
+          "with --eval-only, one process: write the eval set's model inputs (dense, labels, "
+          "ids and lengths per feature) to this safetensors file, in the order of --scores "
+          "(tools/to_torchrec.py --check scores them in TorchRec)");
 // Crash tests only (tests/trainer/kill_resume_check.sh): SIGKILL this process at a checkpoint
 // step (trainer/checkpoint.h, SetCheckpointEventHook).
 ABSL_FLAG(int64_t, test_crash_at_checkpoint_event, 0,
@@ -52,6 +59,31 @@ ABSL_FLAG(int, test_crash_rank, -1, "testing: only this rank crashes (-1: every 
 
 namespace {
 std::vector<std::string> overrides;
+
+constexpr char kUsage[] =
+    "tessera-train: trains a DLRM/DCNv2 model from a YAML config (docs/CONFIG.md), or evaluates "
+    "a saved one.\n"
+    "\n"
+    "Usage:\n"
+    "  tessera-train --config C.yaml [--set key=value ...] [flags]\n"
+    "      train; output.dir gets metrics.jsonl, TensorBoard events, the effective config,\n"
+    "      checkpoints and the exported model. Rerunning the same command resumes from the\n"
+    "      last checkpoint. Ctrl-C (SIGINT) or SIGTERM: a checkpoint and the model are\n"
+    "      written after the current step (a second one exits at once).\n"
+    "  tessera-train --eval-only --config C.yaml [--model M.safetensors] [--scores FILE]\n"
+    "      evaluate a saved model on the config's eval data: AUC, log loss, NE\n"
+    "  mpirun -np T --oversubscribe tessera-train --config C.yaml ...\n"
+    "      T ranks (docs/SHARDING.md; as root add --allow-run-as-root)\n"
+    "\n"
+    "Examples:\n"
+    "  tessera-train --config configs/quickstart.yaml\n"
+    "  tessera-train --config configs/criteo_sample.yaml --set train.epochs=2 "
+    "--set output.dir=runs/e2\n";
+
+const std::vector<tessera::ExtraFlag> kExtraFlags = {
+    {"--set key=value",
+     "override one config key (repeatable; the value is YAML): --set train.epochs=2, "
+     "--set model.bottom_mlp=[64,16], --set model.tables[0].storage.tier=rocksdb"}};
 
 // This process's rank as its launcher tells it (0 when not launched as a rank).
 int LauncherRank() {
@@ -85,15 +117,12 @@ int Main(bool mpi);
 int EvalOnly(tessera::Config config, bool mpi);
 
 int main(int argc, char** argv) {
+  if (tessera::HandleHelp(argc, argv, kUsage, kExtraFlags)) return 0;
   tessera::MaybeReexecForBlasKernels(argv);
   overrides = tessera::ExtractOverrides(&argc, argv);
-  // Abseil flag names take no '-': accept the spelling with one too.
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--eval-only") == 0) argv[i] = const_cast<char*>("--eval_only");
-  }
-  absl::SetProgramUsageMessage(
-      "Trains a DLRM/DCNv2 model from a YAML config.\n"
-      "  tessera-train --config configs/quickstart.yaml [--set key=value ...]");
+  tessera::DashesToUnderscores(argc, argv);  // --eval-only as --eval_only
+  if (!tessera::CheckKnownFlags(argc, argv, "tessera-train", &tessera::SetHint)) return 2;
+  absl::SetProgramUsageMessage(kUsage);
   absl::ParseCommandLine(argc, argv);
   // Under mpirun (or a scheduler's MPI launcher) every rank runs this same program.
   const bool mpi = tessera::UnderMpiLauncher();
@@ -104,6 +133,9 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  // After MPI_Init (which may install its own handlers): SIGINT and SIGTERM stop the run
+  // cleanly (trainer/stop_signal.h).
+  if (!absl::GetFlag(FLAGS_eval_only)) tessera::InstallStopSignalHandlers("tessera-train");
   int rc = Main(mpi);
   if (mpi) (void)tessera::MpiFinalize();
   return rc;
@@ -137,6 +169,13 @@ int Main(bool mpi) {
                       << " rank(s) with " << tessera::NumThreads() << " threads each";
   }
   auto summary = (*trainer)->Run();
+  if (absl::IsCancelled(summary.status())) {
+    // A stop signal: every rank stopped at the same step and wrote its part of the checkpoint.
+    if ((*trainer)->world().chief()) {
+      std::fprintf(stderr, "tessera-train: %s\n", std::string(summary.status().message()).c_str());
+    }
+    return 128 + (*trainer)->stop_signal();
+  }
   if (!summary.ok()) return Fail(summary.status(), mpi);
   if (!(*trainer)->world().chief()) return 0;
   const tessera::TrainSummary& s = *summary;
@@ -201,6 +240,13 @@ int EvalOnly(tessera::Config config, bool mpi) {
                       absl::StrCat("--scores: cannot write '", scores_path, "'")),
                   mpi);
     }
+  }
+  if (const std::string inputs = absl::GetFlag(FLAGS_inputs); !inputs.empty()) {
+    if ((*trainer)->world().distributed()) {
+      return Fail(absl::InvalidArgumentError("--inputs: run --eval-only on one process"), mpi);
+    }
+    absl::Status st = tessera::WriteEvalInputs(*(*trainer)->data().eval, inputs);
+    if (!st.ok()) return Fail(st, mpi);
   }
   std::printf("model %s on %lld eval samples (%d rank(s)): AUC %.9g  log loss %.9g  NE %.9g\n",
               model.c_str(), static_cast<long long>(m->count), (*trainer)->world().size(), m->auc,

@@ -17,6 +17,7 @@
 #include "trainer/split_sparse_arch.h"
 #include "trainer/internal/checkpoint_files.h"
 #include "trainer/internal/checkpoint_tables.h"
+#include "trainer/internal/run_fingerprint.h"
 #include "trainer/internal/sharded_checkpoint.h"
 #include "trainer/internal/train_stream.h"
 #include "trainer/safetensors.h"
@@ -79,7 +80,8 @@ absl::Status WriteState(Model& model, internal::CheckpointTables& c, const Train
       {"epoch", std::to_string(pos.epoch)},
       {"batches_in_epoch", std::to_string(pos.batches_in_epoch)},
       {"dense_optimizer_steps", std::to_string(model.dense_optimizer().steps_taken())},
-      {"seed", std::to_string(model.config().seed)}};
+      {"seed", std::to_string(model.config().seed)},
+      {internal::kTrainingConfigKey, internal::TrainingConfigText(model.config())}};
   TESSERA_ASSIGN_OR_RETURN(auto writer, SafetensorsWriter::Create(file.string(), specs, meta));
   std::vector<char> w;
   std::vector<float> s;
@@ -228,9 +230,12 @@ absl::StatusOr<std::unique_ptr<CheckpointedRun>> CheckpointedRun::Start(
   }
   if (!run->resumed_from_.empty()) {
     TESSERA_ASSIGN_OR_RETURN(run->start_, RestoreCheckpoint(*model, run->resumed_from_));
+    run->last_checkpoint_step_ = run->start_.step;
+    run->last_checkpoint_ = run->resumed_from_;
     TESSERA_LOG(INFO) << "resumed from " << run->resumed_from_ << " at step "
                       << run->start_.step << " (epoch " << run->start_.epoch << ", batch "
-                      << run->start_.batches_in_epoch << ")";
+                      << run->start_.batches_in_epoch
+                      << "); train.resume: false or a new output.dir starts over";
     if (log != nullptr) {
       TESSERA_RETURN_IF_ERROR(log->Write(JsonLine()
                                              .Add("step", run->start_.step)
@@ -252,7 +257,7 @@ absl::StatusOr<std::unique_ptr<CheckpointedRun>> CheckpointedRun::Start(
   return run;
 }
 
-absl::Status CheckpointedRun::AfterStep(int64_t step) {
+absl::Status CheckpointedRun::AfterStep(int64_t step, bool by_time) {
   const int64_t log_every = std::max<int64_t>(1, config_.train.log_every);
   if (log_ != nullptr && !last_tier_.empty() && step % log_every == 0) {
     std::vector<TierTableMetrics> now = CollectTierMetrics(*model_);
@@ -275,17 +280,30 @@ absl::Status CheckpointedRun::AfterStep(int64_t step) {
     last_tier_step_ = step;
   }
   const int64_t every = config_.train.checkpoint_every;
-  if (every <= 0 || step % every != 0) return absl::OkStatus();
+  if (!by_time && (every <= 0 || step % every != 0)) return absl::OkStatus();
+  return CheckpointNow(step).status();
+}
+
+bool CheckpointedRun::DueByTime() const {
+  const double minutes = config_.train.checkpoint_minutes;
+  return minutes > 0 && since_checkpoint_.ElapsedSeconds() >= 60.0 * minutes;
+}
+
+absl::StatusOr<std::string> CheckpointedRun::CheckpointNow(int64_t step) {
+  if (step == last_checkpoint_step_) return last_checkpoint_;
   TrainPosition pos{step, stream_->epoch(), stream_->batches_in_epoch()};
   Stopwatch watch;
   TESSERA_ASSIGN_OR_RETURN(std::string path, WriteCheckpoint(*model_, pos, CheckpointDir(config_)));
+  last_checkpoint_step_ = step;
+  last_checkpoint_ = path;
+  since_checkpoint_.Reset();
   if (log_ != nullptr) {
     TESSERA_RETURN_IF_ERROR(log_->Write(JsonLine()
                                             .Add("step", step)
                                             .Add("checkpoint", path)
                                             .Add("checkpoint_seconds", watch.ElapsedSeconds())));
   }
-  return absl::OkStatus();
+  return path;
 }
 
 }  // namespace tessera

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/timer.h"
 #include "io/reader.h"
 #include "trainer/config.h"
 #include "trainer/model.h"
@@ -92,8 +93,10 @@ class TrainStream;
 //   - wraps the training reader to track the data position and, when any table is in the
 //     RocksDB tier, to read one batch ahead and call Model::Prefetch with it, so the tier's
 //     reads for batch i+1 overlap step i;
-//   - every train.checkpoint_every steps writes a checkpoint (and a metrics line
-//     {"step", "checkpoint", "checkpoint_seconds"});
+//   - every train.checkpoint_every steps, and at the first step after train.checkpoint_minutes
+//     of wall time since the last checkpoint (the caller decides, DueByTime, so all ranks
+//     agree), writes a checkpoint (and a metrics line {"step", "checkpoint",
+//     "checkpoint_seconds"}); CheckpointNow writes one on request (a stop signal);
 //   - every train.log_every steps writes one metrics line per RocksDB-tier table:
 //     {"step", "tier_table", "tier_hit_rate", "tier_rows_read_per_step",
 //      "tier_rows_written_per_step", "tier_misses_per_step", "tier_prefetch_stall_ms_per_step",
@@ -111,8 +114,14 @@ class CheckpointedRun {
   // The checkpoint resumed from, or "".
   const std::string& resumed_from() const { return resumed_from_; }
 
-  // Bookkeeping after training step `step` (1-based count of steps done).
-  absl::Status AfterStep(int64_t step);
+  // Bookkeeping after training step `step` (1-based count of steps done); `by_time`: the
+  // time cadence says to checkpoint now (rank 0's DueByTime, agreed by every rank).
+  absl::Status AfterStep(int64_t step, bool by_time = false);
+  // True when train.checkpoint_minutes > 0 and that long has passed since the run started or
+  // last checkpointed.
+  bool DueByTime() const;
+  // Writes a checkpoint at `step` unless one was written at that step; returns its path.
+  absl::StatusOr<std::string> CheckpointNow(int64_t step);
 
  private:
   CheckpointedRun() = default;
@@ -125,6 +134,9 @@ class CheckpointedRun {
   std::string resumed_from_;
   std::vector<TierTableMetrics> last_tier_;
   int64_t last_tier_step_ = 0;
+  int64_t last_checkpoint_step_ = -1;
+  std::string last_checkpoint_;
+  Stopwatch since_checkpoint_;
 };
 
 }  // namespace tessera

@@ -50,8 +50,9 @@ const std::vector<SchemaSection>& internal::ConfigSchema() {
       {"optimizer.schedule", {"warmup_steps", "decay_start", "decay_steps", "decay_power",
                               "end_lr"}},
       {"train", {"steps", "epochs", "eval_every", "eval_batches", "log_every",
-                 "checkpoint_every", "resume", "nonfinite"}},
-      {"output", {"dir", "metrics", "export", "progress", "checkpoint_dir", "tensorboard"}},
+                 "checkpoint_every", "checkpoint_minutes", "resume", "nonfinite"}},
+      {"output", {"dir", "metrics", "export", "progress", "checkpoint_dir", "tensorboard",
+                  "mllog"}},
       {"sharding", {"group_size", "layout", "replica_sync", "sync_every", "sync_rows", "plan",
                     "bucket_bytes", "comm_dtype", "pipeline", "profile", "transport"}},
   };
@@ -138,14 +139,56 @@ bool ValidTableName(const std::string& s) {
   return true;
 }
 
+// model.tables as a map beside model.table_rows: {<index or name>: {storage: ..., init: ...}}
+// changes those keys of the tables table_rows made.
+absl::Status ParseTableOverrides(const ConfigReader& r, const YAML::Node& tables,
+                                 ModelConfig* m) {
+  for (const auto& kv : tables) {
+    const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "";
+    size_t i = 0;
+    if (!absl::SimpleAtoi(key, &i)) {
+      for (i = 0; i < m->tables.size() && m->tables[i].name != key; ++i) {
+      }
+    }
+    const std::string path = absl::StrCat("model.tables.", key);
+    if (i >= m->tables.size())
+      return r.Error(kv.first, tables, path,
+                     absl::StrCat("model.table_rows makes ", m->tables.size(),
+                                  " tables (t0..t", m->tables.size() - 1,
+                                  "): expected one's index or name"));
+    const YAML::Node entry = kv.second;
+    TESSERA_RETURN_IF_ERROR(r.CheckMap(entry, tables, path, "model.tables[]"));
+    for (const auto& field : entry) {
+      const std::string f = field.first.Scalar();
+      if (f != "storage" && f != "init")
+        return r.Error(field.first, entry, path + "." + f,
+                       "a table of model.table_rows takes only storage and init here (its "
+                       "rows, dim and features come from table_rows)");
+    }
+    TableConfig& t = m->tables[i];
+    YAML::Node init = Child(entry, "init");
+    TESSERA_RETURN_IF_ERROR(r.CheckMap(init, entry, path + ".init", "model.tables[].init"));
+    TESSERA_RETURN_IF_ERROR(
+        r.ReadEnum(init, path + ".init", "type", kRowInitTypeNames, &t.init.type));
+    TESSERA_RETURN_IF_ERROR(ReadFloat(r, init, path + ".init", "scale", "a positive number",
+                                      kPositiveD, &t.init.scale));
+    TESSERA_RETURN_IF_ERROR(internal::ParseTableStorage(r, entry, path, &t.storage));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseTables(const ConfigReader& r, const YAML::Node& model, ModelConfig* m) {
   YAML::Node tables = Child(model, "tables");
   YAML::Node rows = Child(model, "table_rows");
   const bool have_tables = tables.IsDefined() && !tables.IsNull();
   const bool have_rows = rows.IsDefined() && !rows.IsNull();
-  if (have_tables && have_rows)
+  // With table_rows, `tables` may be a map of per-table overrides keyed by index or name
+  // ({3: {storage: ...}}, what --set model.tables.3.storage.tier=rocksdb makes): read below.
+  if (have_tables && have_rows && !tables.IsMap())
     return r.Error(YAML::Node(), rows, "model.table_rows",
-                   "give either model.tables or model.table_rows, not both");
+                   "give either model.tables (a list) or model.table_rows, not both; to change "
+                   "one table of table_rows, give model.tables.<index>.storage (e.g. --set "
+                   "model.tables.3.storage.tier=rocksdb)");
   if (!have_tables && !have_rows)
     return r.Error(YAML::Node(), model, "model.tables",
                    "required (a list of tables, or model.table_rows)");
@@ -173,7 +216,7 @@ absl::Status ParseTables(const ConfigReader& r, const YAML::Node& model, ModelCo
       t.storage.rounding = m->embedding_rounding;
       m->tables.push_back(std::move(t));
     }
-    return absl::OkStatus();
+    return have_tables ? ParseTableOverrides(r, tables, m) : absl::OkStatus();
   }
   if (!tables.IsSequence() || tables.size() == 0)
     return r.Error(tables, model, "model.tables", "expected a non-empty list of tables");
@@ -522,8 +565,11 @@ absl::Status ParseRest(const ConfigReader& r, const YAML::Node& root, const std:
   TESSERA_RETURN_IF_ERROR(
       r.ReadInt(train, p, "log_every", "a positive integer", kPositive, &c->train.log_every));
   TESSERA_RETURN_IF_ERROR(r.ReadInt(train, p, "checkpoint_every",
-                                    "a non-negative integer (0 = no checkpoints)", kNonNegative,
+                                    "a non-negative integer (0 = by time only)", kNonNegative,
                                     &c->train.checkpoint_every));
+  TESSERA_RETURN_IF_ERROR(r.ReadDouble(train, p, "checkpoint_minutes",
+                                       "a non-negative number of minutes (0 = by steps only)",
+                                       kNonNegativeD, &c->train.checkpoint_minutes));
   TESSERA_RETURN_IF_ERROR(r.ReadBool(train, p, "resume", &c->train.resume));
   TESSERA_RETURN_IF_ERROR(
       r.ReadEnum(train, p, "nonfinite", kNonFinitePolicyNames, &c->train.nonfinite));
@@ -537,6 +583,7 @@ absl::Status ParseRest(const ConfigReader& r, const YAML::Node& root, const std:
   TESSERA_RETURN_IF_ERROR(r.ReadBool(out, p, "progress", &c->output.progress));
   TESSERA_RETURN_IF_ERROR(r.ReadBool(out, p, "tensorboard", &c->output.tensorboard));
   TESSERA_RETURN_IF_ERROR(r.ReadString(out, p, "checkpoint_dir", &c->output.checkpoint_dir));
+  TESSERA_RETURN_IF_ERROR(r.ReadString(out, p, "mllog", &c->output.mllog));
   if (c->output.dir.empty())
     return r.Error(Child(out, "dir"), out, "output.dir", "must not be empty");
 

@@ -115,7 +115,9 @@ struct TrainConfig {
   int64_t eval_every = 0;                // train.eval_every (steps); 0 = only at the end
   int64_t eval_batches = 0;              // train.eval_batches: cap per eval; 0 = whole set
   int64_t log_every = 100;               // train.log_every (steps)
-  int64_t checkpoint_every = 0;          // train.checkpoint_every (steps); 0 = no checkpoints
+  int64_t checkpoint_every = 0;          // train.checkpoint_every (steps); 0 = by time only
+  double checkpoint_minutes = 10;        // train.checkpoint_minutes: also a checkpoint when this
+                                         // much wall time passed since the last; 0 = by steps only
   bool resume = true;                    // train.resume: continue from the latest checkpoint in
                                          // output.checkpoint_dir when there is one
   NonFinitePolicy nonfinite = NonFinitePolicy::kStop;  // train.nonfinite: stop|skip
@@ -129,6 +131,8 @@ struct OutputConfig {
   bool tensorboard = true;               // output.tensorboard: TensorBoard event file in dir
   std::string checkpoint_dir;            // output.checkpoint_dir (relative to output.dir);
                                          // "" = <output.dir>/checkpoints; see CheckpointDir
+  std::string mllog;                     // output.mllog: MLPerf Training log (:::MLLOG lines),
+                                         // inside dir; "" = none (trainer/mllog.h)
 };
 
 // 2D sharding (sharding/); a world of one ignores it.

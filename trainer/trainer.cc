@@ -1,5 +1,6 @@
 #include "trainer/trainer.h"
 
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -10,12 +11,17 @@
 #include "core/status.h"
 #include "dense/lr_schedule.h"
 #include "trainer/checkpoint.h"
+#include "trainer/internal/run_dir.h"
+#include "trainer/mllog.h"
+#include "trainer/internal/run_fingerprint.h"
+#include "trainer/stop_signal.h"
 
 namespace tessera {
 namespace fs = std::filesystem;
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
                                                          const TrainerOptions& options) {
+  const double init_start_ms = MlperfLog::NowMs();
   std::unique_ptr<Trainer> t(new Trainer());
   t->config_ = config;
   // The device first: a cuda config without a visible GPU fails before anything is opened or
@@ -42,19 +48,43 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
       config.output.metrics.empty() || !t->world_.chief()
           ? ""
           : (fs::path(config.output.dir) / config.output.metrics).string();
-  // A run that will resume continues its metrics log; a fresh one starts it over. An unreadable
-  // LATEST fails the run at Start: keep the log then too.
-  bool resuming = false;
-  if (config.train.resume && !metrics.empty()) {
-    absl::StatusOr<std::string> latest = LatestCheckpoint(CheckpointDir(config));
-    resuming = !latest.ok() || !latest->empty();
+  const std::string events_dir =
+      config.output.tensorboard && t->world_.chief() ? config.output.dir : "";
+  // Every rank reads what a resume would start from (the same files), so all refuse together
+  // a checkpoint of another model or optimizer, before anything in output.dir changes. An
+  // unreadable LATEST fails the run at CheckpointedRun::Start (naming the file): keep the logs
+  // then.
+  absl::StatusOr<internal::ResumePoint> resume = internal::FindResumePoint(config);
+  if (resume.ok() && !resume->checkpoint.empty() && !resume->training_config.empty()) {
+    TESSERA_RETURN_IF_ERROR(internal::CheckResumeConfig(config, resume->training_config,
+                                                        resume->checkpoint));
+  }
+  const bool resuming = !resume.ok() || !resume->checkpoint.empty();
+  if (t->world_.chief()) {
+    if (resume.ok() && resuming) {
+      // The logs continue from the checkpoint's step: what the interrupted run logged after
+      // it is dropped, since the resumed run logs those steps again.
+      TESSERA_RETURN_IF_ERROR(internal::RewindRunLogs(metrics, events_dir, resume->step));
+    } else if (!resuming) {
+      // A fresh run: an earlier run's files in this directory are moved aside, not mixed in.
+      TESSERA_ASSIGN_OR_RETURN(std::string aside, internal::MovePreviousRunAside(config));
+      if (!aside.empty()) {
+        TESSERA_LOG(INFO) << "a fresh run in " << config.output.dir
+                          << ": the previous run's files were moved to " << aside;
+      }
+    }
   }
   RunLogOptions log;
   log.metrics_path = metrics;
   log.append = resuming;
   log.progress = config.output.progress && t->world_.chief();
-  if (config.output.tensorboard && t->world_.chief()) log.tensorboard_dir = config.output.dir;
+  log.tensorboard_dir = events_dir;
   TESSERA_ASSIGN_OR_RETURN(t->log_, RunLog::Open(log));
+  if (t->world_.chief() && !config.output.mllog.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(
+        t->mllog_,
+        MlperfLog::Open((fs::path(config.output.dir) / config.output.mllog).string(), init_start_ms));
+  }
   if (t->world_.chief()) TESSERA_RETURN_IF_ERROR(WriteEffectiveConfig(config));
   return t;
 }
@@ -194,7 +224,8 @@ absl::Status Trainer::OnNonFiniteStep(const NonFiniteStep& nonfinite, double los
 
 absl::StatusOr<TrainSummary> Trainer::Run() {
   absl::StatusOr<TrainSummary> result = RunLoop();
-  if (!result.ok()) {
+  if (!result.ok() && mllog_ != nullptr) (void)mllog_->RunStop(GlobalSamples(last_step_), false);
+  if (!result.ok() && !absl::IsCancelled(result.status())) {  // a stop logged itself
     log_->EndProgress();
     // A failed run says so last, so its metrics never read as a finished run.
     (void)log_->Write(JsonLine()
@@ -222,6 +253,15 @@ absl::StatusOr<TrainSummary> Trainer::RunLoop() {
   step = checkpoints->start().step;
   epoch = checkpoints->start().epoch;
   int64_t batch_in_epoch = checkpoints->start().batches_in_epoch;  // this rank's, for reports
+  last_step_ = step;
+  if (mllog_ != nullptr) {
+    const int64_t per_epoch =
+        data_.train_batches_per_epoch > 0
+            ? data_.train_batches_per_epoch * config_.data.batch_size * world_.size()
+            : 0;
+    TESSERA_RETURN_IF_ERROR(mllog_->Configured(config_, world_.size(), per_epoch));
+    TESSERA_RETURN_IF_ERROR(mllog_->BlockStart(GlobalSamples(step)));
+  }
   double interval_loss = 0;
   int64_t interval_steps = 0, interval_samples = 0;
   PhaseTimes logged_phases;  // s.phases at the last metrics line
@@ -231,7 +271,12 @@ absl::StatusOr<TrainSummary> Trainer::RunLoop() {
   auto eval_and_log = [&](bool final_eval) -> absl::Status {
     if (data_.eval == nullptr) return absl::OkStatus();
     Stopwatch w;
+    if (mllog_ != nullptr) TESSERA_RETURN_IF_ERROR(mllog_->EvalStart(GlobalSamples(step)));
     TESSERA_ASSIGN_OR_RETURN(EvalMetrics m, Evaluate(final_eval ? 0 : tc.eval_batches));
+    if (mllog_ != nullptr) {
+      TESSERA_RETURN_IF_ERROR(mllog_->EvalDone(GlobalSamples(step), m.auc, m.count));
+      if (!final_eval) TESSERA_RETURN_IF_ERROR(mllog_->BlockStart(GlobalSamples(step)));
+    }
     double secs = w.ElapsedSeconds();
     eval_seconds += secs;
     interval_eval_seconds += secs;
@@ -239,6 +284,11 @@ absl::StatusOr<TrainSummary> Trainer::RunLoop() {
     if (world_.chief()) {
       TESSERA_LOG(INFO) << "step " << step << ": eval AUC " << m.auc << ", log loss " << m.logloss
                         << ", NE " << m.ne << " over " << m.count << " samples";
+      if (m.ne > 1) {
+        TESSERA_LOG(WARNING) << "eval NE " << m.ne << " > 1: the model predicts worse than the "
+                             << "eval set's base rate would (overfitting, or a learning rate "
+                             << "too high: try fewer epochs, a lower rate or more data)";
+      }
     }
     if (final_eval) s.eval = m;
     return log_->Write(JsonLine()
@@ -277,7 +327,18 @@ absl::StatusOr<TrainSummary> Trainer::RunLoop() {
       ++s.nonfinite_skipped;
     }
     ++step;
-    TESSERA_RETURN_IF_ERROR(checkpoints->AfterStep(step));
+    last_step_ = step;
+    // A stop signal (SIGINT, SIGTERM) on any rank, and rank 0's clock for the time cadence:
+    // every rank acts on the same step.
+    const int sig = StopSignalReceived();
+    int64_t flags[3] = {sig == SIGINT ? 1 : 0, sig != 0 && sig != SIGINT ? 1 : 0,
+                        world_.chief() && checkpoints->DueByTime() ? 1 : 0};
+    if (world_.distributed()) {
+      TESSERA_RETURN_IF_ERROR(world_.comm->AllReduce(flags, 3, ReduceOp::kSum));
+    }
+    // The signal every rank reports: SIGINT when any rank got one, else SIGTERM.
+    if (flags[0] + flags[1] > 0) stop_signal_ = flags[0] > 0 ? SIGINT : SIGTERM;
+    TESSERA_RETURN_IF_ERROR(checkpoints->AfterStep(step, flags[2] > 0));
     if (!skipped) {
       s.samples += batch.batch_size;
       interval_loss += loss;
@@ -307,6 +368,7 @@ absl::StatusOr<TrainSummary> Trainer::RunLoop() {
       interval_eval_seconds = 0;
       interval_watch.Reset();
     }
+    if (stop_signal_ != 0) return Stop(*checkpoints, step, total_steps);
     if (tc.eval_every > 0 && step % tc.eval_every == 0 && step != total_steps) {
       TESSERA_RETURN_IF_ERROR(eval_and_log(false));
     }
@@ -335,7 +397,29 @@ absl::StatusOr<TrainSummary> Trainer::RunLoop() {
   }
   if (std::isfinite(s.planted_auc)) done.Add("planted_auc", s.planted_auc);
   TESSERA_RETURN_IF_ERROR(log_->Write(done));
+  if (mllog_ != nullptr) TESSERA_RETURN_IF_ERROR(mllog_->RunStop(GlobalSamples(step), true));
   return s;
+}
+
+absl::Status Trainer::Stop(CheckpointedRun& checkpoints, int64_t step, int64_t total_steps) {
+  log_->EndProgress();
+  const std::string why = StopSignalName(stop_signal_);
+  TESSERA_ASSIGN_OR_RETURN(std::string checkpoint, checkpoints.CheckpointNow(step));
+  std::string exported;
+  if (!config_.output.export_path.empty()) {
+    exported = (fs::path(config_.output.dir) / config_.output.export_path).string();
+    TESSERA_RETURN_IF_ERROR(model_->Export(exported, step));
+  }
+  TESSERA_RETURN_IF_ERROR(log_->Write(JsonLine()
+                                          .Add("status", std::string("interrupted"))
+                                          .Add("step", step)
+                                          .Add("signal", why)
+                                          .Add("checkpoint", checkpoint)));
+  return absl::CancelledError(absl::StrCat(
+      "stopped by ", why, " after step ", step,
+      total_steps > 0 ? absl::StrCat(" of ", total_steps) : std::string(), "; checkpoint ",
+      checkpoint, exported.empty() ? "" : absl::StrCat(", model (at this step) exported to ", exported),
+      ". Rerun the same command to resume from step ", step));
 }
 
 }  // namespace tessera

@@ -25,11 +25,14 @@
 #include "trainer/config.h"
 #include "trainer/data_sources.h"
 #include "trainer/metrics.h"
+#include "trainer/mllog.h"
 #include "trainer/model.h"
 #include "trainer/run_log.h"
 #include "trainer/world.h"
 
 namespace tessera {
+
+class CheckpointedRun;
 
 struct TrainSummary {
   int64_t steps = 0;
@@ -87,10 +90,17 @@ class Trainer {
   Model& model() { return *model_; }
   const World& world() const { return world_; }
   const DataSources& data() const { return data_; }
+  // The signal that stopped Run (SIGINT when any rank got one, else SIGTERM; the same on every
+  // rank), or 0.
+  int stop_signal() const { return stop_signal_; }
 
  private:
   Trainer() = default;
   absl::StatusOr<TrainSummary> RunLoop();
+  // After a stop signal (trainer/stop_signal.h), at `step`: a checkpoint, the export and a
+  // metrics line {"status": "interrupted", "step", "signal", "checkpoint"}; returns Cancelled
+  // saying how to resume. Collective.
+  absl::Status Stop(CheckpointedRun& checkpoints, int64_t step, int64_t total_steps);
   // True when every rank has a batch this step (collective); false ends the epoch for all.
   absl::StatusOr<bool> AllHaveBatch(bool mine);
   // Reports a step TrainStep found not finite (0-based `step`; this rank's `epoch`, batch index
@@ -106,7 +116,15 @@ class Trainer {
   World world_;
   DataSources data_;
   std::unique_ptr<Model> model_;
+  // Samples trained by every rank together after `step` steps (equal local batches).
+  int64_t GlobalSamples(int64_t step) const {
+    return step * config_.data.batch_size * world_.size();
+  }
+
   std::unique_ptr<RunLog> log_;
+  std::unique_ptr<MlperfLog> mllog_;  // output.mllog, rank 0 only
+  int stop_signal_ = 0;
+  int64_t last_step_ = 0;
 };
 
 }  // namespace tessera

@@ -91,6 +91,17 @@ std::string FieldErrorMessage(const FieldError& error) {
     case FieldErrorKind::kNone:
       return "ok";
     case FieldErrorKind::kBadLabel:
+      // A whole line in the label field: the file's separator is not the one read with.
+      if (error.value.find(',') != std::string::npos) {
+        return absl::StrCat("field label: '", shown, "' is not 0 or 1; the line looks "
+                            "comma-separated: read it as CSV (data.format: criteo_csv, or "
+                            "tessera-data convert --format csv)");
+      }
+      if (error.value.find('\t') != std::string::npos) {
+        return absl::StrCat("field label: '", shown, "' is not 0 or 1; the line looks "
+                            "tab-separated: read it as TSV (data.format: criteo_tsv, or "
+                            "tessera-data convert --format tsv)");
+      }
       return absl::StrCat("field label: '", shown, "' is not 0 or 1");
     case FieldErrorKind::kNotInteger:
       return absl::StrCat("field ", FieldName(error.field), ": '", shown, "' is not an integer");

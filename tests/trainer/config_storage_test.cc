@@ -140,5 +140,42 @@ TEST_F(ConfigStorageTest, UnwritableOrSharedPathsAreErrorsNamingThePath) {
                         "/ck"));
 }
 
+// A config that gives its tables as model.table_rows takes per-table storage by index or name,
+// with --set or in YAML, and the effective config (tables expanded) reads back the same.
+TEST_F(ConfigStorageTest, TableRowsTablesTakeStorageOverrides) {
+  const std::string yaml = absl::StrCat(
+      "model: {type: dlrm, num_dense: 4, embedding_dim: 8, bottom_mlp: [8], top_mlp: [4, 1], "
+      "table_rows: [100, 200, 300]}
+data: {format: synthetic, batch_size: 8}
+output: {dir: ",
+      (dir_ / "out").string(), "}
+");
+  auto c = ParseConfig(yaml, (dir_ / "r.yaml").string(),
+                       {"model.tables.1.storage.tier=rocksdb",
+                        "model.tables.1.storage.cache_rows=50", "model.tables[2].storage.dtype=fp16"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->model.tables.size(), 3u);
+  EXPECT_EQ(c->model.tables[1].storage.tier, StorageTier::kRocksDb);
+  EXPECT_EQ(c->model.tables[1].storage.cache_rows, 50);
+  EXPECT_EQ(c->model.tables[1].num_rows, 200);
+  EXPECT_EQ(c->model.tables[0].storage.tier, StorageTier::kMemory);
+  EXPECT_EQ(c->model.tables[2].storage.dtype, RowDtype::kF16);
+  auto again = ParseConfig(ConfigToYaml(*c), (dir_ / "again.yaml").string());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->model.tables[1].storage.tier, StorageTier::kRocksDb);
+  // By name, in YAML.
+  auto named = ParseConfig(yaml + "", (dir_ / "r.yaml").string(),
+                           {"model.tables.t0.storage={tier: rocksdb, cache_rows: 10}"});
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_EQ(named->model.tables[0].storage.tier, StorageTier::kRocksDb);
+  // Only storage and init; an index or name table_rows does not make.
+  auto rows = ParseConfig(yaml, (dir_ / "r.yaml").string(), {"model.tables.1.rows=5"});
+  ASSERT_FALSE(rows.ok());
+  EXPECT_THAT(rows.status().message(), HasSubstr("takes only storage and init"));
+  auto beyond = ParseConfig(yaml, (dir_ / "r.yaml").string(), {"model.tables.7.storage.tier=rocksdb"});
+  ASSERT_FALSE(beyond.ok());
+  EXPECT_THAT(beyond.status().message(), HasSubstr("makes 3 tables"));
+}
+
 }  // namespace
 }  // namespace tessera

@@ -194,6 +194,7 @@ std::string ConfigToYaml(const Config& c) {
   Key(e, "eval_batches", c.train.eval_batches);
   Key(e, "log_every", c.train.log_every);
   Key(e, "checkpoint_every", c.train.checkpoint_every);
+  Key(e, "checkpoint_minutes", c.train.checkpoint_minutes);
   Key(e, "resume", c.train.resume);
   Key(e, "nonfinite", kNonFinitePolicyNames, c.train.nonfinite);
   e << YAML::EndMap;
@@ -203,6 +204,7 @@ std::string ConfigToYaml(const Config& c) {
   Key(e, "export", c.output.export_path);
   Key(e, "progress", c.output.progress);
   Key(e, "checkpoint_dir", c.output.checkpoint_dir);
+  Key(e, "mllog", c.output.mllog);
   Key(e, "tensorboard", c.output.tensorboard);
   e << YAML::EndMap;
   e << YAML::Key << "sharding" << YAML::Value << YAML::BeginMap;

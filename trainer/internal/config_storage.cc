@@ -140,7 +140,7 @@ absl::Status ValidateRunDirectories(const ConfigReader& r, const YAML::Node& roo
     if (std::string why = WhyNotWritable(path); !why.empty())
       return r.Error(node, st, key, absl::StrCat("cannot use ", path, ": ", why));
   }
-  if (c.train.checkpoint_every > 0) {
+  if (c.train.checkpoint_every > 0 || c.train.checkpoint_minutes > 0) {
     YAML::Node out = Child(root, "output");
     const std::string dir = CheckpointDir(c);
     if (std::string why = WhyNotWritable(dir); !why.empty())

@@ -17,6 +17,7 @@
 #include "embedding/tiered_row_store.h"
 #include "trainer/internal/checkpoint_files.h"
 #include "trainer/internal/checkpoint_reshard.h"
+#include "trainer/internal/run_fingerprint.h"
 #include "trainer/safetensors.h"
 
 namespace tessera::internal {
@@ -247,6 +248,7 @@ absl::Status WriteStateFile(Model& model, Tables& tables, const TrainPosition& p
   meta["epoch"] = std::to_string(pos.epoch);
   meta["batches_in_epoch"] = std::to_string(pos.batches_in_epoch);
   meta["dense_optimizer_steps"] = std::to_string(model.dense_optimizer().steps_taken());
+  meta[kTrainingConfigKey] = TrainingConfigText(model.config());
   const fs::path file = tmp / kCheckpointStateFile;
   TESSERA_ASSIGN_OR_RETURN(auto writer, SafetensorsWriter::Create(file.string(), specs, meta));
   TESSERA_RETURN_IF_ERROR(WriteDenseTensors(model, *writer));
