@@ -3,11 +3,14 @@
 // batches. The dynamic table holds 2^20 keys (TESSERA_BENCH_DYNAMIC_ROWS to change) drawn from
 // a 2^40 key space; the static table has as many rows, and its ids are the keys' slots, so both
 // gather the same rows. Counters: ids/s, probes/id (index buckets examined per lookup).
-//   build/bench/embedding_dynamic_bench --benchmark_repetitions=3
+// BM_DistinctStream: RSS over a stream of distinct keys (bounded memory).
+//   build/bin/embedding_dynamic_bench --benchmark_filter=Resolve\|Lookup --benchmark_repetitions=3
+//   TESSERA_BENCH_STREAM_IDS=1000000000 build/bin/embedding_dynamic_bench --benchmark_filter=Stream
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <vector>
@@ -164,6 +167,57 @@ void BM_Lookup(benchmark::State& state) {
   Rate(state);
 }
 
+// Resident set size of this process in MiB (/proc/self/statm).
+double RssMib() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  long pages = 0, resident = 0;
+  if (f != nullptr) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return static_cast<double>(resident) * 4096.0 / (1 << 20);
+}
+
+// Bounded memory: a stream of distinct keys (every id new, TESSERA_BENCH_STREAM_IDS of them,
+// default 10^8) through a dynamic table of 2^20 rows (dim 64, row-wise AdaGrad state, LRU):
+// each step admits its batch, which waits for room, and the step end evicts. Counters: RSS
+// after the first tenth of the stream and at its end (MiB), and their ratio.
+void BM_DistinctStream(benchmark::State& state) {
+  const char* env = std::getenv("TESSERA_BENCH_STREAM_IDS");
+  const int64_t total = env != nullptr ? std::atoll(env) : int64_t{100000000};
+  constexpr int64_t kBatch = 65536;
+  const int64_t steps = std::max<int64_t>(10, total / kBatch);
+  DynamicRowStoreOptions o;
+  o.capacity = int64_t{1} << 20;
+  o.dim = 64;
+  o.state_dim = 1;
+  o.seed = 3;
+  o.dynamic.policy = EvictionPolicy::kLru;
+  auto store = DynamicRowStore::Create(o).value();
+  std::vector<int64_t> ids(kBatch), slots(kBatch);
+  double rss_warm = 0;
+  int64_t next = 0;
+  for (auto _ : state) {
+    for (int64_t step = 0; step < steps; ++step) {
+      for (int64_t& id : ids) id = static_cast<int64_t>(Mix64(static_cast<uint64_t>(next++)));
+      TESSERA_CHECK_OK(store->Resolve(ids, absl::MakeSpan(slots)));
+      TESSERA_CHECK_OK(store->EndStep());
+      if (step == steps / 10) rss_warm = RssMib();
+    }
+  }
+  const double rss_end = RssMib();
+  const DynamicTableStats st = store->stats();
+  state.counters["ids"] = static_cast<double>(next);
+  state.counters["rss_warm_mib"] = rss_warm;
+  state.counters["rss_end_mib"] = rss_end;
+  state.counters["rss_growth"] = rss_end / rss_warm;
+  state.counters["evictions"] = static_cast<double>(st.evictions);
+  state.counters["occupancy"] = static_cast<double>(st.occupancy);
+  state.counters["ids/s"] = benchmark::Counter(static_cast<double>(next),
+                                               benchmark::Counter::kIsRate);
+}
+
+BENCHMARK(BM_DistinctStream)->Iterations(1)->UseRealTime()->Unit(benchmark::kSecond);
 BENCHMARK(BM_DynamicResolve)->ArgName("dim")->Arg(64)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_StaticResolve)->ArgName("dim")->Arg(64)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Lookup)

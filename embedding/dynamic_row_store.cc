@@ -125,9 +125,7 @@ absl::StatusOr<std::unique_ptr<DynamicRowStore>> DynamicRowStore::Create(
                                  HashCombine(HashCombine(options.seed, kSketchTag),
                                              options.table_id));
   }
-  s->keys_.assign(slots, 0);
-  s->lookups_.assign(slots, 0);
-  s->last_step_.assign(slots, -1);
+  s->meta_.assign(slots, SlotMeta());
   s->free_.reserve(slots);
   for (int64_t k = options.capacity; k >= 1; --k) s->free_.push_back(k);
   s->init_row_.resize(options.dim);
@@ -162,17 +160,14 @@ int64_t DynamicRowStore::Place(uint64_t key) {
     float* st = rows_->state() + slot * options_.state_dim;
     std::fill(st, st + options_.state_dim, options_.state_init);
   }
-  keys_[slot] = key;
-  lookups_[slot] = 0;
-  last_step_[slot] = 0;
+  meta_[slot] = {key, 0, 0};
   index_.Insert(key, slot);
   return slot;
 }
 
 void DynamicRowStore::Evict(int64_t slot) {
-  index_.Erase(keys_[slot]);
-  last_step_[slot] = -1;
-  lookups_[slot] = 0;
+  index_.Erase(meta_[slot].key);
+  meta_[slot] = SlotMeta();
   free_.push_back(slot);
   ++stats_.evictions;
 }
@@ -237,10 +232,11 @@ void DynamicRowStore::EvictAtStepEnd(int64_t step, int64_t waiting) {
   candidates_.clear();
   if (d.policy == EvictionPolicy::kTtl) {
     for (int64_t s = 1; s <= cap; ++s) {
-      if (last_step_[s] >= 0 && last_step_[s] + d.ttl_steps <= step) candidates_.push_back(s);
+      const int64_t last = meta_[s].last_step;
+      if (last >= 0 && last + d.ttl_steps <= step) candidates_.push_back(s);
     }
     std::sort(candidates_.begin(), candidates_.end(),
-              [&](int64_t a, int64_t b) { return keys_[a] < keys_[b]; });
+              [&](int64_t a, int64_t b) { return meta_[a].key < meta_[b].key; });
     for (int64_t s : candidates_) Evict(s);
     return;
   }
@@ -248,13 +244,14 @@ void DynamicRowStore::EvictAtStepEnd(int64_t step, int64_t waiting) {
   const int64_t need = waiting - static_cast<int64_t>(free_.size());
   if (need <= 0) return;
   for (int64_t s = 1; s <= cap; ++s) {
-    if (last_step_[s] >= 0 && last_step_[s] != step) candidates_.push_back(s);
+    if (meta_[s].last_step >= 0 && meta_[s].last_step != step) candidates_.push_back(s);
   }
   const bool lfu = d.policy == EvictionPolicy::kLfu;
   auto before = [&](int64_t a, int64_t b) {
-    if (lfu && lookups_[a] != lookups_[b]) return lookups_[a] < lookups_[b];
-    if (last_step_[a] != last_step_[b]) return last_step_[a] < last_step_[b];
-    return keys_[a] < keys_[b];
+    const SlotMeta &x = meta_[a], &y = meta_[b];
+    if (lfu && x.lookups != y.lookups) return x.lookups < y.lookups;
+    if (x.last_step != y.last_step) return x.last_step < y.last_step;
+    return x.key < y.key;
   };
   const int64_t k =
       std::min<int64_t>(static_cast<int64_t>(candidates_.size()), std::max(need, cap / 64));
@@ -267,11 +264,13 @@ void DynamicRowStore::EvictAtStepEnd(int64_t step, int64_t waiting) {
 
 absl::Status DynamicRowStore::EndStep() {
   const int64_t step = ++stats_.steps;
+  const int32_t step32 = static_cast<int32_t>(step);
   for (int64_t s : step_slots_) {
-    if (s == 0) continue;
-    if (lookups_[s] != std::numeric_limits<uint32_t>::max()) ++lookups_[s];
-    last_step_[s] = step;
+    SlotMeta& m = meta_[s];  // slot 0 (the zero row) too: its meta is never read
+    m.lookups += m.lookups != std::numeric_limits<uint32_t>::max();
+    m.last_step = step32;
   }
+  meta_[0] = SlotMeta();
   stats_.admissions += static_cast<int64_t>(admitted_.size());
   admitted_.clear();
   if (use_sketch_) sketch_.Commit();
@@ -293,8 +292,8 @@ absl::Status DynamicRowStore::EndStep() {
       continue;
     }
     const int64_t slot = Place(key);
-    lookups_[slot] = count;
-    last_step_[slot] = step;
+    meta_[slot].lookups = count;
+    meta_[slot].last_step = step32;
     ++stats_.admissions;
   }
   waiting_.clear();
@@ -310,7 +309,7 @@ absl::Status DynamicRowStore::EndReadOnlyStep() {
     int64_t probes = 0;
     const int64_t slot = index_.Find(*it, &probes);
     index_.Erase(*it);
-    last_step_[slot] = -1;
+    meta_[slot] = SlotMeta();
     free_.push_back(slot);
   }
   admitted_.clear();
@@ -338,16 +337,18 @@ DynamicTableStats DynamicRowStore::stats() const {
 }
 
 absl::Status DynamicRowStore::SaveState(bool with_state, DynamicTableState* out) const {
-  if (!step_slots_.empty() || !admitted_.empty()) {
+  // A pending evaluation forward changed nothing; a training step's admissions are provisional.
+  if (!admitted_.empty() || !waiting_.empty()) {
     return absl::FailedPreconditionError(
-        absl::StrCat(label_, ": SaveState inside a step (call EndStep first)"));
+        absl::StrCat(label_, ": SaveState inside a training step (call EndStep first)"));
   }
   std::vector<int64_t> order;
   order.reserve(index_.size());
   for (int64_t s = 1; s <= options_.capacity; ++s) {
-    if (last_step_[s] >= 0) order.push_back(s);
+    if (meta_[s].last_step >= 0) order.push_back(s);
   }
-  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return keys_[a] < keys_[b]; });
+  std::sort(order.begin(), order.end(),
+            [&](int64_t a, int64_t b) { return meta_[a].key < meta_[b].key; });
   const int64_t n = static_cast<int64_t>(order.size());
   const int64_t rb = weight_row_bytes(), sd = options_.state_dim;
   out->dim = options_.dim;
@@ -363,11 +364,11 @@ absl::Status DynamicRowStore::SaveState(bool with_state, DynamicTableState* out)
   const float* st = self->rows_->state();
   for (int64_t i = 0; i < n; ++i) {
     const int64_t s = order[i];
-    out->keys[i] = keys_[s];
+    out->keys[i] = meta_[s].key;
     std::memcpy(out->weights.data() + i * rb, w + s * rb, static_cast<size_t>(rb));
     if (with_state && sd > 0) std::memcpy(&out->state[i * sd], st + s * sd, sd * sizeof(float));
-    out->lookups[i] = lookups_[s];
-    out->last_step[i] = last_step_[s];
+    out->lookups[i] = meta_[s].lookups;
+    out->last_step[i] = meta_[s].last_step;
   }
   out->sketch = use_sketch_ ? sketch_.counters() : std::vector<uint16_t>();
   out->stats = stats();
@@ -399,6 +400,12 @@ absl::Status DynamicRowStore::LoadState(const DynamicTableState& in) {
     return absl::InvalidArgumentError(
         absl::StrCat(label_, ": state arrays do not match its ", n, " keys"));
   }
+  for (int64_t i = 0; i < n; ++i) {
+    if (in.last_step[i] < 0 || in.last_step[i] > std::numeric_limits<int32_t>::max()) {
+      return absl::InvalidArgumentError(absl::StrCat(label_, ": last_step ", in.last_step[i],
+                                                     " of key ", in.keys[i], " is out of range"));
+    }
+  }
   for (int64_t i = 1; i < n; ++i) {
     if (in.keys[i - 1] >= in.keys[i]) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -414,9 +421,8 @@ absl::Status DynamicRowStore::LoadState(const DynamicTableState& in) {
   }
   // Empty the table, then place the keys in order.
   for (int64_t s = 1; s <= options_.capacity; ++s) {
-    if (last_step_[s] >= 0) index_.Erase(keys_[s]);
-    last_step_[s] = -1;
-    lookups_[s] = 0;
+    if (meta_[s].last_step >= 0) index_.Erase(meta_[s].key);
+    meta_[s] = SlotMeta();
   }
   free_.clear();
   for (int64_t k = options_.capacity; k >= 1; --k) free_.push_back(k);
@@ -425,7 +431,7 @@ absl::Status DynamicRowStore::LoadState(const DynamicTableState& in) {
   for (int64_t i = 0; i < n; ++i) {
     const int64_t s = free_.back();
     free_.pop_back();
-    keys_[s] = in.keys[i];
+    meta_[s].key = in.keys[i];
     index_.Insert(in.keys[i], s);
     std::memcpy(w + s * rb, in.weights.data() + i * rb, static_cast<size_t>(rb));
     if (sd > 0) {
@@ -435,8 +441,8 @@ absl::Status DynamicRowStore::LoadState(const DynamicTableState& in) {
         std::memcpy(st + s * sd, &in.state[i * sd], sd * sizeof(float));
       }
     }
-    lookups_[s] = in.lookups[i];
-    last_step_[s] = in.last_step[i];
+    meta_[s].lookups = in.lookups[i];
+    meta_[s].last_step = static_cast<int32_t>(in.last_step[i]);
   }
   if (use_sketch_) {
     std::vector<uint16_t>& c = sketch_.mutable_counters();

@@ -126,8 +126,8 @@ class DynamicRowStore final : public RowStore {
   absl::Status WriteRowBytes(int64_t begin, int64_t count, const void* weights,
                              const float* state) override;
 
-  // The table between steps (FailedPrecondition inside a step), optimizer state when
-  // `with_state`.
+  // The table between steps or during an evaluation forward (FailedPrecondition inside a
+  // training step that admitted keys), optimizer state when `with_state`.
   absl::Status SaveState(bool with_state, DynamicTableState* out) const;
   // Replaces the whole table by `in` (as SaveState wrote it, possibly by another store of the
   // same table: another shard count); the stats are taken from `in` except capacity and
@@ -160,10 +160,13 @@ class DynamicRowStore final : public RowStore {
   AdmissionSketch sketch_;
   bool use_sketch_ = false;
   bool admitting_ = true;
-  // Per slot (capacity + 1; slot 0 unused).
-  std::vector<uint64_t> keys_;
-  std::vector<uint32_t> lookups_;
-  std::vector<int64_t> last_step_;  // -1: free
+  // Per slot (capacity + 1; slot 0 unused), 16 bytes: one cache miss per touched row.
+  struct SlotMeta {
+    uint64_t key = 0;
+    uint32_t lookups = 0;   // training lookups while the key held this slot (saturating)
+    int32_t last_step = -1;  // the last training step that used it; -1: free
+  };
+  std::vector<SlotMeta> meta_;
   std::vector<int64_t> free_;       // free slots; the next one is free_.back()
   std::vector<float> init_row_;     // scratch for one row
 

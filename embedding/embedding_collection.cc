@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/parallel.h"
 #include "core/status.h"
+#include "embedding/dynamic_row_store.h"
 #include "embedding/internal/collection_checks.h"
 
 namespace tessera {

@@ -15,13 +15,16 @@
 #include "absl/status/statusor.h"
 #include "core/device.h"
 #include "core/keyed_jagged.h"
-#include "embedding/dynamic_row_store.h"
 #include "embedding/pooled_lookup.h"
 #include "embedding/row_store.h"
 #include "embedding/table_config.h"
 #include "embedding/tiered_row_store.h"
 
 namespace tessera {
+
+// embedding/dynamic_row_store.h (included by the files that use them).
+class DynamicRowStore;
+struct DynamicRowStoreOptions;
 
 struct EmbeddingCollectionOptions {
   std::vector<TableConfig> tables;
