@@ -221,7 +221,10 @@ absl::Status DynamicRowStore::Resolve(absl::Span<const int64_t> ids, absl::Span<
       b = e;
     }
   }
-  step_slots_.insert(step_slots_.end(), slots.begin(), slots.end());
+  // Only the eviction policies read the rows' use (lfu: counts, lru / ttl: last step).
+  if (options_.dynamic.policy != EvictionPolicy::kNone) {
+    step_slots_.insert(step_slots_.end(), slots.begin(), slots.end());
+  }
   // The slot rows are in memory: slot == row of rows_, nothing to pin.
   return absl::OkStatus();
 }
@@ -265,10 +268,14 @@ void DynamicRowStore::EvictAtStepEnd(int64_t step, int64_t waiting) {
 absl::Status DynamicRowStore::EndStep() {
   const int64_t step = ++stats_.steps;
   const int32_t step32 = static_cast<int32_t>(step);
-  for (int64_t s : step_slots_) {
-    SlotMeta& m = meta_[s];  // slot 0 (the zero row) too: its meta is never read
-    m.lookups += m.lookups != std::numeric_limits<uint32_t>::max();
-    m.last_step = step32;
+  if (options_.dynamic.policy == EvictionPolicy::kLfu) {
+    for (int64_t s : step_slots_) {
+      SlotMeta& m = meta_[s];  // slot 0 (the zero row) too: its meta is never read
+      m.lookups += m.lookups != std::numeric_limits<uint32_t>::max();
+      m.last_step = step32;
+    }
+  } else {
+    for (int64_t s : step_slots_) meta_[s].last_step = step32;
   }
   meta_[0] = SlotMeta();
   stats_.admissions += static_cast<int64_t>(admitted_.size());

@@ -101,10 +101,12 @@ class Reference {
 
   void EndStep(const std::vector<int64_t>& ids) {
     const int64_t step = ++stats_.steps;
+    // The policies' bookkeeping: counts under lfu, last use under lfu / lru / ttl.
+    const EvictionPolicy policy = o_.dynamic.policy;
     for (int64_t id : ids) {
       auto it = rows_.find(static_cast<uint64_t>(id));
-      if (it == rows_.end()) continue;
-      ++it->second.lookups;
+      if (it == rows_.end() || policy == EvictionPolicy::kNone) continue;
+      if (policy == EvictionPolicy::kLfu) ++it->second.lookups;
       it->second.last = step;
     }
     stats_.admissions += pending_admissions_;

@@ -16,6 +16,8 @@
 #include "core/status.h"
 #include "tests/trainer/tier_test_util.h"
 #include "trainer/config.h"
+#include "trainer/internal/dynamic_tables.h"
+#include "trainer/run_log.h"
 #include "trainer/safetensors.h"
 #include "trainer/trainer.h"
 
@@ -225,6 +227,41 @@ TEST_F(DynamicTrainingTest, StaticCheckpointIsNotLoadedAsDynamicAndBack) {
   r = Run(*st);
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.status().message(), HasSubstr("'t0' was dynamic"));
+}
+
+TEST(DynamicStatsTest, MetricsLineAndTensorBoardTags) {
+  internal::DynamicTableEntry now;
+  now.name = "ads";
+  now.stats.capacity = 100;
+  now.stats.occupancy = 40;
+  now.stats.lookups = 1000;
+  now.stats.unadmitted_lookups = 250;
+  now.stats.probes = 1500;
+  now.stats.evictions = 7;
+  DynamicTableStats before;
+  before.lookups = 500;
+  before.unadmitted_lookups = 200;
+  before.probes = 700;
+  before.evictions = 2;
+  const JsonLine line = internal::DynamicStatsLine(12, now, before);
+  EXPECT_THAT(line.str(), HasSubstr("\"dynamic_table\": \"ads\""));
+  EXPECT_THAT(line.str(), HasSubstr("\"dynamic_evictions\": 5"));
+  EXPECT_THAT(line.str(), HasSubstr("\"dynamic_unadmitted_frac\": 0.1"));
+  EXPECT_THAT(line.str(), HasSubstr("\"dynamic_probe_length\": 1.6"));
+  int64_t step = 0;
+  const auto scalars = TensorBoardScalars(line, &step);
+  EXPECT_EQ(step, 12);
+  bool found = false;
+  for (const auto& [tag, value] : scalars) {
+    if (tag == "dynamic/ads/occupancy_frac") {
+      found = true;
+      EXPECT_FLOAT_EQ(value, 0.4f);
+    }
+  }
+  EXPECT_TRUE(found);
+  std::vector<internal::DynamicTableEntry> b(1);
+  b[0].stats = before;
+  EXPECT_EQ(internal::DynamicProgressNote({now}, b), "ads 40% full 10% unadmitted");
 }
 
 TEST_F(DynamicTrainingTest, CapacityAboveMemoryIsResourceExhausted) {
