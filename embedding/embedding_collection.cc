@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/parallel.h"
 #include "core/status.h"
+#include "embedding/dynamic_row_store.h"
 #include "embedding/internal/collection_checks.h"
 
 namespace tessera {
@@ -32,13 +33,38 @@ InMemoryRowStoreOptions TableRowStoreOptions(const TableConfig& table, int t,
   return so;
 }
 
+DynamicRowStoreOptions DynamicTableStoreOptions(const TableConfig& table, int t,
+                                                const RowOptimizerOptions& optimizer,
+                                                uint64_t seed) {
+  const InMemoryRowStoreOptions so = TableRowStoreOptions(table, t, optimizer, seed);
+  DynamicRowStoreOptions d;
+  d.capacity = table.num_rows;
+  d.dim = so.dim;
+  d.state_dim = so.state_dim;
+  d.state_init = so.state_init;
+  d.init = so.init;
+  d.seed = so.seed;
+  d.table_id = so.table_id;
+  d.name = so.name;
+  d.dtype = so.dtype;
+  d.dynamic = table.dynamic;
+  return d;
+}
+
 absl::StatusOr<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::Create(
     const EmbeddingCollectionOptions& options, const DeviceContext& ctx) {
   TESSERA_RETURN_IF_ERROR(embedding_internal::ValidateOptions(options, "EmbeddingCollection"));
   std::vector<std::unique_ptr<RowStore>> stores;
   for (int t = 0; t < static_cast<int>(options.tables.size()); ++t) {
+    const TableConfig& table = options.tables[t];
+    if (table.dynamic.enabled) {
+      TESSERA_ASSIGN_OR_RETURN(auto store, DynamicRowStore::Create(DynamicTableStoreOptions(
+                                               table, t, options.optimizer, options.seed)));
+      stores.push_back(std::move(store));
+      continue;
+    }
     TESSERA_ASSIGN_OR_RETURN(auto store, CreateInMemoryRowStore(TableRowStoreOptions(
-                                             options.tables[t], t, options.optimizer, options.seed)));
+                                             table, t, options.optimizer, options.seed)));
     stores.push_back(std::move(store));
   }
   return CreateWithStores(options, std::move(stores), ctx);
@@ -89,6 +115,12 @@ absl::StatusOr<std::unique_ptr<EmbeddingCollection>> EmbeddingCollection::Create
     c->output_dim_ += options.tables[c->table_of_feature_[f]].dim;
   }
   return c;
+}
+
+void EmbeddingCollection::set_training(bool training) {
+  for (auto& store : stores_) {
+    if (auto* d = dynamic_cast<DynamicRowStore*>(store.get())) d->set_admitting(training);
+  }
 }
 
 absl::Status EmbeddingCollection::EndPendingStep(bool rows_updated) {

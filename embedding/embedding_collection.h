@@ -22,6 +22,10 @@
 
 namespace tessera {
 
+// embedding/dynamic_row_store.h (included by the files that use them).
+class DynamicRowStore;
+struct DynamicRowStoreOptions;
+
 struct EmbeddingCollectionOptions {
   std::vector<TableConfig> tables;
   int num_features = 0;        // every feature in [0, num_features) served by exactly one table
@@ -37,10 +41,17 @@ struct EmbeddingCollectionOptions {
 InMemoryRowStoreOptions TableRowStoreOptions(const TableConfig& table, int t,
                                              const RowOptimizerOptions& optimizer, uint64_t seed);
 
+// The dynamic store (embedding/dynamic_row_store.h) EmbeddingCollection::Create gives a table
+// with dynamic.enabled: capacity num_rows, the rest as TableRowStoreOptions.
+DynamicRowStoreOptions DynamicTableStoreOptions(const TableConfig& table, int t,
+                                                const RowOptimizerOptions& optimizer,
+                                                uint64_t seed);
+
 class EmbeddingCollection {
  public:
   // Creates tables with in-memory stores (table t's rows initialised from (seed, t, row), stored
-  // as the table's storage.dtype; 16-bit tables round updates by storage.rounding, keyed by seed).
+  // as the table's storage.dtype; 16-bit tables round updates by storage.rounding, keyed by seed;
+  // a dynamic table gets a DynamicRowStore of num_rows rows whose ids are raw keys).
   // Returns InvalidArgument naming the table for bad sizes, an empty or repeated name, or a
   // feature out of range, served twice or not at all.
   static absl::StatusOr<std::unique_ptr<EmbeddingCollection>> Create(
@@ -74,6 +85,10 @@ class EmbeddingCollection {
   // Forward; `lr` and 1-based `step` for the optimizer. Ends the stores' step.
   // Returns FailedPrecondition without a preceding Forward.
   absl::Status BackwardUpdate(const float* d_out, float lr, int64_t step);
+
+  // false: the following Forwards are evaluation, so dynamic tables admit no key (an unseen
+  // key pools the zero row). Default: true (training).
+  void set_training(bool training);
 
   int num_tables() const { return static_cast<int>(options_.tables.size()); }
   const TableConfig& table(int t) const { return options_.tables[t]; }

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/enum_names.h"
+#include "embedding/dynamic_table_config.h"
 #include "embedding/row_dtype.h"
 #include "embedding/row_init.h"
 
@@ -88,6 +89,9 @@ struct TableConfig {
   RowInit init;
   std::vector<int> features;   // sparse features (KeyedJagged keys) this table serves
   TableStorage storage;        // Default: in memory
+  // A table without a size (dynamic.enabled): ids are raw 64-bit keys admitted into at most
+  // dynamic.capacity_rows rows, and num_rows is that capacity (embedding/dynamic_row_store.h).
+  DynamicTableConfig dynamic;  // Default: static (ids are rows in [0, num_rows))
 };
 
 }  // namespace tessera

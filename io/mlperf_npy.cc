@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -74,14 +75,23 @@ inline T LoadAt(const char* base, int64_t element) {
 
 // out[r * h + j] = reduce(m(r0 + r, c0 + j)) for r < n, j < h: numpy's `id % rows` (the result
 // takes the divisor's sign, so it lies in [0, rows)).
-template <typename T>
+// With rows == kMlperfRawIds (a dynamic table's feature) the ids are kept as stored: int32 as
+// its 32-bit pattern (the hex value tsv_to_npys wrote), uint32 and int64 as they are.
+template <typename T, bool kRaw>
 void CopyIds(const Matrix& m, int64_t r0, int64_t n, int64_t c0, int64_t h, int64_t rows,
              int64_t* out) {
   const char* base = m.array.data;
   for (int64_t r = 0; r < n; ++r) {
     const int64_t row = (r0 + r) * m.row_stride;
     for (int64_t j = 0; j < h; ++j) {
-      int64_t v = static_cast<int64_t>(LoadAt<T>(base, row + (c0 + j) * m.col_stride));
+      const T x = LoadAt<T>(base, row + (c0 + j) * m.col_stride);
+      if constexpr (kRaw) {
+        out[r * h + j] = std::is_same_v<T, int32_t>
+                             ? static_cast<int64_t>(static_cast<uint32_t>(x))
+                             : static_cast<int64_t>(x);
+        continue;
+      }
+      int64_t v = static_cast<int64_t>(x);
       if (static_cast<uint64_t>(v) >= static_cast<uint64_t>(rows)) {
         v %= rows;
         if (v < 0) v += rows;
@@ -93,13 +103,23 @@ void CopyIds(const Matrix& m, int64_t r0, int64_t n, int64_t c0, int64_t h, int6
 
 void CopyIdsAny(const Matrix& m, int64_t r0, int64_t n, int64_t c0, int64_t h, int64_t rows,
                 int64_t* out) {
+  if (rows == kMlperfRawIds) {
+    switch (m.array.dtype) {
+      case NpyDtype::kInt32:
+        return CopyIds<int32_t, true>(m, r0, n, c0, h, rows, out);
+      case NpyDtype::kUInt32:
+        return CopyIds<uint32_t, true>(m, r0, n, c0, h, rows, out);
+      default:
+        return CopyIds<int64_t, true>(m, r0, n, c0, h, rows, out);
+    }
+  }
   switch (m.array.dtype) {
     case NpyDtype::kInt32:
-      return CopyIds<int32_t>(m, r0, n, c0, h, rows, out);
+      return CopyIds<int32_t, false>(m, r0, n, c0, h, rows, out);
     case NpyDtype::kUInt32:
-      return CopyIds<uint32_t>(m, r0, n, c0, h, rows, out);
+      return CopyIds<uint32_t, false>(m, r0, n, c0, h, rows, out);
     default:
-      return CopyIds<int64_t>(m, r0, n, c0, h, rows, out);
+      return CopyIds<int64_t, false>(m, r0, n, c0, h, rows, out);
   }
 }
 

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,6 +58,10 @@ absl::StatusOr<std::vector<int>> ParseDayList(absl::string_view text);
 // The file of a day: DayFilePath("/d", 3, "dense.npy") == "/d/day_3_dense.npy".
 std::string DayFilePath(const std::string& dir, int day, absl::string_view suffix);
 
+// rows_per_feature[k] for a feature whose ids stay raw 64-bit keys (a dynamic table's): int32
+// ids read as their 32-bit pattern, uint32 and int64 ids as stored.
+inline constexpr int64_t kMlperfRawIds = std::numeric_limits<int64_t>::max();
+
 struct MlperfNpyOptions {
   // The folder holding day_<d>_*.npy files. Required.
   std::string dir;
@@ -64,8 +69,8 @@ struct MlperfNpyOptions {
   std::vector<int> days;
   // Samples per batch (the last batch of a shard may be smaller). Default: 2048.
   int64_t batch_size = 2048;
-  // Rows of each feature's table; ids are reduced mod these. Its size must equal the files'
-  // feature count. Required.
+  // Rows of each feature's table; ids are reduced mod these (kMlperfRawIds: kept as stored, for
+  // a dynamic table's feature). Its size must equal the files' feature count. Required.
   std::vector<int64_t> rows_per_feature;
   // Dense columns the model expects; the dense files must have exactly this many. Default: 13.
   int64_t num_dense = 13;

@@ -16,7 +16,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "core/cuda_context.h"
 #include "core/parallel.h"
 #include "core/timer.h"
@@ -47,6 +49,10 @@ ABSL_FLAG(std::string, json, "", "also write the JSON result to this file");
 ABSL_FLAG(std::string, tier_tables, "",
           "put tables in the RocksDB tier: 'all' or indices '0,3' (default: as the config says)");
 ABSL_FLAG(std::string, tier_policy, "", "cache policy of RocksDB tables: lru or lfu");
+ABSL_FLAG(std::string, dynamic_tables, "",
+          "make tables dynamic (model.tables[].dynamic, capacity = their rows, every key "
+          "admitted, no eviction) after the batches are generated, so their ids (row ids of the "
+          "static tables) become keys: 'all' or indices '0,3' (default: as the config says)");
 ABSL_FLAG(bool, cuda_sync_phases, false,
           "device: cuda: wait for the GPU at the end of each phase, so phase times are the "
           "device's (costs the overlap between phases and 5 host waits per step; off for the "
@@ -121,6 +127,18 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
                                        absl::GetFlag(FLAGS_tier_cache_fraction), tier_rows);
       !st.ok()) {
     return Fail(st);
+  }
+
+  // --dynamic_tables: the same ids as keys of dynamic tables (the key -> slot overhead alone).
+  if (const std::string dyn = absl::GetFlag(FLAGS_dynamic_tables); !dyn.empty()) {
+    for (size_t t = 0; t < c.model.tables.size(); ++t) {
+      bool pick = dyn == "all";
+      for (absl::string_view part : absl::StrSplit(dyn, ',')) {
+        int index = -1;
+        if (absl::SimpleAtoi(part, &index) && index == static_cast<int>(t)) pick = true;
+      }
+      if (pick) c.model.tables[t].dynamic.enabled = true;
+    }
   }
 
   // device: cuda: this rank's GPU (by its local rank), alive longer than the model.

@@ -18,6 +18,7 @@
 #include "trainer/internal/checkpoint_files.h"
 #include "trainer/internal/checkpoint_tables.h"
 #include "trainer/internal/run_fingerprint.h"
+#include "trainer/internal/dynamic_tables.h"
 #include "trainer/internal/sharded_checkpoint.h"
 #include "trainer/internal/train_stream.h"
 #include "trainer/safetensors.h"
@@ -64,8 +65,16 @@ absl::StatusOr<std::unique_ptr<internal::CheckpointTables>> LocalTables(SparseAr
 absl::Status WriteState(Model& model, internal::CheckpointTables& c, const TrainPosition& pos,
                         const fs::path& file) {
   std::vector<TensorSpec> specs;
+  // Dynamic tables: their rows by key (trainer/internal/dynamic_tables.h).
+  std::vector<DynamicTableState> dynamic(c.num_tables());
   for (int t = 0; t < c.num_tables(); ++t) {
-    if (c.tiered(t) != nullptr) continue;
+    if (DynamicRowStore* d = c.dynamic(t)) {
+      TESSERA_RETURN_IF_ERROR(d->SaveState(/*with_state=*/true, &dynamic[t]));
+      internal::AppendDynamicCheckpointSpecs(c.table(t).name, dynamic[t], &specs);
+    }
+  }
+  for (int t = 0; t < c.num_tables(); ++t) {
+    if (c.tiered(t) != nullptr || c.dynamic(t) != nullptr) continue;
     const TableConfig& tc = c.table(t);
     specs.push_back({WeightName(tc), internal::StoredTensorDtype(c.weight_dtype(t)),
                      {tc.num_rows, tc.dim}});
@@ -86,6 +95,11 @@ absl::Status WriteState(Model& model, internal::CheckpointTables& c, const Train
   std::vector<char> w;
   std::vector<float> s;
   for (int t = 0; t < c.num_tables(); ++t) {
+    if (c.dynamic(t) != nullptr) {
+      TESSERA_RETURN_IF_ERROR(
+          internal::WriteDynamicCheckpointTensors(c.table(t).name, dynamic[t], *writer));
+      continue;
+    }
     if (c.tiered(t) != nullptr) continue;
     const TableConfig& tc = c.table(t);
     const int64_t sd = c.state_dim(t);
@@ -169,6 +183,16 @@ absl::StatusOr<TrainPosition> RestoreCheckpoint(Model& model, const std::string&
   size_t expected = 0;
   for (int t = 0; t < c->num_tables(); ++t) {
     const TableConfig& tc = c->table(t);
+    if (DynamicRowStore* d = c->dynamic(t)) {
+      TESSERA_RETURN_IF_ERROR(
+          internal::ReadDynamicCheckpointTable(*file, tc.name, *d, &expected));
+      continue;
+    }
+    if (internal::CheckpointHasDynamicTable(*file, tc.name)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          checkpoint, ": table '", tc.name, "' was dynamic when checkpointed (its rows are "
+          "keys); this config has it static (add its model.tables[].dynamic block)"));
+    }
     const fs::path db = dir / "tables" / tc.name;
     std::error_code ec;
     const bool has_db = fs::exists(db, ec);
@@ -253,12 +277,24 @@ absl::StatusOr<std::unique_ptr<CheckpointedRun>> CheckpointedRun::Start(
   run->stream_ = stream.get();
   *train = std::move(stream);
   run->last_tier_ = CollectTierMetrics(*model);
+  run->last_dynamic_ = internal::CollectDynamicStats(model->sparse());
   run->last_tier_step_ = run->start_.step;
   return run;
 }
 
 absl::Status CheckpointedRun::AfterStep(int64_t step, bool by_time) {
   const int64_t log_every = std::max<int64_t>(1, config_.train.log_every);
+  if (log_ != nullptr && step % log_every == 0) {
+    // Dynamic tables: one metrics line each, and their fill on the progress line.
+    std::vector<internal::DynamicTableEntry> now = internal::CollectDynamicStats(model_->sparse());
+    for (size_t i = 0; i < now.size(); ++i) {
+      const DynamicTableStats before =
+          i < last_dynamic_.size() ? last_dynamic_[i].stats : DynamicTableStats();
+      TESSERA_RETURN_IF_ERROR(log_->Write(internal::DynamicStatsLine(step, now[i], before)));
+    }
+    if (!now.empty()) log_->set_progress_note(internal::DynamicProgressNote(now, last_dynamic_));
+    last_dynamic_ = std::move(now);
+  }
   if (log_ != nullptr && !last_tier_.empty() && step % log_every == 0) {
     std::vector<TierTableMetrics> now = CollectTierMetrics(*model_);
     for (size_t i = 0; i < now.size() && i < last_tier_.size(); ++i) {

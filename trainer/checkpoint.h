@@ -42,6 +42,7 @@
 #include "trainer/model.h"
 #include "trainer/run_log.h"
 #include "trainer/stores.h"
+#include "trainer/internal/dynamic_tables.h"
 
 namespace tessera {
 
@@ -100,7 +101,9 @@ class TrainStream;
 //   - every train.log_every steps writes one metrics line per RocksDB-tier table:
 //     {"step", "tier_table", "tier_hit_rate", "tier_rows_read_per_step",
 //      "tier_rows_written_per_step", "tier_misses_per_step", "tier_prefetch_stall_ms_per_step",
-//      "tier_read_ms_per_step", "tier_disk_bytes"}.
+//      "tier_read_ms_per_step", "tier_disk_bytes"}, and one per dynamic table
+//     (internal::DynamicStatsLine: "dynamic_table", "dynamic_occupancy", ...), whose fill also
+//     goes on the progress line.
 class CheckpointedRun {
  public:
   // `model`, `*train` and `log` (nullable) are borrowed and must outlive the object; *train is
@@ -133,6 +136,7 @@ class CheckpointedRun {
   TrainPosition start_;
   std::string resumed_from_;
   std::vector<TierTableMetrics> last_tier_;
+  std::vector<internal::DynamicTableEntry> last_dynamic_;  // at the last metrics line
   int64_t last_tier_step_ = 0;
   int64_t last_checkpoint_step_ = -1;
   std::string last_checkpoint_;

@@ -17,6 +17,7 @@
 #include "core/status.h"
 #include "trainer/internal/config_reader.h"
 #include "trainer/internal/config_storage.h"
+#include "trainer/internal/config_dynamic.h"
 #include "trainer/presets.h"
 
 namespace tessera {
@@ -35,14 +36,15 @@ const std::vector<SchemaSection>& internal::ConfigSchema() {
                  "table_rows", "max_table_rows", "init_from", "dense_dtype",
                  "embedding_dtype", "embedding_rounding"}},
       {"model.dcn", {"num_layers", "low_rank"}},
-      {"model.tables[]", {"name", "rows", "dim", "pooling", "features", "init", "storage"}},
+      {"model.tables[]",
+       {"name", "rows", "dim", "pooling", "features", "init", "storage", "dynamic"}},
       {"model.tables[].init", {"type", "scale"}},
       {"model.tables[].storage", internal::StorageKeys()},
       {"data", {"format", "train", "eval", "batch_size", "eval_batch_size", "shuffle",
                 "on_bad_record", "max_bad_records", "prefetch_batches", "synthetic",
                 "train_days", "eval_days", "eval_split"}},
       {"data.synthetic", {"train_samples", "eval_samples", "zipf_exponent", "pooling",
-                          "planted_scale", "seed"}},
+                          "planted_scale", "seed", "id_space"}},
       {"optimizer", {"embedding", "dense", "schedule"}},
       {"optimizer.embedding", {"type", "lr", "eps", "beta1", "beta2", "adagrad_initial"}},
       {"optimizer.dense", {"type", "lr", "eps", "beta1", "beta2", "weight_decay",
@@ -56,7 +58,12 @@ const std::vector<SchemaSection>& internal::ConfigSchema() {
       {"sharding", {"group_size", "layout", "replica_sync", "sync_every", "sync_rows", "plan",
                     "bucket_bytes", "comm_dtype", "pipeline", "profile", "transport"}},
   };
-  return *schema;
+  static const auto* with_dynamic = [] {
+    auto* all = new std::vector<SchemaSection>(*schema);
+    for (const SchemaSection& section : internal::DynamicSchema()) all->push_back(section);
+    return all;
+  }();
+  return *with_dynamic;
 }
 
 namespace {
@@ -238,6 +245,7 @@ absl::Status ParseTables(const ConfigReader& r, const YAML::Node& model, ModelCo
                      "embedding.<name>.weight)");
     TESSERA_RETURN_IF_ERROR(
         r.ReadInt(entry, path, "rows", "a positive integer", kPositive, &t.num_rows));
+    TESSERA_RETURN_IF_ERROR(internal::ParseTableDynamic(r, entry, path, &t));
     if (t.num_rows < 0) return r.Error(YAML::Node(), entry, path + ".rows", "required");
     TESSERA_RETURN_IF_ERROR(r.ReadInt(entry, path, "dim", "a positive integer", kPositive, &t.dim));
     TESSERA_RETURN_IF_ERROR(r.ReadEnum(entry, path, "pooling", kPoolingModeNames, &t.pooling));
@@ -422,6 +430,10 @@ absl::Status ParseData(const ConfigReader& r, const YAML::Node& root, const std:
   TESSERA_RETURN_IF_ERROR(r.ReadDouble(syn, sp, "planted_scale", "a non-negative number",
                                        kNonNegativeD, &s.planted_scale));
   TESSERA_RETURN_IF_ERROR(r.ReadUint(syn, sp, "seed", &s.seed));
+  TESSERA_RETURN_IF_ERROR(r.ReadInt(syn, sp, "id_space",
+                                    "an integer in [0, 2^40] (0: each table's rows)",
+                                    [](int64_t v) { return v >= 0 && v <= (int64_t{1} << 40); },
+                                    &s.id_space));
   YAML::Node pooling = Child(syn, "pooling");
   if (pooling.IsScalar() && !pooling.Scalar().empty() &&
       !absl::ascii_isdigit(static_cast<unsigned char>(pooling.Scalar()[0]))) {
@@ -723,6 +735,7 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
     TESSERA_RETURN_IF_ERROR(ParseOptimizer(r, root, &c.optimizer));
     TESSERA_RETURN_IF_ERROR(ParseRest(r, root, base, &c));
     TESSERA_RETURN_IF_ERROR(internal::ValidateRunDirectories(r, root, c));
+    TESSERA_RETURN_IF_ERROR(internal::ValidateDynamicTables(r, root, c));
     return c;
   } catch (const YAML::Exception& e) {
     // Reads guard against yaml-cpp's throwing accessors; this is the backstop.

@@ -45,6 +45,10 @@ struct SyntheticDataConfig {
                                          // (one value = all features). Default: 1
   double planted_scale = 1.0;            // data.synthetic.planted_scale: logit scale of the model
   uint64_t seed = 0;                     // data.synthetic.seed; 0 = the run's seed
+  // data.synthetic.id_space: every feature's ids drawn from [0, id_space) (<= 2^40), static
+  // tables reducing them mod their rows (modulo hashing), dynamic tables keeping them. 0 = each
+  // static table's rows, 2^40 for a dynamic table.
+  int64_t id_space = 0;
 };
 
 struct DataConfig {

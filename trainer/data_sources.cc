@@ -1,5 +1,7 @@
 #include "trainer/data_sources.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/status.h"
@@ -8,13 +10,25 @@
 #include "io/criteo_text.h"
 #include "io/mlperf_npy.h"
 #include "io/prefetch.h"
+#include "io/reduce_ids.h"
 #include "io/synthetic.h"
 #include "trainer/internal/memory_check.h"
 
 namespace tessera {
 namespace {
 
-// Rows of the table serving each feature, in feature order.
+// The id space a dynamic table's features are read with: the raw ids of each format (the
+// readers reduce ids mod these, which then changes nothing).
+int64_t DynamicIdSpace(DataFormat format) {
+  switch (format) {
+    case DataFormat::kMlperfNpy: return kMlperfRawIds;   // ids as stored
+    case DataFormat::kSynthetic: return int64_t{1} << 40;  // the generator's whole key space
+    default: return int64_t{1} << 32;  // Criteo text and binary records: the hex's 32-bit value
+  }
+}
+
+// Rows of the table serving each feature, in feature order (a dynamic table's: the format's
+// raw id space).
 std::vector<int64_t> RowsPerFeature(const Config& config) {
   int features = 0;
   for (const TableConfig& t : config.model.tables) {
@@ -22,7 +36,9 @@ std::vector<int64_t> RowsPerFeature(const Config& config) {
   }
   std::vector<int64_t> rows(features, 0);
   for (const TableConfig& t : config.model.tables) {
-    for (int f : t.features) rows[f] = t.num_rows;
+    for (int f : t.features) {
+      rows[f] = t.dynamic.enabled ? DynamicIdSpace(config.data.format) : t.num_rows;
+    }
   }
   return rows;
 }
@@ -113,6 +129,20 @@ absl::StatusOr<DataSources> OpenDataSources(const Config& config, int shard_inde
   if (d.format == DataFormat::kSynthetic) {
     SyntheticDataOptions o;
     o.rows_per_feature = RowsPerFeature(config);
+    // data.synthetic.id_space: one id space for every feature; static tables hash mod rows.
+    std::vector<int64_t> reduce(o.rows_per_feature.size(), 0);
+    if (d.synthetic.id_space > 0) {
+      for (const TableConfig& t : config.model.tables) {
+        for (int f : t.features) {
+          if (!t.dynamic.enabled && t.num_rows < d.synthetic.id_space) reduce[f] = t.num_rows;
+          o.rows_per_feature[f] = d.synthetic.id_space;
+        }
+      }
+    }
+    const bool hashing = std::any_of(reduce.begin(), reduce.end(), [](int64_t r) { return r > 0; });
+    auto reduced = [&](std::unique_ptr<BatchReader> r) {
+      return hashing ? ReduceIdsReader(std::move(r), reduce) : std::move(r);
+    };
     if (!d.synthetic.pooling.empty()) o.pooling = d.synthetic.pooling;
     o.zipf_exponent = d.synthetic.zipf_exponent;
     o.num_dense = config.model.num_dense;
@@ -127,7 +157,7 @@ absl::StatusOr<DataSources> OpenDataSources(const Config& config, int shard_inde
     train.num_shards = num_shards;
     TESSERA_ASSIGN_OR_RETURN(auto tr, SyntheticReader::Open(gen, train));
     out.train_batches_per_epoch = (tr->num_records() + d.batch_size - 1) / d.batch_size;
-    TESSERA_ASSIGN_OR_RETURN(out.train, Prefetch(config, std::move(tr), d.shuffle));
+    TESSERA_ASSIGN_OR_RETURN(out.train, Prefetch(config, reduced(std::move(tr)), d.shuffle));
     if (d.synthetic.num_eval_samples > 0) {
       SyntheticStreamOptions ev;
       ev.begin = kSyntheticEvalBegin;
@@ -136,7 +166,7 @@ absl::StatusOr<DataSources> OpenDataSources(const Config& config, int shard_inde
       ev.shard_index = shard_index;
       ev.num_shards = num_shards;
       TESSERA_ASSIGN_OR_RETURN(auto er, SyntheticReader::Open(gen, ev));
-      TESSERA_ASSIGN_OR_RETURN(out.eval, Prefetch(config, std::move(er), false));
+      TESSERA_ASSIGN_OR_RETURN(out.eval, Prefetch(config, reduced(std::move(er)), false));
       TESSERA_ASSIGN_OR_RETURN(PlantedModelStats planted,
                                gen->PlantedStats(kSyntheticEvalBegin, d.synthetic.num_eval_samples));
       out.planted_auc = planted.auc;

@@ -13,6 +13,7 @@
 #include "dense/lr_schedule.h"
 #include "trainer/cuda_sparse_arch.h"
 #include "trainer/split_sparse_arch.h"
+#include "trainer/internal/dynamic_tables.h"
 #include "trainer/internal/memory_check.h"
 #include "trainer/safetensors.h"
 #include "trainer/stores.h"
@@ -86,6 +87,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const Config& config,
   // the key, not an allocation failure (or an OOM kill) halfway through.
   TESSERA_RETURN_IF_ERROR(internal::CheckDenseMemory(config, DenseOptionsFromConfig(config),
                                                      internal::AvailableHostMemory()));
+  TESSERA_RETURN_IF_ERROR(
+      internal::CheckDynamicMemory(config, internal::AvailableHostMemory()));
   std::unique_ptr<Model> m(new Model());
   m->config_ = config;
   m->ctx_ = ctx;
@@ -381,8 +384,12 @@ void Model::Prefetch(const Batch& next) { sparse_->Prefetch(next.sparse); }
 absl::Status Model::Predict(const Batch& batch, std::vector<float>* probs) {
   const int64_t b = batch.batch_size;
   TESSERA_RETURN_IF_ERROR(EnsureBuffers(std::max<int64_t>(b, 1)));
-  // Collective on a sharded model: a rank with no samples left still takes part.
-  TESSERA_RETURN_IF_ERROR(sparse_->Forward(batch.sparse, emb_out_.data<float>()));
+  // Collective on a sharded model: a rank with no samples left still takes part. An
+  // evaluation forward: dynamic tables admit nothing (unseen keys pool the zero row).
+  sparse_->SetTraining(false);
+  absl::Status looked_up = sparse_->Forward(batch.sparse, emb_out_.data<float>());
+  sparse_->SetTraining(true);
+  TESSERA_RETURN_IF_ERROR(looked_up);
   if (b == 0) return absl::OkStatus();
   const float* logits = nullptr;
   const float* dense_in = batch.dense.data();
@@ -412,8 +419,17 @@ std::string TableTensorName(const TableConfig& t) { return "embedding." + t.name
 
 absl::Status Model::Export(const std::string& path, int64_t step) {
   std::vector<TensorSpec> specs;
+  // Dynamic tables: the keys held and their rows (trainer/internal/dynamic_tables.h).
+  std::vector<internal::DynamicExport> dynamic(sparse_->num_tables());
   for (int t = 0; t < sparse_->num_tables(); ++t) {
     const TableConfig& tc = sparse_->table(t);
+    if (DynamicRowStore* d = sparse_->dynamic_store(t)) {
+      TESSERA_ASSIGN_OR_RETURN(dynamic[t], internal::ExportDynamicTable(tc.name, *d));
+      const int64_t n = static_cast<int64_t>(dynamic[t].keys.size());
+      specs.push_back({TableTensorName(tc), SafetensorsDtype::kF32, {n, tc.dim}});
+      specs.push_back({"embedding." + tc.name + ".keys", SafetensorsDtype::kU64, {n}});
+      continue;
+    }
     specs.push_back({TableTensorName(tc), SafetensorsDtype::kF32, {tc.num_rows, tc.dim}});
   }
   std::vector<Parameter*> params = dense_->parameters();
@@ -434,6 +450,14 @@ absl::Status Model::Export(const std::string& path, int64_t step) {
   std::vector<float> chunk;
   for (int t = 0; t < sparse_->num_tables(); ++t) {
     const TableConfig& tc = sparse_->table(t);
+    if (sparse_->dynamic_store(t) != nullptr) {
+      if (write) {
+        TESSERA_RETURN_IF_ERROR(writer->WriteTensor(TableTensorName(tc), dynamic[t].weights.data()));
+        TESSERA_RETURN_IF_ERROR(
+            writer->WriteTensor("embedding." + tc.name + ".keys", dynamic[t].keys.data()));
+      }
+      continue;
+    }
     for (int64_t r = 0; r < tc.num_rows; r += kExportChunkRows) {
       int64_t n = std::min(kExportChunkRows, tc.num_rows - r);
       chunk.resize(static_cast<size_t>(n * tc.dim));
@@ -461,6 +485,11 @@ absl::Status Model::Import(const std::string& path) {
   size_t expected = static_cast<size_t>(sparse_->num_tables());
   for (int t = 0; t < sparse_->num_tables(); ++t) {
     const TableConfig& tc = sparse_->table(t);
+    if (DynamicRowStore* d = sparse_->dynamic_store(t)) {
+      TESSERA_RETURN_IF_ERROR(internal::ImportDynamicTable(*file, tc.name, *d));
+      ++expected;  // its keys
+      continue;
+    }
     TESSERA_ASSIGN_OR_RETURN(
         const TensorView* v,
         file->Get(TableTensorName(tc), SafetensorsDtype::kF32, {tc.num_rows, tc.dim}));

@@ -72,7 +72,7 @@ std::vector<std::pair<std::string, float>> TensorBoardScalars(const JsonLine& li
   std::string table;
   for (const auto& [key, value] : line.strings()) {
     if (key == "status") return out;
-    if (key == "tier_table") table = value;
+    if (key == "tier_table" || key == "dynamic_table") table = value;
   }
   if (!have_step) return out;
   for (const auto& [key, value] : line.numbers()) {
@@ -86,6 +86,8 @@ std::vector<std::pair<std::string, float>> TensorBoardScalars(const JsonLine& li
       tag = absl::StrCat("phase_ms/", key.substr(3));
     } else if (absl::StartsWith(key, "tier_")) {
       tag = absl::StrCat("tier/", table.empty() ? "" : table + "/", key.substr(5));
+    } else if (absl::StartsWith(key, "dynamic_")) {
+      tag = absl::StrCat("dynamic/", table.empty() ? "" : table + "/", key.substr(8));
     } else {
       tag = absl::StrCat("train/", key);
     }
@@ -156,6 +158,7 @@ void RunLog::Progress(int64_t step, int64_t total_steps, double samples_per_sec,
   std::string text = absl::StrFormat("step %d%s  %.0f samples/s  loss %.5f  elapsed %s  ETA %s",
                                      step, of, samples_per_sec, loss,
                                      FormatDuration(elapsed_seconds), eta);
+  if (!note_.empty()) absl::StrAppend(&text, "  ", note_);
   if (tty_) {
     std::fprintf(stderr, "\r\033[K%s", text.c_str());
     line_open_ = true;

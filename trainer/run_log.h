@@ -37,8 +37,9 @@ class JsonLine {
 
 // The TensorBoard scalars of one metrics line, or none: a line with a numeric "step" and no
 // "status" (the final summary repeats earlier values) gives one scalar per other finite number,
-// tagged by its key with the prefixes "train_", "eval_", "ms_" and "tier_" turned into the
-// groups "train/", "eval/", "phase_ms/" and "tier/<tier_table>/" (other keys go to "train/"),
+// tagged by its key with the prefixes "train_", "eval_", "ms_", "tier_" and "dynamic_" turned
+// into the groups "train/", "eval/", "phase_ms/", "tier/<tier_table>/" and
+// "dynamic/<dynamic_table>/" (other keys go to "train/"),
 // characters other than [A-Za-z0-9_./-] replaced by '_'. E.g. {"step": 5, "train_loss": 0.4,
 // "samples_per_sec": 9e4} -> train/loss 0.4, train/samples_per_sec 9e4 at step 5.
 std::vector<std::pair<std::string, float>> TensorBoardScalars(const JsonLine& line,
@@ -71,6 +72,8 @@ class RunLog {
                 double elapsed_seconds);
   // Ends an in-place progress line so the next message starts on its own line.
   void EndProgress();
+  // Text appended to the progress line from now on (the dynamic tables' fill). Default: none.
+  void set_progress_note(std::string note) { note_ = std::move(note); }
 
  private:
   RunLog() = default;
@@ -78,6 +81,7 @@ class RunLog {
   std::string path_;
   std::unique_ptr<EventFileWriter> events_;
   bool progress_ = false;
+  std::string note_;
   bool tty_ = false;
   bool line_open_ = false;
 };

@@ -33,7 +33,8 @@ absl::Status Errno(absl::string_view what, const std::string& path) {
 
 bool ParseDtype(std::string_view s, SafetensorsDtype* out) {
   for (auto d : {SafetensorsDtype::kF32, SafetensorsDtype::kF16, SafetensorsDtype::kBF16,
-                 SafetensorsDtype::kI64, SafetensorsDtype::kI32}) {
+                 SafetensorsDtype::kI64, SafetensorsDtype::kI32, SafetensorsDtype::kU64,
+                 SafetensorsDtype::kU16}) {
     if (DtypeName(d) == s) {
       *out = d;
       return true;
@@ -89,6 +90,8 @@ int64_t DtypeSize(SafetensorsDtype dtype) {
     case SafetensorsDtype::kBF16: return 2;
     case SafetensorsDtype::kI64: return 8;
     case SafetensorsDtype::kI32: return 4;
+    case SafetensorsDtype::kU64: return 8;
+    case SafetensorsDtype::kU16: return 2;
   }
   return 0;
 }
@@ -100,6 +103,8 @@ std::string_view DtypeName(SafetensorsDtype dtype) {
     case SafetensorsDtype::kBF16: return "BF16";
     case SafetensorsDtype::kI64: return "I64";
     case SafetensorsDtype::kI32: return "I32";
+    case SafetensorsDtype::kU64: return "U64";
+    case SafetensorsDtype::kU16: return "U16";
   }
   return "?";
 }
@@ -419,7 +424,7 @@ absl::Status SafetensorsFile::Parse(std::string_view bytes) {
     if (dtype->kind != internal::Json::kString || !ParseDtype(dtype->str, &p.view.dtype))
       return bad("unsupported dtype '",
                  dtype->kind == internal::Json::kString ? EscapeBytes(dtype->str) : "?",
-                 "' (Tessera reads F32, F16, BF16, I64, I32)");
+                 "' (Tessera reads F32, F16, BF16, I64, I32, U64, U16)");
     if (shape->kind != internal::Json::kArray) return bad("shape is not an array");
     for (const internal::Json& d : shape->items) {
       if (d.kind != internal::Json::kInt || d.num > (uint64_t{1} << 48))

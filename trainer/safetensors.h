@@ -37,9 +37,11 @@
 
 namespace tessera {
 
-enum class SafetensorsDtype { kF32, kF16, kBF16, kI64, kI32 };
+// kU64: a dynamic table's keys; kU16: its admission counters (checkpoints).
+enum class SafetensorsDtype { kF32, kF16, kBF16, kI64, kI32, kU64, kU16 };
 
-// Bytes per element (4, 2, 2, 8, 4) and the header spelling ("F32", "F16", "BF16", "I64", "I32").
+// Bytes per element (4, 2, 2, 8, 4, 8, 2) and the header spelling ("F32", "F16", "BF16", "I64",
+// "I32", "U64", "U16").
 int64_t DtypeSize(SafetensorsDtype dtype);
 std::string_view DtypeName(SafetensorsDtype dtype);
 

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/keyed_jagged.h"
+#include "embedding/dynamic_row_store.h"
 #include "embedding/embedding_collection.h"
 
 namespace tessera {
@@ -25,6 +26,11 @@ class SparseArch {
   // Hints that `next` is the local batch of the next Forward (tiered tables read ahead).
   // Default: nothing.
   virtual void Prefetch(const KeyedJagged& next) {}
+  // false: the following Forwards are evaluation (dynamic tables admit no key; an unseen key
+  // pools the zero row); true again for training. Default: nothing (no dynamic tables).
+  virtual void SetTraining(bool training) {}
+  // Table t's dynamic store when the table is dynamic and in this process, else null.
+  virtual DynamicRowStore* dynamic_store(int t) { return nullptr; }
   virtual int num_tables() const = 0;
   virtual const TableConfig& table(int t) const = 0;
   // Rows [begin, begin + count) of table t's weights, in row order (count * dim floats).
@@ -46,6 +52,10 @@ class LocalSparseArch final : public SparseArch {
     return collection_->BackwardUpdate(d_out, lr, step);
   }
   void Prefetch(const KeyedJagged& next) override { collection_->Prefetch(next); }
+  void SetTraining(bool training) override { collection_->set_training(training); }
+  DynamicRowStore* dynamic_store(int t) override {
+    return dynamic_cast<DynamicRowStore*>(&collection_->store(t));
+  }
   int num_tables() const override { return collection_->num_tables(); }
   const TableConfig& table(int t) const override { return collection_->table(t); }
   absl::Status ReadRows(int t, int64_t begin, int64_t count, float* out) override {

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "embedding/dynamic_row_store.h"
 #include "embedding/embedding_collection.h"
 #include "embedding/row_optimizer.h"
 #include "trainer/model.h"
@@ -94,6 +95,14 @@ absl::StatusOr<std::vector<std::unique_ptr<RowStore>>> CreateTableStores(
     }
     const TableConfig& table = config.model.tables[t];
     const int64_t state_dim = RowStateDim(opt.type, table.dim);
+    if (table.dynamic.enabled) {
+      // A table without a size: raw keys through a DynamicRowStore (memory only; the config
+      // refuses the other tiers and device caches for it).
+      TESSERA_ASSIGN_OR_RETURN(auto store, DynamicRowStore::Create(DynamicTableStoreOptions(
+                                               table, t, opt, config.seed)));
+      stores.push_back(std::move(store));
+      continue;
+    }
     if (table.storage.tier == StorageTier::kMemory) {
       TESSERA_ASSIGN_OR_RETURN(
           auto store, CreateInMemoryRowStore(TableRowStoreOptions(table, t, opt, config.seed)));

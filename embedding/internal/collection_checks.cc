@@ -82,6 +82,7 @@ absl::Status ValidateBatch(const KeyedJagged& batch, const EmbeddingCollectionOp
   // Resolve then only fails for its own reasons (I/O). The first pass is branch-free.
   for (int f = 0; f < options.num_features; ++f) {
     const int t = table_of_feature[f];
+    if (options.tables[t].dynamic.enabled) continue;  // raw 64-bit keys: any value is an id
     const uint64_t rows = static_cast<uint64_t>(options.tables[t].num_rows);
     const int64_t fb = batch.feature_begin(f), fe = batch.feature_end(f);
     bool bad = false;

@@ -21,7 +21,8 @@ absl::Status ValidateOptions(const EmbeddingCollectionOptions& options, const ch
 
 // InvalidArgument, prefixed with `who` (e.g. "EmbeddingCollection::Forward"), when the batch's
 // shape does not match (feature count, offsets size and range, weights size), `out` is null for
-// a non-empty batch, offsets decrease, or an id is outside its table (naming the table, feature,
+// a non-empty batch, offsets decrease, or an id is outside its static table (a dynamic table's
+// ids are raw keys: any value) (naming the table, feature,
 // sample and id). `table_of_feature[f]` is the index in options.tables serving feature f.
 absl::Status ValidateBatch(const KeyedJagged& batch, const EmbeddingCollectionOptions& options,
                            absl::Span<const int> table_of_feature, const float* out,

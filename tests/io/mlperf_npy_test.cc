@@ -300,6 +300,27 @@ TEST_F(MlperfNpyTest, NegativeIdsReduceAsNumpyDoes) {
   for (int k = 0; k < 26; ++k) EXPECT_EQ(got[0].bags[k][0], ((-7 % rows[k]) + rows[k]) % rows[k]);
 }
 
+TEST_F(MlperfNpyTest, RawIdsStayAsStoredForDynamicTables) {
+  // kMlperfRawIds (a dynamic table's feature): int32 ids read as their 32-bit pattern (the hex
+  // value), the other features still reduced.
+  std::vector<float> dense(13, 0.5f);
+  std::vector<int32_t> labels = {1};
+  std::vector<int32_t> ids(26, -7);
+  ids[1] = 123456789;
+  WriteFile(Path(0, "dense.npy"), NpyBytes(NpyDtype::kFloat32, {1, 13}, RawBytes(dense)));
+  WriteFile(Path(0, "labels.npy"), NpyBytes(NpyDtype::kInt32, {1}, RawBytes(labels)));
+  WriteFile(Path(0, "sparse.npy"), NpyBytes(NpyDtype::kInt32, {1, 26}, RawBytes(ids)));
+  MlperfNpyOptions o = Options({0});
+  o.rows_per_feature[0] = kMlperfRawIds;
+  o.rows_per_feature[1] = kMlperfRawIds;
+  std::vector<FlatSample> got = Drain(o);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].bags[0][0], int64_t{4294967289});  // uint32(-7)
+  EXPECT_EQ(got[0].bags[1][0], 123456789);
+  const std::vector<int64_t> rows = Kaggle();
+  EXPECT_EQ(got[0].bags[2][0], ((-7 % rows[2]) + rows[2]) % rows[2]);
+}
+
 TEST_F(MlperfNpyTest, BadFilesGiveOneMessageNamingTheFile) {
   Sample s = ReadSample();
   WriteDay(s, 0, 0, 100);

@@ -1,6 +1,7 @@
 #include "trainer/internal/checkpoint_tables.h"
 
 #include "absl/strings/str_cat.h"
+#include "embedding/dynamic_row_store.h"
 #include "embedding/row_optimizer.h"
 #include "trainer/internal/checkpoint_files.h"
 
@@ -13,6 +14,9 @@ class HostTables final : public CheckpointTables {
   int num_tables() const override { return c_.num_tables(); }
   const TableConfig& table(int t) const override { return c_.table(t); }
   TieredRowStore* tiered(int t) override { return dynamic_cast<TieredRowStore*>(&c_.store(t)); }
+  DynamicRowStore* dynamic(int t) override {
+    return dynamic_cast<DynamicRowStore*>(&c_.store(t));
+  }
   RowDtype weight_dtype(int t) const override { return c_.store(t).weight_dtype(); }
   int64_t state_dim(int t) const override { return c_.store(t).state_dim(); }
   absl::Status ReadRowBytes(int t, int64_t begin, int64_t n, void* weights,
@@ -83,6 +87,7 @@ class JoinedTables final : public CheckpointTables {
   int num_tables() const override { return static_cast<int>(where_.size()); }
   const TableConfig& table(int t) const override { return part(t).table(index(t)); }
   TieredRowStore* tiered(int t) override { return part(t).tiered(index(t)); }
+  DynamicRowStore* dynamic(int t) override { return part(t).dynamic(index(t)); }
   RowDtype weight_dtype(int t) const override { return part(t).weight_dtype(index(t)); }
   int64_t state_dim(int t) const override { return part(t).state_dim(index(t)); }
   absl::Status ReadRowBytes(int t, int64_t begin, int64_t n, void* weights,

@@ -26,6 +26,8 @@ class CheckpointTables {
   // Table t's RocksDB-tier store (checkpointed as a database copy), or null (its rows and state
   // go into the state file).
   virtual TieredRowStore* tiered(int t) = 0;
+  // Table t's dynamic store (checkpointed by key: trainer/internal/dynamic_tables.h), or null.
+  virtual DynamicRowStore* dynamic(int t) { return nullptr; }
   virtual RowDtype weight_dtype(int t) const = 0;
   virtual int64_t state_dim(int t) const = 0;
   int64_t weight_row_bytes(int t) const { return table(t).dim * RowDtypeBytes(weight_dtype(t)); }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_join.h"
 #include "trainer/config.h"
+#include "trainer/internal/config_dynamic.h"
 #include "yaml-cpp/yaml.h"
 
 namespace tessera {
@@ -64,7 +65,7 @@ void EmitModel(YAML::Emitter& e, const ModelConfig& m) {
   for (const TableConfig& t : m.tables) {
     e << YAML::Flow << YAML::BeginMap;
     Key(e, "name", t.name);
-    Key(e, "rows", t.num_rows);
+    if (!t.dynamic.enabled) Key(e, "rows", t.num_rows);  // a dynamic table: capacity_rows
     Key(e, "dim", t.dim);
     Key(e, "pooling", kPoolingModeNames, t.pooling);
     e << YAML::Key << "features" << YAML::Value << YAML::Flow << YAML::BeginSeq;
@@ -110,6 +111,7 @@ void EmitModel(YAML::Emitter& e, const ModelConfig& m) {
       device_cache(st);
       e << YAML::EndMap;
     }
+    internal::EmitTableDynamic(e, t);
     e << YAML::EndMap;
   }
   e << YAML::EndSeq << YAML::EndMap;
@@ -142,6 +144,7 @@ void EmitData(YAML::Emitter& e, const DataConfig& d) {
     IntList(e, "pooling", s.pooling);
     Key(e, "planted_scale", s.planted_scale);
     Key(e, "seed", s.seed);
+    Key(e, "id_space", s.id_space);
     e << YAML::EndMap;
   }
   e << YAML::EndMap;

@@ -1,0 +1,468 @@
+#include "embedding/dynamic_row_store.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/rng.h"
+#include "core/status.h"
+
+namespace tessera {
+namespace {
+
+std::string Label(const DynamicRowStoreOptions& o) {
+  return o.name.empty() ? absl::StrCat("table ", o.table_id) : absl::StrCat("table '", o.name, "'");
+}
+
+// Stream tags keeping the admission hashes apart from the rows' init streams.
+constexpr uint64_t kSketchTag = 0x736b657463680001ull;
+constexpr uint64_t kCoinTag = 0x636f696e00000002ull;
+
+int64_t SketchSlots(const DynamicRowStoreOptions& o) {
+  if (o.dynamic.min_count <= 1) return 0;
+  int64_t want = o.dynamic.counter_slots > 0 ? o.dynamic.counter_slots : 4 * o.capacity;
+  int64_t n = 64;
+  while (n < want) n <<= 1;
+  return n;
+}
+
+absl::Status Validate(const DynamicRowStoreOptions& o) {
+  const std::string label = Label(o);
+  const DynamicTableConfig& d = o.dynamic;
+  if (o.capacity <= 0 || o.dim <= 0 || o.state_dim < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(label, ": dynamic.capacity_rows (", o.capacity, ") and dim (", o.dim,
+                     ") must be positive and state_dim (", o.state_dim, ") non-negative"));
+  }
+  if (o.capacity > (int64_t{1} << 40)) {
+    return absl::InvalidArgumentError(absl::StrCat(label, ": dynamic.capacity_rows ", o.capacity,
+                                                   " is above 2^40"));
+  }
+  if (d.min_count < 1 || d.min_count > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        label, ": dynamic.admission.min_count ", d.min_count, " is outside [1, 65535]"));
+  }
+  if (!(d.probability >= 0.0 && d.probability <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        label, ": dynamic.admission.probability ", d.probability, " is outside (0, 1]"));
+  }
+  if (d.min_count > 1 && d.probability > 0.0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        label, ": dynamic.admission sets both min_count and probability; choose one"));
+  }
+  if (d.counter_slots < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        label, ": dynamic.admission.counter_slots ", d.counter_slots, " is negative"));
+  }
+  if (d.policy == EvictionPolicy::kTtl && d.ttl_steps <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        label, ": dynamic.eviction.policy ttl needs ttl_steps > 0 (got ", d.ttl_steps, ")"));
+  }
+  if (d.policy != EvictionPolicy::kTtl && d.ttl_steps != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(label, ": dynamic.eviction.ttl_steps is set but the policy is ",
+                     EvictionPolicyName(d.policy), ", not ttl"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int64_t DynamicRowStore::MemoryBytes(const DynamicRowStoreOptions& o) {
+  const int64_t slots = o.capacity + 1;
+  int64_t buckets = 2;
+  while (buckets < 2 * o.capacity) buckets <<= 1;
+  return slots * (o.dim * RowDtypeBytes(o.dtype) + o.state_dim * 4) +  // rows and state
+         buckets * 16 +                                                // the index
+         slots * (8 + 4 + 8 + 8) +                                     // key, counts, free list
+         SketchSlots(o) * 2;                                           // the sketch
+}
+
+DynamicRowStore::DynamicRowStore(const DynamicRowStoreOptions& options)
+    : options_(options), label_(Label(options)) {}
+
+absl::StatusOr<std::unique_ptr<DynamicRowStore>> DynamicRowStore::Create(
+    const DynamicRowStoreOptions& options) {
+  TESSERA_RETURN_IF_ERROR(Validate(options));
+  std::unique_ptr<DynamicRowStore> s(new DynamicRowStore(options));
+  const int64_t slots = options.capacity + 1;
+  // The slot rows: an in-memory store of zeros (slot 0 stays the zero row; the others are
+  // written when a key is placed).
+  InMemoryRowStoreOptions ro;
+  ro.num_rows = slots;
+  ro.dim = options.dim;
+  ro.state_dim = options.state_dim;
+  ro.state_init = options.state_init;
+  ro.init.type = RowInitType::kZero;
+  ro.seed = options.seed;
+  ro.table_id = options.table_id;
+  ro.name = options.name;
+  ro.dtype = options.dtype;
+  auto rows = CreateInMemoryRowStore(ro);
+  if (!rows.ok()) {
+    if (rows.status().code() == absl::StatusCode::kResourceExhausted) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(s->label_, ": dynamic.capacity_rows ", options.capacity, " needs ",
+                       MemoryBytes(options), " bytes: ", rows.status().message()));
+    }
+    return rows.status();
+  }
+  s->rows_ = std::move(rows).value();
+  auto index = KeySlotIndex::Create(options.capacity);
+  if (!index.ok()) {
+    return absl::ResourceExhaustedError(absl::StrCat(s->label_, ": dynamic.capacity_rows ",
+                                                     options.capacity, " needs ",
+                                                     MemoryBytes(options), " bytes: ",
+                                                     index.status().message()));
+  }
+  s->index_ = std::move(index).value();
+  s->use_sketch_ = options.dynamic.min_count > 1;
+  if (s->use_sketch_) {
+    s->sketch_ = AdmissionSketch(SketchSlots(options),
+                                 HashCombine(HashCombine(options.seed, kSketchTag),
+                                             options.table_id));
+  }
+  s->meta_.assign(slots, SlotMeta());
+  s->free_.reserve(slots);
+  for (int64_t k = options.capacity; k >= 1; --k) s->free_.push_back(k);
+  s->init_row_.resize(options.dim);
+  s->stats_.capacity = options.capacity;
+  return s;
+}
+
+bool DynamicRowStore::Admits(uint64_t key, uint32_t count) {
+  const DynamicTableConfig& d = options_.dynamic;
+  if (use_sketch_) return sketch_.Add(key, count) >= static_cast<uint32_t>(d.min_count);
+  if (d.probability > 0.0 && d.probability < 1.0) {
+    // One coin per lookup: admitted unless all `count` coins fail, 1 - (1 - p)^count, drawn as
+    // one uniform keyed by (seed, table, key, step).
+    const uint64_t h = HashCombine(
+        HashCombine(HashCombine(options_.seed, kCoinTag), options_.table_id),
+        HashCombine(key, static_cast<uint64_t>(stats_.steps + 1)));
+    const double u = static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0);
+    return u < 1.0 - std::pow(1.0 - d.probability, static_cast<double>(count));
+  }
+  return true;
+}
+
+int64_t DynamicRowStore::Place(uint64_t key) {
+  const int64_t slot = free_.back();
+  free_.pop_back();
+  InitRow(options_.init, options_.seed, options_.table_id, options_.capacity,
+          static_cast<int64_t>(key), options_.dim, init_row_.data());
+  const int64_t row_bytes = weight_row_bytes();
+  char* w = static_cast<char*>(rows_->weight_data()) + slot * row_bytes;
+  RowValuesFromFloat(options_.dtype, init_row_.data(), options_.dim, w);
+  if (options_.state_dim > 0) {
+    float* st = rows_->state() + slot * options_.state_dim;
+    std::fill(st, st + options_.state_dim, options_.state_init);
+  }
+  meta_[slot] = {key, 0, 0};
+  index_.Insert(key, slot);
+  return slot;
+}
+
+void DynamicRowStore::Evict(int64_t slot) {
+  index_.Erase(meta_[slot].key);
+  meta_[slot] = SlotMeta();
+  free_.push_back(slot);
+  ++stats_.evictions;
+}
+
+void DynamicRowStore::ResetZeroRow() {
+  std::memset(rows_->weight_data(), 0, static_cast<size_t>(weight_row_bytes()));
+  if (options_.state_dim > 0) {
+    std::fill(rows_->state(), rows_->state() + options_.state_dim, options_.state_init);
+  }
+}
+
+absl::Status DynamicRowStore::Resolve(absl::Span<const int64_t> ids, absl::Span<int64_t> slots) {
+  if (ids.size() != slots.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(label_, ": Resolve got ", ids.size(), " ids but ", slots.size(), " slots"));
+  }
+  const size_t n = ids.size();
+  constexpr size_t kAhead = 8;
+  int64_t probes = 0;
+  misses_.clear();
+  for (size_t i = 0; i < n; ++i) {
+    if (i + kAhead < n) index_.Prefetch(static_cast<uint64_t>(ids[i + kAhead]));
+    const int64_t s = index_.Find(static_cast<uint64_t>(ids[i]), &probes);
+    slots[i] = s < 0 ? 0 : s;
+    if (s < 0) misses_.emplace_back(static_cast<uint64_t>(ids[i]), static_cast<int64_t>(i));
+  }
+  stats_.lookups += static_cast<int64_t>(n);
+  stats_.probes += probes;
+  if (!misses_.empty()) {
+    // Keys without a row, in increasing key order (the order of admission), each with its
+    // lookups in this batch.
+    std::sort(misses_.begin(), misses_.end());
+    for (size_t b = 0; b < misses_.size();) {
+      const uint64_t key = misses_[b].first;
+      size_t e = b + 1;
+      while (e < misses_.size() && misses_[e].first == key) ++e;
+      const uint32_t count = static_cast<uint32_t>(std::min<size_t>(e - b, 65535));
+      if (admitting_ && Admits(key, count)) {
+        if (free_.empty()) {
+          waiting_.emplace_back(key, count);
+        } else {
+          const int64_t slot = Place(key);
+          admitted_.push_back(key);
+          for (size_t j = b; j < e; ++j) slots[misses_[j].second] = slot;
+          b = e;
+          continue;
+        }
+      }
+      stats_.unadmitted_lookups += static_cast<int64_t>(e - b);
+      zero_row_used_ = true;
+      b = e;
+    }
+  }
+  // Only the eviction policies read the rows' use (lfu: counts, lru / ttl: last step).
+  if (options_.dynamic.policy != EvictionPolicy::kNone) {
+    step_slots_.insert(step_slots_.end(), slots.begin(), slots.end());
+  }
+  // The slot rows are in memory: slot == row of rows_, nothing to pin.
+  return absl::OkStatus();
+}
+
+void DynamicRowStore::EvictAtStepEnd(int64_t step, int64_t waiting) {
+  const DynamicTableConfig& d = options_.dynamic;
+  const int64_t cap = options_.capacity;
+  candidates_.clear();
+  if (d.policy == EvictionPolicy::kTtl) {
+    for (int64_t s = 1; s <= cap; ++s) {
+      const int64_t last = meta_[s].last_step;
+      if (last >= 0 && last + d.ttl_steps <= step) candidates_.push_back(s);
+    }
+    std::sort(candidates_.begin(), candidates_.end(),
+              [&](int64_t a, int64_t b) { return meta_[a].key < meta_[b].key; });
+    for (int64_t s : candidates_) Evict(s);
+    return;
+  }
+  if (d.policy != EvictionPolicy::kLfu && d.policy != EvictionPolicy::kLru) return;
+  const int64_t need = waiting - static_cast<int64_t>(free_.size());
+  if (need <= 0) return;
+  for (int64_t s = 1; s <= cap; ++s) {
+    if (meta_[s].last_step >= 0 && meta_[s].last_step != step) candidates_.push_back(s);
+  }
+  const bool lfu = d.policy == EvictionPolicy::kLfu;
+  auto before = [&](int64_t a, int64_t b) {
+    const SlotMeta &x = meta_[a], &y = meta_[b];
+    if (lfu && x.lookups != y.lookups) return x.lookups < y.lookups;
+    if (x.last_step != y.last_step) return x.last_step < y.last_step;
+    return x.key < y.key;
+  };
+  const int64_t k =
+      std::min<int64_t>(static_cast<int64_t>(candidates_.size()), std::max(need, cap / 64));
+  if (k <= 0) return;
+  std::nth_element(candidates_.begin(), candidates_.begin() + (k - 1), candidates_.end(), before);
+  candidates_.resize(k);
+  std::sort(candidates_.begin(), candidates_.end(), before);
+  for (int64_t s : candidates_) Evict(s);
+}
+
+absl::Status DynamicRowStore::EndStep() {
+  const int64_t step = ++stats_.steps;
+  const int32_t step32 = static_cast<int32_t>(step);
+  if (options_.dynamic.policy == EvictionPolicy::kLfu) {
+    for (int64_t s : step_slots_) {
+      SlotMeta& m = meta_[s];  // slot 0 (the zero row) too: its meta is never read
+      m.lookups += m.lookups != std::numeric_limits<uint32_t>::max();
+      m.last_step = step32;
+    }
+  } else {
+    for (int64_t s : step_slots_) meta_[s].last_step = step32;
+  }
+  meta_[0] = SlotMeta();
+  stats_.admissions += static_cast<int64_t>(admitted_.size());
+  admitted_.clear();
+  if (use_sketch_) sketch_.Commit();
+  // Keys that waited for room: one entry per key (several Resolve calls may each have seen it).
+  std::sort(waiting_.begin(), waiting_.end());
+  size_t w = 0;
+  for (size_t i = 0; i < waiting_.size(); ++i) {
+    if (w > 0 && waiting_[w - 1].first == waiting_[i].first) {
+      waiting_[w - 1].second += waiting_[i].second;
+    } else {
+      waiting_[w++] = waiting_[i];
+    }
+  }
+  waiting_.resize(w);
+  EvictAtStepEnd(step, static_cast<int64_t>(waiting_.size()));
+  for (const auto& [key, count] : waiting_) {
+    if (free_.empty()) {
+      ++stats_.refused;
+      continue;
+    }
+    const int64_t slot = Place(key);
+    meta_[slot].lookups = count;
+    meta_[slot].last_step = step32;
+    ++stats_.admissions;
+  }
+  waiting_.clear();
+  if (zero_row_used_) ResetZeroRow();
+  zero_row_used_ = false;
+  step_slots_.clear();
+  return rows_->EndStep();
+}
+
+absl::Status DynamicRowStore::EndReadOnlyStep() {
+  // Undo the step's admissions in reverse, so the free list is as before.
+  for (auto it = admitted_.rbegin(); it != admitted_.rend(); ++it) {
+    int64_t probes = 0;
+    const int64_t slot = index_.Find(*it, &probes);
+    index_.Erase(*it);
+    meta_[slot] = SlotMeta();
+    free_.push_back(slot);
+  }
+  admitted_.clear();
+  if (use_sketch_) sketch_.Undo();
+  waiting_.clear();
+  step_slots_.clear();
+  zero_row_used_ = false;  // nothing was updated: the zero row is still zero
+  return rows_->EndReadOnlyStep();
+}
+
+absl::Status DynamicRowStore::ReadRowBytes(int64_t, int64_t, void*, float*) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      label_, " is dynamic: its rows are keyed, not numbered (read it with SaveState)"));
+}
+
+absl::Status DynamicRowStore::WriteRowBytes(int64_t, int64_t, const void*, const float*) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      label_, " is dynamic: its rows are keyed, not numbered (write it with LoadState)"));
+}
+
+DynamicTableStats DynamicRowStore::stats() const {
+  DynamicTableStats s = stats_;
+  s.occupancy = index_.size();
+  return s;
+}
+
+absl::Status DynamicRowStore::SaveState(bool with_state, DynamicTableState* out) const {
+  // A pending evaluation forward changed nothing; a training step's admissions are provisional.
+  if (!admitted_.empty() || !waiting_.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(label_, ": SaveState inside a training step (call EndStep first)"));
+  }
+  std::vector<int64_t> order;
+  order.reserve(index_.size());
+  for (int64_t s = 1; s <= options_.capacity; ++s) {
+    if (meta_[s].last_step >= 0) order.push_back(s);
+  }
+  std::sort(order.begin(), order.end(),
+            [&](int64_t a, int64_t b) { return meta_[a].key < meta_[b].key; });
+  const int64_t n = static_cast<int64_t>(order.size());
+  const int64_t rb = weight_row_bytes(), sd = options_.state_dim;
+  out->dim = options_.dim;
+  out->state_dim = sd;
+  out->dtype = options_.dtype;
+  out->keys.resize(n);
+  out->weights.resize(static_cast<size_t>(n * rb));
+  out->state.resize(with_state ? static_cast<size_t>(n * sd) : 0);
+  out->lookups.resize(n);
+  out->last_step.resize(n);
+  auto* self = const_cast<DynamicRowStore*>(this);  // the slot arrays are read only here
+  const char* w = static_cast<const char*>(self->rows_->weight_data());
+  const float* st = self->rows_->state();
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t s = order[i];
+    out->keys[i] = meta_[s].key;
+    std::memcpy(out->weights.data() + i * rb, w + s * rb, static_cast<size_t>(rb));
+    if (with_state && sd > 0) std::memcpy(&out->state[i * sd], st + s * sd, sd * sizeof(float));
+    out->lookups[i] = meta_[s].lookups;
+    out->last_step[i] = meta_[s].last_step;
+  }
+  out->sketch = use_sketch_ ? sketch_.counters() : std::vector<uint16_t>();
+  out->stats = stats();
+  return absl::OkStatus();
+}
+
+absl::Status DynamicRowStore::LoadState(const DynamicTableState& in) {
+  if (!step_slots_.empty() || !admitted_.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(label_, ": LoadState inside a step (call EndStep first)"));
+  }
+  const int64_t n = static_cast<int64_t>(in.keys.size());
+  const int64_t rb = weight_row_bytes(), sd = options_.state_dim;
+  if (in.dim != options_.dim || in.dtype != options_.dtype || in.state_dim != sd) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        label_, ": state of dim ", in.dim, ", ", RowDtypeName(in.dtype), ", state_dim ",
+        in.state_dim, " does not match the table (dim ", options_.dim, ", ",
+        RowDtypeName(options_.dtype), ", state_dim ", sd, ")"));
+  }
+  if (n > options_.capacity) {
+    return absl::InvalidArgumentError(absl::StrCat(label_, ": ", n,
+                                                   " keys do not fit dynamic.capacity_rows ",
+                                                   options_.capacity));
+  }
+  if (static_cast<int64_t>(in.weights.size()) != n * rb ||
+      (!in.state.empty() && static_cast<int64_t>(in.state.size()) != n * sd) ||
+      static_cast<int64_t>(in.lookups.size()) != n ||
+      static_cast<int64_t>(in.last_step.size()) != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(label_, ": state arrays do not match its ", n, " keys"));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (in.last_step[i] < 0 || in.last_step[i] > std::numeric_limits<int32_t>::max()) {
+      return absl::InvalidArgumentError(absl::StrCat(label_, ": last_step ", in.last_step[i],
+                                                     " of key ", in.keys[i], " is out of range"));
+    }
+  }
+  for (int64_t i = 1; i < n; ++i) {
+    if (in.keys[i - 1] >= in.keys[i]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          label_, ": keys are not ascending and distinct at position ", i, " (key ", in.keys[i],
+          ")"));
+    }
+  }
+  if (!in.sketch.empty() && (!use_sketch_ || in.sketch.size() != sketch_.counters().size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        label_, ": admission counters of ", in.sketch.size(), " slots, the table has ",
+        use_sketch_ ? sketch_.counters().size() : 0,
+        " (dynamic.admission.min_count or counter_slots differ)"));
+  }
+  // Empty the table, then place the keys in order.
+  for (int64_t s = 1; s <= options_.capacity; ++s) {
+    if (meta_[s].last_step >= 0) index_.Erase(meta_[s].key);
+    meta_[s] = SlotMeta();
+  }
+  free_.clear();
+  for (int64_t k = options_.capacity; k >= 1; --k) free_.push_back(k);
+  char* w = static_cast<char*>(rows_->weight_data());
+  float* st = rows_->state();
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t s = free_.back();
+    free_.pop_back();
+    meta_[s].key = in.keys[i];
+    index_.Insert(in.keys[i], s);
+    std::memcpy(w + s * rb, in.weights.data() + i * rb, static_cast<size_t>(rb));
+    if (sd > 0) {
+      if (in.state.empty()) {
+        std::fill(st + s * sd, st + (s + 1) * sd, options_.state_init);
+      } else {
+        std::memcpy(st + s * sd, &in.state[i * sd], sd * sizeof(float));
+      }
+    }
+    meta_[s].lookups = in.lookups[i];
+    meta_[s].last_step = static_cast<int32_t>(in.last_step[i]);
+  }
+  if (use_sketch_) {
+    std::vector<uint16_t>& c = sketch_.mutable_counters();
+    if (in.sketch.empty()) {
+      std::fill(c.begin(), c.end(), 0);
+    } else {
+      c = in.sketch;
+    }
+  }
+  stats_ = in.stats;
+  stats_.capacity = options_.capacity;
+  stats_.occupancy = n;
+  return absl::OkStatus();
+}
+
+}  // namespace tessera
