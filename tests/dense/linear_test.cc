@@ -153,6 +153,41 @@ TEST(LinearTest, BiasGradAndMaskDoNotDependOnThreadCount) {
   EXPECT_EQ(0, std::memcmp(dz[0].data(), dz[1].data(), nb * out * sizeof(float)));
 }
 
+// Bias and ReLU run inside the matmul (oneDNN's post-ops), whose ReLU maps NaN to 0 (torch.relu
+// keeps it). A NaN input must still not vanish from the step: its row's outputs are 0 or NaN,
+// the other rows are untouched, and the weight gradient (dz^T x, the NaN times the masked zero)
+// is NaN, so the trainer's finite-gradient check (Model::LocalGradientsFinite) stops the step.
+// fp32 and bf16 layers; 64 rows x 256 outputs, so the bf16 layer takes its bf16 kernels.
+TEST(LinearTest, NanInputStillReachesTheWeightGradient) {
+  for (DenseDtype dtype : {DenseDtype::kFp32, DenseDtype::kBf16}) {
+    const int64_t nb = 64, in = 32, out = 256;
+    Linear layer("l", in, out, Activation::kRelu, DeviceContext::Cpu(), dtype);
+    layer.Init(5);
+    std::vector<float> x = ToFloat(RandomVec(nb * in, 31));
+    x[3 * in + 7] = std::nanf("");
+    const float* y = nullptr;
+    const absl::Status st = layer.Forward(x.data(), nb, &y);
+    if (dtype == DenseDtype::kBf16 && absl::IsUnimplemented(st)) continue;  // no oneDNN
+    ASSERT_TRUE(st.ok()) << st;
+    for (int64_t r = 0; r < nb; ++r) {
+      for (int64_t o = 0; o < out; ++o) {
+        const float v = y[r * out + o];
+        if (r == 3) {
+          EXPECT_TRUE(std::isnan(v) || v == 0.0f) << DenseDtypeName(dtype) << " y[3][" << o << "]";
+        } else {
+          EXPECT_TRUE(v >= 0.0f) << DenseDtypeName(dtype) << " y[" << r << "][" << o << "]";
+        }
+      }
+    }
+    std::vector<float> dy(nb * out, 1.0f);
+    ASSERT_TRUE(layer.Backward(dy.data(), nullptr).ok());
+    const float* dw = layer.weight().grad.data<float>();
+    int nan = 0;
+    for (int64_t i = 0; i < out * in; ++i) nan += std::isnan(dw[i]) ? 1 : 0;
+    EXPECT_GT(nan, 0) << DenseDtypeName(dtype);
+  }
+}
+
 TEST(MlpTest, MatchesFloat64TwinAndNamesParameters) {
   const int64_t nb = 19, in = 13;
   const std::vector<int64_t> sizes = {32, 16, 1};
