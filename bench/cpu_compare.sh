@@ -92,7 +92,8 @@ for b in json.load(sys.stdin)["benchmarks"]:
           --steps "$steps" --name "tessera-$name" --set "model.dense_dtype=$dt" 2>/dev/null |
           tail -1 | tag "$r" "$name" "tessera-$dt" >> "$out" || true
         env "${torch_env[@]}" OMP_NUM_THREADS=$t "$py" bench/pytorch_dlrm.py --preset "$name" \
-          --threads "$t" --steps "$steps" --dtype "$dt" | tag "$r" "$name" "pytorch-$dt" >> "$out"
+          --threads "$t" --steps "$steps" --dtype "$dt" | tag "$r" "$name" "pytorch-$dt" >> "$out" ||
+          true
         # PyPI's torch brings its own OpenMP and oneDNN; the same passive waiting.
         [ -z "$torchrec_py" ] || OMP_NUM_THREADS=$t OMP_WAIT_POLICY=PASSIVE "$torchrec_py" \
           bench/torchrec_dlrm.py --preset "$name" --threads "$t" --steps "$steps" --dtype "$dt" \

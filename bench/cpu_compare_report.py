@@ -74,7 +74,7 @@ def main():
         return f"{m / 1e3:.1f}k ±{spread:.0f}%"
 
     q = lambda a, b: f"{a / b:.2f}x" if a and b else "n/a"
-    configs = [c for c in SHAPES if any(k[0] == c for k in runs)]
+    configs = [c for c in SHAPES if any(k[0] == c and k[2] in IMPLS for k in runs)]
     print("| config | threads | tessera fp32 | tessera bf16 | TorchRec fp32 | TorchRec bf16 | "
           "PyTorch 1.13 fp32 | PyTorch 1.13 bf16 | fp32 / best fp32 anchor | "
           "bf16 / best bf16 anchor |")
@@ -110,15 +110,31 @@ def main():
                                for i in IMPLS)
             print(f"| {c} | {t} | {g(sg)} | {g(df)} | {g(db)} | {f32} | {b16} | {scale} |")
     print()
-    print("CPU ms per step (medians, whole process):")
+    print("CPU ms per step (medians, whole process; on a loaded machine the 1-thread CPU times are "
+          "what a quiet core would take): the bare matmuls (1 thread, main thread), each "
+          "implementation, and ratios of CPU times: best anchor over tessera (fp32, bf16), bare "
+          "matmul over tessera (fp32 against the faster bare fp32, bf16 against bare bf16)")
     print()
-    print("| config | threads | " + " | ".join(IMPLS) + " |")
-    print("|---|---|" + "---|" * len(IMPLS))
+    print("| config | threads | bare fp32 | bare bf16 | " + " | ".join(IMPLS) +
+          " | anchor / tessera fp32 | anchor / tessera bf16 | bare / tessera fp32 | "
+          "bare / tessera bf16 |")
+    print("|---|---|---|---|" + "---|" * (len(IMPLS) + 4))
     f = lambda x: f"{x:.1f}" if x else "n/a"
+    r = lambda a, b: f"{a / b:.2f}" if a and b else "n/a"
     for c in configs:
         for t in (1, 2):
-            cells = " | ".join(f(med(c, t, i, "cpu_ms_per_step")[0]) for i in IMPLS)
-            print(f"| {c} | {t} | {cells} |")
+            m = {i: med(c, t, i, "cpu_ms_per_step")[0] for i in IMPLS}
+            # One thread only: with two, the bare bench's CPU time is its main thread's alone.
+            b32 = min([v for v in (med(c, t, "sgemm", "cpu_ms_per_step")[0],
+                                   med(c, t, "dnnl-f32", "cpu_ms_per_step")[0]) if v],
+                      default=None) if t == 1 else None
+            b16 = med(c, t, "dnnl-bf16", "cpu_ms_per_step")[0] if t == 1 else None
+            a32 = min([v for v in (m["torchrec-fp32"], m["pytorch-fp32"]) if v], default=None)
+            a16 = min([v for v in (m["torchrec-bf16"], m["pytorch-bf16"]) if v], default=None)
+            cells = " | ".join(f(m[i]) for i in IMPLS)
+            print(f"| {c} | {t} | {f(b32)} | {f(b16)} | {cells} | {r(a32, m['tessera-fp32'])} | "
+                  f"{r(a16, m['tessera-bf16'])} | {r(b32, m['tessera-fp32'])} | "
+                  f"{r(b16, m['tessera-bf16'])} |")
     print()
     for c in configs:
         for impl in IMPLS:
