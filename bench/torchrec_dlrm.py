@@ -119,9 +119,18 @@ def main():
     # Which kernel the tables got (FBGEMM's SplitTableBatchedEmbeddingBagsCodegen expected), the
     # optimizer it fuses and its device (the sharded collection keeps its lookups in a list).
     ebc = dmp.module.model.sparse_arch.embedding_bag_collection
-    tbes = [e._emb_module for lookup in ebc._lookups for e in lookup._emb_modules]
-    kernel = ",".join(sorted({f"{type(e).__name__}({e.optimizer.name}, {e.weights_precision.name}"
-                              f", {e.current_device})" for e in tbes}))
+    # (a lookup may come wrapped in DistributedDataParallel: its .module is the lookup)
+    lookups = [getattr(lookup, "module", lookup) for lookup in ebc._lookups]
+    tbes = [e._emb_module for lookup in lookups for e in getattr(lookup, "_emb_modules", [])]
+    # Small tables may be planned data_parallel (FBGEMM's DenseTableBatchedEmbeddingBagsCodegen
+    # under DistributedDataParallel, no fused optimizer): recorded as they come.
+    def describe(e):
+        opt = getattr(e, "optimizer", None)
+        prec = getattr(e, "weights_precision", None)
+        return (f"{type(e).__name__}({opt.name if opt is not None else 'no fused optimizer'}, "
+                f"{prec.name if prec is not None else 'FP32'})")
+    kernel = ", ".join(f"{n} x {k}" for k, n in sorted(
+        {d: sum(describe(x) == d for x in tbes) for d in map(describe, tbes)}.items()))
     autocast = args.dtype == "bf16"
 
     def step(i):

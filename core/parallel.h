@@ -12,9 +12,9 @@ namespace tessera {
 // The least work worth a parallel region: below it the fork and join of the region cost more than
 // the second thread saves, so the work stays on the calling thread ("never slower with more
 // threads"). A region's fork and join is a futex wake of the sleeping pool thread under
-// OMP_WAIT_POLICY=PASSIVE (what tessera-train and tessera-bench set, docs/PERFORMANCE.md): 20-60
-// us measured on 2 loaded Zen 4 cores (bench/dense_mlp_bench.cc BM_ForkJoin), so a thread's share
-// must be worth ~100 us. Streaming passes count the bytes they read and write (~10 GB/s on one
+// OMP_WAIT_POLICY=PASSIVE (what tessera-train and tessera-bench set): 20-60 us measured on 2
+// loaded Zen 4 cores (docs/PERFORMANCE.md, issue 27's section), so a thread's share must be
+// worth ~100 us. Streaming passes count the bytes they read and write (~10 GB/s on one
 // core); compute-bound loops their multiply-adds (kParallelMinMacs).
 inline constexpr int64_t kParallelMinBytes = int64_t{1} << 20;
 inline constexpr int64_t kParallelMinMacs = int64_t{1} << 20;

@@ -1,10 +1,10 @@
 // CPU twin of Linear: oneDNN's fp32 matmul (OpenBLAS sgemm in a build without oneDNN) for the
-// three products, bias + ReLU inside the forward matmul (oneDNN's bias and post-op; one pass over
-// the output after sgemm), and one pass over dy for the ReLU mask + bias gradient backward.
-// oneDNN's ReLU maps NaN to 0 where the sgemm pass keeps it: a NaN input still makes the weight
-// gradient NaN (dz^T x), which the trainer's finite-gradient check catches. The
+// three products, and one pass over the output for everything elementwise (bias + ReLU forward,
+// which keeps NaN visible as torch.relu does: oneDNN's ReLU post-op maps NaN to 0 and would hide
+// a non-finite loss), one pass over dy for the ReLU mask + bias gradient backward. The
 // bf16 variant rounds the GEMM inputs (x, W, dz) to bf16 and runs the products through oneDNN
-// with fp32 accumulation, dz's rounding in the mask pass; bias, ReLU and db stay fp32.
+// with fp32 accumulation, dz's rounding in the mask pass and a bf16 activation's in the bias
+// pass; bias, ReLU and db stay fp32.
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -27,8 +27,10 @@ int64_t RowChunk(int64_t cols) { return MinChunkForBytes(8 * std::max<int64_t>(c
 int64_t ColumnChunk(int64_t rows) { return std::max<int64_t>(32, MinChunkForBytes(12 * rows)); }
 
 TESSERA_VECTOR_CLONES
+// y16 non-null: each finished row is also rounded to bf16 into y16 while it is in L1 (the bf16
+// activation the next bf16 layer reads, instead of a separate rounding pass over y).
 void BiasActRows(float* __restrict y, const float* __restrict b, int64_t r0, int64_t r1,
-                 int64_t cols, bool relu) {
+                 int64_t cols, bool relu, uint16_t* y16) {
   for (int64_t r = r0; r < r1; ++r) {
     float* __restrict row = y + r * cols;
     if (relu) {
@@ -40,6 +42,7 @@ void BiasActRows(float* __restrict y, const float* __restrict b, int64_t r0, int
     } else {
       for (int64_t c = 0; c < cols; ++c) row[c] += b[c];
     }
+    if (y16 != nullptr) FloatToBf16(row, cols, y16 + r * cols);
   }
 }
 
@@ -155,19 +158,20 @@ absl::Status LinearForwardBf16Cpu(const float* x, const uint16_t* x16, const flo
   }
   s->x16 = x16;
   ToBf16Parallel(w, out * in, &s->w);
-  // Bias and ReLU inside the matmul (oneDNN's bias and post-op): no pass over y; a bf16 output
-  // is rounded there too.
-  GemmEpilogue ep;
-  ep.bias = b;
-  ep.relu = act == Activation::kRelu;
-  ep.bf16_out = s->bf16_out;
-  void* c = y;
+  TESSERA_RETURN_IF_ERROR(DnnlGemm(GemmInput::kBf16, false, true, batch, out, in, x16, in,
+                                   s->w.data(), in, false, y, out));
+  // Bias and ReLU in one pass (not oneDNN's ReLU post-op: it maps NaN to 0, which would hide a
+  // non-finite loss); a bf16 output is rounded in the same pass, row by row.
+  uint16_t* y16 = nullptr;
   if (s->bf16_out) {
     if (static_cast<int64_t>(s->y.size()) < batch * out) s->y.resize(batch * out);
-    c = s->y.data();
+    y16 = s->y.data();
   }
-  return DnnlGemmEpilogue(GemmInput::kBf16, false, true, batch, out, in, x16, in, s->w.data(), in,
-                          ep, c, out);
+  const bool relu = act == Activation::kRelu;
+  ParallelFor(batch, RowChunk(out), [&](int64_t r0, int64_t r1, int) {
+    BiasActRows(y, b, r0, r1, out, relu, y16);
+  });
+  return absl::OkStatus();
 }
 
 absl::Status LinearBackwardBf16Cpu(const float* y, float* dy, int64_t batch, int64_t in,
@@ -197,17 +201,9 @@ absl::Status LinearForwardCpu(const DeviceContext& ctx, const float* x, const fl
                               const float* b, int64_t batch, int64_t in, int64_t out,
                               Activation act, float* y) {
   const bool relu = act == Activation::kRelu;
-  static const bool dnnl = DnnlGemmAvailable();
-  if (dnnl) {
-    // Bias and ReLU inside oneDNN's matmul (bias and post-op): no pass over y.
-    GemmEpilogue ep;
-    ep.bias = b;
-    ep.relu = relu;
-    return DnnlGemmEpilogue(GemmInput::kF32, false, true, batch, out, in, x, in, w, in, ep, y, out);
-  }
   TESSERA_RETURN_IF_ERROR(Gemm32(false, true, batch, out, in, x, in, w, in, y, out));
   ParallelFor(batch, RowChunk(out), [&](int64_t r0, int64_t r1, int) {
-    BiasActRows(y, b, r0, r1, out, relu);
+    BiasActRows(y, b, r0, r1, out, relu, nullptr);
   });
   return absl::OkStatus();
 }

@@ -8,7 +8,7 @@
 // rounded to nearest even) with fp32 accumulation; parameters, grads and everything elementwise
 // stay fp32 (fp32 master weights). Layers with fewer than 8 outputs stay fp32. In an Mlp the
 // activation between two bf16 layers is kept only in bf16 (the next layer's rounded input: the
-// same bits as rounding an fp32 activation), written by the matmul itself.
+// same bits as rounding an fp32 activation), rounded in the bias + ReLU pass.
 #pragma once
 
 #include <cstdint>

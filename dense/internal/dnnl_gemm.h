@@ -28,6 +28,7 @@ bool DnnlGemmAvailable();
                                     const void* b, int64_t ldb, bool accumulate, float* c,
                                     int64_t ldc);
 
+// (Linear does not use the ReLU post-op: it maps NaN to 0, where torch.relu keeps NaN.)
 // What the matmul applies to C[m, n] before it stores it, inside its kernel (oneDNN's bias and
 // post-ops: no separate pass over C): C = relu(op(A) op(B) + bias) with bias [n] (fp32, added in
 // fp32 to the fp32 accumulator, as a separate pass would), ReLU when `relu` (NaN stays NaN), and

@@ -37,11 +37,10 @@ absl::Status LinearBackwardCuda(const DeviceContext& ctx, const float* x, const 
 
 // bf16 dense math on the CPU (model.dense_dtype: bf16; dense/linear_cpu.cc): the same contract
 // with the three products' inputs rounded to bf16 (round to nearest even) and multiplied by
-// oneDNN with fp32 accumulation; bias and ReLU are applied in fp32 inside the forward matmul,
-// the mask and db in fp32. The forward keeps the bf16 x and W in `s` for the backward.
-// Activations between two bf16 layers stay bf16 (Mlp): a layer with `s->bf16_out` stores its
-// output only as bf16 (s->y, the next layer's rounded input, the same bits as rounding the fp32
-// output) and the next layer takes it as x16 instead of rounding an fp32 x. The backward's mask
+// oneDNN with fp32 accumulation; bias, ReLU, the mask and db in fp32. The forward keeps the bf16 x and W in `s` for the backward.
+// Activations between two bf16 layers stay bf16 (Mlp): a layer with `s->bf16_out` also rounds
+// its output to bf16 in the bias pass (s->y, the next layer's rounded input, the same bits as
+// rounding the fp32 output there) and the next layer takes it as x16 instead of rounding an fp32 x. The backward's mask
 // then reads s->y. Unimplemented without oneDNN.
 struct Bf16Operands {
   std::vector<uint16_t> x, w, dy, y;

@@ -153,38 +153,33 @@ TEST(LinearTest, BiasGradAndMaskDoNotDependOnThreadCount) {
   EXPECT_EQ(0, std::memcmp(dz[0].data(), dz[1].data(), nb * out * sizeof(float)));
 }
 
-// Bias and ReLU run inside the matmul (oneDNN's post-ops), whose ReLU maps NaN to 0 (torch.relu
-// keeps it). A NaN input must still not vanish from the step: its row's outputs are 0 or NaN,
-// the other rows are untouched, and the weight gradient (dz^T x, the NaN times the masked zero)
-// is NaN, so the trainer's finite-gradient check (Model::LocalGradientsFinite) stops the step.
-// fp32 and bf16 layers; 64 rows x 256 outputs, so the bf16 layer takes its bf16 kernels.
-TEST(LinearTest, NanInputStillReachesTheWeightGradient) {
+// ReLU keeps NaN visible (as torch.relu does; oneDNN's ReLU post-op would map it to 0 and hide a
+// non-finite loss), in fp32 and bf16 layers, and in an Mlp whose bf16 activations stay bf16:
+// the NaN row comes out NaN, the other rows are untouched.
+TEST(LinearTest, ReluKeepsNanVisible) {
   for (DenseDtype dtype : {DenseDtype::kFp32, DenseDtype::kBf16}) {
     const int64_t nb = 64, in = 32, out = 256;
-    Linear layer("l", in, out, Activation::kRelu, DeviceContext::Cpu(), dtype);
-    layer.Init(5);
+    Mlp mlp("m", in, {out, out}, /*relu_last=*/true, DeviceContext::Cpu(), dtype);
+    mlp.Init(5);
     std::vector<float> x = ToFloat(RandomVec(nb * in, 31));
     x[3 * in + 7] = std::nanf("");
     const float* y = nullptr;
-    const absl::Status st = layer.Forward(x.data(), nb, &y);
+    const absl::Status st = mlp.Forward(x.data(), nb, &y);
     if (dtype == DenseDtype::kBf16 && absl::IsUnimplemented(st)) continue;  // no oneDNN
     ASSERT_TRUE(st.ok()) << st;
+    int nan_row = 0, nan_other = 0;
     for (int64_t r = 0; r < nb; ++r) {
       for (int64_t o = 0; o < out; ++o) {
-        const float v = y[r * out + o];
+        const bool nan = std::isnan(y[r * out + o]);
         if (r == 3) {
-          EXPECT_TRUE(std::isnan(v) || v == 0.0f) << DenseDtypeName(dtype) << " y[3][" << o << "]";
+          nan_row += nan ? 1 : 0;
         } else {
-          EXPECT_TRUE(v >= 0.0f) << DenseDtypeName(dtype) << " y[" << r << "][" << o << "]";
+          nan_other += nan ? 1 : 0;
         }
       }
     }
-    std::vector<float> dy(nb * out, 1.0f);
-    ASSERT_TRUE(layer.Backward(dy.data(), nullptr).ok());
-    const float* dw = layer.weight().grad.data<float>();
-    int nan = 0;
-    for (int64_t i = 0; i < out * in; ++i) nan += std::isnan(dw[i]) ? 1 : 0;
-    EXPECT_GT(nan, 0) << DenseDtypeName(dtype);
+    EXPECT_EQ(nan_row, out) << DenseDtypeName(dtype);
+    EXPECT_EQ(nan_other, 0) << DenseDtypeName(dtype);
   }
 }
 
