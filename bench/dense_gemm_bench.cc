@@ -59,6 +59,7 @@ const std::vector<StepShapes>& Configs() {
       Shapes("small", 2048, 8, 64, {512, 256, 64}, {512, 256, 1}),
       Shapes("kaggle", 2048, 26, 16, {512, 256, 16}, {512, 256, 1}),
       Shapes("mlperf-mini", 1024, 26, 128, {512, 256, 128}, {1024, 1024, 512, 256, 1}),
+      Shapes("skewed", 2048, 3, 64, {64, 64}, {64, 1}),
   };
   return *c;
 }
@@ -151,11 +152,11 @@ void BM_StepGemms(benchmark::State& state, Impl impl) {
   state.counters["threads"] = NumThreads();
 }
 
-BENCHMARK_CAPTURE(BM_StepGemms, Sgemm, kSgemm)->DenseRange(0, 2)->UseRealTime();
-BENCHMARK_CAPTURE(BM_StepGemms, DnnlF32, kDnnlF32)->DenseRange(0, 2)->UseRealTime();
-BENCHMARK_CAPTURE(BM_StepGemms, DnnlBf16, kDnnlBf16)->DenseRange(0, 2)->UseRealTime();
+BENCHMARK_CAPTURE(BM_StepGemms, Sgemm, kSgemm)->DenseRange(0, 3)->UseRealTime();
+BENCHMARK_CAPTURE(BM_StepGemms, DnnlF32, kDnnlF32)->DenseRange(0, 3)->UseRealTime();
+BENCHMARK_CAPTURE(BM_StepGemms, DnnlBf16, kDnnlBf16)->DenseRange(0, 3)->UseRealTime();
 BENCHMARK_CAPTURE(BM_StepGemms, DnnlBf16Convert, kDnnlBf16Convert)
-    ->DenseRange(0, 2)
+    ->DenseRange(0, 3)
     ->UseRealTime();
 
 }  // namespace

@@ -46,6 +46,9 @@ PRESETS = {
     "mlperf-mini": dict(rows=[min(r, 2000000) for r in MLPERF], dim=128,
                         pooling=[(p + 1) // 2 for p in MLPERF_MULTI_HOT], batch=1024,
                         bottom=[512, 256, 128], top=[1024, 1024, 512, 256, 1]),
+    # configs/bench/skewed.yaml: two large one-hot tables and one small hot table, 40 ids a bag.
+    "skewed": dict(rows=[1200000, 1000000, 200000], dim=64, pooling=[1, 1, 40], batch=2048,
+                   bottom=[64, 64], top=[64, 1]),
 }
 
 

@@ -9,6 +9,20 @@
 
 namespace tessera {
 
+// The least work worth a parallel region: below it the fork and join of the region cost more than
+// the second thread saves, so the work stays on the calling thread ("never slower with more
+// threads"). A region's fork and join is a futex wake of the sleeping pool thread under
+// OMP_WAIT_POLICY=PASSIVE (what tessera-train and tessera-bench set): 20-60 us measured on 2
+// loaded Zen 4 cores (docs/PERFORMANCE.md, issue 27's section), so a thread's share must be
+// worth ~100 us. Streaming passes count the bytes they read and write (~10 GB/s on one
+// core); compute-bound loops their multiply-adds (kParallelMinMacs).
+inline constexpr int64_t kParallelMinBytes = int64_t{1} << 20;
+inline constexpr int64_t kParallelMinMacs = int64_t{1} << 20;
+// min_chunk for ParallelFor over n items of `bytes_per_item` each: kParallelMinBytes per chunk.
+inline int64_t MinChunkForBytes(int64_t bytes_per_item) {
+  return (kParallelMinBytes + bytes_per_item - 1) / (bytes_per_item > 0 ? bytes_per_item : 1);
+}
+
 // Threads used by ParallelFor and by OpenBLAS. Default: OMP_NUM_THREADS or the core count.
 int NumThreads();
 // Sets the thread count for both our loops and OpenBLAS; n >= 1.

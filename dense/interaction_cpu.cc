@@ -361,9 +361,10 @@ void BackwardRange(const float* __restrict bottom, const float* __restrict emb,
   }
 }
 
-// Samples per chunk: enough work to amortise the fork/join (~32 K multiply-adds).
+// Samples per chunk: enough work to amortise the fork/join (kParallelMinMacs multiply-adds).
 int64_t SampleChunk(int64_t nf, int64_t d) {
-  return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, (nf + 1) * (nf + 1) * d / 2));
+  return std::max<int64_t>(1,
+                           kParallelMinMacs / std::max<int64_t>(1, (nf + 1) * (nf + 1) * d / 2));
 }
 
 }  // namespace

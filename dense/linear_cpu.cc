@@ -1,8 +1,10 @@
 // CPU twin of Linear: oneDNN's fp32 matmul (OpenBLAS sgemm in a build without oneDNN) for the
-// three products, and one pass over the output for
-// everything elementwise (bias + ReLU forward; ReLU mask + bias gradient backward). The bf16
-// variant rounds the GEMM inputs (x, W, dz) to bf16 and runs the products through oneDNN with
-// fp32 accumulation; everything elementwise stays fp32.
+// three products, and one pass over the output for everything elementwise (bias + ReLU forward,
+// which keeps NaN visible as torch.relu does: oneDNN's ReLU post-op maps NaN to 0 and would hide
+// a non-finite loss), one pass over dy for the ReLU mask + bias gradient backward. The
+// bf16 variant rounds the GEMM inputs (x, W, dz) to bf16 and runs the products through oneDNN
+// with fp32 accumulation, dz's rounding in the mask pass and a bf16 activation's in the bias
+// pass; bias, ReLU and db stay fp32.
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -17,13 +19,18 @@
 namespace tessera::dense_internal {
 namespace {
 
-// Rows per ParallelFor chunk so a chunk has at least ~16 K elements: below that the fork/join
-// costs more than the pass.
-int64_t RowChunk(int64_t cols) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1)); }
+// Rows per ParallelFor chunk of the bias pass (a float read and written per element) so a chunk is
+// worth a thread (kParallelMinBytes): below that the fork/join costs more than the pass.
+int64_t RowChunk(int64_t cols) { return MinChunkForBytes(8 * std::max<int64_t>(cols, 1)); }
+// Columns per chunk of MaskColumnSums (dy read and written, y read: 12 bytes per element), at
+// least 32.
+int64_t ColumnChunk(int64_t rows) { return std::max<int64_t>(32, MinChunkForBytes(12 * rows)); }
 
 TESSERA_VECTOR_CLONES
+// y16 non-null: each finished row is also rounded to bf16 into y16 while it is in L1 (the bf16
+// activation the next bf16 layer reads, instead of a separate rounding pass over y).
 void BiasActRows(float* __restrict y, const float* __restrict b, int64_t r0, int64_t r1,
-                 int64_t cols, bool relu) {
+                 int64_t cols, bool relu, uint16_t* y16) {
   for (int64_t r = r0; r < r1; ++r) {
     float* __restrict row = y + r * cols;
     if (relu) {
@@ -35,16 +42,46 @@ void BiasActRows(float* __restrict y, const float* __restrict b, int64_t r0, int
     } else {
       for (int64_t c = 0; c < cols; ++c) row[c] += b[c];
     }
+    if (y16 != nullptr) FloatToBf16(row, cols, y16 + r * cols);
   }
 }
 
+// bf16 bits of 8 floats, rounded to nearest even (NaN stays NaN: its quiet bit is set first, so
+// the rounding carry cannot turn it into infinity), as FloatToBf16 rounds.
+__attribute__((always_inline)) inline void StoreBf16(uint16_t* p, V8f v) {
+  V8i u = (V8i)v;
+  u |= (v != v) & 0x00400000;
+  u += 0x7fff + ((u >> 16) & 1);
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint16_t>(static_cast<uint32_t>(u[i]) >> 16);
+}
+
 // Applies the ReLU mask (dy = 0 where y <= 0, when y is non-null) to columns [c0, c1) of dy and
-// writes their column sums to db. Each column is summed by one thread, row by row, in double:
-// the bits do not depend on the thread count, and there is no cross-thread reduction. Explicit
-// 8-lane vectors: GCC left the float -> double accumulation scalar.
-TESSERA_VECTOR_CLONES
-void MaskColumnSums(float* __restrict dy, const float* __restrict y, int64_t rows, int64_t cols,
-                    int64_t c0, int64_t c1, float* __restrict db) {
+// writes their column sums to db and, when dz16 is non-null, the masked dy rounded to bf16 to
+// dz16 (the bf16 backward's GEMM input, in the same pass). Each column is summed by one thread,
+// row by row, in double: the bits do not depend on the thread count, and there is no
+// cross-thread reduction. Explicit 8-lane vectors: GCC left the float -> double accumulation
+// scalar.
+// The mask comes from y of type Y: float, or uint16_t holding bf16 (y > 0 has the same answer
+// for an fp32 value and its bf16 rounding).
+template <typename Y>
+__attribute__((always_inline)) inline V8i Positive(const Y* p) {
+  if constexpr (sizeof(Y) == 4) {
+    return LoadV<V8f>(p) > 0.0f;
+  } else {
+    V8i u;
+    for (int i = 0; i < 8; ++i) u[i] = static_cast<int>(static_cast<uint32_t>(p[i]) << 16);
+    return (V8f)u > 0.0f;
+  }
+}
+inline float ToFloat(float v) { return v; }
+inline float ToFloat(uint16_t v) { return Bf16ToFloat(v); }
+
+template <typename Y>
+__attribute__((always_inline)) inline void MaskColumnSumsT(float* __restrict dy,
+                                                           const Y* __restrict y, int64_t rows,
+                                                           int64_t cols, int64_t c0, int64_t c1,
+                                                           float* __restrict db,
+                                                           uint16_t* __restrict dz16) {
   constexpr int64_t kBlock = 256;
   V8d acc[kBlock / 8];
   for (int64_t cb = c0; cb < c1; cb += kBlock) {
@@ -54,25 +91,39 @@ void MaskColumnSums(float* __restrict dy, const float* __restrict y, int64_t row
     for (int64_t v = 0; v < wv / 8; ++v) acc[v] = V8d{};
     for (int64_t r = 0; r < rows; ++r) {
       float* __restrict d = dy + r * cols + cb;
-      const float* __restrict yr = y != nullptr ? y + r * cols + cb : nullptr;
+      const Y* __restrict yr = y != nullptr ? y + r * cols + cb : nullptr;
       for (int64_t c = 0; c < wv; c += 8) {
         V8f g = LoadV<V8f>(d + c);
         if (yr != nullptr) {
-          const V8i keep = LoadV<V8f>(yr + c) > 0.0f;
+          const V8i keep = Positive(yr + c);
           g = (V8f)((V8i)g & keep);
           StoreV(d + c, g);
         }
+        if (dz16 != nullptr) StoreBf16(dz16 + r * cols + cb + c, g);
         acc[c / 8] += __builtin_convertvector(g, V8d);
       }
       for (int64_t c = wv; c < w; ++c) {
-        const float g = (yr == nullptr || yr[c] > 0.0f) ? d[c] : 0.0f;
+        const float g = (yr == nullptr || ToFloat(yr[c]) > 0.0f) ? d[c] : 0.0f;
         d[c] = g;
+        if (dz16 != nullptr) FloatToBf16(&g, 1, dz16 + r * cols + cb + c);
         tail[c - wv] += static_cast<double>(g);
       }
     }
     for (int64_t c = 0; c < wv; ++c) db[cb + c] = static_cast<float>(acc[c / 8][c % 8]);
     for (int64_t c = wv; c < w; ++c) db[cb + c] = static_cast<float>(tail[c - wv]);
   }
+}
+
+TESSERA_VECTOR_CLONES
+void MaskColumnSums(float* dy, const float* y, int64_t rows, int64_t cols, int64_t c0, int64_t c1,
+                    float* db, uint16_t* dz16) {
+  MaskColumnSumsT<float>(dy, y, rows, cols, c0, c1, db, dz16);
+}
+
+TESSERA_VECTOR_CLONES
+void MaskColumnSumsBf16Y(float* dy, const uint16_t* y, int64_t rows, int64_t cols, int64_t c0,
+                         int64_t c1, float* db, uint16_t* dz16) {
+  MaskColumnSumsT<uint16_t>(dy, y, rows, cols, c0, c1, db, dz16);
 }
 
 // The fp32 products: oneDNN's fp32 matmul when the build has it (faster than OpenBLAS's sgemm at
@@ -87,25 +138,38 @@ absl::Status Gemm32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
   return absl::OkStatus();
 }
 
-// Rounds n floats to bf16 on all threads (at least 16 K elements per chunk).
+// Rounds n floats to bf16 on all threads (6 bytes per element, kParallelMinBytes per chunk).
 void ToBf16Parallel(const float* x, int64_t n, std::vector<uint16_t>* out) {
   if (static_cast<int64_t>(out->size()) < n) out->resize(n);
   uint16_t* o = out->data();
-  ParallelFor(n, 16384, [&](int64_t b, int64_t e, int) { FloatToBf16(x + b, e - b, o + b); });
+  ParallelFor(n, MinChunkForBytes(6), [&](int64_t b, int64_t e, int) {
+    FloatToBf16(x + b, e - b, o + b);
+  });
 }
 
 }  // namespace
 
-absl::Status LinearForwardBf16Cpu(const float* x, const float* w, const float* b, int64_t batch,
-                                  int64_t in, int64_t out, Activation act, float* y,
-                                  Bf16Operands* s) {
-  ToBf16Parallel(x, batch * in, &s->x);
+absl::Status LinearForwardBf16Cpu(const float* x, const uint16_t* x16, const float* w,
+                                  const float* b, int64_t batch, int64_t in, int64_t out,
+                                  Activation act, float* y, Bf16Operands* s) {
+  if (x16 == nullptr) {
+    ToBf16Parallel(x, batch * in, &s->x);
+    x16 = s->x.data();
+  }
+  s->x16 = x16;
   ToBf16Parallel(w, out * in, &s->w);
-  TESSERA_RETURN_IF_ERROR(DnnlGemm(GemmInput::kBf16, false, true, batch, out, in, s->x.data(), in,
+  TESSERA_RETURN_IF_ERROR(DnnlGemm(GemmInput::kBf16, false, true, batch, out, in, x16, in,
                                    s->w.data(), in, false, y, out));
+  // Bias and ReLU in one pass (not oneDNN's ReLU post-op: it maps NaN to 0, which would hide a
+  // non-finite loss); a bf16 output is rounded in the same pass, row by row.
+  uint16_t* y16 = nullptr;
+  if (s->bf16_out) {
+    if (static_cast<int64_t>(s->y.size()) < batch * out) s->y.resize(batch * out);
+    y16 = s->y.data();
+  }
   const bool relu = act == Activation::kRelu;
   ParallelFor(batch, RowChunk(out), [&](int64_t r0, int64_t r1, int) {
-    BiasActRows(y, b, r0, r1, out, relu);
+    BiasActRows(y, b, r0, r1, out, relu, y16);
   });
   return absl::OkStatus();
 }
@@ -113,13 +177,19 @@ absl::Status LinearForwardBf16Cpu(const float* x, const float* w, const float* b
 absl::Status LinearBackwardBf16Cpu(const float* y, float* dy, int64_t batch, int64_t in,
                                    int64_t out, Activation act, float* dw, float* db, float* dx,
                                    Bf16Operands* s) {
-  const float* mask = act == Activation::kRelu ? y : nullptr;
-  ParallelFor(out, 32, [&](int64_t c0, int64_t c1, int) {
-    MaskColumnSums(dy, mask, batch, out, c0, c1, db);
+  const bool relu = act == Activation::kRelu;
+  // Mask, bias gradient and the bf16 rounding of dz in one pass over dy.
+  if (static_cast<int64_t>(s->dy.size()) < batch * out) s->dy.resize(batch * out);
+  uint16_t* dz16 = s->dy.data();
+  ParallelFor(out, ColumnChunk(batch), [&](int64_t c0, int64_t c1, int) {
+    if (s->bf16_out) {
+      MaskColumnSumsBf16Y(dy, relu ? s->y.data() : nullptr, batch, out, c0, c1, db, dz16);
+    } else {
+      MaskColumnSums(dy, relu ? y : nullptr, batch, out, c0, c1, db, dz16);
+    }
   });
-  ToBf16Parallel(dy, batch * out, &s->dy);
   TESSERA_RETURN_IF_ERROR(DnnlGemm(GemmInput::kBf16, true, false, out, in, batch, s->dy.data(),
-                                   out, s->x.data(), in, false, dw, in));
+                                   out, s->x16, in, false, dw, in));
   if (dx != nullptr) {
     TESSERA_RETURN_IF_ERROR(DnnlGemm(GemmInput::kBf16, false, false, batch, in, out,
                                      s->dy.data(), out, s->w.data(), in, false, dx, in));
@@ -130,10 +200,10 @@ absl::Status LinearBackwardBf16Cpu(const float* y, float* dy, int64_t batch, int
 absl::Status LinearForwardCpu(const DeviceContext& ctx, const float* x, const float* w,
                               const float* b, int64_t batch, int64_t in, int64_t out,
                               Activation act, float* y) {
-  TESSERA_RETURN_IF_ERROR(Gemm32(false, true, batch, out, in, x, in, w, in, y, out));
   const bool relu = act == Activation::kRelu;
+  TESSERA_RETURN_IF_ERROR(Gemm32(false, true, batch, out, in, x, in, w, in, y, out));
   ParallelFor(batch, RowChunk(out), [&](int64_t r0, int64_t r1, int) {
-    BiasActRows(y, b, r0, r1, out, relu);
+    BiasActRows(y, b, r0, r1, out, relu, nullptr);
   });
   return absl::OkStatus();
 }
@@ -142,9 +212,9 @@ absl::Status LinearBackwardCpu(const DeviceContext& ctx, const float* x, const f
                                const float* y, float* dy, int64_t batch, int64_t in, int64_t out,
                                Activation act, float* dw, float* db, float* dx) {
   const float* mask = act == Activation::kRelu ? y : nullptr;
-  // Split by columns (at least 32 per thread) so each column sum stays on one thread.
-  ParallelFor(out, 32, [&](int64_t c0, int64_t c1, int) {
-    MaskColumnSums(dy, mask, batch, out, c0, c1, db);
+  // Split by columns (ColumnChunk per thread) so each column sum stays on one thread.
+  ParallelFor(out, ColumnChunk(batch), [&](int64_t c0, int64_t c1, int) {
+    MaskColumnSums(dy, mask, batch, out, c0, c1, db, nullptr);
   });
   TESSERA_RETURN_IF_ERROR(Gemm32(true, false, out, in, batch, dy, out, x, in, dw, in));
   if (dx != nullptr) {

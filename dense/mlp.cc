@@ -103,6 +103,27 @@ void Linear::Init(uint64_t seed) {
 }
 
 absl::Status Linear::Forward(const float* x, int64_t batch, const float** y) {
+  return ForwardImpl(x, nullptr, batch, y);
+}
+
+absl::Status Linear::ForwardBf16Input(const uint16_t* x16, int64_t batch, const float** y) {
+  if (bf16_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(name_, ": bf16 input to an fp32 layer"));
+  }
+  TESSERA_RETURN_IF_ERROR(CheckNotNull(name_, "x16", x16));
+  return ForwardImpl(nullptr, x16, batch, y);
+}
+
+void Linear::set_bf16_output(bool on) {
+  if (bf16_ != nullptr) bf16_->bf16_out = on;
+}
+
+const uint16_t* Linear::bf16_output() const {
+  return bf16_ != nullptr && bf16_->bf16_out ? bf16_->y.data() : nullptr;
+}
+
+absl::Status Linear::ForwardImpl(const float* x, const uint16_t* x16, int64_t batch,
+                                 const float** y) {
   TESSERA_RETURN_IF_ERROR(CheckNotNull(name_, "y (output pointer)", y));
   TESSERA_RETURN_IF_ERROR(CheckSize(name_, "batch", batch));
   TESSERA_RETURN_IF_ERROR(dense_internal::EnsureFloats(ctx_.device, batch, out_, &y_));
@@ -116,18 +137,18 @@ absl::Status Linear::Forward(const float* x, int64_t batch, const float** y) {
     return dense_internal::NoCudaTwin("LinearForward(bf16)", "dense/linear_cuda.cu");
 #endif
   } else if (bf16_ != nullptr) {
-    TESSERA_RETURN_IF_ERROR(CheckNotNull(name_, "x", x));
+    if (x16 == nullptr) TESSERA_RETURN_IF_ERROR(CheckNotNull(name_, "x", x));
     TESSERA_RETURN_IF_ERROR(dense_internal::LinearForwardBf16Cpu(
-        x, weight_.value.data<float>(), bias_.value.data<float>(), batch, in_, out_, act_,
+        x, x16, weight_.value.data<float>(), bias_.value.data<float>(), batch, in_, out_, act_,
         y_.data<float>(), bf16_.get()));
   } else {
     TESSERA_RETURN_IF_ERROR(LinearForward(ctx_, x, weight_.value.data<float>(),
                                           bias_.value.data<float>(), batch, in_, out_, act_,
                                           y_.data<float>()));
   }
-  x_ = x;
+  x_ = x != nullptr ? x : reinterpret_cast<const float*>(x16);  // non-null: Forward happened
   batch_ = batch;
-  *y = y_.data<float>();
+  *y = bf16_output() != nullptr ? nullptr : y_.data<float>();
   return absl::OkStatus();
 }
 
@@ -198,8 +219,20 @@ absl::Status Mlp::Forward(const float* x, int64_t batch, const float** y) {
     TESSERA_RETURN_IF_ERROR(
         dense_internal::EnsureFloats(device, batch, layers_[i]->out(), &grads_[i]));
   }
+  // Between two bf16 layers the activation stays bf16 (written by the first one's matmul).
   const float* h = x;
-  for (auto& layer : layers_) TESSERA_RETURN_IF_ERROR(layer->Forward(h, batch, &h));
+  const uint16_t* h16 = nullptr;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    Linear& layer = *layers_[i];
+    layer.set_bf16_output(layer.dtype() == DenseDtype::kBf16 && i + 1 < layers_.size() &&
+                          layers_[i + 1]->dtype() == DenseDtype::kBf16);
+    if (h16 != nullptr) {
+      TESSERA_RETURN_IF_ERROR(layer.ForwardBf16Input(h16, batch, &h));
+    } else {
+      TESSERA_RETURN_IF_ERROR(layer.Forward(h, batch, &h));
+    }
+    h16 = layer.bf16_output();
+  }
   *y = h;
   return absl::OkStatus();
 }

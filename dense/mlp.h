@@ -5,10 +5,13 @@
 // Layers own parameters and their activation buffers (grown to the largest batch seen); inputs
 // passed to Forward must stay alive until Backward. Not thread-safe.
 // DenseDtype::kBf16 (CPU: needs oneDNN; CUDA: cuBLAS): the three products take bf16 inputs (x, W
-// and dz rounded to nearest even) with fp32 accumulation; parameters, grads, activations and
+// and dz rounded to nearest even) with fp32 accumulation; parameters, grads and
 // everything elementwise stay fp32 (fp32 master weights). Layers with fewer than 8 outputs stay
 // fp32. The CUDA twin matches the CPU one up to the fp32 accumulation order
 // (tests/cuda/linear_bf16_cuda_test.cc).
+// In an Mlp on the CPU the activation between two bf16 layers is kept only in bf16 (the next
+// layer's rounded input: the same bits as rounding an fp32 activation), rounded in the bias +
+// ReLU pass.
 #pragma once
 
 #include <cstdint>
@@ -81,6 +84,13 @@ class Linear {
   // dx[batch, in]. Uses the x and y of the last Forward (FailedPrecondition without one).
   absl::Status Backward(float* dy, float* dx);
 
+  // For Mlp: bf16 layers whose output only feeds another bf16 layer. With bf16 output on, Forward
+  // leaves *y null and the output is bf16_output() (bf16 [batch, out], valid until the next
+  // Forward); ForwardBf16Input takes such an output as its input x16. REQUIRES: dtype() kBf16.
+  void set_bf16_output(bool on);
+  const uint16_t* bf16_output() const;
+  absl::Status ForwardBf16Input(const uint16_t* x16, int64_t batch, const float** y);
+
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
   Parameter& weight() { return weight_; }
@@ -95,6 +105,7 @@ class Linear {
   Linear(Unallocated, std::string name, int64_t in, int64_t out, Activation act,
          const DeviceContext& ctx, DenseDtype dtype);
   absl::Status AllocateParameters();
+  absl::Status ForwardImpl(const float* x, const uint16_t* x16, int64_t batch, const float** y);
 
   std::string name_;
   DeviceContext ctx_;

@@ -1,6 +1,6 @@
 // CPU twin of the dense optimizer steps: elementwise loops split across threads, each element
 // updated by one thread with the shared rule (dense/internal/optimizer_rules.h), so the bits do
-// not depend on the thread count.
+// not depend on the thread count. A chunk carries at least kParallelMinBytes of traffic.
 #include "core/parallel.h"
 #include "dense/internal/kernels.h"
 #include "dense/internal/optimizer_rules.h"
@@ -9,7 +9,6 @@
 namespace tessera::dense_internal {
 namespace {
 
-constexpr int64_t kChunk = 16384;
 
 TESSERA_VECTOR_CLONES
 void SgdRange(const DenseStepScalars& s, int64_t i0, int64_t i1, float* __restrict w,
@@ -33,19 +32,21 @@ void AdamRange(const DenseStepScalars& s, int64_t i0, int64_t i1, float* __restr
 
 absl::Status SgdStepCpu(const DeviceContext& ctx, const DenseStepScalars& s, int64_t n, float* w,
                         const float* g) {
-  ParallelFor(n, kChunk, [&](int64_t i0, int64_t i1, int) { SgdRange(s, i0, i1, w, g); });
+  ParallelFor(n, MinChunkForBytes(12), [&](int64_t i0, int64_t i1, int) { SgdRange(s, i0, i1, w, g); });
   return absl::OkStatus();
 }
 
 absl::Status AdagradStepCpu(const DeviceContext& ctx, const DenseStepScalars& s, int64_t n,
                             float* w, const float* g, float* sum) {
-  ParallelFor(n, kChunk, [&](int64_t i0, int64_t i1, int) { AdagradRange(s, i0, i1, w, g, sum); });
+  ParallelFor(n, MinChunkForBytes(20), [&](int64_t i0, int64_t i1, int) {
+    AdagradRange(s, i0, i1, w, g, sum); });
   return absl::OkStatus();
 }
 
 absl::Status AdamStepCpu(const DeviceContext& ctx, const DenseStepScalars& s, int64_t n,
                          float* w, const float* g, float* m, float* v) {
-  ParallelFor(n, kChunk, [&](int64_t i0, int64_t i1, int) { AdamRange(s, i0, i1, w, g, m, v); });
+  ParallelFor(n, MinChunkForBytes(28), [&](int64_t i0, int64_t i1, int) {
+    AdamRange(s, i0, i1, w, g, m, v); });
   return absl::OkStatus();
 }
 

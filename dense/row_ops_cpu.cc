@@ -1,6 +1,7 @@
 // CPU twin of the row plumbing DenseArch needs around the interaction: concatenating the bottom
 // output with the embeddings (DCN input), splitting the gradient back, and elementwise add/copy.
-// Memory-bound passes, split by rows across threads; no reductions.
+// Memory-bound passes, split by rows across threads when worth it (kParallelMinBytes); no
+// reductions.
 #include <algorithm>
 #include <cstring>
 
@@ -12,7 +13,7 @@ namespace tessera::dense_internal {
 absl::Status ConcatColumnsCpu(const DeviceContext& ctx, const float* a, int64_t a_cols,
                               const float* c, int64_t c_cols, int64_t batch, float* out) {
   const int64_t w = a_cols + c_cols;
-  ParallelFor(batch, std::max<int64_t>(1, 16384 / w), [&](int64_t r0, int64_t r1, int) {
+  ParallelFor(batch, MinChunkForBytes(8 * w), [&](int64_t r0, int64_t r1, int) {
     for (int64_t r = r0; r < r1; ++r) {
       std::memcpy(out + r * w, a + r * a_cols, sizeof(float) * a_cols);
       std::memcpy(out + r * w + a_cols, c + r * c_cols, sizeof(float) * c_cols);
@@ -24,7 +25,7 @@ absl::Status ConcatColumnsCpu(const DeviceContext& ctx, const float* a, int64_t 
 absl::Status SplitColumnsCpu(const DeviceContext& ctx, const float* in, int64_t a_cols,
                              int64_t c_cols, int64_t batch, float* a, float* c) {
   const int64_t w = a_cols + c_cols;
-  ParallelFor(batch, std::max<int64_t>(1, 16384 / w), [&](int64_t r0, int64_t r1, int) {
+  ParallelFor(batch, MinChunkForBytes(8 * w), [&](int64_t r0, int64_t r1, int) {
     for (int64_t r = r0; r < r1; ++r) {
       std::memcpy(a + r * a_cols, in + r * w, sizeof(float) * a_cols);
       std::memcpy(c + r * c_cols, in + r * w + a_cols, sizeof(float) * c_cols);
@@ -34,14 +35,14 @@ absl::Status SplitColumnsCpu(const DeviceContext& ctx, const float* in, int64_t 
 }
 
 absl::Status AddInPlaceCpu(const DeviceContext& ctx, const float* x, int64_t n, float* y) {
-  ParallelFor(n, 16384, [&](int64_t i0, int64_t i1, int) {
+  ParallelFor(n, MinChunkForBytes(12), [&](int64_t i0, int64_t i1, int) {
     for (int64_t i = i0; i < i1; ++i) y[i] += x[i];
   });
   return absl::OkStatus();
 }
 
 absl::Status CopyFloatsCpu(const DeviceContext& ctx, const float* src, int64_t n, float* dst) {
-  ParallelFor(n, 65536, [&](int64_t i0, int64_t i1, int) {
+  ParallelFor(n, MinChunkForBytes(8), [&](int64_t i0, int64_t i1, int) {
     std::memcpy(dst + i0, src + i0, sizeof(float) * (i1 - i0));
   });
   return absl::OkStatus();

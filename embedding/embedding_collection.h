@@ -106,8 +106,9 @@ class EmbeddingCollection {
   // returns the first error in table order.
   absl::Status ForEachTable(const std::function<absl::Status(int)>& fn);
   // The lookup's and the update's per-table work: fn(t, thread) for every table, whole tables per
-  // thread (costliest first, table_order_) for host-memory stores on several threads, else one
-  // after the other on thread 0. Returns the first error in table order.
+  // thread (costliest first, table_order_) for host-memory stores on several threads, except that
+  // a table with more than 1 / threads of the ids runs alone first, its kernels split across the
+  // threads; else one after the other on thread 0. Returns the first error in table order.
   absl::Status RunTables(const std::function<absl::Status(int, int)>& fn);
 
   EmbeddingCollectionOptions options_;

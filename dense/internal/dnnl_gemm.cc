@@ -2,15 +2,19 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/logging.h"
+#include "core/parallel.h"
 
 #ifdef TESSERA_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.hpp>
@@ -51,10 +55,24 @@ void FloatToBf16(const float* x, int64_t n, uint16_t* out) {
 #ifdef TESSERA_HAVE_DNNL
 namespace {
 
-using Key = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, bool, int64_t>;
+// (input type, trans_a, trans_b, m, n, k, lda, ldb, accumulate, ldc, threads, epilogue: bias,
+// relu, bf16 output).
+using Key = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, bool, int64_t,
+                       int, bool, bool, bool>;
+
+// The threads a product of m x n x k multiply-adds runs on: one per kGemmMinMacsPerThread, at
+// most NumThreads(). oneDNN fixes its partition when a primitive is created (its brgemm kernels
+// fork as many threads as they were made for), so the primitive is created and run under that
+// count and cached per count. Measured with bench/dense_gemm_bench.cc at the skewed config's
+// 2048 x 64 x 64 products: 2 threads were slower than 1 on 2 Zen 4 cores.
+constexpr int64_t kGemmMinMacsPerThread = int64_t{8} << 20;
+int GemmThreads(int64_t m, int64_t n, int64_t k) {
+  const int64_t by_size = std::max<int64_t>(1, m * n * k / kGemmMinMacsPerThread);
+  return static_cast<int>(std::min<int64_t>(NumThreads(), by_size));
+}
 
 struct Cached {
-  dnnl::memory::desc a, b, c;
+  dnnl::memory::desc a, b, c, bias;
   dnnl::matmul prim;
   // bf16 inputs on a CPU where oneDNN has no bf16 matmul: the operands are widened to fp32 (exact)
   // and go through the fp32 primitive `prim`.
@@ -91,12 +109,20 @@ Engine& GetEngine() {
 
 bool DnnlGemmAvailable() { return true; }
 
-absl::Status DnnlGemm(GemmInput type, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                      const void* a, int64_t lda, const void* b, int64_t ldb, bool accumulate,
-                      float* c, int64_t ldc) {
+namespace {
+
+absl::Status Run(GemmInput type, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                 const void* a, int64_t lda, const void* b, int64_t ldb, bool accumulate,
+                 const GemmEpilogue& ep, void* c, int64_t ldc) {
   using dt = dnnl::memory::data_type;
   Engine& e = GetEngine();
-  const Key key{static_cast<int>(type), trans_a, trans_b, m, n, k, lda, ldb, accumulate, ldc};
+  const int threads = GemmThreads(m, n, k);
+  // Below NumThreads(): oneDNN (OpenMP runtime) reads omp_get_max_threads() when it creates and
+  // runs the primitive.
+  std::optional<ScopedNumThreads> fewer;
+  if (threads < NumThreads()) fewer.emplace(threads);
+  const Key key{static_cast<int>(type), trans_a, trans_b, m, n, k, lda, ldb, accumulate, ldc,
+                threads, ep.bias != nullptr, ep.relu, ep.bf16_out};
   Cached* p;
   try {
     std::lock_guard<std::mutex> lock(e.mu);
@@ -110,15 +136,20 @@ absl::Status DnnlGemm(GemmInput type, bool trans_a, bool trans_b, int64_t m, int
             {m, k}, t, trans_a ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1});
         entry->b = dnnl::memory::desc(
             {k, n}, t, trans_b ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1});
-        entry->c = dnnl::memory::desc({m, n}, dt::f32, dnnl::memory::dims{ldc, 1});
+        entry->c = dnnl::memory::desc({m, n}, ep.bf16_out ? dt::bf16 : dt::f32,
+                                      dnnl::memory::dims{ldc, 1});
         dnnl::primitive_attr attr;
-        if (accumulate) {
-          dnnl::post_ops ops;
-          ops.append_sum(1.0f);
-          attr.set_post_ops(ops);
+        dnnl::post_ops ops;
+        if (accumulate) ops.append_sum(1.0f);
+        if (ep.relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+        if (accumulate || ep.relu) attr.set_post_ops(ops);
+        if (ep.bias != nullptr) {
+          entry->bias = dnnl::memory::desc({1, n}, dt::f32, dnnl::memory::dims{n, 1});
         }
-        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(entry->a, entry->b, entry->c), attr,
-                                        e.engine);
+        dnnl::matmul::primitive_desc pd(
+            ep.bias != nullptr ? dnnl::matmul::desc(entry->a, entry->b, entry->bias, entry->c)
+                               : dnnl::matmul::desc(entry->a, entry->b, entry->c),
+            attr, e.engine);
         entry->prim = dnnl::matmul(pd);
         return entry;
       };
@@ -153,12 +184,31 @@ absl::Status DnnlGemm(GemmInput type, bool trans_a, bool trans_b, int64_t m, int
     dnnl::memory am(p->a, e.engine, const_cast<void*>(a));
     dnnl::memory bm(p->b, e.engine, const_cast<void*>(b));
     dnnl::memory cm(p->c, e.engine, c);
-    p->prim.execute(e.stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
+    if (ep.bias != nullptr) {
+      args.emplace(DNNL_ARG_BIAS, dnnl::memory(p->bias, e.engine, const_cast<float*>(ep.bias)));
+    }
+    p->prim.execute(e.stream, args);
     e.stream.wait();
   } catch (const dnnl::error& err) {
     return absl::InternalError(absl::StrCat("oneDNN matmul ", m, "x", n, "x", k, ": ", err.what()));
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status DnnlGemm(GemmInput type, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                      const void* a, int64_t lda, const void* b, int64_t ldb, bool accumulate,
+                      float* c, int64_t ldc) {
+  return Run(type, trans_a, trans_b, m, n, k, a, lda, b, ldb, accumulate, GemmEpilogue{}, c, ldc);
+}
+
+absl::Status DnnlGemmEpilogue(GemmInput type, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                              int64_t k, const void* a, int64_t lda, const void* b, int64_t ldb,
+                              const GemmEpilogue& ep, void* c, int64_t ldc) {
+  return Run(type, trans_a, trans_b, m, n, k, a, lda, b, ldb, false, ep, c, ldc);
 }
 
 #else
@@ -167,6 +217,12 @@ bool DnnlGemmAvailable() { return false; }
 
 absl::Status DnnlGemm(GemmInput, bool, bool, int64_t, int64_t, int64_t, const void*, int64_t,
                       const void*, int64_t, bool, float*, int64_t) {
+  return absl::UnimplementedError("this build has no oneDNN (libdnnl-dev): bf16 dense math needs it");
+}
+
+absl::Status DnnlGemmEpilogue(GemmInput, bool, bool, int64_t, int64_t, int64_t, const void*,
+                              int64_t, const void*, int64_t, const GemmEpilogue&, void*,
+                              int64_t) {
   return absl::UnimplementedError("this build has no oneDNN (libdnnl-dev): bf16 dense math needs it");
 }
 

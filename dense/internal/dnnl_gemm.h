@@ -3,9 +3,10 @@
 // (uint16_t holding the upper half of an IEEE float) with fp32 accumulation and output:
 //   C[m, n] = op(A) op(B) (+ C when accumulate), op(A) [m, k], op(B) [k, n].
 // bf16 uses the CPU's AVX512_BF16 (and AMX where present) kernels; oneDNN picks them at run time.
-// Primitives are created once per (shape, strides, types) and cached (thread-safe). oneDNN's
-// kernels partition statically, so the same thread count gives the same bits. Must not be called
-// from inside a ParallelFor. Built only when oneDNN is found (TESSERA_HAVE_DNNL); otherwise
+// Primitives are created once per (shape, strides, types, epilogue, threads) and cached
+// (thread-safe). A product runs on fewer threads than NumThreads() when it is too small to
+// gain from them (GemmThreads in dnnl_gemm.cc); oneDNN's kernels partition statically, so the
+// same thread count gives the same bits. Must not be called from inside a ParallelFor. Built only when oneDNN is found (TESSERA_HAVE_DNNL); otherwise
 // DnnlGemmAvailable() is false and DnnlGemm returns Unimplemented.
 #pragma once
 
@@ -26,6 +27,22 @@ bool DnnlGemmAvailable();
                                     int64_t n, int64_t k, const void* a, int64_t lda,
                                     const void* b, int64_t ldb, bool accumulate, float* c,
                                     int64_t ldc);
+
+// (Linear does not use the ReLU post-op: it maps NaN to 0, where torch.relu keeps NaN.)
+// What the matmul applies to C[m, n] before it stores it, inside its kernel (oneDNN's bias and
+// post-ops: no separate pass over C): C = relu(op(A) op(B) + bias) with bias [n] (fp32, added in
+// fp32 to the fp32 accumulator, as a separate pass would), ReLU when `relu` (NaN stays NaN), and
+// the result stored as bf16 (round to nearest even, into uint16_t) when `bf16_out`, else fp32.
+struct GemmEpilogue {
+  const float* bias = nullptr;
+  bool relu = false;
+  bool bf16_out = false;
+};
+// DnnlGemm with an epilogue (no accumulate); c is float, or uint16_t when ep.bf16_out.
+[[nodiscard]] absl::Status DnnlGemmEpilogue(GemmInput type, bool trans_a, bool trans_b, int64_t m,
+                                            int64_t n, int64_t k, const void* a, int64_t lda,
+                                            const void* b, int64_t ldb, const GemmEpilogue& ep,
+                                            void* c, int64_t ldc);
 
 // Rounds n floats to bf16 (round to nearest even; NaN stays NaN), with AVX512_BF16's
 // vcvtne2ps2bf16 when the CPU has it. Runs on the calling thread.

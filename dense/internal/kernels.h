@@ -37,14 +37,21 @@ absl::Status LinearBackwardCuda(const DeviceContext& ctx, const float* x, const 
 
 // bf16 dense math on the CPU (model.dense_dtype: bf16; dense/linear_cpu.cc): the same contract
 // with the three products' inputs rounded to bf16 (round to nearest even) and multiplied by
-// oneDNN with fp32 accumulation and fp32 outputs; bias, ReLU, its mask and db stay fp32. The
-// forward keeps the bf16 x and W in `s` for the backward. Unimplemented without oneDNN.
+// oneDNN with fp32 accumulation; bias, ReLU, the mask and db in fp32. The forward keeps the bf16 x and W in `s` for the backward.
+// Activations between two bf16 layers stay bf16 (Mlp): a layer with `s->bf16_out` also rounds
+// its output to bf16 in the bias pass (s->y, the next layer's rounded input, the same bits as
+// rounding the fp32 output there) and the next layer takes it as x16 instead of rounding an fp32 x. The backward's mask
+// then reads s->y. Unimplemented without oneDNN.
 struct Bf16Operands {
-  std::vector<uint16_t> x, w, dy;
+  std::vector<uint16_t> x, w, dy, y;
+  const uint16_t* x16 = nullptr;  // the last forward's bf16 input (s->x or the caller's x16)
+  bool bf16_out = false;
 };
-absl::Status LinearForwardBf16Cpu(const float* x, const float* w, const float* b, int64_t batch,
-                                  int64_t in, int64_t out, Activation act, float* y,
-                                  Bf16Operands* s);
+// x16 (bf16 [batch, in]) replaces x when non-null. Writes y (fp32) unless s->bf16_out, then s->y.
+absl::Status LinearForwardBf16Cpu(const float* x, const uint16_t* x16, const float* w,
+                                  const float* b, int64_t batch, int64_t in, int64_t out,
+                                  Activation act, float* y, Bf16Operands* s);
+// y: the forward's fp32 output (unused when s->bf16_out: the mask reads s->y).
 absl::Status LinearBackwardBf16Cpu(const float* y, float* dy, int64_t batch, int64_t in,
                                    int64_t out, Activation act, float* dw, float* db, float* dx,
                                    Bf16Operands* s);

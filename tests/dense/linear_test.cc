@@ -153,6 +153,36 @@ TEST(LinearTest, BiasGradAndMaskDoNotDependOnThreadCount) {
   EXPECT_EQ(0, std::memcmp(dz[0].data(), dz[1].data(), nb * out * sizeof(float)));
 }
 
+// ReLU keeps NaN visible (as torch.relu does; oneDNN's ReLU post-op would map it to 0 and hide a
+// non-finite loss), in fp32 and bf16 layers, and in an Mlp whose bf16 activations stay bf16:
+// the NaN row comes out NaN, the other rows are untouched.
+TEST(LinearTest, ReluKeepsNanVisible) {
+  for (DenseDtype dtype : {DenseDtype::kFp32, DenseDtype::kBf16}) {
+    const int64_t nb = 64, in = 32, out = 256;
+    Mlp mlp("m", in, {out, out}, /*relu_last=*/true, DeviceContext::Cpu(), dtype);
+    mlp.Init(5);
+    std::vector<float> x = ToFloat(RandomVec(nb * in, 31));
+    x[3 * in + 7] = std::nanf("");
+    const float* y = nullptr;
+    const absl::Status st = mlp.Forward(x.data(), nb, &y);
+    if (dtype == DenseDtype::kBf16 && absl::IsUnimplemented(st)) continue;  // no oneDNN
+    ASSERT_TRUE(st.ok()) << st;
+    int nan_row = 0, nan_other = 0;
+    for (int64_t r = 0; r < nb; ++r) {
+      for (int64_t o = 0; o < out; ++o) {
+        const bool nan = std::isnan(y[r * out + o]);
+        if (r == 3) {
+          nan_row += nan ? 1 : 0;
+        } else {
+          nan_other += nan ? 1 : 0;
+        }
+      }
+    }
+    EXPECT_EQ(nan_row, out) << DenseDtypeName(dtype);
+    EXPECT_EQ(nan_other, 0) << DenseDtypeName(dtype);
+  }
+}
+
 TEST(MlpTest, MatchesFloat64TwinAndNamesParameters) {
   const int64_t nb = 19, in = 13;
   const std::vector<int64_t> sizes = {32, 16, 1};

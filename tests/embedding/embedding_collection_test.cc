@@ -294,5 +294,81 @@ TEST(EmbeddingCollectionTest, TablesRunInParallelWithTheBitsOfOneThread) {
   }
 }
 
+// A table with more than its share of the ids (the skewed bench config's hot table: 40 ids a bag)
+// runs alone first, its lookup and update split across the threads, then the small tables share
+// the threads: the bits are still those of one thread, on 2 and 3 threads, sum pooling (the
+// in-register update at dim 64) and mean pooling at dim 24.
+TEST(EmbeddingCollectionTest, HotTableSplitAcrossThreadsHasTheBitsOfOneThread) {
+  for (PoolingMode pooling : {PoolingMode::kSum, PoolingMode::kMean}) {
+    EmbeddingCollectionOptions o;
+    o.num_features = 3;
+    o.seed = 7;
+    o.optimizer.type = RowOptimizerType::kRowWiseAdagrad;
+    const int64_t rows[] = {3000, 2000, 500};  // the last one is hot
+    for (int k = 0; k < 3; ++k) {
+      TableConfig t;
+      t.name = "t" + std::to_string(k);
+      t.num_rows = rows[k];
+      t.dim = pooling == PoolingMode::kSum ? 64 : 24;
+      t.pooling = pooling;
+      t.features = {k};
+      o.tables.push_back(t);
+    }
+    const int64_t batch = 512, hot_ids = 40;  // 20480 hot ids, past kSplitTableMinIds
+    auto make_batch = [&](uint64_t seed) {
+      CounterRng rng(seed, 0);
+      KeyedJagged kj;
+      kj.num_features = 3;
+      kj.batch_size = batch;
+      kj.offsets.push_back(0);
+      for (int f = 0; f < 3; ++f) {
+        for (int64_t b = 0; b < batch; ++b) {
+          const int64_t len = f == 2 ? hot_ids : 1;
+          for (int64_t j = 0; j < len; ++j) {
+            kj.values.push_back(static_cast<int64_t>(rng.NextBelow(rows[f])));
+          }
+          kj.offsets.push_back(static_cast<int64_t>(kj.values.size()));
+        }
+      }
+      return kj;
+    };
+    auto run = [&](int threads, std::vector<std::vector<float>>* outs,
+                   std::vector<std::vector<float>>* tables) {
+      ScopedNumThreads scoped(threads);
+      auto c = EmbeddingCollection::Create(o, DeviceContext::Cpu());
+      ASSERT_TRUE(c.ok()) << c.status();
+      for (int step = 1; step <= 2; ++step) {
+        KeyedJagged kj = make_batch(70 + step);
+        outs->emplace_back(kj.batch_size * (*c)->output_dim());
+        ASSERT_TRUE((*c)->Forward(kj, outs->back().data()).ok());
+        std::vector<float> g(outs->back().size());
+        CounterRng rng(step, 11);
+        for (float& x : g) x = rng.NextUniform() - 0.5f;
+        ASSERT_TRUE((*c)->BackwardUpdate(g.data(), 0.3f, step).ok());
+      }
+      for (int t = 0; t < (*c)->num_tables(); ++t) {
+        const TableConfig& tc = (*c)->table(t);
+        tables->emplace_back(tc.num_rows * (tc.dim + 1));
+        ASSERT_TRUE((*c)->store(t).ReadRows(0, tc.num_rows, tables->back().data(),
+                                           tables->back().data() + tc.num_rows * tc.dim)
+                        .ok());
+      }
+    };
+    std::vector<std::vector<float>> out1, tables1;
+    run(1, &out1, &tables1);
+    for (int threads : {2, 3}) {
+      std::vector<std::vector<float>> out, tables;
+      run(threads, &out, &tables);
+      ASSERT_EQ(out.size(), out1.size());
+      for (size_t s = 0; s < out1.size(); ++s) {
+        EXPECT_EQ(out[s], out1[s]) << threads << " threads, pooled output of step " << s + 1;
+      }
+      for (size_t t = 0; t < tables1.size(); ++t) {
+        EXPECT_EQ(tables[t], tables1[t]) << threads << " threads, rows and state of table " << t;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera
