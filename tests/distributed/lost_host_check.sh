@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# A lost host: tessera-train on 2 emulated hosts x 2 ranks (scripts/cluster.sh) loses one host at
+# a random point, by either way:
+#   kill  SIGKILL of that host's ranks (its daemon lives on; Open MPI notices the dead ranks);
+#   cut   that host's link cut: its switch port down, or its link shaped to 8 bit/s ("slow"):
+#         nothing tells MPI, and only the peer watchdog (sharding.peer_timeout_s,
+#         sharding/peer_watchdog.h) ends the job.
+# Every time: the job (mpirun and every rank on both hosts) must end, non-zero, within LIMIT
+# seconds (default 60) of the loss, its output must name a lost rank and its host's address
+# (the partition's other side, as mpirun's side sees it), and LATEST must name a complete
+# checkpoint. Then the cluster is restored (leftover processes ended, link up at its rate) and
+# the same command rerun: it must resume from that checkpoint. A rerun that finishes ends a chain,
+# whose model must be byte-identical to the uninterrupted run's; the last chain is finished
+# without a loss.
+#
+# Usage: lost_host_check.sh BUILD_BIN_DIR SOURCE_DIR [EVENTS [SEED [PEER_TIMEOUT_S]]]
+#   defaults: 2 events (one kill, one cut: ctest distributed_lost_host, with a 10 s peer
+#   timeout to keep the suite short); 20 events at random points with the default timeout for
+#   the full check (scripts/lost_host_loop.sh). PEER_TIMEOUT_S "" = the config default (30 s).
+# Env: LIMIT (seconds, default 60), KEEP_TMP=1 keeps the logs.
+# Exit 77 where scripts/cluster.sh cannot make namespaces.
+set -uo pipefail
+bin=$1; src=$2
+events=${3:-2}; seed=${4:-1}; peer_timeout=${5-10}
+limit=${LIMIT:-60}
+RANDOM=$seed
+cluster="$src/scripts/cluster.sh"
+export TESSERA_CLUSTER_PREFIX=tsr-lh TESSERA_CLUSTER_NET=2
+export OMP_NUM_THREADS=1
+tmp=$(mktemp -d)
+job=""
+cleanup() {
+  [ -n "$job" ] && kill -9 "$job" 2> /dev/null
+  bash "$cluster" down > /dev/null 2>&1
+  [ -n "${KEEP_TMP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"
+}
+trap cleanup EXIT
+bash "$cluster" up 2 2 --link 1gbit
+rc=$?
+[ $rc -eq 77 ] && exit 77
+[ $rc -eq 0 ] || { echo "FAIL: cluster.sh up failed (rc $rc)"; exit 1; }
+net=198.18.2
+
+passed=0; failed=0; hangs=0
+check() {
+  if [ "$2" -eq 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL $1: $3"; fi
+}
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+secs() { printf '%d.%03d' $(($1 / 1000)) $(($1 % 1000)); }
+
+cat > "$tmp/lh.yaml" <<'YAML'
+seed: 11
+threads: 1
+model:
+  type: dlrm
+  embedding_dim: 8
+  bottom_mlp: [32, 8]
+  top_mlp: [32, 1]
+  tables:
+    - {name: big, rows: 20000, features: [0, 1], storage: {tier: rocksdb, cache_rows: 1500, policy: lfu}}
+    - {name: small, rows: 800, features: [2]}
+data:
+  format: synthetic
+  batch_size: 128
+  shuffle: true
+  synthetic: {train_samples: 102400, eval_samples: 0, pooling: [2, 1, 1], zipf_exponent: 1.05}
+optimizer:
+  embedding: {type: rowwise_adagrad, lr: 0.05}
+  dense: {type: adam, lr: 0.005}
+train: {steps: 200, log_every: 1000, checkpoint_every: 20}
+output: {progress: false}
+sharding: {group_size: 2}
+YAML
+extra=()
+[ -n "$peer_timeout" ] && extra=(--set "sharding.peer_timeout_s=$peer_timeout")
+# run_bg OUT LOG: the command, the same every time, in the background (sets job).
+run_bg() {
+  (exec bash "$cluster" run -- "$bin/tessera-train" --config "$tmp/lh.yaml" --quiet \
+     --set "output.dir=$1" "${extra[@]}" > "$2" 2>&1) &
+  job=$!
+}
+ranks_left() {  # tessera-train processes still alive in the hosts
+  local n=0 h p
+  for h in 0 1; do
+    for p in $(ip netns pids "$TESSERA_CLUSTER_PREFIX-h$h" 2> /dev/null); do
+      [ "$(cat /proc/$p/comm 2> /dev/null)" = tessera-train ] && n=$((n + 1))
+    done
+  done
+  echo $n
+}
+latest() { [ -f "$1/checkpoints/LATEST" ] && cat "$1/checkpoints/LATEST" || echo none; }
+complete_ckpt() {  # every part of checkpoint $1/checkpoints/$2 is there
+  local d="$1/checkpoints/$2" r
+  [ -f "$d/state.safetensors" ] || return 1
+  for r in 0 1 2 3; do [ -f "$d/rank$r.safetensors" ] || return 1; done
+}
+
+t0=$(now_ms)
+straight="$tmp/straight"
+run_bg "$straight" "$tmp/straight.log"; wait "$job"; rc=$?; job=""
+duration=$(($(now_ms) - t0))
+check straight "$rc" "the uninterrupted run failed: $(tail -5 "$tmp/straight.log")"
+[ "$rc" -eq 0 ] || exit 1
+echo "uninterrupted run: $(secs $duration) s on 2 hosts x 2 ranks; peer timeout" \
+     "${peer_timeout:-default} s; limit $limit s"
+
+chain=0; out="$tmp/chain0"; before=none; i=0; kinds=0; worst=0; completed=0
+printf '%-3s %-10s %-5s %-9s %-9s %-5s %-10s %s\n' "#" "how" "host" "at (s)" "ended (s)" "rc" "LATEST" \
+  "named"
+while [ $i -lt "$events" ]; do
+  log="$tmp/run$i.log"
+  # Alternate kill and cut (the first is a kill), a random host, a random point in the run.
+  if [ $((i % 2)) -eq 0 ]; then how=kill; else how=cut; [ $((RANDOM % 2)) -eq 0 ] && how=cut-slow; fi
+  host=$((RANDOM % 2))
+  at=$((RANDOM % (duration * 8 / 10) + 1000))
+  run_bg "$out" "$log"
+  sleep "$(secs "$at")"
+  if ! kill -0 "$job" 2> /dev/null; then  # finished before the loss: a chain ends
+    wait "$job"; rc=$?; job=""
+    check "run$i-finished" "$rc" "rc $rc: $(tail -3 "$log")"
+    if [ "$before" != none ]; then
+      grep -q "resumed from $out/checkpoints/$before at step" "$log"
+      check "run$i-resume" $? "expected to resume from $before: $(grep -i resum "$log")"
+    fi
+    cmp -s "$straight/model.safetensors" "$out/model.safetensors"
+    check "chain$chain-model" $? "chain $chain's model differs from the uninterrupted one"
+    completed=$((completed + 1)); chain=$((chain + 1)); out="$tmp/chain$chain"; before=none
+    continue
+  fi
+  t_loss=$(now_ms)
+  case $how in
+    kill)
+      for p in $(ip netns pids "$TESSERA_CLUSTER_PREFIX-h$host"); do
+        [ "$(cat /proc/$p/comm 2> /dev/null)" = tessera-train ] && kill -9 "$p" 2> /dev/null
+      done ;;
+    cut) bash "$cluster" cut "$host" down ;;
+    cut-slow) bash "$cluster" cut "$host" slow ;;
+  esac
+  # Wait for mpirun and every rank to end; past 2 x limit it is a hang.
+  ended=""
+  while true; do
+    el=$(($(now_ms) - t_loss))
+    if ! kill -0 "$job" 2> /dev/null && [ "$(ranks_left)" -eq 0 ]; then ended=$el; break; fi
+    if [ $el -gt $((2 * limit * 1000)) ]; then break; fi
+    sleep 0.2
+  done
+  if [ -z "$ended" ]; then
+    hangs=$((hangs + 1))
+    check "run$i-ended" 1 "$how host $host at $(secs $at) s: still running after $((2 * limit)) s"
+    kill -9 "$job" 2> /dev/null
+  fi
+  wait "$job" 2> /dev/null; rc=$?; job=""
+  [ -n "$ended" ] && { [ "$ended" -gt "$worst" ] && worst=$ended; }
+  [ -n "$ended" ] && check "run$i-within-limit" $([ "$ended" -le $((limit * 1000)) ] && echo 0 || echo 1) \
+    "$how host $host: ended $(secs "$ended") s after the loss (limit $limit s)"
+  check "run$i-nonzero" $([ "$rc" -ne 0 ] && echo 0 || echo 1) "$how host $host: mpirun returned 0"
+  # Named: mpirun's own report of a killed rank, or the watchdog's "lost rank r (host ... addr".
+  named=$(grep -oE "lost rank [0-9]+ \(host [^ ]+ $net\.[0-9]+|process rank [0-9]+ with PID [0-9]+ on node $net\.[0-9]+" "$log" | head -1)
+  check "run$i-named" $([ -n "$named" ] && echo 0 || echo 1) \
+    "$how host $host: no lost rank named: $(tail -5 "$log")"
+  bash "$cluster" heal
+  if [ "$before" != none ] && grep -q "resumed from" "$log"; then
+    grep -q "resumed from $out/checkpoints/$before at step" "$log"
+    check "run$i-resume" $? "expected to resume from $before: $(grep -i resum "$log")"
+  fi
+  # Checkpoints: what LATEST names is complete.
+  before=$(latest "$out")
+  if [ "$before" != none ]; then
+    complete_ckpt "$out" "$before"
+    check "run$i-latest" $? "LATEST names $before, which is incomplete"
+  fi
+  printf '%-3s %-10s %-5s %-9s %-9s %-5s %-10s %s\n' "$i" "$how" "$host" "$(secs "$at")" \
+    "${ended:+$(secs "$ended")}" "$rc" "$before" "$named"
+  i=$((i + 1))
+done
+# Finish the last chain.
+log="$tmp/final.log"
+run_bg "$out" "$log"; wait "$job"; rc=$?; job=""
+check final "$rc" "the last chain's final run failed: $(tail -3 "$log")"
+[ "$before" = none ] || { grep -q "resumed from $out/checkpoints/$before at step" "$log"
+  check final-resume $? "the final run did not resume from $before"; }
+cmp -s "$straight/model.safetensors" "$out/model.safetensors"
+check "chain$chain-model" $? "chain $chain's model differs from the uninterrupted one"
+echo "$i losses, $hangs hang(s), slowest end $(secs $worst) s after a loss;" \
+     "$((chain + 1)) chain(s), each byte-identical to the uninterrupted run when it passed"
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]
