@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # A cluster on one machine: H emulated hosts of R slots each, for running Tessera across "hosts"
-# under mpirun. Each host is a Linux network namespace with one veth link to a switch (a bridge in
-# a namespace of its own); every link is shaped in both directions with an htb class of RATE.
-# Addresses come only from 198.18.0.0/15 (RFC 2544, benchmarking): host i is 198.18.NET.(11+i),
-# NET from TESSERA_CLUSTER_NET (default 0). No traffic leaves the namespaces made here: mpirun
-# runs inside host 0, the other hosts' daemons are started inside theirs by a small rsh agent
-# (`ip netns exec`, no sshd), and Open MPI is told to use only the 198.18 interfaces.
+# under mpirun. Each host is a Linux network namespace (with a host name of its own) and two veth
+# links to a switch (bridges in a namespace of its own), as a cluster node with a data network and
+# a management network:
+#   data        198.18.NET.(11+i), shaped in both directions with an htb class of RATE: MPI's
+#               traffic between the hosts (btl tcp) and Tessera's heartbeats;
+#   management  198.19.NET.(11+i), not shaped: the launcher's own traffic (Open MPI's daemons,
+#               oob tcp), with TCP keepalive so a host that is gone is noticed in about 5 s.
+# Addresses come only from 198.18.0.0/15 (RFC 2544, benchmarking); NET from TESSERA_CLUSTER_NET
+# (default 0). No traffic leaves the namespaces made here: mpirun runs inside host 0, the other
+# hosts' daemons are started inside theirs by a small rsh agent (`ip netns exec`, no sshd), and
+# Open MPI is told to use only these two networks. Ranks on one host use shared memory.
 # What this does not emulate (docs/CLUSTER.md): latency (no netem in these kernels: the links
 # are bandwidth-limited, not delayed) and separate CPUs (every host shares this machine's cores).
 #
@@ -16,8 +21,9 @@
 #                                     host by host: ranks 0..R-1 on host 0, ...)
 #   cluster.sh exec H -- CMD          run CMD inside host H's namespace
 #   cluster.sh link RATE              reshape every link
-#   cluster.sh cut H [down|slow]      cut host H off: its switch port down (default), or its link
-#                                     shaped to 8 bit/s both ways
+#   cluster.sh cut H [down|slow|host] cut host H's data link: its switch port down (default), or
+#                                     shaped to 8 bit/s both ways; `host`: both of its links down
+#                                     (the whole host gone from the network)
 #   cluster.sh kill H                 SIGKILL every process in host H (its ranks and daemon)
 #   cluster.sh heal                   end every process left in the hosts, links up at their rate
 #   cluster.sh stats                  bytes sent and received per host link
@@ -43,6 +49,7 @@ usage() { sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 
 host_ns() { echo "$prefix-h$1"; }
 host_addr() { echo "198.18.$net.$((11 + $1))"; }
+mgmt_addr() { echo "198.19.$net.$((11 + $1))"; }
 
 # Root, the tools, and a namespace with a veth and an htb qdisc: else exit 77.
 check_capable() {
@@ -123,6 +130,8 @@ cmd_up() {
   ip netns add "$sw"
   ip -n "$sw" link add br0 type bridge
   ip -n "$sw" link set br0 up
+  ip -n "$sw" link add br1 type bridge
+  ip -n "$sw" link set br1 up
   ip -n "$sw" link set lo up
   local i ns
   : > "$state/hostfile"
@@ -137,6 +146,12 @@ cmd_up() {
     ip -n "$ns" link set eth0 up
     ip -n "$sw" link set "h$i" master br0
     ip -n "$sw" link set "h$i" up
+    ip -n "$ns" link add mgmt0 type veth peer name "m$i"
+    ip -n "$ns" link set "m$i" netns "$sw"
+    ip -n "$ns" addr add "$(mgmt_addr "$i")/24" dev mgmt0
+    ip -n "$ns" link set mgmt0 up
+    ip -n "$sw" link set "m$i" master br1
+    ip -n "$sw" link set "m$i" up
     shape "$ns" eth0 "$rate"       # host -> switch
     shape "$sw" "h$i" "$rate"      # switch -> host
     echo "$(host_addr "$i") slots=$slots" >> "$state/hostfile"
@@ -152,14 +167,16 @@ i=\$(( \${host##*.} - 11 ))
 exec ip netns exec "$prefix-h\$i" unshare --uts sh -c "hostname $prefix-h\$i && \$*"
 EOF
   chmod +x "$state/rsh"
-  local cidr="198.18.$net.0/24"
   cat > "$state/flags" <<EOF
 --hostfile $state/hostfile
 --mca plm_rsh_agent $state/rsh
 --mca plm_rsh_no_tree_spawn 1
 --mca btl tcp,vader,self
---mca btl_tcp_if_include $cidr
---mca oob_tcp_if_include $cidr
+--mca btl_tcp_if_include 198.18.$net.0/24
+--mca oob_tcp_if_include 198.19.$net.0/24
+--mca oob_tcp_keepalive_time 2
+--mca oob_tcp_keepalive_intvl 1
+--mca oob_tcp_keepalive_probes 3
 EOF
   [ "$(id -u)" -eq 0 ] && echo "--allow-run-as-root" >> "$state/flags"
   cat > "$state/env" <<EOF
@@ -217,7 +234,8 @@ cmd_cut() {
   case "$how" in
     down) ip -n "$sw" link set "h$h" down ;;
     slow) shape "$(host_ns "$h")" eth0 8bit; shape "$sw" "h$h" 8bit ;;
-    *) die "cut: 'down' or 'slow', got '$how'" ;;
+    host) ip -n "$sw" link set "h$h" down; ip -n "$sw" link set "m$h" down ;;
+    *) die "cut: 'down', 'slow' or 'host', got '$how'" ;;
   esac
 }
 
@@ -228,6 +246,7 @@ cmd_heal() {
   kill_host_procs "${hs[@]}"
   for ((i = 0; i < HOSTS; i++)); do
     ip -n "$sw" link set "h$i" up
+    ip -n "$sw" link set "m$i" up
     shape "$(host_ns "$i")" eth0 "$RATE"
     shape "$sw" "h$i" "$RATE"
   done

@@ -348,7 +348,7 @@ class MpiCommunicator final : public Communicator {
   // Blocks until `target` is finished, waiting on the earliest unfinished request each time
   // (the one everything after it may depend on).
   absl::Status WaitFor(AsyncOp* target) {
-    CollectiveWait wait("Wait", world_ranks());
+    CollectiveWait wait("Wait(nonblocking)", world_ranks());
     while (true) {
       Progress();
       if (target->finished()) return target->status;

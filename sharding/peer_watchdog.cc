@@ -24,7 +24,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/ascii.h"
+#include "core/logging.h"
 #include "core/status.h"
 #include "sharding/mpi_communicator.h"
 
@@ -81,15 +85,41 @@ std::string Addr(uint32_t a) {
   return buf;
 }
 
-// This host's IPv4 addresses: every interface that is up, loopback only when there is no other.
-std::vector<uint32_t> LocalAddrs() {
+// Whether address `a` (network order) on interface `name` is one `networks` names: a
+// comma-separated list of CIDRs ("198.18.0.0/24") and interface names ("eth1"), as Open MPI's
+// btl_tcp_if_include; an empty list names every interface.
+bool OnNetworks(const std::string& networks, const char* name, uint32_t a) {
+  if (networks.empty()) return true;
+  for (absl::string_view item : absl::StrSplit(networks, ',', absl::SkipWhitespace())) {
+    item = absl::StripAsciiWhitespace(item);
+    const size_t slash = item.find('/');
+    if (slash == absl::string_view::npos) {
+      if (item == name) return true;
+      continue;
+    }
+    in_addr net{};
+    int bits = 0;
+    if (inet_pton(AF_INET, std::string(item.substr(0, slash)).c_str(), &net) != 1 ||
+        !absl::SimpleAtoi(item.substr(slash + 1), &bits) || bits < 0 || bits > 32) {
+      continue;
+    }
+    const uint32_t mask = bits == 0 ? 0 : ~uint32_t{0} << (32 - bits);
+    if ((ntohl(a) & mask) == (ntohl(net.s_addr) & mask)) return true;
+  }
+  return false;
+}
+
+// This host's IPv4 addresses on `networks`: every interface that is up, loopback only when
+// there is no other.
+std::vector<uint32_t> LocalAddrs(const std::string& networks) {
   std::vector<uint32_t> out;
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) == 0) {
     for (ifaddrs* i = list; i != nullptr && out.size() < kMaxAddrs; i = i->ifa_next) {
       if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
       if (!(i->ifa_flags & IFF_UP) || (i->ifa_flags & IFF_LOOPBACK)) continue;
-      out.push_back(reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr);
+      const uint32_t a = reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr;
+      if (OnNetworks(networks, i->ifa_name, a)) out.push_back(a);
     }
     freeifaddrs(list);
   }
@@ -348,7 +378,11 @@ absl::Status StartPeerWatchdog(Communicator& world, const PeerWatchdogOptions& o
                  "not detected for this rank\n",
                  world.rank(), std::strerror(errno));
   }
-  const std::vector<uint32_t> addrs = LocalAddrs();
+  std::string networks = o.networks;
+  if (networks.empty()) {
+    if (const char* v = std::getenv("OMPI_MCA_btl_tcp_if_include")) networks = v;
+  }
+  const std::vector<uint32_t> addrs = LocalAddrs(networks);
   mine.naddr = static_cast<uint16_t>(addrs.size());
   std::copy(addrs.begin(), addrs.end(), mine.addr);
 
@@ -370,6 +404,22 @@ absl::Status StartPeerWatchdog(Communicator& world, const PeerWatchdogOptions& o
     return st;
   }
   for (Record& r : all) r.host[kHostLen - 1] = 0;
+  if (world.rank() == 0) {  // which ranks are where, for reading a later loss report
+    std::vector<std::pair<std::string, std::vector<int>>> hosts;
+    for (int r = 0; r < p; ++r) {
+      std::string h = absl::StrCat(all[r].host, " ", all[r].naddr > 0 ? Addr(all[r].addr[0]) : "");
+      auto it = std::find_if(hosts.begin(), hosts.end(), [&](const auto& x) { return x.first == h; });
+      if (it == hosts.end()) {
+        hosts.push_back({h, {r}});
+      } else {
+        it->second.push_back(r);
+      }
+    }
+    std::vector<std::string> parts;
+    for (const auto& [h, ranks] : hosts) parts.push_back(absl::StrCat(h, ": ranks ", absl::StrJoin(ranks, ",")));
+    TESSERA_LOG(INFO) << "hosts: " << absl::StrJoin(parts, "; ") << " (peer watchdog: "
+                      << o.peer_timeout_s << " s)";
+  }
   std::lock_guard<std::mutex> lock(g_mu);
   Instance() = std::make_unique<Watchdog>(o, world.rank(), std::move(all), nonce, fd);
   return absl::OkStatus();

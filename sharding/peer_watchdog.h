@@ -22,8 +22,8 @@
 // or collectives called in different orders).
 //
 // Addresses: each rank binds one UDP socket on all interfaces (a port the kernel picks) and
-// announces its IPv4 addresses (every interface that is up, loopback only when there is no
-// other) in an all-gather at Start; heartbeats go to every announced address of a peer, and a
+// announces its IPv4 addresses on the data network (`networks` below; loopback only when there
+// is no other) in an all-gather at Start; heartbeats go to every announced address of a peer, and a
 // datagram counts only with this job's nonce (rank 0's random number, broadcast at Start) and the
 // sender's rank. A peer never heard from (UDP between hosts blocked by a firewall) is not
 // watched: rank 0 warns about it after 10 s, and such a run behaves as without the watchdog.
@@ -48,6 +48,12 @@ struct PeerWatchdogOptions {
   double peer_timeout_s = 30;        // a peer silent this long while this rank waits: abort; 0 = off
   double collective_timeout_s = 0;   // a wait this long with every peer alive: abort; 0 = off
   double heartbeat_interval_s = 1;   // how often each rank tells the others it is alive
+  // The networks heartbeats travel: comma-separated CIDRs and interface names. Empty: the
+  // networks Open MPI's TCP transport was told to use (OMPI_MCA_btl_tcp_if_include, which
+  // mpirun --mca btl_tcp_if_include sets), else every interface. Heartbeats must share the
+  // network of the ranks' data: over another one (a management network) they would still arrive
+  // when the data network is cut.
+  std::string networks;
   // How the job is ended. Unset (the default): MpiAbort(code), and std::_Exit(code) when that
   // has not ended the process 10 s later. Tests set it: it gets the message, and the watchdog
   // then stops watching (StopPeerWatchdog still has to be called).

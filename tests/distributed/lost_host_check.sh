@@ -1,27 +1,36 @@
 #!/usr/bin/env bash
 # A lost host: tessera-train on 2 emulated hosts x 2 ranks (scripts/cluster.sh) loses one host at
 # a random point, by either way:
-#   kill  SIGKILL of that host's ranks (its daemon lives on; Open MPI notices the dead ranks);
-#   cut   that host's link cut: its switch port down, or its link shaped to 8 bit/s ("slow"):
-#         nothing tells MPI, and only the peer watchdog (sharding.peer_timeout_s,
-#         sharding/peer_watchdog.h) ends the job.
+#   kill      SIGKILL of that host's ranks (its daemon lives on: Open MPI notices the dead ranks
+#             and ends the job, naming the first);
+#   cut       its data link cut (switch port down) while the launcher's management network still
+#             reaches it: nothing tells MPI, and only the peer watchdog (sharding.peer_timeout_s,
+#             sharding/peer_watchdog.h) ends the job, every rank naming the ranks it lost;
+#   cut-slow  the same with the data link shaped to 8 bit/s instead;
+#   cut-host  both of its links down (the host gone from the network): Open MPI's launcher
+#             notices its daemon is gone (TCP keepalive, scripts/cluster.sh flags) and ends the
+#             job, naming the host; rank 0's start-up line "hosts: ..." says which ranks were
+#             there.
 # Every time: the job (mpirun and every rank on both hosts) must end, non-zero, within LIMIT
-# seconds (default 60) of the loss, its output must name a lost rank and its host's address
-# (the partition's other side, as mpirun's side sees it), and LATEST must name a complete
+# seconds (default 60) of the loss, its output must name the lost host's address (with a lost
+# rank, for kill and the cuts of the data link; when host 0, mpirun's, is the one cut off, its
+# report names host 1: a cut partitions the job), and LATEST must name a complete
 # checkpoint. Then the cluster is restored (leftover processes ended, link up at its rate) and
 # the same command rerun: it must resume from that checkpoint. A rerun that finishes ends a chain,
 # whose model must be byte-identical to the uninterrupted run's; the last chain is finished
 # without a loss.
 #
 # Usage: lost_host_check.sh BUILD_BIN_DIR SOURCE_DIR [EVENTS [SEED [PEER_TIMEOUT_S]]]
-#   defaults: 2 events (one kill, one cut: ctest distributed_lost_host, with a 10 s peer
-#   timeout to keep the suite short); 20 events at random points with the default timeout for
-#   the full check (scripts/lost_host_loop.sh). PEER_TIMEOUT_S "" = the config default (30 s).
-# Env: LIMIT (seconds, default 60), KEEP_TMP=1 keeps the logs.
+#   defaults: 4 events (kill, cut, cut-slow, cut-host in turn: ctest distributed_lost_host, with
+#   a 10 s peer timeout to keep the suite short); 20 events at random points with the default
+#   timeout for the full check (scripts/lost_host_loop.sh). PEER_TIMEOUT_S "" = the config
+#   default (30 s).
+# Env: LIMIT (seconds, default 60), STEPS (of the run, default 100: about 35 s on 2 cores;
+# a checkpoint every 20), KEEP_TMP=1 keeps the logs.
 # Exit 77 where scripts/cluster.sh cannot make namespaces.
 set -uo pipefail
 bin=$1; src=$2
-events=${3:-2}; seed=${4:-1}; peer_timeout=${5-10}
+events=${3:-4}; seed=${4:-1}; peer_timeout=${5-10}
 limit=${LIMIT:-60}
 RANDOM=$seed
 cluster="$src/scripts/cluster.sh"
@@ -67,10 +76,11 @@ data:
 optimizer:
   embedding: {type: rowwise_adagrad, lr: 0.05}
   dense: {type: adam, lr: 0.005}
-train: {steps: 200, log_every: 1000, checkpoint_every: 20}
+train: {steps: STEPS, log_every: 1000, checkpoint_every: 20}
 output: {progress: false}
 sharding: {group_size: 2}
 YAML
+sed -i "s/STEPS/${STEPS:-100}/" "$tmp/lh.yaml"
 extra=()
 [ -n "$peer_timeout" ] && extra=(--set "sharding.peer_timeout_s=$peer_timeout")
 # run_bg OUT LOG: the command, the same every time, in the background (sets job).
@@ -79,15 +89,15 @@ run_bg() {
      --set "output.dir=$1" "${extra[@]}" > "$2" 2>&1) &
   job=$!
 }
-ranks_left() {  # tessera-train processes still alive in the hosts
-  local n=0 h p
-  for h in 0 1; do
-    for p in $(ip netns pids "$TESSERA_CLUSTER_PREFIX-h$h" 2> /dev/null); do
-      [ "$(cat /proc/$p/comm 2> /dev/null)" = tessera-train ] && n=$((n + 1))
-    done
+# The ranks in host $1 (tessera-train re-executes itself through /proc/self/exe, so its comm is
+# "exe": the executable's path tells).
+ranks_in() {
+  local p
+  for p in $(ip netns pids "$TESSERA_CLUSTER_PREFIX-h$1" 2> /dev/null); do
+    case "$(readlink "/proc/$p/exe" 2> /dev/null)" in */tessera-train) echo "$p" ;; esac
   done
-  echo $n
 }
+ranks_left() { echo $(( $(ranks_in 0 | wc -l) + $(ranks_in 1 | wc -l) )); }
 latest() { [ -f "$1/checkpoints/LATEST" ] && cat "$1/checkpoints/LATEST" || echo none; }
 complete_ckpt() {  # every part of checkpoint $1/checkpoints/$2 is there
   local d="$1/checkpoints/$2" r
@@ -109,10 +119,12 @@ printf '%-3s %-10s %-5s %-9s %-9s %-5s %-10s %s\n' "#" "how" "host" "at (s)" "en
   "named"
 while [ $i -lt "$events" ]; do
   log="$tmp/run$i.log"
-  # Alternate kill and cut (the first is a kill), a random host, a random point in the run.
-  if [ $((i % 2)) -eq 0 ]; then how=kill; else how=cut; [ $((RANDOM % 2)) -eq 0 ] && how=cut-slow; fi
+  # The four ways in turn, a random host, a random point in the run.
+  ways=(kill cut cut-slow cut-host)
+  how=${ways[$((i % 4))]}
   host=$((RANDOM % 2))
-  at=$((RANDOM % (duration * 8 / 10) + 1000))
+  # From 3 s on: the world exists (a host lost inside MPI_Init is the launcher's business).
+  at=$((RANDOM % (duration * 8 / 10) + 3000))
   run_bg "$out" "$log"
   sleep "$(secs "$at")"
   if ! kill -0 "$job" 2> /dev/null; then  # finished before the loss: a chain ends
@@ -130,11 +142,11 @@ while [ $i -lt "$events" ]; do
   t_loss=$(now_ms)
   case $how in
     kill)
-      for p in $(ip netns pids "$TESSERA_CLUSTER_PREFIX-h$host"); do
-        [ "$(cat /proc/$p/comm 2> /dev/null)" = tessera-train ] && kill -9 "$p" 2> /dev/null
-      done ;;
+      victims=$(ranks_in "$host")
+      [ -n "$victims" ] && kill -9 $victims 2> /dev/null ;;
     cut) bash "$cluster" cut "$host" down ;;
     cut-slow) bash "$cluster" cut "$host" slow ;;
+    cut-host) bash "$cluster" cut "$host" host ;;
   esac
   # Wait for mpirun and every rank to end; past 2 x limit it is a hang.
   ended=""
@@ -154,10 +166,21 @@ while [ $i -lt "$events" ]; do
   [ -n "$ended" ] && check "run$i-within-limit" $([ "$ended" -le $((limit * 1000)) ] && echo 0 || echo 1) \
     "$how host $host: ended $(secs "$ended") s after the loss (limit $limit s)"
   check "run$i-nonzero" $([ "$rc" -ne 0 ] && echo 0 || echo 1) "$how host $host: mpirun returned 0"
-  # Named: mpirun's own report of a killed rank, or the watchdog's "lost rank r (host ... addr".
-  named=$(grep -oE "lost rank [0-9]+ \(host [^ ]+ $net\.[0-9]+|process rank [0-9]+ with PID [0-9]+ on node $net\.[0-9]+" "$log" | head -1)
+  # Named: the watchdog's "lost rank r (host NAME ADDR", mpirun's report of a killed rank
+  # ("process rank r with PID p on node ADDR") or of a lost daemon ("on node ADDR"), with the
+  # lost host's address.
+  # A cut partitions the job: the side with mpirun (host 0) names the other, so when host 0 is
+  # cut off, host 1 is what its report names lost.
+  lost_addr="$net.$((11 + host))"
+  [ "$how" != kill ] && [ "$host" -eq 0 ] && lost_addr="$net.12"
+  case $how in
+    cut|cut-slow) pat="lost rank [0-9]+ \(host [^ ]+ $lost_addr," ;;
+    kill) pat="process rank [0-9]+ with PID [0-9]+ on node $lost_addr" ;;
+    cut-host) pat="Remote daemon: .* on node $lost_addr" ;;
+  esac
+  named=$(grep -oE "$pat" "$log" | head -1)
   check "run$i-named" $([ -n "$named" ] && echo 0 || echo 1) \
-    "$how host $host: no lost rank named: $(tail -5 "$log")"
+    "$how host $host: the lost host $lost_addr is not named: $(grep -v setpgid "$log" | tail -8)"
   bash "$cluster" heal
   if [ "$before" != none ] && grep -q "resumed from" "$log"; then
     grep -q "resumed from $out/checkpoints/$before at step" "$log"
