@@ -10,7 +10,8 @@
 # Addresses come only from 198.18.0.0/15 (RFC 2544, benchmarking); NET from TESSERA_CLUSTER_NET
 # (default 0). No traffic leaves the namespaces made here: mpirun runs inside host 0, the other
 # hosts' daemons are started inside theirs by a small rsh agent (`ip netns exec`, no sshd), and
-# Open MPI is told to use only these two networks. Ranks on one host use shared memory.
+# Open MPI is told to use only these two networks. Ranks on one host use shared memory; waiting
+# ranks yield the CPU (mpi_yield_when_idle: every host shares this machine's cores).
 # What this does not emulate (docs/CLUSTER.md): latency (no netem in these kernels: the links
 # are bandwidth-limited, not delayed) and separate CPUs (every host shares this machine's cores).
 #
@@ -172,6 +173,7 @@ EOF
 --mca plm_rsh_agent $state/rsh
 --mca plm_rsh_no_tree_spawn 1
 --mca btl tcp,vader,self
+--mca mpi_yield_when_idle 1
 --mca btl_tcp_if_include 198.18.$net.0/24
 --mca oob_tcp_if_include 198.19.$net.0/24
 --mca oob_tcp_keepalive_time 2

@@ -7,4 +7,4 @@
 #   scripts/lost_host_loop.sh [EVENTS [SEED]]     (root; build/ built)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STEPS=${STEPS:-200} exec bash tests/distributed/lost_host_check.sh build/bin . "${1:-20}" "${2:-1}" ""
+TESSERA_CLUSTER_PREFIX=tsr-loop TESSERA_CLUSTER_NET=3 STEPS=${STEPS:-200} exec bash tests/distributed/lost_host_check.sh build/bin . "${1:-20}" "${2:-1}" ""

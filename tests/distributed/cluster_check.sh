@@ -4,13 +4,13 @@
 # trains on one host.
 #   1. The distributed GoogleTest suites that compare ranks with one process, run across the two
 #      hosts: trainer equivalence (2x2 in both layouts, every sharding type: data-parallel,
-#      table-, row-, table-row-, column-wise, grid; DLRM with row-wise AdaGrad and DCNv2 with
-#      SGD; exact mode == one process within the float-order tolerance), sharded checkpoints (a
+#      table-, row-, table-row-, column-wise, grid; DLRM with row-wise AdaGrad; exact mode ==
+#      one process within the float-order tolerance), sharded checkpoints (a
 #      RocksDB-tier table, exact and average mode) and resharding (4 -> 2, 4 -> 1, 1 -> 4 ranks).
 #   2. tessera-train with a RocksDB-tier table, exact mode 2x2 in both layouts (replicas on one
 #      host: replicas_adjacent; sharding groups on one host: groups_contiguous) and a row-wise /
 #      grid plan: the exported model is byte-identical to the same 4 ranks on one host.
-#   3. Checkpoints across hosts: 2 hosts to step 30, one host (4 ranks) to 60, 2 hosts to 90:
+#   3. Checkpoints across hosts: 2 hosts to step 20, one host (4 ranks) to 40, 2 hosts to 60:
 #      byte-identical to the run never interrupted; and 2 hosts -> one process (resharded) ->
 #      2 hosts: each run resumes from the previous one's checkpoint, and the chain ends
 #      byte-identical to the same chain on one host (4 ranks -> one process -> 4 ranks).
@@ -38,8 +38,8 @@ local4() { mpirun --oversubscribe --allow-run-as-root -np 4 "$@"; }
 
 # 1. The GoogleTest suites, across the hosts.
 # The equivalence suite's 2x2 shapes (both layouts, every sharding type; DLRM with row-wise
-# AdaGrad, DCNv2 with SGD); the other two whole.
-declare -A filter=([trainer_equivalence]='*_2x2_*_dlrm_rwadagrad:*_2x2_*_dcnv2_sgd'
+# AdaGrad); the other two whole.
+declare -A filter=([trainer_equivalence]='*_2x2_*_dlrm_rwadagrad'
                    [sharded_checkpoint]='*' [sharded_reshard]='*')
 for t in trainer_equivalence sharded_checkpoint sharded_reshard; do
   bin="$build/tests/distributed_${t}_test"
@@ -65,19 +65,24 @@ data:
   format: synthetic
   batch_size: 128
   shuffle: true
-  synthetic: {train_samples: 46080, eval_samples: 0, pooling: [2, 1, 1, 3], zipf_exponent: 1.05}
+  synthetic: {train_samples: 30720, eval_samples: 0, pooling: [2, 1, 1, 3], zipf_exponent: 1.05}
 optimizer:
   embedding: {type: rowwise_adagrad, lr: 0.05}
   dense: {type: adam, lr: 0.005}
-train: {steps: 90, log_every: 1000, checkpoint_every: 30}
+train: {steps: 60, log_every: 1000, checkpoint_every: 20}
 output: {progress: false}
 YAML
 cat > "$tmp/plan.yaml" <<'YAML'
 group_size: 2
 tables:
-  big: {type: row_wise}
-  mid: {type: grid}
-  small: {type: table_wise, ranks: [1]}
+  - {name: big, type: row_wise, shards: [{rank: 0, rows: [0, 12000]}, {rank: 1, rows: [12000, 20000]}]}
+  - name: mid
+    type: grid
+    shards:
+      - {rank: 0, rows: [0, 1800], cols: [0, 4]}
+      - {rank: 1, rows: [0, 1800], cols: [4, 8]}
+      - {rank: 1, rows: [1800, 3000]}
+  - {name: small, type: table_wise, shards: [{rank: 1}]}
 YAML
 train() {  # where(across|local4|one) out extra-args...
   local where=$1 out=$2; shift 2
@@ -102,16 +107,16 @@ done
 opts=(--set sharding.group_size=2 --set "sharding.plan=$tmp/plan.yaml")
 ref="$tmp/replicas_adjacent-across/model.safetensors"
 out="$tmp/hop"
-train across "$out" "${opts[@]}" --set train.steps=30 > "$tmp/hop1.log" 2>&1
-check "hop 1: 2 hosts to step 30" $? "$(tail -3 "$tmp/hop1.log")"
-train local4 "$out" "${opts[@]}" --set train.steps=60 > "$tmp/hop2.log" 2>&1
-check "hop 2: one host (4 ranks) to step 60" $? "$(tail -3 "$tmp/hop2.log")"
-grep -q "resumed from $out/checkpoints/ckpt-30 at step 30" "$tmp/hop2.log"
-check "hop 2 resumed from ckpt-30" $? "$(grep -i resum "$tmp/hop2.log")"
+train across "$out" "${opts[@]}" --set train.steps=20 > "$tmp/hop1.log" 2>&1
+check "hop 1: 2 hosts to step 20" $? "$(tail -3 "$tmp/hop1.log")"
+train local4 "$out" "${opts[@]}" --set train.steps=40 > "$tmp/hop2.log" 2>&1
+check "hop 2: one host (4 ranks) to step 40" $? "$(tail -3 "$tmp/hop2.log")"
+grep -q "resumed from $out/checkpoints/ckpt-20 at step 20" "$tmp/hop2.log"
+check "hop 2 resumed from ckpt-20" $? "$(grep -i resum "$tmp/hop2.log")"
 train across "$out" "${opts[@]}" > "$tmp/hop3.log" 2>&1
-check "hop 3: 2 hosts to step 90" $? "$(tail -3 "$tmp/hop3.log")"
-grep -q "resumed from $out/checkpoints/ckpt-60 at step 60" "$tmp/hop3.log"
-check "hop 3 resumed from ckpt-60" $? "$(grep -i resum "$tmp/hop3.log")"
+check "hop 3: 2 hosts to step 60" $? "$(tail -3 "$tmp/hop3.log")"
+grep -q "resumed from $out/checkpoints/ckpt-40 at step 40" "$tmp/hop3.log"
+check "hop 3 resumed from ckpt-40" $? "$(grep -i resum "$tmp/hop3.log")"
 cmp -s "$ref" "$out/model.safetensors"
 check "hops: byte-identical to the uninterrupted run" $? "the exported models differ"
 
@@ -120,18 +125,19 @@ check "hops: byte-identical to the uninterrupted run" $? "the exported models di
 # the two chains end byte-identical (a reshard is a copy; only where the ranks run differs).
 for where in across local4; do
   out="$tmp/reshard-$where"
-  train $where "$out" "${opts[@]}" --set train.steps=30 > "$tmp/rs1-$where.log" 2>&1
-  check "reshard ($where) 1: 4 ranks to step 30" $? "$(tail -3 "$tmp/rs1-$where.log")"
-  train one "$out" --set train.steps=60 > "$tmp/rs2-$where.log" 2>&1
-  check "reshard ($where) 2: one process to step 60" $? "$(tail -3 "$tmp/rs2-$where.log")"
-  grep -q "resumed from $out/checkpoints/ckpt-30 at step 30" "$tmp/rs2-$where.log"
-  check "reshard ($where) 2 resumed from ckpt-30" $? "$(grep -i resum "$tmp/rs2-$where.log")"
+  train $where "$out" "${opts[@]}" --set train.steps=20 > "$tmp/rs1-$where.log" 2>&1
+  check "reshard ($where) 1: 4 ranks to step 20" $? "$(tail -3 "$tmp/rs1-$where.log")"
+  train one "$out" --set train.steps=40 > "$tmp/rs2-$where.log" 2>&1
+  check "reshard ($where) 2: one process to step 40" $? "$(tail -3 "$tmp/rs2-$where.log")"
+  grep -q "resumed from $out/checkpoints/ckpt-20 at step 20" "$tmp/rs2-$where.log"
+  check "reshard ($where) 2 resumed from ckpt-20" $? "$(grep -i resum "$tmp/rs2-$where.log")"
   train $where "$out" "${opts[@]}" > "$tmp/rs3-$where.log" 2>&1
-  check "reshard ($where) 3: 4 ranks to step 90" $? "$(tail -3 "$tmp/rs3-$where.log")"
-  grep -q "resumed from $out/checkpoints/ckpt-60 at step 60" "$tmp/rs3-$where.log"
-  check "reshard ($where) 3 resumed from ckpt-60" $? "$(grep -i resum "$tmp/rs3-$where.log")"
+  check "reshard ($where) 3: 4 ranks to step 60" $? "$(tail -3 "$tmp/rs3-$where.log")"
+  grep -q "resumed from $out/checkpoints/ckpt-40 at step 40" "$tmp/rs3-$where.log"
+  check "reshard ($where) 3 resumed from ckpt-40" $? "$(grep -i resum "$tmp/rs3-$where.log")"
 done
-cmp -s "$tmp/reshard-across/model.safetensors" "$tmp/reshard-local4/model.safetensors"
+[ -f "$tmp/reshard-across/model.safetensors" ] &&
+  cmp -s "$tmp/reshard-across/model.safetensors" "$tmp/reshard-local4/model.safetensors"
 check "reshard chain across hosts == the same chain on one host, byte for byte" $? \
   "the exported models differ"
 

@@ -34,7 +34,7 @@ events=${3:-4}; seed=${4:-1}; peer_timeout=${5-10}
 limit=${LIMIT:-60}
 RANDOM=$seed
 cluster="$src/scripts/cluster.sh"
-export TESSERA_CLUSTER_PREFIX=tsr-lh TESSERA_CLUSTER_NET=2
+export TESSERA_CLUSTER_PREFIX=${TESSERA_CLUSTER_PREFIX:-tsr-lh} TESSERA_CLUSTER_NET=${TESSERA_CLUSTER_NET:-2}
 export OMP_NUM_THREADS=1
 tmp=$(mktemp -d)
 job=""
@@ -48,7 +48,7 @@ bash "$cluster" up 2 2 --link 1gbit
 rc=$?
 [ $rc -eq 77 ] && exit 77
 [ $rc -eq 0 ] || { echo "FAIL: cluster.sh up failed (rc $rc)"; exit 1; }
-net=198.18.2
+net=198.18.$TESSERA_CLUSTER_NET
 
 passed=0; failed=0; hangs=0
 check() {
