@@ -175,7 +175,8 @@ while [ $i -lt "$events" ]; do
   [ "$how" != kill ] && [ "$host" -eq 0 ] && lost_addr="$net.12"
   case $how in
     cut|cut-slow) pat="lost rank [0-9]+ \(host [^ ]+ $lost_addr," ;;
-    kill) pat="process rank [0-9]+ with PID [0-9]+ on node $lost_addr" ;;
+    # (mpirun names its own host by host name, the others by their hostfile address)
+    kill) pat="process rank [0-9]+ with PID [0-9]+ on node ($lost_addr|$TESSERA_CLUSTER_PREFIX-h$host)[ .]" ;;
     cut-host) pat="Remote daemon: .* on node $lost_addr" ;;
   esac
   named=$(grep -oE "$pat" "$log" | head -1)
