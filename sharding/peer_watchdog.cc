@@ -22,12 +22,12 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/ascii.h"
 #include "core/logging.h"
 #include "core/status.h"
 #include "sharding/mpi_communicator.h"
@@ -127,13 +127,24 @@ std::vector<uint32_t> LocalAddrs(const std::string& networks) {
   return out;
 }
 
+// "NAME ADDRESS": a rank's host as loss reports name it.
+std::string HostOf(const Record& r) {
+  return absl::StrCat(r.host, " ", r.naddr > 0 ? Addr(r.addr[0]) : "");
+}
+
 class Watchdog {
  public:
   Watchdog(const PeerWatchdogOptions& o, int rank, std::vector<Record> peers, uint64_t nonce,
            int fd)
-      : o_(o), rank_(rank), peers_(std::move(peers)), nonce_(nonce), fd_(fd),
-        heard_ns_(peers_.size(), 0), left_(peers_.size(), false),
-        waiting_ms_(peers_.size(), -1), what_(peers_.size()) {
+      : o_(o),
+        rank_(rank),
+        peers_(std::move(peers)),
+        nonce_(nonce),
+        fd_(fd),
+        heard_ns_(peers_.size(), 0),
+        left_(peers_.size(), false),
+        waiting_ms_(peers_.size(), -1),
+        what_(peers_.size()) {
     thread_ = std::thread([this] { Loop(); });
   }
   ~Watchdog() {
@@ -182,8 +193,8 @@ class Watchdog {
       WaitState& w = Wait();
       std::lock_guard<std::mutex> lock(w.mu);
       if (w.depth > 0) {
-        b.waiting_ms = static_cast<int32_t>(
-            std::min<int64_t>((NowNs() - w.since_ns) / 1000000, INT32_MAX));
+        b.waiting_ms =
+            static_cast<int32_t>(std::min<int64_t>((NowNs() - w.since_ns) / 1000000, INT32_MAX));
         std::snprintf(b.what, sizeof(b.what), "%s", w.what);
       }
     }
@@ -221,9 +232,7 @@ class Watchdog {
   }
 
   std::string Describe(int r) const {
-    const Record& p = peers_[r];
-    return absl::StrCat("rank ", r, " (host ", p.host, " ", p.naddr > 0 ? Addr(p.addr[0]) : "",
-                        ", pid ", p.pid, ")");
+    return absl::StrCat("rank ", r, " (host ", HostOf(peers_[r]), ", pid ", peers_[r].pid, ")");
   }
 
   void WarnUnheard() {
@@ -270,12 +279,12 @@ class Watchdog {
     if (!lost.empty()) {
       const Record& me = peers_[rank_];
       Abort(absl::StrFormat(
-          "[rank %d] lost %s; this rank (host %s %s, pid %d) has waited %.1f s in %s over world "
+          "[rank %d] lost %s; this rank (host %s, pid %d) has waited %.1f s in %s over world "
           "ranks [%s]: the host, its link or the process is gone. Ending the job "
           "(sharding.peer_timeout_s = %g; rerun the same command to resume from the last "
           "checkpoint)",
-          rank_, absl::StrJoin(lost, "; "), me.host, me.naddr > 0 ? Addr(me.addr[0]) : "",
-          me.pid, waited, what, absl::StrJoin(members, ","), o_.peer_timeout_s));
+          rank_, absl::StrJoin(lost, "; "), HostOf(me), me.pid, waited, what,
+          absl::StrJoin(members, ","), o_.peer_timeout_s));
       return;
     }
     if (o_.collective_timeout_s > 0 && waited >= o_.collective_timeout_s) {
@@ -405,10 +414,11 @@ absl::Status StartPeerWatchdog(Communicator& world, const PeerWatchdogOptions& o
   }
   for (Record& r : all) r.host[kHostLen - 1] = 0;
   if (world.rank() == 0) {  // which ranks are where, for reading a later loss report
-    std::vector<std::pair<std::string, std::vector<int>>> hosts;
+    std::vector<std::pair<std::string, std::vector<int>>> hosts;  // in order of first rank
     for (int r = 0; r < p; ++r) {
-      std::string h = absl::StrCat(all[r].host, " ", all[r].naddr > 0 ? Addr(all[r].addr[0]) : "");
-      auto it = std::find_if(hosts.begin(), hosts.end(), [&](const auto& x) { return x.first == h; });
+      const std::string h = HostOf(all[r]);
+      auto it =
+          std::find_if(hosts.begin(), hosts.end(), [&](const auto& x) { return x.first == h; });
       if (it == hosts.end()) {
         hosts.push_back({h, {r}});
       } else {
@@ -416,9 +426,11 @@ absl::Status StartPeerWatchdog(Communicator& world, const PeerWatchdogOptions& o
       }
     }
     std::vector<std::string> parts;
-    for (const auto& [h, ranks] : hosts) parts.push_back(absl::StrCat(h, ": ranks ", absl::StrJoin(ranks, ",")));
-    TESSERA_LOG(INFO) << "hosts: " << absl::StrJoin(parts, "; ") << " (peer watchdog: "
-                      << o.peer_timeout_s << " s)";
+    for (const auto& [h, ranks] : hosts) {
+      parts.push_back(absl::StrCat(h, ": ranks ", absl::StrJoin(ranks, ",")));
+    }
+    TESSERA_LOG(INFO) << "hosts: " << absl::StrJoin(parts, "; ")
+                      << " (peer watchdog: " << o.peer_timeout_s << " s)";
   }
   std::lock_guard<std::mutex> lock(g_mu);
   Instance() = std::make_unique<Watchdog>(o, world.rank(), std::move(all), nonce, fd);

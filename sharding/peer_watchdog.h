@@ -45,9 +45,9 @@ namespace tessera {
 inline constexpr int kLostPeerExitCode = 75;
 
 struct PeerWatchdogOptions {
-  double peer_timeout_s = 30;        // a peer silent this long while this rank waits: abort; 0 = off
-  double collective_timeout_s = 0;   // a wait this long with every peer alive: abort; 0 = off
-  double heartbeat_interval_s = 1;   // how often each rank tells the others it is alive
+  double peer_timeout_s = 30;       // a peer silent this long while this rank waits: abort; 0 = off
+  double collective_timeout_s = 0;  // a wait this long with every peer alive: abort; 0 = off
+  double heartbeat_interval_s = 1;  // how often each rank tells the others it is alive
   // The networks heartbeats travel: comma-separated CIDRs and interface names. Empty: the
   // networks Open MPI's TCP transport was told to use (OMPI_MCA_btl_tcp_if_include, which
   // mpirun --mca btl_tcp_if_include sets), else every interface. Heartbeats must share the
