@@ -3,7 +3,7 @@
 # its link cut or slowed to 8 bit/s) at random points of a tessera-train run, with the default
 # sharding.peer_timeout_s; each must end the job within 60 s naming the lost rank and host, and
 # every rerun must resume and end byte-identical to the uninterrupted run
-# (tests/distributed/lost_host_check.sh; ctest distributed_lost_host runs 4 with a 10 s timeout).
+# (tests/distributed/lost_host_check.sh, whose default is 4 losses with a 10 s timeout).
 #   scripts/lost_host_loop.sh [EVENTS [SEED]]     (root; build/ built)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -23,6 +23,7 @@ export TESSERA_CLUSTER_PREFIX=tsr-cc TESSERA_CLUSTER_NET=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 tmp=$(mktemp -d)
 trap 'bash "$cluster" down > /dev/null 2>&1; rm -rf "$tmp"' EXIT
+bash "$cluster" down > /dev/null 2>&1  # what a killed earlier run of this check left
 bash "$cluster" up 2 2 --link 1gbit
 rc=$?
 [ $rc -eq 77 ] && exit 77
