@@ -127,8 +127,11 @@ echo "uninterrupted run: $(secs $duration) s of training on 2 hosts x 2 ranks; p
 chain=0; out="$tmp/chain0"; before=none; i=0; kinds=0; worst=0; completed=0
 printf '%-3s %-10s %-5s %-9s %-9s %-5s %-10s %s\n' "#" "how" "host" "at (s)" "ended (s)" "rc" "LATEST" \
   "named"
+launch=0
 while [ $i -lt "$events" ]; do
-  log="$tmp/run$i.log"
+  # Every launch its own log: a reused name could still show the previous run's "training"
+  # line to `started` before the new run's redirection empties it.
+  launch=$((launch + 1)); log="$tmp/launch$launch.log"
   # The four ways in turn, a random host, a random point in the run.
   ways=(kill cut cut-slow cut-host)
   how=${ways[$((i % 4))]}
