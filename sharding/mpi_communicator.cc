@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "sharding/peer_watchdog.h"
 
 namespace tessera {
 namespace {
@@ -68,6 +69,7 @@ class MpiCommunicator final : public Communicator {
     MPI_Group_free(&group);
     MPI_Group_free(&world_group);
     InitWorldRanks(std::move(world));
+    CollectiveWait wait("MPI_Comm_dup", world_ranks());
     // Channels of the nonblocking collectives (see AsyncOp): collective, like the constructor.
     MPI_Comm_dup(comm_, &async_comm_);
     MPI_Comm_dup(comm_, &gather_comm_);
@@ -98,6 +100,7 @@ class MpiCommunicator final : public Communicator {
                            absl::Span<const int64_t> recv_bytes,
                            absl::Span<const int64_t> recv_displs) override {
     std::vector<int> sc, sd, rc, rd;
+    CollectiveWait wait("AllToAllV", world_ranks());
     TESSERA_RETURN_IF_ERROR(ToInts("AllToAllV", send_bytes, &sc));
     TESSERA_RETURN_IF_ERROR(ToInts("AllToAllV", send_displs, &sd));
     TESSERA_RETURN_IF_ERROR(ToInts("AllToAllV", recv_bytes, &rc));
@@ -110,6 +113,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   absl::Status DoAllReduce(void* data, int64_t count, CommDType dtype, ReduceOp op) override {
+    CollectiveWait wait("AllReduce", world_ranks());
     if (size_ == 1 || count == 0) return absl::OkStatus();
     switch (dtype) {
       case CommDType::kF32: return OrderedAllReduce(static_cast<float*>(data), count, op);
@@ -133,6 +137,7 @@ class MpiCommunicator final : public Communicator {
                             absl::Span<const int64_t> recv_bytes,
                             absl::Span<const int64_t> recv_displs) override {
     std::vector<int> rc, rd;
+    CollectiveWait wait("AllGatherV", world_ranks());
     TESSERA_RETURN_IF_ERROR(ToInts("AllGatherV", recv_bytes, &rc));
     TESSERA_RETURN_IF_ERROR(ToInts("AllGatherV", recv_displs, &rd));
     char dummy = 0;
@@ -142,6 +147,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   absl::Status DoBroadcast(void* data, int64_t bytes, int root) override {
+    CollectiveWait wait("Broadcast", world_ranks());
     char* p = static_cast<char*>(data);
     while (bytes > 0) {  // chunks of at most 1 GiB (MPI's int count)
       int n = static_cast<int>(std::min<int64_t>(bytes, int64_t{1} << 30));
@@ -153,11 +159,13 @@ class MpiCommunicator final : public Communicator {
   }
 
   absl::Status DoBarrier() override {
+    CollectiveWait wait("Barrier", world_ranks());
     TESSERA_MPI(MPI_Barrier(comm_));
     return absl::OkStatus();
   }
 
   absl::StatusOr<std::unique_ptr<Communicator>> DoSplit(int color, int key) override {
+    CollectiveWait wait("Split", world_ranks());
     MPI_Comm sub;
     TESSERA_MPI(MPI_Comm_split(comm_, color, key, &sub));
     return std::unique_ptr<Communicator>(new MpiCommunicator(sub));
@@ -340,6 +348,7 @@ class MpiCommunicator final : public Communicator {
   // Blocks until `target` is finished, waiting on the earliest unfinished request each time
   // (the one everything after it may depend on).
   absl::Status WaitFor(AsyncOp* target) {
+    CollectiveWait wait("Wait(nonblocking)", world_ranks());
     while (true) {
       Progress();
       if (target->finished()) return target->status;
@@ -425,7 +434,16 @@ absl::Status MpiInitialize(int* argc, char*** argv) {
 
 absl::Status MpiFinalize() {
   if (!MpiActive()) return absl::OkStatus();
-  int rc = MPI_Finalize();
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::vector<int> everyone(size);
+  for (int r = 0; r < size; ++r) everyone[r] = r;
+  int rc = 0;
+  {
+    CollectiveWait wait("MPI_Finalize", everyone);
+    rc = MPI_Finalize();
+  }
+  StopPeerWatchdog();
   if (rc != MPI_SUCCESS) return MpiError("MPI_Finalize", rc);
   return absl::OkStatus();
 }

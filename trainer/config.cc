@@ -3,6 +3,7 @@
 // files) run after all sections are read so that each can name the key it blames.
 #include "trainer/config.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -56,7 +57,8 @@ const std::vector<SchemaSection>& internal::ConfigSchema() {
       {"output", {"dir", "metrics", "export", "progress", "checkpoint_dir", "tensorboard",
                   "mllog"}},
       {"sharding", {"group_size", "layout", "replica_sync", "sync_every", "sync_rows", "plan",
-                    "bucket_bytes", "comm_dtype", "pipeline", "profile", "transport"}},
+                    "bucket_bytes", "comm_dtype", "pipeline", "profile", "transport",
+                    "peer_timeout_s", "collective_timeout_s"}},
   };
   static const auto* with_dynamic = [] {
     auto* all = new std::vector<SchemaSection>(*schema);
@@ -621,6 +623,13 @@ absl::Status ParseRest(const ConfigReader& r, const YAML::Node& root, const std:
   TESSERA_RETURN_IF_ERROR(
       r.ReadEnum(sh, p, "transport", kPayloadTransportNames, &c->sharding.transport));
   TESSERA_RETURN_IF_ERROR(r.ReadString(sh, p, "profile", &c->sharding.profile));
+  const auto seconds = [](double v) { return std::isfinite(v) && v >= 0 && v <= 86400; };
+  TESSERA_RETURN_IF_ERROR(r.ReadDouble(sh, p, "peer_timeout_s",
+                                       "seconds, 0 to 86400 (0 = off)", seconds,
+                                       &c->sharding.peer_timeout_s));
+  TESSERA_RETURN_IF_ERROR(r.ReadDouble(sh, p, "collective_timeout_s",
+                                       "seconds, 0 to 86400 (0 = off)", seconds,
+                                       &c->sharding.collective_timeout_s));
   if (c->sharding.profile.empty())
     return r.Error(Child(sh, "profile"), sh, "sharding.profile",
                    "must name a shipped profile or a profile file");

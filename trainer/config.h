@@ -159,6 +159,12 @@ struct ShardingConfig {
   // (planner/profiles/) or a file (a value with '/' or ending .yaml/.json, relative to the
   // config's directory, must exist).
   std::string profile = "cpu_default";
+  // sharding.peer_timeout_s: a rank waiting in a collective while another member has sent no
+  // heartbeat for this long ends the job naming it (sharding/peer_watchdog.h); 0 = off.
+  double peer_timeout_s = 30;
+  // sharding.collective_timeout_s: a collective wait this long ends the job even with every
+  // member alive; 0 = off.
+  double collective_timeout_s = 0;
 };
 
 struct Config {

@@ -4,6 +4,7 @@
 #include "core/status.h"
 #include "core/logging.h"
 #include "sharding/mpi_communicator.h"
+#include "sharding/peer_watchdog.h"
 #include "sharding/plan.h"
 #include "trainer/auto_plan.h"
 #include "sharding/sharded_embedding.h"
@@ -16,6 +17,14 @@ absl::StatusOr<World> CreateWorld(const Config& config) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, CreateWorldCommunicator());
   w.comm = std::move(comm);
   if (w.size() > 1) {
+    // A lost host, link or rank ends the job within sharding.peer_timeout_s instead of leaving
+    // the others in a collective (sharding/peer_watchdog.h). Started once per process.
+    if (w.comm->backend() == "mpi" && !PeerWatchdogRunning()) {
+      PeerWatchdogOptions wo;
+      wo.peer_timeout_s = config.sharding.peer_timeout_s;
+      wo.collective_timeout_s = config.sharding.collective_timeout_s;
+      TESSERA_RETURN_IF_ERROR(StartPeerWatchdog(*w.comm, wo));
+    }
     ProcessGridOptions o;
     o.group_size = config.sharding.group_size;
     if (config.sharding.plan == kAutoPlan) {

@@ -222,6 +222,8 @@ std::string ConfigToYaml(const Config& c) {
   Key(e, "transport", kPayloadTransportNames, c.sharding.transport);
   Key(e, "pipeline", c.sharding.pipeline);
   Key(e, "profile", c.sharding.profile);
+  Key(e, "peer_timeout_s", c.sharding.peer_timeout_s);
+  Key(e, "collective_timeout_s", c.sharding.collective_timeout_s);
   e << YAML::EndMap << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }
