@@ -145,11 +145,10 @@ TEST_F(ConfigStorageTest, UnwritableOrSharedPathsAreErrorsNamingThePath) {
 TEST_F(ConfigStorageTest, TableRowsTablesTakeStorageOverrides) {
   const std::string yaml = absl::StrCat(
       "model: {type: dlrm, num_dense: 4, embedding_dim: 8, bottom_mlp: [8], top_mlp: [4, 1], "
-      "table_rows: [100, 200, 300]}
-data: {format: synthetic, batch_size: 8}
-output: {dir: ",
-      (dir_ / "out").string(), "}
-");
+      "table_rows: [100, 200, 300]}\n"
+      "data: {format: synthetic, batch_size: 8}\n"
+      "output: {dir: ",
+      (dir_ / "out").string(), "}\n");
   auto c = ParseConfig(yaml, (dir_ / "r.yaml").string(),
                        {"model.tables.1.storage.tier=rocksdb",
                         "model.tables.1.storage.cache_rows=50", "model.tables[2].storage.dtype=fp16"});
