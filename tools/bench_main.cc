@@ -55,8 +55,9 @@ ABSL_FLAG(double, tier_cache_fraction, 0,
 ABSL_FLAG(std::string, phase_clock, "wall",
           "clock of the per-phase times: wall, or cpu (this process's CPU seconds, all threads: "
           "steady while other jobs share the cores)");
-ABSL_FLAG(std::string, profile, "planner/profiles/cpu_2core_measured.yaml",
-          "machine profile (tessera-plan calibrate) for the predicted-beside-measured table; "
+ABSL_FLAG(std::string, profile, "cpu_2core_measured",
+          "machine profile for the predicted-beside-measured table: a shipped name (compiled "
+          "in, so found wherever the binary runs) or a profile file (tessera-plan calibrate); "
           "'' = no prediction");
 
 namespace tessera {

@@ -126,8 +126,6 @@ absl::StatusOr<Predicted> Predict(const Config& config, const World& world, Mode
   topo.ranks_per_node = LauncherRanksPerNode(world.size());
   topo.memory = MachineMemoryPerRank(topo.ranks_per_node, config.output.dir);
   planner::PlanInputs inputs = PlanInputsFromConfig(config, topo);
-  // tessera-bench's data.batch_size is per rank (the trainer's is global).
-  inputs.step.batch_per_rank = config.data.batch_size;
   inputs.step.threads = NumThreads();
   // The RocksDB memtables hold the distinct rows this run wrote: the bench cycles
   // `distinct_batches` batches, so no step past them brings new rows.
@@ -200,12 +198,14 @@ void PrintPredictedBesideMeasured(const Config& config, const World& world, Mode
               "phase", "predicted", "measured", "ratio");
   for (size_t i = 0; i < meas.size(); ++i) {
     const double p = pred.ok() ? pred->phase_ms[i] : 0;
-    std::printf("  %-22s %10.3f %10.3f %8s\n", PhaseMaps()[i].name, p, meas[i],
+    std::printf("  %-22s %10s %10.3f %8s\n", PhaseMaps()[i].name,
+                pred.ok() ? absl::StrFormat("%.3f", p).c_str() : "-", meas[i],
                 pred.ok() && meas[i] > 0 ? absl::StrFormat("%.2f", p / meas[i]).c_str() : "-");
     if (pred.ok()) json->Add(std::string("pred_ms_") + PhaseMaps()[i].name, p);
   }
   auto line = [&](const char* what, double p, double v, const char* unit) {
-    std::printf("  %-22s %10.3f %10.3f %8s %s\n", what, p, v,
+    std::printf("  %-22s %10s %10.3f %8s %s\n", what,
+                pred.ok() ? absl::StrFormat("%.3f", p).c_str() : "-", v,
                 pred.ok() && v > 0 ? absl::StrFormat("%.2f", p / v).c_str() : "-", unit);
   };
   const double p_step = pred.ok() ? pred->step_ms : 0;

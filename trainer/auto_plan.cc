@@ -62,8 +62,8 @@ planner::PlanInputs PlanInputsFromConfig(const Config& config, const planner::To
       break;
   }
   planner::StepSettings& s = in.step;
-  const int t = std::max(1, topology.world_size);
-  s.batch_per_rank = std::max<int64_t>(1, config.data.batch_size / t);
+  // data.batch_size is per rank (docs/CONFIG.md): each of the T ranks trains that many samples.
+  s.batch_per_rank = std::max<int64_t>(1, config.data.batch_size);
   s.payload_bytes = config.sharding.comm_dtype == PayloadDType::kF32 ? 4 : 2;
   s.replica_sync = config.sharding.replica_sync == ReplicaSync::kAverage
                        ? planner::ReplicaSync::kAverage

@@ -19,7 +19,8 @@ namespace tessera {
 // The planner's inputs for `config` on `topology` (world size, ranks per node, memory per rank):
 // tables with their pooling (data.synthetic.pooling; 1 for Criteo files), Zipf exponent
 // (data.synthetic.zipf_exponent; 1.05 for files unless measured stats are added), optimizer
-// state per row, the dense model, batch per rank (data.batch_size / T), comm dtype, replica
+// state per row, the dense model, batch per rank (data.batch_size, which is per rank: docs/CONFIG.md),
+// comm dtype, replica
 // sync, pipelining and the fixed group size (sharding.group_size; 0 = the planner chooses).
 // A table whose config says storage rocksdb keeps it.
 planner::PlanInputs PlanInputsFromConfig(const Config& config, const planner::Topology& topology);

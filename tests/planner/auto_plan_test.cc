@@ -8,6 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "planner/planner.h"
 #include "trainer/config.h"
 
 namespace tessera {
@@ -82,6 +83,44 @@ TEST(AutoPlanTest, PlansWithTheNamedProfile) {
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(ShardingPlanToYaml(*a), ShardingPlanToYaml(*b));
   std::filesystem::remove_all(dir);
+}
+
+// data.batch_size is per rank (docs/CONFIG.md): at T = 4 every rank trains 256 samples, and
+// PlanInputsFromConfig, hence tessera-plan and `sharding.plan: auto`, price 256 per rank: a
+// rank's activations at T = 4 under the auto plan are those of the one rank at T = 1, and twice
+// the config's batch doubles them.
+TEST(AutoPlanTest, PricesTheBatchEachRankTrains) {
+  absl::StatusOr<planner::MachineProfile> prof = LoadProfileByNameOrPath("cpu_default");
+  ASSERT_TRUE(prof.ok()) << prof.status();
+  auto activations = [&](int world, const std::vector<std::string>& set) -> double {
+    absl::StatusOr<Config> c = ParseConfig(kConfig, "/tmp/c.yaml", set);
+    EXPECT_TRUE(c.ok()) << c.status();
+    if (!c.ok()) return -1;
+    planner::Topology topo;
+    topo.world_size = world;
+    topo.ranks_per_node = world;
+    topo.memory = MachineMemoryPerRank(world, c->output.dir);
+    planner::PlanInputs in = PlanInputsFromConfig(*c, topo);
+    EXPECT_EQ(in.step.batch_per_rank, c->data.batch_size) << "T = " << world;
+    absl::StatusOr<ShardingPlan> plan = AutoPlan(*c, world);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    if (!plan.ok()) return -1;
+    in.group_size = plan->group_size > 0 ? plan->group_size : world;
+    absl::StatusOr<planner::StepEstimate> e = planner::EstimatePlan(in, *prof, *plan);
+    EXPECT_TRUE(e.ok()) << e.status();
+    if (!e.ok()) return -1;
+    double most = 0;
+    for (const planner::MemoryBreakdown& m : e->memory_detail) most = std::max(most, m.activations);
+    return most;
+  };
+  const std::vector<std::string> fixed = {"sharding.profile=cpu_default"};
+  const double one = activations(1, fixed);
+  const double four = activations(4, fixed);
+  ASSERT_GT(one, 0);
+  EXPECT_DOUBLE_EQ(four, one);
+  std::vector<std::string> twice = fixed;
+  twice.push_back("data.batch_size=512");
+  EXPECT_NEAR(activations(4, twice), 2 * one, 1e-6 * one);
 }
 
 }  // namespace
