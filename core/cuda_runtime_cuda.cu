@@ -23,6 +23,39 @@ int CudaDeviceCount() {
   return n;
 }
 
+std::string CudaDeviceName() {
+  cudaDeviceProp prop;
+  if (CudaDeviceCount() == 0 || cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+    cudaGetLastError();
+    return "";
+  }
+  return prop.name;
+}
+
+namespace {
+std::string VersionText(int v) {
+  return v <= 0 ? std::string() : std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
+}  // namespace
+
+std::string CudaDriverVersion() {
+  int v = 0;
+  if (cudaDriverGetVersion(&v) != cudaSuccess) {
+    cudaGetLastError();
+    return "";
+  }
+  return VersionText(v);
+}
+
+std::string CudaRuntimeVersion() {
+  int v = 0;
+  if (cudaRuntimeGetVersion(&v) != cudaSuccess) {
+    cudaGetLastError();
+    return "";
+  }
+  return VersionText(v);
+}
+
 absl::StatusOr<void*> CudaMallocZeroed(size_t bytes) {
   void* p = nullptr;
   const cudaError_t err = cudaMalloc(&p, bytes == 0 ? 256 : bytes);

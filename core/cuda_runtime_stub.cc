@@ -6,6 +6,9 @@ namespace tessera {
 
 bool CudaCompiled() { return false; }
 int CudaDeviceCount() { return 0; }
+std::string CudaDeviceName() { return ""; }
+std::string CudaDriverVersion() { return ""; }
+std::string CudaRuntimeVersion() { return ""; }
 absl::StatusOr<void*> CudaMallocZeroed(size_t) {
   return absl::UnimplementedError("this build of Tessera has no CUDA path (TESSERA_CUDA=OFF)");
 }

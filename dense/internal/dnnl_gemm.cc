@@ -91,6 +91,12 @@ Engine& GetEngine() {
 
 bool DnnlGemmAvailable() { return true; }
 
+std::string DnnlVersion() {
+  const dnnl_version_t* v = dnnl_version();
+  return v == nullptr ? std::string("unknown")
+                      : absl::StrCat(v->major, ".", v->minor, ".", v->patch);
+}
+
 absl::Status DnnlGemm(GemmInput type, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                       const void* a, int64_t lda, const void* b, int64_t ldb, bool accumulate,
                       float* c, int64_t ldc) {
@@ -164,6 +170,8 @@ absl::Status DnnlGemm(GemmInput type, bool trans_a, bool trans_b, int64_t m, int
 #else
 
 bool DnnlGemmAvailable() { return false; }
+
+std::string DnnlVersion() { return ""; }
 
 absl::Status DnnlGemm(GemmInput, bool, bool, int64_t, int64_t, int64_t, const void*, int64_t,
                       const void*, int64_t, bool, float*, int64_t) {
