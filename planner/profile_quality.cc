@@ -12,8 +12,10 @@ namespace tessera::planner {
 
 std::vector<MeasuredKey> MeasuredKeys(MachineProfile* p) {
   std::vector<MeasuredKey> k;
-  auto add = [&](std::string name, double* v, const std::string& part, double floor = 0) {
-    k.push_back({std::move(name), v, floor, part});
+  using C = MeasuredKey::Combine;
+  auto add = [&](std::string name, double* v, const std::string& part, double floor = 0,
+                 C combine = C::kMedian) {
+    k.push_back({std::move(name), v, floor, part, combine});
   };
   for (DeviceProfile& d : p->devices) {
     const std::string part = "device." + d.kind, pre = d.kind + ".";
@@ -49,11 +51,11 @@ std::vector<MeasuredKey> MeasuredKeys(MachineProfile* p) {
     const std::string pre = absl::StrCat("collectives.", CollectiveOpName(c.op), ".", c.transport,
                                          ".", c.world_size, c.same_node ? "" : ".cross_node", ".");
     // Latencies of a few microseconds: a floor of 2 us.
-    add(pre + "latency_s", &c.latency_s, part, 2e-6);
-    add(pre + "bytes_per_s", &c.bytes_per_s, part);
+    add(pre + "latency_s", &c.latency_s, part, 2e-6, C::kLowest);
+    add(pre + "bytes_per_s", &c.bytes_per_s, part, 0, C::kHighest);
     // A quiet machine's wait is ~0.01 of compute: differences below 0.02 do not matter.
     add(pre + "wait_per_compute", &c.wait_per_compute, part, 0.02);
-    add(pre + "beyond_llc_bytes_per_s", &c.beyond_llc_bytes_per_s, part);
+    add(pre + "beyond_llc_bytes_per_s", &c.beyond_llc_bytes_per_s, part, 0, C::kHighest);
     add(pre + "compute_slowdown", &c.compute_slowdown, part);
   }
   for (TierPoint& t : p->tier) {
@@ -94,7 +96,17 @@ absl::StatusOr<MachineProfile> MedianOfRuns(const std::vector<MachineProfile>& r
     std::sort(v.begin(), v.end());
     const size_t n = v.size();
     const double med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-    *keys[i].value = med;
+    switch (keys[i].combine) {
+      case MeasuredKey::Combine::kMedian:
+        *keys[i].value = med;
+        break;
+      case MeasuredKey::Combine::kLowest:
+        *keys[i].value = v.front();
+        break;
+      case MeasuredKey::Combine::kHighest:
+        *keys[i].value = v.back();
+        break;
+    }
     if (qualities != nullptr) {
       KeyQuality q;
       q.key = keys[i].name;
@@ -155,8 +167,14 @@ std::vector<KeyQuality> ImplausibleKeys(const MachineProfile& p) {
            absl::StrFormat("%.1f GB/s on one node, above 4x the copy bandwidth (%.1f GB/s)",
                            c.bytes_per_s / 1e9, copy / 1e9));
     }
-    if (c.same_node && c.latency_s > 0.1) {
-      flag(pre + "latency_s", absl::StrFormat("%.3f s for one call on one node", c.latency_s));
+    if (c.same_node && c.latency_s > 1e-3) {
+      flag(pre + "latency_s", absl::StrFormat("%.3f ms for one small call on one node",
+                                              1e3 * c.latency_s));
+    }
+    if (c.beyond_llc_bytes_per_s > 0 && c.beyond_llc_bytes_per_s < c.bytes_per_s / 20) {
+      flag(pre + "beyond_llc_bytes_per_s",
+           absl::StrFormat("%.2f GB/s beyond the cache, under 1/20 of %.2f GB/s in it",
+                           c.beyond_llc_bytes_per_s / 1e9, c.bytes_per_s / 1e9));
     }
     if (c.compute_slowdown > c.world_size) {
       flag(pre + "compute_slowdown",

@@ -34,12 +34,17 @@ struct MeasuredKey {
   // Which part of calibrate measures it: "device.cpu", "device.cuda", "collectives.W" (world
   // size W) or "tier": what is run again to re-measure the key.
   std::string part;
+  // How the runs combine: the median, or (a collective's latency and rates, each already the
+  // fastest call of its run: the call no rank lost its core during) the best run, lowest or
+  // highest, for the same reason.
+  enum class Combine { kMedian, kLowest, kHighest };
+  Combine combine = Combine::kMedian;
 };
 // Every measured key of `p`, in the profile's order (two profiles of the same shape list the same
 // names in the same order). Integral fields (memory bytes) are not listed.
 std::vector<MeasuredKey> MeasuredKeys(MachineProfile* p);
 
-// The per-key median of `runs` (all of the same shape; the first is the template for everything
+// The per-key median (or best, MeasuredKey::combine) of `runs` (all of the same shape; the first is the template for everything
 // that is not a measured key). `qualities`, when not null, gets every key's spread (wide when
 // above `max_spread`). InvalidArgument when the runs differ in shape.
 [[nodiscard]] absl::StatusOr<MachineProfile> MedianOfRuns(const std::vector<MachineProfile>& runs,
@@ -49,8 +54,9 @@ std::vector<MeasuredKey> MeasuredKeys(MachineProfile* p);
 // Values the machine cannot have produced, by key: a rate of cold (uniformly random) rows above
 // the streaming copy bandwidth, a collective on one node faster than 4x the copy bandwidth, a
 // wait_per_compute that falls by more than half as ranks are added (from above 0.05), a
-// compute_slowdown above the world size, a same-node latency above 0.1 s, a GEMM above the
-// profile's peak. Empty when all is plausible.
+// compute_slowdown above the world size, a same-node latency above 1 ms (shared memory answers
+// in microseconds), an all-reduce's beyond-cache rate under 1/20 of its in-cache rate, a GEMM
+// above the profile's peak. Empty when all is plausible.
 std::vector<KeyQuality> ImplausibleKeys(const MachineProfile& p);
 
 // The wait a blocking collective adds per second of compute on a node whose ranks each have a

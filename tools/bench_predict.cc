@@ -5,6 +5,7 @@
 #include <fstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/parallel.h"
 #include "core/status.h"
@@ -120,7 +121,9 @@ struct Predicted {
 absl::StatusOr<Predicted> Predict(const Config& config, const World& world, Model& model,
                                   const std::string& profile_path, int64_t run_steps,
                                   int64_t distinct_batches, int64_t harness_bytes) {
-  TESSERA_ASSIGN_OR_RETURN(planner::MachineProfile profile, LoadProfileByNameOrPath(profile_path));
+  TESSERA_ASSIGN_OR_RETURN(ResolvedProfile resolved, ResolveProfile(profile_path, config.source));
+  std::printf("  %s\n", ProfileProvenance(resolved).c_str());
+  const planner::MachineProfile& profile = resolved.profile;
   planner::Topology topo;
   topo.world_size = world.size();
   topo.ranks_per_node = LauncherRanksPerNode(world.size());
@@ -172,7 +175,7 @@ std::vector<double> MeasuredPhaseMs(const BenchMeasurement& m, bool sharded) {
 
 void PrintPredictedBesideMeasured(const Config& config, const World& world, Model& model,
                                   const std::string& profile_path, const BenchMeasurement& m,
-                                  JsonLine* json) {
+                                  JsonLine* json, std::vector<double>* predicted_ms) {
   const bool sharded = world.distributed();
   const std::vector<double> meas =
       m.phase_ms_max.empty() ? MeasuredPhaseMs(m, sharded) : m.phase_ms_max;
@@ -183,9 +186,10 @@ void PrintPredictedBesideMeasured(const Config& config, const World& world, Mode
   for (size_t i = 0; i < meas.size(); ++i) {
     json->Add(std::string("meas_ms_") + PhaseMaps()[i].name, meas[i]);
   }
-  absl::StatusOr<Predicted> pred = profile_path.empty()
+  const std::string profile_name = profile_path == "config" ? config.sharding.profile : profile_path;
+  absl::StatusOr<Predicted> pred = profile_name.empty()
                                        ? absl::NotFoundError("no --profile")
-                                       : Predict(config, world, model, profile_path,
+                                       : Predict(config, world, model, profile_name,
                                                  m.warmup_steps + m.steps, m.distinct_batches,
                                                  m.harness_bytes);
   std::printf(
@@ -215,11 +219,32 @@ void PrintPredictedBesideMeasured(const Config& config, const World& world, Mode
   const double p_cpu = pred.ok() ? pred->cpu_ms : 0;
   line("step (CPU, max rank)", p_cpu, m.cpu_ms_per_step_max, "ms");
   line("peak memory", p_mem, m.peak_rss_bytes / 1048576.0, "MiB (VmHWM, max rank)");
+  if (predicted_ms != nullptr && pred.ok()) *predicted_ms = pred->phase_ms;
   if (pred.ok()) {
     json->Add("pred_step_ms", p_step)
         .Add("pred_cpu_ms", p_cpu)
         .Add("pred_peak_bytes", pred->peak_bytes);
   }
+}
+
+std::string EstimatorPhasesTraceJson(bool sharded, const std::vector<double>& predicted_ms) {
+  std::string s = "\"estimator_phases\": [";
+  for (size_t i = 0; i < PhaseMaps().size(); ++i) {
+    const PhaseMap& p = PhaseMaps()[i];
+    absl::StrAppend(&s, i ? ", " : "", "{\"phase\": \"", p.name, "\", \"names\": [");
+    bool first = true;
+    auto name = [&](const char* cat, const char* n) {
+      absl::StrAppend(&s, first ? "" : ", ", "\"", cat, "/", n, "\"");
+      first = false;
+    };
+    for (const char* n : sharded ? p.model : p.model_one_rank) name("step", n);
+    if (sharded) {
+      for (const char* n : p.sharded) name("sharded", n);
+    }
+    absl::StrAppend(&s, "], \"predicted_ms\": ",
+                    i < predicted_ms.size() ? absl::StrFormat("%.6g", predicted_ms[i]) : "-1", "}");
+  }
+  return s + "]";
 }
 
 }  // namespace tessera

@@ -33,6 +33,7 @@
 #include "sharding/mpi_communicator.h"
 #include "tools/plan_calibrate_internal.h"
 #include "trainer/machine_fingerprint.h"
+#include "trainer/profile_cache.h"
 
 namespace tessera {
 namespace calibrate_internal {
@@ -86,7 +87,7 @@ constexpr char kUsage[] =
     "         [--seconds_per_point 0.25] [--table_mib 256] [--batch 2048] [--pooling 1]\n"
     "         [--multi_pooling 32] [--llc_mib N] [--clock cpu|wall]\n"
     "         [--mpirun mpirun] [--scratch DIR] [--no_cuda] [--quiet]\n"
-    "         [--runs 3] [--max_spread 0.25] [--extra_runs 2] [--strict] [--quick]\n"
+    "         [--runs 3] [--max_spread 0.25] [--extra_runs 2] [--strict] [--quick] [--cache]\n"
     "Measures this machine (gather / scatter-update by row size, GEMM at the configs' layer\n"
     "shapes, MPI collectives at each world size, RocksDB tier reads and writes, the GPU when\n"
     "there is one) and writes the machine profile the planner reads (docs/PLANNER.md).\n"
@@ -95,7 +96,9 @@ constexpr char kUsage[] =
     "Every key is the median of --runs runs; a key spread wider than --max_spread or failing a\n"
     "plausibility check is measured again (--extra_runs) and, if it stays so, listed in the\n"
     "profile's calibration.flagged and at the end (--strict: exit status 3). --quick: the short\n"
-    "set `sharding.profile: auto` calibrates with (3 dims, 2 ranks, one tier size; ~0.5 min).\n";
+    "set `sharding.profile: auto` calibrates with (3 dims, 2 ranks, one tier size; ~1 min).\n"
+    "--cache: write this machine's profile where `sharding.profile: auto` finds it\n"
+    "($XDG_CACHE_HOME/tessera or ~/.cache/tessera, by the machine's fingerprint).\n";
 
 int Usage(const std::string& why) {
   std::fprintf(stderr, "tessera-plan calibrate: %s\n%s", why.c_str(), kUsage);
@@ -176,6 +179,7 @@ CalibrateOptions QuickCalibrateOptions(const std::vector<std::string>& configs) 
   o.table_bytes = int64_t{128} << 20;
   o.seconds_per_point = 0.05;
   o.runs = 3;
+  o.extra_runs = 1;
   o.world_sizes.clear();
   if (sysconf(_SC_NPROCESSORS_ONLN) >= 2) o.world_sizes = {2};
   o.tier_dims = {64};
@@ -411,7 +415,7 @@ absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
 int RunPlanCalibrate(int argc, char** argv) {
   CalibrateOptions o;
   std::string out, worker_out;
-  bool have_configs = false, strict = false;
+  bool have_configs = false, strict = false, cache = false;
   std::vector<std::string> words = {"tessera-plan calibrate"};
   // --quick first: the short set, which the other flags then adjust.
   for (int i = 1; i < argc; ++i) {
@@ -424,7 +428,8 @@ int RunPlanCalibrate(int argc, char** argv) {
       std::printf("%s", kUsage);
       return 0;
     }
-    const bool boolean = a == "--no_cuda" || a == "--quiet" || a == "--strict" || a == "--quick";
+    const bool boolean = a == "--no_cuda" || a == "--quiet" || a == "--strict" || a == "--quick" ||
+                         a == "--cache";
     if (a.rfind("--", 0) != 0) return Usage("unexpected argument '" + a + "'");
     if (!boolean) {
       if (eq != std::string::npos) {
@@ -484,6 +489,8 @@ int RunPlanCalibrate(int argc, char** argv) {
       ok = absl::SimpleAtod(v, &o.max_spread) && o.max_spread > 0;
     } else if (a == "--strict") {
       strict = true;
+    } else if (a == "--cache") {
+      cache = true;
     } else if (a == "--quick") {
       // applied above
     } else if (a == "--no_cuda") {
@@ -508,7 +515,13 @@ int RunPlanCalibrate(int argc, char** argv) {
     (void)MpiFinalize();
     return st.ok() ? 0 : 1;
   }
-  if (out.empty()) return Usage("--out is required");
+  if (cache) {
+    // This machine's entry of the per-user cache `sharding.profile: auto` reads.
+    std::error_code ec;
+    std::filesystem::create_directories(ProfileCacheDir(), ec);
+    if (out.empty()) out = ThisMachineProfileCachePath();
+  }
+  if (out.empty()) return Usage("--out is required (or --cache)");
   if (!have_configs) o.configs = DefaultConfigs();
   o.fingerprint = ThisMachineFingerprint();
   o.worker_argv = {SelfPath(), "calibrate", "--collectives_worker"};

@@ -564,7 +564,7 @@ absl::Status ParseRest(const ConfigReader& r, const YAML::Node& root, const std:
   TESSERA_RETURN_IF_ERROR(r.ReadString(sh, p, "profile", &c->sharding.profile));
   if (c->sharding.profile.empty())
     return r.Error(Child(sh, "profile"), sh, "sharding.profile",
-                   "must name a shipped profile or a profile file");
+                   "must be auto, a shipped profile or a profile file");
   {
     const std::string& v = c->sharding.profile;
     auto ends = [&](const char* x) { return absl::EndsWith(v, x); };

@@ -55,6 +55,30 @@ TEST(ProfileQualityTest, MedianPerKeyAndSpread) {
   EXPECT_FALSE(MedianOfRuns(runs, 0.25, nullptr).ok());
 }
 
+TEST(ProfileQualityTest, CollectivesKeepTheirBestRun) {
+  // A collective's latency and rates are each the fastest call of a run; over runs the best is
+  // kept (a run whose every call waited for a descheduled rank is the load, not the link).
+  std::vector<MachineProfile> runs(3, FlatProfile());
+  const double lat[3] = {2e-6, 5e-3, 1e-6}, bw[3] = {3e9, 1e8, 2e9};
+  for (int i = 0; i < 3; ++i) {
+    for (CollectivePoint& c : runs[i].collectives) {
+      c.latency_s = lat[i];
+      c.bytes_per_s = bw[i];
+    }
+  }
+  absl::StatusOr<MachineProfile> m = MedianOfRuns(runs, 0.25, nullptr);
+  ASSERT_TRUE(m.ok()) << m.status();
+  for (const CollectivePoint& c : m->collectives) {
+    EXPECT_EQ(c.latency_s, 1e-6);
+    EXPECT_EQ(c.bytes_per_s, 3e9);
+  }
+  // 5 ms for a small call on one node is refused.
+  runs[0].collectives[0].latency_s = 5e-3;
+  bool named = false;
+  for (const KeyQuality& k : ImplausibleKeys(runs[0])) named |= absl::StrContains(k.key, "latency_s");
+  EXPECT_TRUE(named);
+}
+
 TEST(ProfileQualityTest, AQuietWaitIsNotWideForTinyDifferences) {
   // 0.006 .. 0.013 (the quiet machine's three runs): deviations under the 0.02 floor.
   std::vector<MachineProfile> runs = {WithWait(0.006), WithWait(0.013), WithWait(0.01)};
