@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstddef>
-#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -25,11 +24,6 @@ inline absl::Status NoCudaPath(absl::string_view op) {
 bool CudaCompiled();
 // Number of visible CUDA devices; 0 without the CUDA path, a driver or a device.
 int CudaDeviceCount();
-// Device 0's name ("NVIDIA H200"), the driver's CUDA version and the runtime's ("12.4"); ""
-// without the CUDA path, a driver or a device.
-std::string CudaDeviceName();
-std::string CudaDriverVersion();
-std::string CudaRuntimeVersion();
 // Allocates `bytes` of zeroed device memory on the current device. ResourceExhausted when the
 // device is out of memory, Internal for other CUDA errors.
 [[nodiscard]] absl::StatusOr<void*> CudaMallocZeroed(size_t bytes);

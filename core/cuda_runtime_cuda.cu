@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/cuda_runtime.h"
+#include "core/cuda_info.h"
 
 namespace tessera {
 namespace {

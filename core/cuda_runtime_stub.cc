@@ -1,5 +1,6 @@
 // The CUDA runtime functions for builds without the CUDA path (see cuda_runtime.h).
 #include "core/cuda_runtime.h"
+#include "core/cuda_info.h"
 
 #if !TESSERA_HAVE_CUDA
 namespace tessera {

@@ -6,8 +6,6 @@
 #pragma once
 
 #include <chrono>
-
-#include "core/trace.h"
 #include <utility>
 #include <vector>
 #include <string>
@@ -34,9 +32,6 @@ class PhaseTimes {
   // The clock ScopedPhase reads for this accumulator. Default: kWall.
   enum class Clock { kWall, kProcessCpu };
   void set_clock(Clock clock) { clock_ = clock; }
-  // The category of this accumulator's phases in a step trace (core/trace.h). Default: "phase".
-  void set_trace_category(const char* category) { trace_category_ = category; }
-  const char* trace_category() const { return trace_category_; }
   Clock clock() const { return clock_; }
   // Seconds of `clock` now (an arbitrary origin; differences are durations). kProcessCpu:
   // user + system seconds of all this process's threads.
@@ -52,20 +47,13 @@ class PhaseTimes {
  private:
   std::vector<std::pair<std::string, double>> phases_;
   Clock clock_ = Clock::kWall;
-  const char* trace_category_ = "phase";
 };
 
 // Adds the time from construction to destruction (on the clock of `times`) to `times` under
 // `phase`.
-// While a step trace records (core/trace.h), also one span named `phase` (category: the
-// accumulator's trace_category, or "phase" without one), with or without `times`.
 class ScopedPhase {
  public:
-  ScopedPhase(PhaseTimes* times, std::string phase)
-      : span_(trace::Recording() ? trace::Intern(phase) : "",
-              times != nullptr ? times->trace_category() : "phase"),
-        times_(times),
-        phase_(std::move(phase)) {
+  ScopedPhase(PhaseTimes* times, std::string phase) : times_(times), phase_(std::move(phase)) {
     if (times_ != nullptr) start_ = PhaseTimes::Now(times_->clock());
   }
   ~ScopedPhase() {
@@ -73,7 +61,6 @@ class ScopedPhase {
   }
 
  private:
-  trace::Span span_;  // first member: constructed first, destroyed last
   PhaseTimes* times_;
   std::string phase_;
   double start_ = 0;

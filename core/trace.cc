@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -88,6 +89,38 @@ Span::~Span() {
   e_.thread = b.thread;
   if (static_cast<int64_t>(b.events.size()) < g_max.load(std::memory_order_relaxed)) {
     b.events.push_back(e_);
+  } else {
+    ++b.dropped;
+  }
+}
+
+namespace {
+std::map<const void*, const char*>& Categories() {
+  static auto* m = new std::map<const void*, const char*>;
+  return *m;
+}
+}  // namespace
+
+void SetPhaseCategory(const void* accumulator, const char* category) {
+  std::lock_guard<std::mutex> l(Mu());
+  Categories()[accumulator] = category;
+}
+
+void RecordPhase(const void* accumulator, const std::string& phase, double seconds) {
+  const int64_t end = NowNs();  // first: as close to the phase's own end reading as possible
+  Event e;
+  e.name = Intern(phase);
+  {
+    std::lock_guard<std::mutex> l(Mu());
+    auto it = Categories().find(accumulator);
+    e.category = it == Categories().end() ? "phase" : it->second;
+  }
+  e.dur_ns = static_cast<int64_t>(seconds * 1e9);
+  e.start_ns = end - e.dur_ns;
+  ThreadBuffer& b = Mine();
+  e.thread = b.thread;
+  if (static_cast<int64_t>(b.events.size()) < g_max.load(std::memory_order_relaxed)) {
+    b.events.push_back(e);
   } else {
     ++b.dropped;
   }

@@ -167,8 +167,8 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
   AttachShardedPhaseTimes(**model, &measured.sharded);
   // The step trace (trainer/trace_writer.h): the bench's phases as "step", the sharded
   // collection's as "sharded", from the first timed step for --trace_steps steps.
-  phases.set_trace_category("step");
-  measured.sharded.set_trace_category("sharded");
+  trace::SetPhaseCategory(&phases, "step");
+  trace::SetPhaseCategory(&measured.sharded, "sharded");
   const std::string trace_path = absl::GetFlag(FLAGS_trace);
   const int trace_steps = std::max(1, std::min(absl::GetFlag(FLAGS_trace_steps), steps));
   Communicator* trace_comm = world->distributed() ? world->comm.get() : nullptr;

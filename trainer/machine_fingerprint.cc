@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/cuda_runtime.h"
+#include "core/cuda_info.h"
 #include "dense/library_versions.h"
 
 namespace tessera {

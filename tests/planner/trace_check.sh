@@ -38,9 +38,10 @@ def nesting(events, what):
         es.sort(key=lambda e: (e["ts"], -e["dur"]))
         stack = []
         for e in es:
-            while stack and e["ts"] >= stack[-1]["ts"] + stack[-1]["dur"] - 1e-3:
+            # 1 us of slack: a phase's span is placed from its accumulated seconds.
+            while stack and e["ts"] >= stack[-1]["ts"] + stack[-1]["dur"] - 1:
                 stack.pop()
-            if stack and e["ts"] + e["dur"] > stack[-1]["ts"] + stack[-1]["dur"] + 1e-3:
+            if stack and e["ts"] + e["dur"] > stack[-1]["ts"] + stack[-1]["dur"] + 1:
                 bad.append(f"{what}: {e['name']} overlaps {stack[-1]['name']} on {key}")
             stack.append(e)
 def close(a, b):
