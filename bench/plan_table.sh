@@ -44,7 +44,7 @@ for set in kaggle dcnv2 synthetic_1000; do
   esac
   for t in $ts; do
     start=$(date +%s.%N)
-    /usr/bin/time -f "%U %S" -o "$tmp/cpu" "$plan" --config "$cfg" "${extra[@]}" --set device=cuda --set data.batch_size=$((2048 * t)) \
+    /usr/bin/time -f "%U %S" -o "$tmp/cpu" "$plan" --config "$cfg" "${extra[@]}" --set device=cuda --set data.batch_size=2048 \
       --world_size "$t" --ranks_per_node 8 --profile h200_cluster \
       --memory device=141G,host=256G,disk=3584G --format json >"$tmp/out.json"
     end=$(date +%s.%N)

@@ -57,14 +57,12 @@ ALL_CASES=(
   "small-2-planner|2|configs/bench/small.yaml|PLANNER"
   "kaggle-2-planner|2|configs/bench/kaggle.yaml|PLANNER"
 )
-# PLANNER: the planner's own plan for the config on 2 ranks from PROFILE (tessera-plan; the
-# bench's data.batch_size is per rank, the planner's global).
+# PLANNER: the planner's own plan for the config on 2 ranks from PROFILE (tessera-plan; its
+# data.batch_size is per rank, as the bench's and the trainer's).
 plan_for() {
   local config=$1 np=$2 out=$3
-  local b
-  b=$(sed -n 's/^  batch_size: *\([0-9]*\).*/\1/p' "$config")
   "$BIN/tessera-plan" --config "$config" --world_size "$np" --profile "$PROFILE" \
-    --set "data.batch_size=$((b * np))" --out "$out" > "${out%.yaml}.txt"
+    --out "$out" > "${out%.yaml}.txt"
 }
 # A copy of PROFILE whose mpi collectives at world size $2 carry the wait measured now.
 profile_with_wait() {

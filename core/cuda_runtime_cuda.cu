@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/cuda_runtime.h"
+#include "core/cuda_info.h"
 
 namespace tessera {
 namespace {
@@ -51,6 +52,38 @@ std::string CudaDeviceReport() {
                     pageable ? "yes" : "no", ")");
   }
   return out;
+
+std::string CudaDeviceName() {
+  cudaDeviceProp prop;
+  if (CudaDeviceCount() == 0 || cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+    cudaGetLastError();
+    return "";
+  }
+  return prop.name;
+}
+
+namespace {
+std::string VersionText(int v) {
+  return v <= 0 ? std::string() : std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
+}  // namespace
+
+std::string CudaDriverVersion() {
+  int v = 0;
+  if (cudaDriverGetVersion(&v) != cudaSuccess) {
+    cudaGetLastError();
+    return "";
+  }
+  return VersionText(v);
+}
+
+std::string CudaRuntimeVersion() {
+  int v = 0;
+  if (cudaRuntimeGetVersion(&v) != cudaSuccess) {
+    cudaGetLastError();
+    return "";
+  }
+  return VersionText(v);
 }
 
 absl::StatusOr<void*> CudaMallocZeroed(size_t bytes) {

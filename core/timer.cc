@@ -1,5 +1,7 @@
 #include "core/timer.h"
 
+#include "core/trace.h"
+
 #include <time.h>
 
 namespace tessera {
@@ -11,6 +13,7 @@ double PhaseTimes::Now(Clock clock) {
 }
 
 void PhaseTimes::Add(const std::string& phase, double seconds) {
+  if (trace::Recording()) trace::RecordPhase(this, phase, seconds);
   for (auto& [name, total] : phases_) {
     if (name == phase) {
       total += seconds;

@@ -1,5 +1,7 @@
 #include "embedding/tiered_row_store.h"
 
+#include "core/trace.h"
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -162,6 +164,8 @@ absl::Status TieredRowStoreImpl::FillFromDb(
   for (size_t i = 0; i < order.size(); ++i) sorted_rows[i] = rows[order[i]];
   std::vector<uint8_t> found(rows.size(), 0);
   int64_t n_found = 0;
+  trace::Span span("tier_read", "tier");  // synchronous misses, on the training thread
+  span.Arg("rows", static_cast<int64_t>(sorted_rows.size()));
   TESSERA_RETURN_IF_ERROR(reader_->Read(
       sorted_rows,
       [&](int64_t i, const char* value) {
@@ -198,6 +202,8 @@ void TieredRowStoreImpl::PrefetchLoop() {
       prefetch_queue_.pop_front();
     }
     int64_t found = 0;
+    trace::Span span("tier_prefetch_read", "tier");  // the next batch's misses, background
+    span.Arg("rows", batch->db_rows);
     absl::Status s = reader_->Read(
         absl::MakeConstSpan(batch->rows.data(), batch->db_rows),
         [&](int64_t i, const char* value) {
@@ -236,6 +242,8 @@ void TieredRowStoreImpl::DropAllStaged() {
 
 void TieredRowStoreImpl::Prefetch(absl::Span<const int64_t> ids) {
   if (!options_.prefetch || !broken_.ok()) return;
+  trace::Span span("tier_prefetch", "tier");  // probe the cache, queue the misses
+  span.Arg("ids", static_cast<int64_t>(ids.size()));
   std::shared_ptr<PrefetchBatch> batch = std::move(spare_batch_);
   if (batch == nullptr) {
     batch = std::make_shared<PrefetchBatch>();
@@ -325,6 +333,8 @@ void TieredRowStoreImpl::WriterLoop() {
       if (!write_in_flight_) return;
     }
     // writing_ is not modified by the training thread while write_in_flight_.
+    trace::Span span("tier_write_back", "tier");
+    span.Arg("rows", static_cast<int64_t>(writing_.rows.size()));
     writing_.status = WriteValues(writing_.rows, writing_.values.data(), &writing_.seconds);
     {
       std::lock_guard<std::mutex> lock(write_mu_);

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "planner/profile_quality.h"
 #include "planner/dense_cost.h"
 
 namespace tessera::planner {
@@ -86,6 +87,22 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
     CollectiveCost node;
     TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllReduce, std::min(e.t_, r), true, &node));
     e.compute_slowdown_ = std::max(1.0, node.compute_slowdown);
+  }
+  {
+    // The collectives' wait (wait_per_compute) where every rank of the node owns its cores (the
+    // profile's fingerprint says how many): the ranks then wait for each other by the plan's own
+    // imbalance, which the step prices by taking every phase at its slowest rank, and by the
+    // scheduler's jitter, at most kMaxWaitPerComputeOwnCores; a larger measured wait is the
+    // load of the minute calibrate ran in. With more ranks x threads than cores (ranks share
+    // cores), the profile's measurement at that world size stands.
+    const int cores = profile.fingerprint.present ? profile.fingerprint.cores : 0;
+    const int on_node = std::min(e.t_, r) * std::max(1, in.step.threads);
+    if (cores > 0 && on_node <= cores) {
+      for (CollectiveCost* c : {&e.a2a_group_, &e.a2a_intra_, &e.ar_world_, &e.ag_replica_,
+                                &e.ar_replica_, &e.ag_group_}) {
+        c->wait_per_compute = std::min(c->wait_per_compute, kMaxWaitPerComputeOwnCores);
+      }
+    }
   }
 
   const StepSettings& st = in.step;

@@ -187,11 +187,18 @@ std::string ExplainJson(const PlanInputs& in, const PlanResult& r,
 }
 
 std::string ExplainSvg(const PlanInputs& in, const PlanResult& r) {
+  // Two charts over the same rank axis: stacked predicted embedding ms per rank (top) and the
+  // memory of the rank's kind (host, or device for cuda) against its limit (bottom), each with a
+  // y axis in its units and ticks, rank labels under the bars, a title and a legend; the canvas
+  // is sized to what it holds.
   const StepEstimate& e = r.group.estimate;
   const int n = static_cast<int>(e.per_rank.size());
   const int shown = std::min(n, 512);
-  const double bar = std::max(1.0, std::min(24.0, 960.0 / shown));
-  const double width = 80 + bar * shown + 20, chart = 200;
+  const double bar = std::max(1.0, std::min(28.0, 960.0 / std::max(1, shown)));
+  const double left = 78, right = 24, top = 58, chart = 180, gap = 64, bottom = 70;
+  const double plot_w = bar * shown;
+  const double width = std::max(640.0, left + plot_w + right);
+  const double height = top + chart + gap + chart + bottom;
   double max_ms = 1e-9, max_mem = 1e-9;
   const int kind = in.step.device == "cuda" ? kDevice : kHost;
   const double limit = MemoryLimit(in, MemKind(kind));
@@ -199,49 +206,116 @@ std::string ExplainSvg(const PlanInputs& in, const PlanResult& r) {
     max_ms = std::max(max_ms, EmbeddingMs(e.per_rank[rk]));
     max_mem = std::max(max_mem, e.memory[rk][kind]);
   }
-  max_mem = std::max(max_mem, limit);
+  if (limit > 0) max_mem = std::max(max_mem, limit);
+  max_ms *= 1.1;
+  max_mem *= 1.05;
+  const double y_ms = top, y_mem = top + chart + gap;  // tops of the two charts
   std::string s = absl::StrFormat(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-      "font-family=\"sans-serif\" font-size=\"11\">\n",
-      width, 2 * chart + 120);
-  absl::StrAppend(
-      &s, absl::StrFormat("<text x=\"10\" y=\"16\">tessera-plan: %d ranks, N = %d, predicted "
-                          "step %.3f ms; top: embedding ms per rank (lookup, update, transfers); "
-                          "bottom: %s memory per rank (line: limit)</text>\n",
-                          in.topology.world_size, r.group.group_size, 1e3 * e.step.total(),
-                          MemKindName(MemKind(kind))));
+      "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\" font-size=\"11\">\n"
+      "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+      width, height, width, height);
+  absl::StrAppend(&s, absl::StrFormat(
+                          "<text x=\"10\" y=\"18\" font-size=\"13\" font-weight=\"bold\">"
+                          "tessera-plan: %d ranks, group size N = %d, predicted step %.3f ms"
+                          "</text>\n",
+                          in.topology.world_size, r.group.group_size, 1e3 * e.step.total()));
+  absl::StrAppend(&s, absl::StrFormat("<text x=\"10\" y=\"34\">%d tables, batch %d per rank, "
+                                      "device %s; ranks of the first group%s</text>\n",
+                                      static_cast<int>(in.tables.size()),
+                                      static_cast<int>(in.step.batch_per_rank), in.step.device,
+                                      shown < n ? absl::StrCat(" (first ", shown, " of ", n, ")")
+                                                : std::string()));
+  // Axes: y ticks at 0, 1/4 .. 1 of the range, with labels in the chart's units.
+  auto axis = [&](double y0, double max, bool bytes, const std::string& title) {
+    absl::StrAppend(&s, absl::StrFormat("<text x=\"%.0f\" y=\"%.0f\" font-weight=\"bold\">%s"
+                                        "</text>\n",
+                                        left, y0 - 8, title));
+    for (int i = 0; i <= 4; ++i) {
+      const double v = max * i / 4, y = y0 + chart - chart * i / 4;
+      absl::StrAppend(&s, absl::StrFormat("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+                                          "stroke=\"#ddd\"/>\n",
+                                          left, y, left + plot_w, y));
+      absl::StrAppend(&s, absl::StrFormat("<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%s"
+                                          "</text>\n",
+                                          left - 6, y + 4,
+                                          bytes ? FormatBytes(v) : absl::StrFormat("%.3g ms", v)));
+    }
+    absl::StrAppend(&s, absl::StrFormat("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+                                        "stroke=\"black\"/>\n<line x1=\"%.1f\" y1=\"%.1f\" "
+                                        "x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n",
+                                        left, y0, left, y0 + chart, left, y0 + chart,
+                                        left + plot_w, y0 + chart));
+    // Rank labels: every k-th rank so that labels do not overlap (~24 px each).
+    const int every = std::max(1, static_cast<int>(std::ceil(24.0 / bar)));
+    for (int rk = 0; rk < shown; rk += every) {
+      absl::StrAppend(&s, absl::StrFormat("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">"
+                                          "%d</text>\n",
+                                          left + (rk + 0.5) * bar, y0 + chart + 14, rk));
+    }
+    absl::StrAppend(&s, absl::StrFormat("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">"
+                                        "rank</text>\n",
+                                        left + plot_w / 2, y0 + chart + 28));
+  };
+  axis(y_ms, max_ms, false, "predicted embedding time per rank (ms per step)");
+  axis(y_mem, max_mem, true,
+       absl::StrCat("predicted ", MemKindName(MemKind(kind)), " memory per rank"));
   const char* colors[] = {"#4c78a8", "#f58518", "#54a24b", "#b279a2"};
+  const char* names[] = {"lookup", "embedding update", "input + output + backward dist",
+                         "replica sync + tier misses"};
   for (int rk = 0; rk < shown; ++rk) {
     const PhaseTimes& p = e.per_rank[rk];
     const double parts[4] = {1e3 * p.s[kLookup], 1e3 * p.s[kEmbeddingUpdate],
                              1e3 * (p.s[kInputDist] + p.s[kOutputDist] + p.s[kBackwardDist]),
                              1e3 * (p.s[kReplicaSync] + p.s[kTierMisses])};
-    double y = 30 + chart;
-    const double x = 80 + rk * bar;
+    double y = y_ms + chart;
+    const double x = left + rk * bar;
     for (int k = 0; k < 4; ++k) {
       const double h = chart * parts[k] / max_ms;
       y -= h;
       absl::StrAppend(&s, absl::StrFormat("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
-                                          "height=\"%.1f\" fill=\"%s\"/>\n",
-                                          x, y, std::max(0.5, bar - 1), h, colors[k]));
+                                          "height=\"%.1f\" fill=\"%s\"><title>rank %d %s: %.3f "
+                                          "ms</title></rect>\n",
+                                          x, y, std::max(0.5, bar - 1), h, colors[k], rk,
+                                          names[k], parts[k]));
     }
     const double mh = chart * e.memory[rk][kind] / max_mem;
     absl::StrAppend(&s, absl::StrFormat("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
-                                        "height=\"%.1f\" fill=\"#72b7b2\"/>\n",
-                                        x, 80 + 2 * chart - mh, std::max(0.5, bar - 1), mh));
+                                        "height=\"%.1f\" fill=\"#72b7b2\"><title>rank %d: %s"
+                                        "</title></rect>\n",
+                                        x, y_mem + chart - mh, std::max(0.5, bar - 1), mh, rk,
+                                        FormatBytes(e.memory[rk][kind])));
   }
-  const double ly = 80 + 2 * chart - chart * limit / max_mem;
-  absl::StrAppend(&s, absl::StrFormat("<line x1=\"80\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-                                      "stroke=\"red\"/>\n",
-                                      ly, width - 20, ly));
-  absl::StrAppend(&s, absl::StrFormat("<text x=\"4\" y=\"40\">%.3f ms</text>\n", max_ms));
-  absl::StrAppend(&s, absl::StrFormat("<text x=\"4\" y=\"%.0f\">%s</text>\n", 90 + chart,
-                                      FormatBytes(max_mem)));
-  absl::StrAppend(
-      &s, absl::StrFormat("<text x=\"80\" y=\"%.0f\">lookup (blue), update "
-                          "(orange), transfers (green), sync + tier (purple)%s</text>\n",
-                          2 * chart + 110,
-                          shown < n ? absl::StrCat("; first ", shown, " of ", n, " ranks") : ""));
+  if (limit > 0) {
+    const double ly = y_mem + chart - chart * limit / max_mem;
+    absl::StrAppend(&s, absl::StrFormat("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+                                        "stroke=\"red\" stroke-dasharray=\"4 2\"/>\n",
+                                        left, ly, left + plot_w, ly));
+  }
+  // Legend: one swatch per series, wrapped to the canvas width.
+  double lx = 10, ly = height - 30;
+  auto legend = [&](const char* color, const std::string& label, bool dashed) {
+    const double w = 26 + 6.2 * label.size();
+    if (lx + w > width - 10) {
+      lx = 10;
+      ly += 16;
+    }
+    if (dashed) {
+      absl::StrAppend(&s, absl::StrFormat("<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" "
+                                          "stroke=\"%s\" stroke-dasharray=\"4 2\"/>\n",
+                                          lx, ly - 4, lx + 14, ly - 4, color));
+    } else {
+      absl::StrAppend(&s, absl::StrFormat("<rect x=\"%.0f\" y=\"%.0f\" width=\"14\" "
+                                          "height=\"10\" fill=\"%s\"/>\n",
+                                          lx, ly - 9, color));
+    }
+    absl::StrAppend(&s, absl::StrFormat("<text x=\"%.0f\" y=\"%.0f\">%s</text>\n", lx + 18, ly,
+                                        label));
+    lx += w;
+  };
+  for (int k = 0; k < 4; ++k) legend(colors[k], names[k], false);
+  legend("#72b7b2", "memory", false);
+  if (limit > 0) legend("red", "memory limit", true);
   absl::StrAppend(&s, "</svg>\n");
   return s;
 }

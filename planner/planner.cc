@@ -2,6 +2,7 @@
 #include "planner/planner.h"
 
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <thread>
 
@@ -49,11 +50,22 @@ std::string Reason(const PlanInputs& in, const GroupPlan& g, int t) {
                     " plan has it (the search started there; no single-table change lowers the "
                     "step)");
   } else {
-    absl::StrAppend(&line, ": predicted step ", Ms(d.step_s), " at its turn");
+    absl::StrAppend(&line, ": predicted step ", Ms(d.step_s), " when placed");
   }
   if (!d.runner_up.empty()) {
-    absl::StrAppend(&line, "; next best ", d.runner_up, " ", Ms(d.runner_up_step_s), " (+",
-                    Ms(d.runner_up_step_s - d.step_s), ")");
+    const double more = d.runner_up_step_s - d.step_s;
+    absl::StrAppend(&line, "; next best ", d.runner_up, " ", Ms(d.runner_up_step_s), " (",
+                    more >= 0 ? "+" : "-", Ms(std::abs(more)), ")");
+    if (more < 0) {
+      // The search does not choose by the step alone (search.cc Guide / Balanced).
+      absl::StrAppend(&line, d.by_balance
+                                 ? ": a lower step, but a less even load over the group's ranks "
+                                   "(the choice weighs the step at the slowest rank plus 0.001 x "
+                                   "the step at the ranks' rms load)"
+                                 : ": a lower step, but more work over the group's ranks (the "
+                                   "choice weighs the step at the slowest rank plus 4 x the step "
+                                   "at the mean load)");
+    }
   } else {
     absl::StrAppend(&line, "; the only option that fits");
   }

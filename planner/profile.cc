@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "core/escape.h"
 #include "core/status.h"
+#include "planner/profile_meta_yaml.h"
 #include "yaml-cpp/yaml.h"
 
 namespace tessera::planner {
@@ -290,6 +291,14 @@ absl::StatusOr<MachineProfile> ParseRoot(const YAML::Node& root, const std::stri
     }
     p.tier.push_back(pt);
   }
+  if (const YAML::Node f = root["fingerprint"]) {
+    TESSERA_RETURN_IF_ERROR(r.Node("fingerprint").status());
+    TESSERA_RETURN_IF_ERROR(profile_internal::ReadFingerprint(f, source, &p.fingerprint));
+  }
+  if (const YAML::Node c = root["calibration"]) {
+    TESSERA_RETURN_IF_ERROR(r.Node("calibration").status());
+    TESSERA_RETURN_IF_ERROR(profile_internal::ReadCalibration(c, source, &p.calibration));
+  }
   TESSERA_RETURN_IF_ERROR(r.Done());
   return p;
 }
@@ -354,6 +363,8 @@ std::string MachineProfileToYaml(const MachineProfile& p) {
   e << YAML::Key << "date" << YAML::Value << p.date;
   e << YAML::Key << "source" << YAML::Value << p.source;
   e << YAML::EndMap;
+  if (p.fingerprint.present) profile_internal::EmitFingerprint(e, p.fingerprint);
+  if (p.calibration.present) profile_internal::EmitCalibration(e, p.calibration);
   auto rates = [&](const char* key, const std::vector<RowRatePoint>& pts, bool gather) {
     e << YAML::Key << key << YAML::Value << YAML::BeginSeq;
     for (const RowRatePoint& r : pts) {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "planner/profile_meta.h"
 
 namespace tessera::planner {
 
@@ -152,6 +153,10 @@ struct MachineProfile {
   std::vector<DeviceProfile> devices;        // at most one per kind
   std::vector<CollectivePoint> collectives;  // sorted by (op, transport, world_size)
   std::vector<TierPoint> tier;               // sorted by value_bytes
+  // Optional blocks (profile_meta.h): the machine it was measured on, and how the calibration
+  // went (runs, spread, load, flagged keys).
+  MachineFingerprint fingerprint;
+  CalibrationRecord calibration;
 
   // The device of `kind`, or nullptr.
   const DeviceProfile* device(const std::string& kind) const;

@@ -264,6 +264,7 @@ TableDecision Choose(const Estimator& est, SearchState& state, int t,
   dec.placement = best.placement;
   dec.step_s = best.objective;
   dec.guide = best.guide;
+  dec.by_balance = !by_guide;
   if (second.feasible) {
     dec.runner_up = OptionName(second.placement.option);
     dec.runner_up_step_s = second.objective;
@@ -367,6 +368,9 @@ absl::StatusOr<GroupPlan> SearchGroup(const Estimator& est, const SearchOptions&
           if (ok && decisions[t].runner_up.empty()) {
             decisions[t].runner_up = OptionName(dec.placement.option);
             decisions[t].runner_up_step_s = dec.step_s;
+            decisions[t].by_balance = !by_guide;
+            // Both priced in the same state (this table re-placed among all the others).
+            decisions[t].step_s = before_step;
           }
         }
       }

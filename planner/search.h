@@ -34,10 +34,14 @@ struct SearchOptions {
 
 struct TableDecision {
   TablePlacement placement;
-  double step_s = 0;      // predicted step with this choice (at its turn in the search)
+  double step_s = 0;      // predicted step with this choice when placed (tables placed so far)
   double guide = 0;       // the greedy's criterion for it (see search.cc Guide)
   std::string runner_up;  // the next-best option, "" if none was feasible
   double runner_up_step_s = 0;
+  // True when the choice was made by the balance criterion (search.cc Balanced: the step at the
+  // slowest rank + the step at the rms load) rather than the guide (the step at the slowest
+  // rank + 4 x the step at the mean load): what explains a runner-up of lower step_s.
+  bool by_balance = false;
   int infeasible_options = 0;   // options that did not fit
   std::string first_shortfall;  // e.g. "host short by 3.2 GiB" for the largest infeasible
   std::string started_from;     // a seed's name when the placement came from it unchanged

@@ -1,6 +1,8 @@
 // Argument checks and byte accounting shared by all backends, and the world-of-one backend.
 #include "sharding/communicator.h"
 
+#include "core/trace.h"
+
 #include <cstring>
 #include <numeric>
 
@@ -86,6 +88,9 @@ absl::Status Communicator::AllToAllV(const void* send, absl::Span<const int64_t>
                                      absl::Span<const int64_t> send_displs, void* recv,
                                      absl::Span<const int64_t> recv_bytes,
                                      absl::Span<const int64_t> recv_displs) {
+  trace::Span span("all_to_all", "collective");
+  span.Arg("bytes", std::accumulate(send_bytes.begin(), send_bytes.end(), int64_t{0}));
+  span.Arg("peers", size());
   if (auto st = CheckAndCountAllToAll(send_bytes, send_displs, recv_bytes, recv_displs);
       !st.ok()) {
     return st;
@@ -133,6 +138,9 @@ int64_t AllReduceWireBytes(int p, int64_t bytes) {
 }  // namespace
 
 absl::Status Communicator::AllReduce(float* data, int64_t count, ReduceOp op) {
+  trace::Span span("all_reduce", "collective");
+  span.Arg("bytes", count * 4);
+  span.Arg("peers", size());
   if (count < 0) return absl::InvalidArgumentError("AllReduce: negative count");
   Count(CollectiveKind::kAllReduce, AllReduceWireBytes(size(), count * 4));
   return DoAllReduce(data, count, CommDType::kF32, op);
@@ -145,11 +153,17 @@ absl::StatusOr<std::unique_ptr<PendingCollective>> Communicator::StartAllReduce(
   return DoStartAllReduce(data, count, CommDType::kF32, op);
 }
 absl::Status Communicator::AllReduce(double* data, int64_t count, ReduceOp op) {
+  trace::Span span("all_reduce", "collective");
+  span.Arg("bytes", count * 8);
+  span.Arg("peers", size());
   if (count < 0) return absl::InvalidArgumentError("AllReduce: negative count");
   Count(CollectiveKind::kAllReduce, AllReduceWireBytes(size(), count * 8));
   return DoAllReduce(data, count, CommDType::kF64, op);
 }
 absl::Status Communicator::AllReduce(int64_t* data, int64_t count, ReduceOp op) {
+  trace::Span span("all_reduce", "collective");
+  span.Arg("bytes", count * 8);
+  span.Arg("peers", size());
   if (count < 0) return absl::InvalidArgumentError("AllReduce: negative count");
   Count(CollectiveKind::kAllReduce, AllReduceWireBytes(size(), count * 8));
   return DoAllReduce(data, count, CommDType::kI64, op);
@@ -158,6 +172,9 @@ absl::Status Communicator::AllReduce(int64_t* data, int64_t count, ReduceOp op) 
 absl::Status Communicator::AllGatherV(const void* send, int64_t send_bytes, void* recv,
                                       absl::Span<const int64_t> recv_bytes,
                                       absl::Span<const int64_t> recv_displs) {
+  trace::Span span("all_gather", "collective");
+  span.Arg("bytes", send_bytes);
+  span.Arg("peers", size());
   if (auto st = CheckSpans("AllGatherV", recv_bytes.size()); !st.ok()) return st;
   if (auto st = CheckSpans("AllGatherV", recv_displs.size()); !st.ok()) return st;
   if (send_bytes != recv_bytes[rank()]) {
@@ -178,6 +195,9 @@ absl::Status Communicator::AllGatherCounts(int64_t value, absl::Span<int64_t> re
 }
 
 absl::Status Communicator::Broadcast(void* data, int64_t bytes, int root) {
+  trace::Span span("broadcast", "collective");
+  span.Arg("bytes", bytes);
+  span.Arg("peers", size());
   if (root < 0 || root >= size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("Broadcast: root ", root, " outside [0, ", size(), ")"));
@@ -188,6 +208,9 @@ absl::Status Communicator::Broadcast(void* data, int64_t bytes, int root) {
 }
 
 absl::Status Communicator::Barrier() {
+  trace::Span span("barrier", "collective");
+  span.Arg("bytes", 0);
+  span.Arg("peers", size());
   Count(CollectiveKind::kBarrier, 0);
   return DoBarrier();
 }

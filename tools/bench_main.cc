@@ -22,6 +22,7 @@
 #include "core/cuda_context.h"
 #include "core/parallel.h"
 #include "core/timer.h"
+#include "core/trace.h"
 #include "sharding/mpi_communicator.h"
 #include "tools/bench_predict.h"
 #include "tools/bench_tier.h"
@@ -33,6 +34,7 @@
 #include "trainer/data_sources.h"
 #include "trainer/model.h"
 #include "trainer/run_log.h"
+#include "trainer/trace_writer.h"
 #include "trainer/world.h"
 
 ABSL_FLAG(std::string, config, "", "YAML config file");
@@ -62,9 +64,15 @@ ABSL_FLAG(double, tier_cache_fraction, 0,
 ABSL_FLAG(std::string, phase_clock, "wall",
           "clock of the per-phase times: wall, or cpu (this process's CPU seconds, all threads: "
           "steady while other jobs share the cores)");
-ABSL_FLAG(std::string, profile, "planner/profiles/cpu_2core_measured.yaml",
-          "machine profile (tessera-plan calibrate) for the predicted-beside-measured table; "
-          "'' = no prediction");
+ABSL_FLAG(std::string, trace, "",
+          "write a step trace of the first --trace_steps timed steps here (Chrome trace-event "
+          "JSON, every rank in one file: Perfetto, chrome://tracing, tessera-plan replay)");
+ABSL_FLAG(int, trace_steps, 5, "timed steps the --trace window holds");
+ABSL_FLAG(std::string, profile, "config",
+          "machine profile for the predicted-beside-measured table: 'config' = the config's "
+          "sharding.profile (default auto: this machine's, cached per user or calibrated once), "
+          "auto, a shipped name (compiled in, so found wherever the binary runs) or a profile "
+          "file (tessera-plan calibrate); '' = no prediction");
 
 namespace tessera {
 namespace {
@@ -176,10 +184,23 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
     return Fail(absl::InvalidArgumentError("--phase_clock: expected wall or cpu"));
   }
   AttachShardedPhaseTimes(**model, &measured.sharded);
+  // The step trace (trainer/trace_writer.h): the bench's phases as "step", the sharded
+  // collection's as "sharded", from the first timed step for --trace_steps steps.
+  trace::SetPhaseCategory(&phases, "step");
+  trace::SetPhaseCategory(&measured.sharded, "sharded");
+  const std::string trace_path = absl::GetFlag(FLAGS_trace);
+  const int trace_steps = std::max(1, std::min(absl::GetFlag(FLAGS_trace_steps), steps));
+  Communicator* trace_comm = world->distributed() ? world->comm.get() : nullptr;
+  if (!trace_path.empty()) {
+    if (absl::Status st = StartStepTrace(trace_comm); !st.ok()) return Fail(st);
+  }
   Stopwatch watch;
   double samples = 0;
   double last_loss = 0;
   for (int i = 0; i < steps; ++i) {
+    if (i == trace_steps) trace::Stop();
+    trace::Span step_span("step", "iteration");
+    step_span.Arg("step", warmup + i);
     Stopwatch step_watch;
     const Batch* next;
     {
@@ -243,6 +264,18 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
       !st.ok()) {
     return Fail(st);
   }
+  std::string trace_text;
+  if (!trace_path.empty()) {
+    absl::StatusOr<std::string> t = GatherStepTrace(
+        trace_comm, absl::StrFormat("\"tool\": \"tessera-bench\", \"config\": \"%s\", "
+                                    "\"steps\": %d, \"world_size\": %d, \"group_size\": %d, "
+                                    "\"phase_clock\": \"%s\"",
+                                    path, trace_steps, world->size(),
+                                    world->grid ? world->grid->group_size() : 1,
+                                    absl::GetFlag(FLAGS_phase_clock)));
+    if (!t.ok()) return Fail(t.status());
+    trace_text = *std::move(t);
+  }
   if (!chief) return 0;
 
   int64_t lookups_per_sample = 0;
@@ -293,7 +326,16 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
   std::printf("  cpu ms/step %.3f (all threads)\n", cpu_ms_per_step);
   j.Add("cpu_ms_per_step", cpu_ms_per_step);
   PrintTierSection(*tier_before, *tier_after, steps, tier_rows, world->size(), &j);
-  PrintPredictedBesideMeasured(c, *world, **model, absl::GetFlag(FLAGS_profile), measured, &j);
+  std::vector<double> predicted_ms;
+  PrintPredictedBesideMeasured(c, *world, **model, absl::GetFlag(FLAGS_profile), measured, &j,
+                               &predicted_ms);
+  if (!trace_path.empty()) {
+    // The estimator's phases and predictions join the trace's otherData (before its "}}").
+    const size_t end = trace_text.rfind("}}");
+    trace_text.insert(end, ", " + EstimatorPhasesTraceJson(world->distributed(), predicted_ms));
+    if (absl::Status st = WriteTraceFile(trace_path, trace_text); !st.ok()) return Fail(st);
+    std::printf("  step trace of %d steps written to %s\n", trace_steps, trace_path.c_str());
+  }
   std::printf("%s\n", j.str().c_str());
   if (!absl::GetFlag(FLAGS_json).empty()) {
     std::FILE* f = std::fopen(absl::GetFlag(FLAGS_json).c_str(), "a");

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/parallel.h"
 #include "core/status.h"
@@ -120,14 +121,14 @@ struct Predicted {
 absl::StatusOr<Predicted> Predict(const Config& config, const World& world, Model& model,
                                   const std::string& profile_path, int64_t run_steps,
                                   int64_t distinct_batches, int64_t harness_bytes) {
-  TESSERA_ASSIGN_OR_RETURN(planner::MachineProfile profile, LoadProfileByNameOrPath(profile_path));
+  TESSERA_ASSIGN_OR_RETURN(ResolvedProfile resolved, ResolveProfile(profile_path, config.source));
+  std::printf("  %s\n", ProfileProvenance(resolved).c_str());
+  const planner::MachineProfile& profile = resolved.profile;
   planner::Topology topo;
   topo.world_size = world.size();
   topo.ranks_per_node = LauncherRanksPerNode(world.size());
   topo.memory = MachineMemoryPerRank(topo.ranks_per_node, config.output.dir);
   planner::PlanInputs inputs = PlanInputsFromConfig(config, topo);
-  // tessera-bench's data.batch_size is per rank (the trainer's is global).
-  inputs.step.batch_per_rank = config.data.batch_size;
   inputs.step.threads = NumThreads();
   // The RocksDB memtables hold the distinct rows this run wrote: the bench cycles
   // `distinct_batches` batches, so no step past them brings new rows.
@@ -174,7 +175,7 @@ std::vector<double> MeasuredPhaseMs(const BenchMeasurement& m, bool sharded) {
 
 void PrintPredictedBesideMeasured(const Config& config, const World& world, Model& model,
                                   const std::string& profile_path, const BenchMeasurement& m,
-                                  JsonLine* json) {
+                                  JsonLine* json, std::vector<double>* predicted_ms) {
   const bool sharded = world.distributed();
   const std::vector<double> meas =
       m.phase_ms_max.empty() ? MeasuredPhaseMs(m, sharded) : m.phase_ms_max;
@@ -185,9 +186,10 @@ void PrintPredictedBesideMeasured(const Config& config, const World& world, Mode
   for (size_t i = 0; i < meas.size(); ++i) {
     json->Add(std::string("meas_ms_") + PhaseMaps()[i].name, meas[i]);
   }
-  absl::StatusOr<Predicted> pred = profile_path.empty()
+  const std::string profile_name = profile_path == "config" ? config.sharding.profile : profile_path;
+  absl::StatusOr<Predicted> pred = profile_name.empty()
                                        ? absl::NotFoundError("no --profile")
-                                       : Predict(config, world, model, profile_path,
+                                       : Predict(config, world, model, profile_name,
                                                  m.warmup_steps + m.steps, m.distinct_batches,
                                                  m.harness_bytes);
   std::printf(
@@ -200,12 +202,14 @@ void PrintPredictedBesideMeasured(const Config& config, const World& world, Mode
               "phase", "predicted", "measured", "ratio");
   for (size_t i = 0; i < meas.size(); ++i) {
     const double p = pred.ok() ? pred->phase_ms[i] : 0;
-    std::printf("  %-22s %10.3f %10.3f %8s\n", PhaseMaps()[i].name, p, meas[i],
+    std::printf("  %-22s %10s %10.3f %8s\n", PhaseMaps()[i].name,
+                pred.ok() ? absl::StrFormat("%.3f", p).c_str() : "-", meas[i],
                 pred.ok() && meas[i] > 0 ? absl::StrFormat("%.2f", p / meas[i]).c_str() : "-");
     if (pred.ok()) json->Add(std::string("pred_ms_") + PhaseMaps()[i].name, p);
   }
   auto line = [&](const char* what, double p, double v, const char* unit) {
-    std::printf("  %-22s %10.3f %10.3f %8s %s\n", what, p, v,
+    std::printf("  %-22s %10s %10.3f %8s %s\n", what,
+                pred.ok() ? absl::StrFormat("%.3f", p).c_str() : "-", v,
                 pred.ok() && v > 0 ? absl::StrFormat("%.2f", p / v).c_str() : "-", unit);
   };
   const double p_step = pred.ok() ? pred->step_ms : 0;
@@ -215,11 +219,32 @@ void PrintPredictedBesideMeasured(const Config& config, const World& world, Mode
   const double p_cpu = pred.ok() ? pred->cpu_ms : 0;
   line("step (CPU, max rank)", p_cpu, m.cpu_ms_per_step_max, "ms");
   line("peak memory", p_mem, m.peak_rss_bytes / 1048576.0, "MiB (VmHWM, max rank)");
+  if (predicted_ms != nullptr && pred.ok()) *predicted_ms = pred->phase_ms;
   if (pred.ok()) {
     json->Add("pred_step_ms", p_step)
         .Add("pred_cpu_ms", p_cpu)
         .Add("pred_peak_bytes", pred->peak_bytes);
   }
+}
+
+std::string EstimatorPhasesTraceJson(bool sharded, const std::vector<double>& predicted_ms) {
+  std::string s = "\"estimator_phases\": [";
+  for (size_t i = 0; i < PhaseMaps().size(); ++i) {
+    const PhaseMap& p = PhaseMaps()[i];
+    absl::StrAppend(&s, i ? ", " : "", "{\"phase\": \"", p.name, "\", \"names\": [");
+    bool first = true;
+    auto name = [&](const char* cat, const char* n) {
+      absl::StrAppend(&s, first ? "" : ", ", "\"", cat, "/", n, "\"");
+      first = false;
+    };
+    for (const char* n : sharded ? p.model : p.model_one_rank) name("step", n);
+    if (sharded) {
+      for (const char* n : p.sharded) name("sharded", n);
+    }
+    absl::StrAppend(&s, "], \"predicted_ms\": ",
+                    i < predicted_ms.size() ? absl::StrFormat("%.6g", predicted_ms[i]) : "-1", "}");
+  }
+  return s + "]";
 }
 
 }  // namespace tessera

@@ -75,10 +75,19 @@ double MedianStepSeconds(const BenchMeasurement& m);
 
 // Prints the predicted-beside-measured table and adds pred_* / meas_* fields to `json`. Not
 // collective: rank 0 calls it alone, with the measurement already reduced over the ranks.
-// `profile_path` empty: prints one line saying the prediction was skipped. Errors (a bad
+// `profile_path`: "config" (the config's sharding.profile), auto, a shipped name or a file
+// (trainer/auto_plan.h ResolveProfile; a line says where it came from and whether it was
+// measured on this machine); empty: prints one line saying the prediction was skipped. Errors (a bad
 // profile, inputs the planner refuses) are printed and do not fail the benchmark.
 void PrintPredictedBesideMeasured(const Config& config, const World& world, Model& model,
                                   const std::string& profile_path, const BenchMeasurement& m,
-                                  JsonLine* json);
+                                  JsonLine* json, std::vector<double>* predicted_ms = nullptr);
+
+// The estimator's phases as a step trace's otherData member (trainer/trace_writer.h):
+// "estimator_phases": [{"phase": "lookup", "names": ["sharded/lookup"], "predicted_ms": x}, ...]
+// where names are the trace's "category/name" spans each phase sums (the bench's "step" phases
+// and the sharded collection's "sharded" ones, as PrintPredictedBesideMeasured maps them);
+// predicted_ms -1 when there is no prediction.
+std::string EstimatorPhasesTraceJson(bool sharded, const std::vector<double>& predicted_ms);
 
 }  // namespace tessera

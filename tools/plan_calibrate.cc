@@ -3,16 +3,21 @@
 // scatter-update, GEMM), plan_calibrate_comm.cc (collectives), plan_calibrate_tier.cc (RocksDB).
 #include "tools/plan_calibrate.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <ctime>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -24,8 +29,11 @@
 #include "core/parallel.h"
 #include "core/status.h"
 #include "dense/mlp.h"
+#include "planner/profile_quality.h"
 #include "sharding/mpi_communicator.h"
 #include "tools/plan_calibrate_internal.h"
+#include "trainer/machine_fingerprint.h"
+#include "trainer/profile_cache.h"
 
 namespace tessera {
 namespace calibrate_internal {
@@ -79,11 +87,18 @@ constexpr char kUsage[] =
     "         [--seconds_per_point 0.25] [--table_mib 256] [--batch 2048] [--pooling 1]\n"
     "         [--multi_pooling 32] [--llc_mib N] [--clock cpu|wall]\n"
     "         [--mpirun mpirun] [--scratch DIR] [--no_cuda] [--quiet]\n"
+    "         [--runs 3] [--max_spread 0.25] [--extra_runs 2] [--strict] [--quick] [--cache]\n"
     "Measures this machine (gather / scatter-update by row size, GEMM at the configs' layer\n"
     "shapes, MPI collectives at each world size, RocksDB tier reads and writes, the GPU when\n"
     "there is one) and writes the machine profile the planner reads (docs/PLANNER.md).\n"
     "--help: this text. Empty --world_sizes or --tier_dims skips that part. Default configs: "
-    "configs/bench/*.yaml.\n";
+    "configs/bench/*.yaml.\n"
+    "Every key is the median of --runs runs; a key spread wider than --max_spread or failing a\n"
+    "plausibility check is measured again (--extra_runs) and, if it stays so, listed in the\n"
+    "profile's calibration.flagged and at the end (--strict: exit status 3). --quick: the short\n"
+    "set `sharding.profile: auto` calibrates with (3 dims, 2 ranks, one tier size; ~1 min).\n"
+    "--cache: write this machine's profile where `sharding.profile: auto` finds it\n"
+    "($XDG_CACHE_HOME/tessera or ~/.cache/tessera, by the machine's fingerprint).\n";
 
 int Usage(const std::string& why) {
   std::fprintf(stderr, "tessera-plan calibrate: %s\n%s", why.c_str(), kUsage);
@@ -158,6 +173,63 @@ absl::StatusOr<int64_t> BaseResidentBytes() {
 
 }  // namespace
 
+CalibrateOptions QuickCalibrateOptions(const std::vector<std::string>& configs) {
+  CalibrateOptions o;
+  o.dims = {16, 64, 256};
+  o.table_bytes = int64_t{128} << 20;
+  o.seconds_per_point = 0.05;
+  o.runs = 3;
+  o.extra_runs = 1;
+  o.world_sizes.clear();
+  if (sysconf(_SC_NPROCESSORS_ONLN) >= 2) o.world_sizes = {2};
+  o.tier_dims = {64};
+  o.tier_rows = 50000;
+  o.configs = configs;
+  return o;
+}
+
+namespace {
+
+// CPU time of the whole machine (busy jiffies of /proc/stat's first line) and of this process
+// with its waited-for children (the mpirun workers), for the other processes' share.
+struct CpuSample {
+  double wall = 0, machine_busy_s = 0, self_s = 0;
+};
+CpuSample SampleCpu() {
+  CpuSample c;
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  c.wall = ts.tv_sec + 1e-9 * ts.tv_nsec;
+  std::ifstream in("/proc/stat");
+  std::string cpu;
+  double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  if (in >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal) {
+    c.machine_busy_s = (user + nice + system + irq + softirq + steal) /
+                       static_cast<double>(sysconf(_SC_CLK_TCK));
+  }
+  for (int who : {RUSAGE_SELF, RUSAGE_CHILDREN}) {
+    rusage r;
+    if (getrusage(who, &r) == 0) {
+      c.self_s += r.ru_utime.tv_sec + 1e-6 * r.ru_utime.tv_usec + r.ru_stime.tv_sec +
+                  1e-6 * r.ru_stime.tv_usec;
+    }
+  }
+  return c;
+}
+double OtherCores(const CpuSample& a, const CpuSample& b) {
+  const double wall = b.wall - a.wall;
+  if (wall <= 0) return 0;
+  return std::max(0.0, (b.machine_busy_s - a.machine_busy_s) - (b.self_s - a.self_s)) / wall;
+}
+double LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  double l = 0;
+  in >> l;
+  return l;
+}
+
+}  // namespace
+
 absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
                                                   const std::string& command) {
   std::error_code ec;
@@ -167,54 +239,188 @@ absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
                                             o.scratch_dir, ": ", ec.message()));
   }
   SetNumThreads(std::max(1, o.threads));
-  planner::MachineProfile p;
+  const CpuSample cpu_start = SampleCpu();
   const std::string cpu = ReadFirstMatch("/proc/cpuinfo", "model name");
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
   const std::string cpu_name =
       absl::StrFormat("%s (%d cores)", cpu.empty() ? "unknown CPU" : cpu, cores);
   const int gpus = CudaCompiled() ? CudaDeviceCount() : 0;
+  const int runs = std::max(1, o.runs);
+  planner::MachineProfile p;
   p.machine = absl::StrFormat("%s, %.1f GiB RAM, %s", cpu_name, HostMemoryBytes() / 1073741824.0,
                               gpus > 0 ? absl::StrCat(gpus, " CUDA device(s)") : "no GPU");
   p.date = TodayUtc();
   p.source = absl::StrCat("measured by `", command, "` (", o.threads, " thread(s) per rank, ",
                           o.cpu_clock ? "CPU-clock" : "wall-clock",
-                          " medians; disk reads and collectives wall-clock)");
+                          " medians; disk reads and collectives wall-clock; each key the median "
+                          "of ", runs, " runs or more)");
+  p.fingerprint = o.fingerprint;
   Stopwatch total;
   // Base memory of a training process (libraries, runtime, BLAS buffers) before any model: this
   // process links what the trainer links; one small GEMM first makes OpenBLAS allocate its
   // buffers, as the first training step does.
   TESSERA_ASSIGN_OR_RETURN(const int64_t base_bytes, BaseResidentBytes());
-  TESSERA_ASSIGN_OR_RETURN(
-      planner::DeviceProfile host,
-      calibrate_internal::MeasureDevice(o, DeviceContext::Cpu(), cpu_name, HostMemoryBytes()));
-  host.base_memory_bytes = base_bytes;
-  p.devices.push_back(std::move(host));
-  if (o.cuda && gpus > 0) {
-    CudaContextOptions co;
-    co.device = 0;
-    TESSERA_ASSIGN_OR_RETURN(auto cuda, CudaContext::Create(co));
-    TESSERA_ASSIGN_OR_RETURN(planner::DeviceProfile dev,
-                             calibrate_internal::MeasureDevice(
-                                 o, cuda->context(), absl::StrCat("CUDA device ", co.device),
-                                 /*memory_bytes=*/0));
-    p.devices.push_back(std::move(dev));
-  } else {
+
+  // Every part's runs as partial profiles (devices only, one world size's collectives only, the
+  // tier only): MedianOfRuns takes the median per key over a part's runs.
+  std::map<std::string, std::vector<planner::MachineProfile>> part_runs;
+  int64_t comm_memory = 0;
+  auto measure = [&](const std::string& part) -> absl::Status {
+    planner::MachineProfile r;
+    const CpuSample before = SampleCpu();
+    if (part == "device") {
+      TESSERA_ASSIGN_OR_RETURN(
+          planner::DeviceProfile host,
+          calibrate_internal::MeasureDevice(o, DeviceContext::Cpu(), cpu_name, HostMemoryBytes()));
+      host.base_memory_bytes = base_bytes;
+      r.devices.push_back(std::move(host));
+      if (o.cuda && gpus > 0) {
+        CudaContextOptions co;
+        co.device = 0;
+        TESSERA_ASSIGN_OR_RETURN(auto cuda, CudaContext::Create(co));
+        TESSERA_ASSIGN_OR_RETURN(planner::DeviceProfile dev,
+                                 calibrate_internal::MeasureDevice(
+                                     o, cuda->context(), absl::StrCat("CUDA device ", co.device),
+                                     /*memory_bytes=*/0));
+        r.devices.push_back(std::move(dev));
+      }
+    } else if (part == "tier") {
+      TESSERA_ASSIGN_OR_RETURN(r.tier, calibrate_internal::MeasureTier(o));
+    } else {  // "collectives.W"
+      CalibrateOptions ow = o;
+      ow.world_sizes = {std::atoi(part.c_str() + std::strlen("collectives."))};
+      int64_t mem = 0;
+      TESSERA_ASSIGN_OR_RETURN(r.collectives, calibrate_internal::MeasureCollectives(ow, &mem));
+      comm_memory = std::max(comm_memory, mem);
+    }
+    Progress(o, absl::StrFormat("%s: run %d done; other processes used %.2f cores meanwhile "
+                                "(load average %.1f)",
+                                part, static_cast<int>(part_runs[part].size()) + 1,
+                                OtherCores(before, SampleCpu()), LoadAverage()));
+    part_runs[part].push_back(std::move(r));
+    return absl::OkStatus();
+  };
+  std::vector<std::string> parts = {"device"};
+  if (!o.worker_argv.empty()) {
+    for (int w : o.world_sizes) parts.push_back(absl::StrCat("collectives.", w));
+  } else if (!o.world_sizes.empty()) {
+    Progress(o, "collectives: skipped (no worker command)");
+  }
+  if (!o.tier_dims.empty()) parts.push_back("tier");
+  if (!(o.cuda && gpus > 0)) {
     Progress(o, "cuda: skipped (no CUDA path in this build or no device visible)");
   }
-  int64_t comm_memory = 0;
-  TESSERA_ASSIGN_OR_RETURN(p.collectives, calibrate_internal::MeasureCollectives(o, &comm_memory));
-  for (planner::DeviceProfile& d : p.devices) d.comm_memory_bytes = comm_memory;
-  TESSERA_ASSIGN_OR_RETURN(p.tier, calibrate_internal::MeasureTier(o));
+  // Interleaved (device, collectives, tier, device, ...): a burst of load hits one run of each
+  // part rather than every run of one.
+  for (int r = 0; r < runs; ++r) {
+    Progress(o, absl::StrFormat("run %d of %d", r + 1, runs));
+    for (const std::string& part : parts) TESSERA_RETURN_IF_ERROR(measure(part));
+  }
+  // The median profile, every key's quality, and the keys of each part that are flagged.
+  std::vector<planner::KeyQuality> flagged;
+  auto combine = [&]() -> absl::StatusOr<planner::MachineProfile> {
+    planner::MachineProfile m = p;
+    flagged.clear();
+    std::vector<planner::KeyQuality> q;
+    for (const std::string& part : parts) {
+      TESSERA_ASSIGN_OR_RETURN(planner::MachineProfile med,
+                               planner::MedianOfRuns(part_runs[part], o.max_spread, &q));
+      for (planner::DeviceProfile& d : med.devices) {
+        // The peak is the best GEMM rate seen: the medians' best, not the median of the bests.
+        for (const planner::GemmPoint& g : d.gemm) {
+          d.gemm_peak_flops_per_s = std::max(d.gemm_peak_flops_per_s, g.flops_per_s);
+        }
+        m.devices.push_back(std::move(d));
+      }
+      for (planner::CollectivePoint& c : med.collectives) m.collectives.push_back(c);
+      for (planner::TierPoint& t : med.tier) m.tier.push_back(t);
+    }
+    std::sort(m.collectives.begin(), m.collectives.end(), [](const auto& a, const auto& b) {
+      return std::make_tuple(static_cast<int>(a.op), a.transport, a.world_size) <
+             std::make_tuple(static_cast<int>(b.op), b.transport, b.world_size);
+    });
+    for (planner::DeviceProfile& d : m.devices) d.comm_memory_bytes = comm_memory;
+    for (planner::KeyQuality& k : q) {
+      if (k.wide) flagged.push_back(k);
+    }
+    for (planner::KeyQuality& k : planner::ImplausibleKeys(m)) {
+      bool merged = false;
+      for (planner::KeyQuality& f : flagged) {
+        if (f.key == k.key) {
+          f.implausible = k.implausible;
+          merged = true;
+        }
+      }
+      if (!merged) {
+        for (const planner::KeyQuality& all : q) {
+          if (all.key == k.key) {
+            k.runs = all.runs;
+            k.spread = all.spread;
+          }
+        }
+        flagged.push_back(k);
+      }
+    }
+    return m;
+  };
+  TESSERA_ASSIGN_OR_RETURN(planner::MachineProfile med, combine());
+  for (int extra = 0; extra < o.extra_runs && !flagged.empty(); ++extra) {
+    // The parts that measured a flagged key, measured once more.
+    std::map<std::string, std::string> part_of;
+    for (const planner::MeasuredKey& k : planner::MeasuredKeys(&med)) {
+      part_of[k.name] = absl::StartsWith(k.part, "device.") ? "device" : k.part;
+    }
+    std::set<std::string> again;
+    std::vector<std::string> names;
+    for (const planner::KeyQuality& k : flagged) {
+      again.insert(part_of.count(k.key) ? part_of[k.key] : "device");
+      names.push_back(k.key);
+    }
+    Progress(o, absl::StrCat("measuring again (", absl::StrJoin(again, ", "), ") for ",
+                             absl::StrJoin(names, ", ")));
+    for (const std::string& part : again) TESSERA_RETURN_IF_ERROR(measure(part));
+    TESSERA_ASSIGN_OR_RETURN(med, combine());
+  }
+  // What a check refused is replaced by the bound it broke (and stays flagged).
+  for (planner::KeyQuality& k : flagged) {
+    if (k.implausible.empty()) continue;
+    for (planner::CollectivePoint& c : med.collectives) {
+      if (absl::StrContains(k.key, absl::StrCat(".", c.world_size, ".wait_per_compute")) &&
+          absl::StrContains(k.key, planner::CollectiveOpName(c.op))) {
+        c.wait_per_compute = std::min(c.wait_per_compute, planner::kMaxWaitPerComputeOwnCores);
+      }
+    }
+  }
   std::filesystem::remove_all(o.scratch_dir, ec);
-  Progress(o, absl::StrFormat("done in %.1f s", total.ElapsedSeconds()));
-  return p;
+  med.calibration.present = true;
+  med.calibration.runs = runs;
+  med.calibration.max_spread = o.max_spread;
+  med.calibration.seconds = total.ElapsedSeconds();
+  med.calibration.load_average = LoadAverage();
+  med.calibration.other_cpu_cores = OtherCores(cpu_start, SampleCpu());
+  med.calibration.flagged = flagged;
+  Progress(o, absl::StrFormat("done in %.1f s; other processes used %.2f cores on average "
+                              "meanwhile, load average %.1f",
+                              med.calibration.seconds, med.calibration.other_cpu_cores,
+                              med.calibration.load_average));
+  for (const planner::KeyQuality& k : flagged) {
+    Progress(o, absl::StrFormat("FLAGGED %s: spread %.0f%% over %d runs%s", k.key, 100 * k.spread,
+                                k.runs,
+                                k.implausible.empty() ? "" : absl::StrCat("; implausible: ",
+                                                                          k.implausible)));
+  }
+  return med;
 }
 
 int RunPlanCalibrate(int argc, char** argv) {
   CalibrateOptions o;
   std::string out, worker_out;
-  bool have_configs = false;
+  bool have_configs = false, strict = false, cache = false;
   std::vector<std::string> words = {"tessera-plan calibrate"};
+  // --quick first: the short set, which the other flags then adjust.
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--quick") o = QuickCalibrateOptions({});
+  }
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i], v;
     const size_t eq = a.find('=');
@@ -222,7 +428,8 @@ int RunPlanCalibrate(int argc, char** argv) {
       std::printf("%s", kUsage);
       return 0;
     }
-    const bool boolean = a == "--no_cuda" || a == "--quiet";
+    const bool boolean = a == "--no_cuda" || a == "--quiet" || a == "--strict" || a == "--quick" ||
+                         a == "--cache";
     if (a.rfind("--", 0) != 0) return Usage("unexpected argument '" + a + "'");
     if (!boolean) {
       if (eq != std::string::npos) {
@@ -274,6 +481,18 @@ int RunPlanCalibrate(int argc, char** argv) {
       o.mpirun = v;
     } else if (a == "--scratch") {
       o.scratch_dir = v;
+    } else if (a == "--runs") {
+      ok = absl::SimpleAtoi(v, &o.runs) && o.runs >= 1;
+    } else if (a == "--extra_runs") {
+      ok = absl::SimpleAtoi(v, &o.extra_runs) && o.extra_runs >= 0;
+    } else if (a == "--max_spread") {
+      ok = absl::SimpleAtod(v, &o.max_spread) && o.max_spread > 0;
+    } else if (a == "--strict") {
+      strict = true;
+    } else if (a == "--cache") {
+      cache = true;
+    } else if (a == "--quick") {
+      // applied above
     } else if (a == "--no_cuda") {
       o.cuda = false;
     } else if (a == "--quiet") {
@@ -296,8 +515,15 @@ int RunPlanCalibrate(int argc, char** argv) {
     (void)MpiFinalize();
     return st.ok() ? 0 : 1;
   }
-  if (out.empty()) return Usage("--out is required");
+  if (cache) {
+    // This machine's entry of the per-user cache `sharding.profile: auto` reads.
+    std::error_code ec;
+    std::filesystem::create_directories(ProfileCacheDir(), ec);
+    if (out.empty()) out = ThisMachineProfileCachePath();
+  }
+  if (out.empty()) return Usage("--out is required (or --cache)");
   if (!have_configs) o.configs = DefaultConfigs();
+  o.fingerprint = ThisMachineFingerprint();
   o.worker_argv = {SelfPath(), "calibrate", "--collectives_worker"};
   if (o.seconds_per_point != CalibrateOptions().seconds_per_point) {
     o.worker_argv.insert(o.worker_argv.begin() + 2,
@@ -314,6 +540,13 @@ int RunPlanCalibrate(int argc, char** argv) {
     return 1;
   }
   std::printf("tessera-plan calibrate: wrote %s (%s)\n", out.c_str(), p->machine.c_str());
+  if (!p->calibration.flagged.empty()) {
+    std::printf("tessera-plan calibrate: %d key(s) stayed wide or implausible after %d extra "
+                "run(s) (calibration.flagged in the profile)%s\n",
+                static_cast<int>(p->calibration.flagged.size()), o.extra_runs,
+                strict ? "; --strict: exit status 3" : "");
+    if (strict) return 3;
+  }
   return 0;
 }
 

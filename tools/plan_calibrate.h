@@ -107,7 +107,25 @@ struct CalibrateOptions {
   bool cpu_clock = true;
   // Progress lines on stderr. Default: true.
   bool verbose = true;
+  // Runs of every part (the device, each world size's collectives, the tier), interleaved; each
+  // key of the profile is the median of its part's runs (planner/profile_quality.h). Default: 3.
+  int runs = 3;
+  // Recorded in the profile (the machine it was measured on). Default: none.
+  planner::MachineFingerprint fingerprint;
+  // A key whose runs spread wider than this ((max - min) / median, with a floor per key) or that
+  // fails a plausibility check has its part measured again, up to `extra_runs` more times; what
+  // stays wide or implausible is marked in the profile's `calibration.flagged` and printed at the
+  // end. Default: 0.25, 2.
+  double max_spread = 0.25;
+  int extra_runs = 2;
 };
+
+// A calibration of about half a minute on 2 cores for `sharding.profile: auto`'s first use
+// (trainer/auto_plan.h): dims 16, 64 and 256 over a 128 MiB table, 0.05 s per point, 3 runs
+// (1 extra),
+// collectives at 2 ranks (when the machine has 2 cores or more), one tier size of 50k rows, the
+// GEMM shapes of `configs` only.
+CalibrateOptions QuickCalibrateOptions(const std::vector<std::string>& configs);
 
 // Runs every measurement and returns the profile (machine, date and source filled in;
 // `command` is recorded as the source). Errors: Internal naming the step that failed

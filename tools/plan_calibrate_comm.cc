@@ -6,7 +6,7 @@
 //   all_gather   the gathered buffer's bytes (world size x each rank's block)
 // latency_s is the time of the call with an 8-byte block; bytes_per_s the slope between that and
 // a 4 MiB buffer (each the fastest of its repetitions, see TimeCollective); wait_per_compute
-// the small all-reduce's mean CPU time unsynchronised after 4 ms of compute, less latency_s,
+// the small all-reduce's median CPU time unsynchronised after 4 ms of compute, less latency_s,
 // per second of that compute (TimeUnsynced; the same for every op of the world size); the
 // all-reduce's beyond_llc_bytes_per_s the slope from 4 to 64 MiB.
 #include <time.h>
@@ -57,10 +57,12 @@ absl::StatusOr<double> TimeCollective(Communicator& comm, double min_seconds,
   return med;
 }
 
-// The mean CPU seconds of `call` (the slowest rank's) when every rank comes to it from
+// The median CPU seconds of `call` (the slowest rank's median) when every rank comes to it from
 // `compute_s` of its own busy compute, as the trainer's ranks come to theirs (no barrier): what
-// a descheduled rank makes the others wait, busy-polling, on top of the synchronised fastest
-// call. 250 calls.
+// the ranks wait for each other, busy-polling, on top of the synchronised fastest call. 250
+// calls. The median, not the mean: a call that waited for a rank the scheduler gave to another
+// process (other engineers' builds, bench/busy_core.sh) is the load of that moment; the mean
+// of such calls made one 2-rank profile 1.07 (and 0.79) where a quiet machine gives 0.01.
 absl::StatusOr<double> TimeUnsynced(Communicator& comm, double compute_s,
                                     const std::function<absl::Status()>& call) {
   const double kComputeS = compute_s;
@@ -71,16 +73,17 @@ absl::StatusOr<double> TimeUnsynced(Communicator& comm, double compute_s,
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
   };
   TESSERA_RETURN_IF_ERROR(comm.Barrier());
-  double sum = 0;
+  std::vector<double> per_call;
   volatile double sink = 0;
   for (int i = 0; i < kCalls; ++i) {
     const double until = cpu_now() + kComputeS;
     while (cpu_now() < until) sink = sink + 1.0;
     const double t0 = cpu_now();
     TESSERA_RETURN_IF_ERROR(call());
-    sum += cpu_now() - t0;
+    per_call.push_back(cpu_now() - t0);
   }
-  double mean = sum / kCalls;
+  std::sort(per_call.begin(), per_call.end());
+  double mean = per_call[per_call.size() / 2];
   const int w = comm.size();
   std::vector<double> all(w);
   std::vector<int64_t> counts(w, 8), displs(w);

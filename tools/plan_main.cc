@@ -4,6 +4,7 @@
 //                [--transport mpi|nccl] [--data_sample FILE] [--out plan.yaml]
 //                [--format text|json] [--svg F] [--set key=value ...]
 //   tessera-plan calibrate ...        (measures this machine: tools/plan_calibrate.h)
+//   tessera-plan replay TRACE ...     (replays a step trace: tools/plan_replay.h)
 // Prints the plan's explanation (per-rank table, phases, baselines, one line per table) and
 // writes the plan file the trainer reads (--out). Exit status 0 on success, 1 on any error (one
 // message naming the file, key or table; nothing written), 2 on bad usage.
@@ -26,6 +27,7 @@
 #include "tools/flags_util.h"
 #include "tools/help.h"
 #include "tools/plan_calibrate.h"
+#include "tools/plan_replay.h"
 #include "tools/plan_sample.h"
 #include "trainer/auto_plan.h"
 #include "trainer/config.h"
@@ -37,8 +39,9 @@ ABSL_FLAG(std::string, memory, "",
           "memory per rank: host=SIZE,device=SIZE,disk=SIZE (K/M/G/T suffixes, powers of 1024); "
           "kinds not given: this machine's (host RAM / R, free disk of output.dir / R, no device)");
 ABSL_FLAG(std::string, profile, "",
-          "machine profile: a shipped name (cpu_default, h200_cluster) or a file; default "
-          "cpu_default for device cpu, h200_cluster for device cuda");
+          "machine profile: auto (this machine's, cached or calibrated once), a shipped name "
+          "(cpu_default, h200_cluster, ...) or a file; default: the config's sharding.profile "
+          "(auto unless it says otherwise) for device cpu, h200_cluster for device cuda");
 ABSL_FLAG(int, group_size, -1, "fix the group size N (default: the config's; 0 = choose)");
 ABSL_FLAG(std::string, transport, "",
           "collectives of the profile: mpi or nccl (default: mpi "
@@ -189,9 +192,14 @@ int Run(int argc, char** argv) {
       absl::GetFlag(FLAGS_ranks_per_node) > 0 ? absl::GetFlag(FLAGS_ranks_per_node) : world;
   const bool cuda = config->device == Device::kCuda;
   std::string profile_name = absl::GetFlag(FLAGS_profile);
-  if (profile_name.empty()) profile_name = cuda ? "h200_cluster" : "cpu_default";
-  absl::StatusOr<planner::MachineProfile> profile = LoadProfileByNameOrPath(profile_name);
-  if (!profile.ok()) return Fail(profile.status());
+  if (profile_name.empty()) profile_name = cuda ? "h200_cluster" : config->sharding.profile;
+  absl::StatusOr<ResolvedProfile> resolved = ResolveProfile(profile_name, config_path);
+  if (!resolved.ok()) {
+    return Fail(absl::Status(resolved.status().code(),
+                             absl::StrCat("--profile ", profile_name, ": ",
+                                          resolved.status().message())));
+  }
+  const planner::MachineProfile* profile = &resolved->profile;
   topo.transport = absl::GetFlag(FLAGS_transport);
   if (topo.transport.empty()) topo.transport = cuda ? "nccl" : "mpi";
   // Memory: what --memory gives, this machine's for the rest (the device only when given).
@@ -249,6 +257,10 @@ int Run(int argc, char** argv) {
   }
   const std::string text = format == "json" ? planner::ExplainJson(in, *result, baselines)
                                             : planner::ExplainText(in, *result, baselines);
+  // Which profile, and whether it was measured on this machine (text: the first line; json:
+  // stderr, so that stdout stays one JSON object).
+  std::fprintf(format == "json" ? stderr : stdout, "%s\n",
+               ProfileProvenance(*resolved).c_str());
   std::fputs(text.c_str(), stdout);
   return 0;
 }
@@ -263,6 +275,9 @@ int main(int argc, char** argv) {
   tessera::MaybeReexecForBlasKernels(argv);
   if (argc >= 2 && std::string(argv[1]) == "calibrate") {
     return tessera::RunPlanCalibrate(argc - 1, argv + 1);
+  }
+  if (argc >= 2 && std::string(argv[1]) == "replay") {
+    return tessera::RunPlanReplay(argc - 1, argv + 1);
   }
   return tessera::Run(argc, argv);
 }

@@ -8,6 +8,7 @@
 // optionally one score per sample (--scores FILE), on one rank or several.
 // Exit status 0 on success, 1 on any error (one message naming the file, line, key or value),
 // 2 on bad usage.
+#include <algorithm>
 #include <csignal>
 #include <cmath>
 #include <cstdio>
@@ -38,6 +39,11 @@ ABSL_FLAG(int, threads, 0,
           "CPU threads (0: the config's `threads`; else all cores, or under mpirun each rank its "
           "share of the node's cores)");
 ABSL_FLAG(bool, quiet, false, "no progress line");
+ABSL_FLAG(std::string, trace, "",
+          "write a step trace (Chrome trace-event JSON, every rank in one file; Perfetto, "
+          "chrome://tracing, tessera-plan replay) of --trace_steps steps from --trace_first_step");
+ABSL_FLAG(int64_t, trace_first_step, 10, "first step of the --trace window (0: the first)");
+ABSL_FLAG(int64_t, trace_steps, 5, "steps the --trace window holds");
 ABSL_FLAG(bool, eval_only, false,
           "evaluate a saved model on the config's eval data instead of training (also "
           "spelled --eval-only)");
@@ -162,6 +168,9 @@ int Main(bool mpi) {
   if (absl::GetFlag(FLAGS_eval_only)) return EvalOnly(*std::move(config), mpi);
   tessera::TrainerOptions trainer_options;
   trainer_options.local_rank = tessera::LauncherLocalRank();  // device: cuda picks its GPU by it
+  trainer_options.trace_path = absl::GetFlag(FLAGS_trace);
+  trainer_options.trace_first_step = std::max<int64_t>(0, absl::GetFlag(FLAGS_trace_first_step));
+  trainer_options.trace_steps = std::max<int64_t>(1, absl::GetFlag(FLAGS_trace_steps));
   auto trainer = tessera::Trainer::Create(*config, trainer_options);
   if (!trainer.ok()) return Fail(trainer.status(), mpi);
   if ((*trainer)->world().chief()) {

@@ -3,7 +3,11 @@
 
 #include <sys/statvfs.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <optional>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -14,6 +18,7 @@
 #include "core/status.h"
 #include "planner/planner.h"
 #include "planner/shipped_profiles.h"
+#include "trainer/profile_cache.h"
 
 namespace tessera {
 
@@ -62,8 +67,8 @@ planner::PlanInputs PlanInputsFromConfig(const Config& config, const planner::To
       break;
   }
   planner::StepSettings& s = in.step;
-  const int t = std::max(1, topology.world_size);
-  s.batch_per_rank = std::max<int64_t>(1, config.data.batch_size / t);
+  // data.batch_size is per rank (docs/CONFIG.md): each of the T ranks trains that many samples.
+  s.batch_per_rank = std::max<int64_t>(1, config.data.batch_size);
   s.payload_bytes = config.sharding.comm_dtype == PayloadDType::kF32 ? 4 : 2;
   s.replica_sync = config.sharding.replica_sync == ReplicaSync::kAverage
                        ? planner::ReplicaSync::kAverage
@@ -134,30 +139,53 @@ std::vector<std::string> ShippedProfileNames() {
   return out;
 }
 
-absl::StatusOr<planner::MachineProfile> LoadProfileByNameOrPath(const std::string& name_or_path) {
+absl::StatusOr<ResolvedProfile> ResolveProfile(const std::string& name_or_path,
+                                               const std::string& config_path) {
+  if (name_or_path == kAutoProfile) return AutoProfile(config_path);
+  ResolvedProfile r;
+  bool shipped = false;
   for (const auto& [name, text] : planner::ShippedProfiles()) {
     if (name == name_or_path) {
-      return planner::ParseMachineProfile(text, absl::StrCat("planner/profiles/", name, ".yaml"));
+      TESSERA_ASSIGN_OR_RETURN(r.profile, planner::ParseMachineProfile(
+                                              text, absl::StrCat("planner/profiles/", name, ".yaml")));
+      r.origin = absl::StrCat("shipped ", name);
+      shipped = true;
     }
   }
-  const bool file = name_or_path.find('/') != std::string::npos ||
-                    absl::EndsWith(name_or_path, ".yaml") || absl::EndsWith(name_or_path, ".json");
-  if (!file) {
-    return absl::NotFoundError(absl::StrCat("'", name_or_path, "' is neither a shipped profile (",
-                                            absl::StrJoin(ShippedProfileNames(), ", "),
-                                            ") nor a profile file (a path or *.yaml, *.json)"));
+  if (!shipped) {
+    const bool file = name_or_path.find('/') != std::string::npos ||
+                      absl::EndsWith(name_or_path, ".yaml") ||
+                      absl::EndsWith(name_or_path, ".json");
+    if (!file) {
+      return absl::NotFoundError(absl::StrCat(
+          "'", name_or_path, "' is neither auto (this machine's profile), a shipped profile (",
+          absl::StrJoin(ShippedProfileNames(), ", "),
+          ") nor a profile file (a path or *.yaml, *.json)"));
+    }
+    TESSERA_ASSIGN_OR_RETURN(r.profile, planner::LoadMachineProfile(name_or_path));
+    r.origin = absl::StrCat("file ", name_or_path);
   }
-  return planner::LoadMachineProfile(name_or_path);
+  CheckFingerprint(&r);
+  return r;
+}
+
+absl::StatusOr<planner::MachineProfile> LoadProfileByNameOrPath(const std::string& name_or_path,
+                                                                const std::string& config_path) {
+  TESSERA_ASSIGN_OR_RETURN(ResolvedProfile r, ResolveProfile(name_or_path, config_path));
+  return std::move(r.profile);
 }
 
 absl::StatusOr<ShardingPlan> AutoPlan(const Config& config, int world_size) {
-  absl::StatusOr<planner::MachineProfile> loaded = LoadProfileByNameOrPath(config.sharding.profile);
+  absl::StatusOr<ResolvedProfile> loaded = ResolveProfile(config.sharding.profile, config.source);
   if (!loaded.ok()) {
     return absl::Status(
         loaded.status().code(),
         absl::StrCat(config.source, ": sharding.profile: ", loaded.status().message()));
   }
-  planner::MachineProfile profile = *std::move(loaded);
+  if (!loaded->differences.empty()) {
+    std::fprintf(stderr, "sharding.plan: auto: %s\n", ProfileProvenance(*loaded).c_str());
+  }
+  planner::MachineProfile profile = std::move(loaded->profile);
   planner::Topology topo;
   topo.world_size = world_size;
   topo.ranks_per_node = LauncherRanksPerNode(world_size);
@@ -196,16 +224,31 @@ absl::StatusOr<ShardingPlan> AutoPlanOnWorld(const Config& config, Communicator&
   // go to every rank, so all agree even if their machines differ.
   std::string text;
   int64_t header[3] = {0, 0, 0};
-  if (world.rank() == 0) {
-    absl::StatusOr<ShardingPlan> plan = AutoPlan(config, world.size());
-    if (plan.ok()) {
-      text = ShardingPlanToYaml(*plan);
-      header[2] = plan->group_size;
-    } else {
-      header[0] = static_cast<int64_t>(plan.status().code());
-      text = std::string(plan.status().message());
+  {
+    // Rank 0 may calibrate this machine first (`sharding.profile: auto` without a cached
+    // profile, about a minute): the other ranks wait in a nonblocking all-reduce tested every
+    // 20 ms, not in a blocking call (Open MPI busy-polls there), so the calibration has their
+    // cores.
+    float ready = 0;
+    std::optional<absl::StatusOr<ShardingPlan>> mine;
+    if (world.rank() == 0) mine = AutoPlan(config, world.size());
+    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<PendingCollective> wait,
+                             world.StartAllReduce(&ready, 1, ReduceOp::kSum));
+    for (;;) {
+      TESSERA_ASSIGN_OR_RETURN(bool done, wait->Test());
+      if (done) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    header[1] = static_cast<int64_t>(text.size());
+    if (world.rank() == 0) {
+      if (mine->ok()) {
+        text = ShardingPlanToYaml(**mine);
+        header[2] = (*mine)->group_size;
+      } else {
+        header[0] = static_cast<int64_t>(mine->status().code());
+        text = std::string(mine->status().message());
+      }
+      header[1] = static_cast<int64_t>(text.size());
+    }
   }
   TESSERA_RETURN_IF_ERROR(world.Broadcast(header, sizeof(header), 0));
   text.resize(static_cast<size_t>(header[1]));

@@ -632,7 +632,7 @@ absl::Status ParseRest(const ConfigReader& r, const YAML::Node& root, const std:
                                        &c->sharding.collective_timeout_s));
   if (c->sharding.profile.empty())
     return r.Error(Child(sh, "profile"), sh, "sharding.profile",
-                   "must name a shipped profile or a profile file");
+                   "must be auto, a shipped profile or a profile file");
   {
     const std::string& v = c->sharding.profile;
     auto ends = [&](const char* x) { return absl::EndsWith(v, x); };

@@ -155,10 +155,11 @@ struct ShardingConfig {
   // sharding.transport: auto|mpi|nccl, how device payloads travel when device: cuda shards
   // (PayloadTransport, sharding/sharded_embedding.h).
   PayloadTransport transport = PayloadTransport::kAuto;
-  // sharding.profile: the machine profile `sharding.plan: auto` plans with: a shipped name
-  // (planner/profiles/) or a file (a value with '/' or ending .yaml/.json, relative to the
-  // config's directory, must exist).
-  std::string profile = "cpu_default";
+  // sharding.profile: the machine profile `sharding.plan: auto` plans with: `auto` (this
+  // machine's own, cached per user or calibrated once: trainer/profile_cache.h), a shipped name
+  // (planner/profiles/, for planning other clusters) or a file (a value with '/' or ending
+  // .yaml/.json, relative to the config's directory, must exist).
+  std::string profile = "auto";
   // sharding.peer_timeout_s: a rank waiting in a collective while another member has sent no
   // heartbeat for this long ends the job naming it (sharding/peer_watchdog.h); 0 = off.
   double peer_timeout_s = 30;

@@ -1,9 +1,13 @@
 #include "trainer/trainer.h"
 
 #include <csignal>
+#include "core/trace.h"
+#include "trainer/trace_writer.h"
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "core/logging.h"
@@ -26,6 +30,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
   t->config_ = config;
   // The device first: a cuda config without a visible GPU fails before anything is opened or
   // written.
+  t->options_ = options;
   TESSERA_ASSIGN_OR_RETURN(t->cuda_, CreateDeviceForConfig(config, options.local_rank));
   t->ctx_ = t->cuda_ != nullptr ? t->cuda_->context() : DeviceContext::Cpu();
   if (config.threads > 0) SetNumThreads(config.threads);
@@ -299,6 +304,22 @@ absl::StatusOr<TrainSummary> Trainer::RunLoop() {
                            .Add("eval_samples", m.count));
   };
 
+  // The step trace window (options_.trace_*), counted in this run's steps.
+  int64_t traced = 0;
+  bool trace_open = false;
+  Communicator* trace_comm = world_.distributed() ? world_.comm.get() : nullptr;
+  auto write_trace = [&]() -> absl::Status {
+    trace_open = false;
+    TESSERA_ASSIGN_OR_RETURN(
+        std::string text,
+        GatherStepTrace(trace_comm,
+                        absl::StrCat("\"tool\": \"tessera-train\", \"config\": \"",
+                                     config_.source, "\", \"steps\": ",
+                                     traced - options_.trace_first_step, ", \"world_size\": ",
+                                     world_.size())));
+    if (world_.chief()) TESSERA_RETURN_IF_ERROR(WriteTraceFile(options_.trace_path, text));
+    return absl::OkStatus();
+  };
   while (total_steps <= 0 || step < total_steps) {
     Stopwatch data_watch;
     TESSERA_ASSIGN_OR_RETURN(bool more, data_.train->Next(&batch));
@@ -315,6 +336,12 @@ absl::StatusOr<TrainSummary> Trainer::RunLoop() {
       continue;
     }
     s.phases.Add("data", data_watch.ElapsedSeconds());
+    if (!options_.trace_path.empty() && traced == options_.trace_first_step) {
+      TESSERA_RETURN_IF_ERROR(StartStepTrace(trace_comm));
+      trace_open = true;
+    }
+    std::optional<trace::Span> step_span(std::in_place, "step", "iteration");
+    step_span->Arg("step", step);
     NonFiniteStep nonfinite;
     TESSERA_ASSIGN_OR_RETURN(double loss,
                              model_->TrainStep(batch, step, &s.phases, &nonfinite));
@@ -328,6 +355,11 @@ absl::StatusOr<TrainSummary> Trainer::RunLoop() {
     }
     ++step;
     last_step_ = step;
+    ++traced;
+    step_span.reset();  // the step's span ends here, before the window may be written
+    if (trace_open && traced == options_.trace_first_step + options_.trace_steps) {
+      TESSERA_RETURN_IF_ERROR(write_trace());
+    }
     // A stop signal (SIGINT, SIGTERM) on any rank, and rank 0's clock for the time cadence:
     // every rank acts on the same step.
     const int sig = StopSignalReceived();
@@ -373,6 +405,7 @@ absl::StatusOr<TrainSummary> Trainer::RunLoop() {
       TESSERA_RETURN_IF_ERROR(eval_and_log(false));
     }
   }
+  if (trace_open) TESSERA_RETURN_IF_ERROR(write_trace());
   s.steps = step;
   if (world_.distributed()) {
     TESSERA_RETURN_IF_ERROR(world_.comm->AllReduce(&s.samples, 1, ReduceOp::kSum));

@@ -56,6 +56,12 @@ struct TrainerOptions {
   // event file or effective config) and the caller calls Evaluate, never Run. The model to
   // evaluate comes in through config.model.init_from. Default: false.
   bool eval_only = false;
+  // tessera-train --trace: a step trace (trainer/trace_writer.h) of `trace_steps` training steps
+  // from step `trace_first_step` (0-based, counting this run's steps), written by rank 0 to
+  // `trace_path` when the window ends (or at the end of a shorter run). "": no trace.
+  std::string trace_path;
+  int64_t trace_first_step = 10;
+  int64_t trace_steps = 5;
 };
 
 // The effective config's file name inside output.dir: ConfigToYaml of the run's config (every
@@ -125,6 +131,7 @@ class Trainer {
   std::unique_ptr<MlperfLog> mllog_;  // output.mllog, rank 0 only
   int stop_signal_ = 0;
   int64_t last_step_ = 0;
+  TrainerOptions options_;
 };
 
 }  // namespace tessera

@@ -109,6 +109,12 @@ Engine& GetEngine() {
 
 bool DnnlGemmAvailable() { return true; }
 
+std::string DnnlVersion() {
+  const dnnl_version_t* v = dnnl_version();
+  return v == nullptr ? std::string("unknown")
+                      : absl::StrCat(v->major, ".", v->minor, ".", v->patch);
+}
+
 namespace {
 
 absl::Status Run(GemmInput type, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
@@ -214,6 +220,8 @@ absl::Status DnnlGemmEpilogue(GemmInput type, bool trans_a, bool trans_b, int64_
 #else
 
 bool DnnlGemmAvailable() { return false; }
+
+std::string DnnlVersion() { return ""; }
 
 absl::Status DnnlGemm(GemmInput, bool, bool, int64_t, int64_t, int64_t, const void*, int64_t,
                       const void*, int64_t, bool, float*, int64_t) {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 
@@ -20,6 +21,8 @@ enum class GemmInput { kF32, kBf16 };
 
 // True when this build has oneDNN.
 bool DnnlGemmAvailable();
+// oneDNN's version at run time ("3.1.1"), "" without oneDNN.
+std::string DnnlVersion();
 // a, b: GemmInput elements (float or uint16_t bf16) with leading dimensions lda, ldb of their
 // row-major storage (A is [k, m] when trans_a, else [m, k]; likewise B). Sizes must fit in 32
 // bits. Errors: Unimplemented without oneDNN, Internal when oneDNN rejects the problem.

@@ -27,13 +27,18 @@ check_usage bad-dims "bad value '0' for --dims" --out "$tmp/bad.yaml" --dims 0
 check_usage bad-clock "bad value 'sun' for --clock" --out "$tmp/bad.yaml" --clock sun
 check_usage unknown "unknown flag --frobnicate" --out "$tmp/bad.yaml" --frobnicate 1
 
+# Two runs of every part, none again; --strict with a spread no two runs meet: every key with
+# any difference is flagged, the profile is still written, and the exit status is 3.
 "$plan" calibrate --out "$tmp/p.yaml" --config "$src/configs/bench/small.yaml" --dims 16 \
   --table_mib 4 --world_sizes 2 --tier_dims 16 --tier_rows 8192 --seconds_per_point 0.02 \
+  --runs 2 --extra_runs 0 --max_spread 1e-12 --strict \
   --scratch "$tmp/scratch" --quiet >"$tmp/stdout" 2>"$tmp/stderr"
 rc=$?
-if [[ $rc -ne 0 ]]; then echo "FAIL calibrate: exit $rc"; cat "$tmp/stderr"; fail=1; fi
+if [[ $rc -ne 3 ]]; then echo "FAIL calibrate --strict: exit $rc (want 3)"; cat "$tmp/stderr"; fail=1; fi
+grep -q "stayed wide or implausible" "$tmp/stdout" || { echo "FAIL: no flagged summary"; cat "$tmp/stdout"; fail=1; }
 for key in "version: 2" "kind: cpu" "llc_bytes:" "bag_s:" "id_s:" "comm_memory_bytes:" "hit_s:" "op: all_to_all" "world_size: 2" "value_bytes: 68" \
-           "base_memory_bytes"; do
+           "base_memory_bytes" "fingerprint:" "cpu_model:" "cores:" "calibration:" "runs: 2" \
+           "other_cpu_cores:" "flagged:" "wide: true"; do
   grep -q "$key" "$tmp/p.yaml" || { echo "FAIL profile lacks '$key'"; fail=1; }
 done
 "$plan" --config "$src/configs/bench/small.yaml" --world_size 2 --profile "$tmp/p.yaml" \

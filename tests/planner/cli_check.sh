@@ -12,7 +12,8 @@ check_bad() {  # name, expected substring, args...
   local name=$1 expect=$2
   shift 2
   rm -f "$tmp/out.yaml" "$tmp/out.svg"
-  "$plan" "$@" --out "$tmp/out.yaml" --svg "$tmp/out.svg" >"$tmp/stdout" 2>"$tmp/stderr"
+  "$plan" --profile cpu_2core_measured "$@" --out "$tmp/out.yaml" --svg "$tmp/out.svg" \
+    >"$tmp/stdout" 2>"$tmp/stderr"
   local rc=$?
   if [[ $rc -ne 1 ]]; then echo "FAIL $name: exit $rc (want 1)"; cat "$tmp/stderr"; fail=1; fi
   if ! grep -q -- "$expect" "$tmp/stderr"; then
@@ -22,19 +23,35 @@ check_bad() {  # name, expected substring, args...
   if [[ -e "$tmp/out.yaml" || -e "$tmp/out.svg" ]]; then echo "FAIL $name: wrote output"; fail=1; fi
 }
 cfg=$src/configs/bench/small.yaml
+# The default profile is auto (this machine's, calibrated once and cached): the checks below name
+# a shipped one, so that no calibration runs here (tests/planner/calibrate_check.sh runs auto).
+prof=(--profile cpu_2core_measured)
 
 # Good: text, json, the plan file and the SVG.
-if ! "$plan" --config "$cfg" --world_size 2 --out "$tmp/plan.yaml" --svg "$tmp/plan.svg" >"$tmp/text"; then
+if ! "$plan" --config "$cfg" "${prof[@]}" --world_size 2 --out "$tmp/plan.yaml" --svg "$tmp/plan.svg" >"$tmp/text"; then
   echo "FAIL good run"; fail=1
 fi
+head -1 "$tmp/text" | grep -q "profile shipped cpu_2core_measured (no machine fingerprint" \
+  || { echo "FAIL: no provenance line"; head -2 "$tmp/text"; fail=1; }
+for what in 'font-weight="bold">predicted embedding time per rank (ms per step)' '>rank</text>' \
+            'memory limit</text>' ' ms</text>'; do
+  grep -qF "$what" "$tmp/plan.svg" || { echo "FAIL: svg lacks '$what'"; fail=1; }
+done
+# A profile measured on another machine: planned with, and the differing fields named.
+{ cat "$src/planner/profiles/cpu_2core_zen4.yaml"
+  printf 'fingerprint: {cpu_model: "Some Other CPU", isa: [avx2], cores: 96}\n'; } >"$tmp/other.yaml"
+"$plan" --config "$cfg" --profile "$tmp/other.yaml" --world_size 2 >"$tmp/other.txt" 2>&1 \
+  || { echo "FAIL: planning with another machine's profile"; cat "$tmp/other.txt"; fail=1; }
+head -1 "$tmp/other.txt" | grep -q "measured on another machine: cpu_model: .* 'Some Other CPU' in the profile; isa: .*; cores: .* 96 in the profile" \
+  || { echo "FAIL: fingerprint differences not named"; head -1 "$tmp/other.txt"; fail=1; }
 grep -q "group size N" "$tmp/text" || { echo "FAIL: no explanation"; fail=1; }
 grep -q "^tables:" "$tmp/plan.yaml" || { echo "FAIL: no plan file"; fail=1; }
 grep -q "<svg" "$tmp/plan.svg" || { echo "FAIL: no svg"; fail=1; }
-"$plan" --config "$cfg" --world_size 4 --format json >"$tmp/json" || { echo "FAIL json"; fail=1; }
+"$plan" --config "$cfg" "${prof[@]}" --world_size 4 --format json >"$tmp/json" || { echo "FAIL json"; fail=1; }
 python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['ranks'] and d['tables']" "$tmp/json" \
   || { echo "FAIL: json does not parse"; fail=1; }
 # Deterministic: the same plan file twice.
-"$plan" --config "$cfg" --world_size 2 --out "$tmp/plan2.yaml" >/dev/null
+"$plan" --config "$cfg" "${prof[@]}" --world_size 2 --out "$tmp/plan2.yaml" >/dev/null
 cmp -s "$tmp/plan.yaml" "$tmp/plan2.yaml" || { echo "FAIL: plan differs between runs"; fail=1; }
 
 # Bad inputs.

@@ -1,0 +1,70 @@
+// How far a calibrated profile can be trusted: every measured key of a MachineProfile visited by
+// name, the median of several calibrate runs with each key's spread, and the plausibility checks
+// that refuse values the machine cannot have produced (docs/PLANNER.md "Calibration that
+// survives noise").
+//
+// `tessera-plan calibrate` (tools/plan_calibrate.cc) measures the machine `runs` times, keeps per
+// key the median of the runs (MedianOfRuns), re-measures the parts whose keys spread wider than
+// the threshold or fail a check, and records in the profile's `calibration` block the keys that
+// stayed wide or implausible, the runs, and the machine's load while it measured
+// (CalibrationRecord). The planner itself reads none of this: it is what a user reads to decide
+// whether to trust a profile (and what `calibrate --strict` fails on).
+//
+// Thread-safety: plain functions on values.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "planner/profile.h"
+
+namespace tessera::planner {
+
+// One measured value of a profile, by a stable name:
+//   cpu.copy_bytes_per_s, cpu.gather[64].hot_rows_per_s, cpu.gemm[2048x256x512].flops_per_s,
+//   collectives.all_reduce.mpi.2.latency_s, tier[516].read_disk_s, ...
+// `floor`: the spread of a key is its runs' median absolute deviation / max(median, floor), so a
+// value near 0 (a quiet machine's wait_per_compute) does not read as wide for microscopic
+// differences.
+struct MeasuredKey {
+  std::string name;
+  double* value = nullptr;
+  double floor = 0;
+  // Which part of calibrate measures it: "device.cpu", "device.cuda", "collectives.W" (world
+  // size W) or "tier": what is run again to re-measure the key.
+  std::string part;
+  // How the runs combine: the median, or (a collective's latency and rates, each already the
+  // fastest call of its run: the call no rank lost its core during) the best run, lowest or
+  // highest, for the same reason.
+  enum class Combine { kMedian, kLowest, kHighest };
+  Combine combine = Combine::kMedian;
+};
+// Every measured key of `p`, in the profile's order (two profiles of the same shape list the same
+// names in the same order). Integral fields (memory bytes) are not listed.
+std::vector<MeasuredKey> MeasuredKeys(MachineProfile* p);
+
+// The per-key median (or best, MeasuredKey::combine) of `runs` (all of the same shape; the first is the template for everything
+// that is not a measured key). `qualities`, when not null, gets every key's spread (wide when
+// above `max_spread`). InvalidArgument when the runs differ in shape.
+[[nodiscard]] absl::StatusOr<MachineProfile> MedianOfRuns(const std::vector<MachineProfile>& runs,
+                                                          double max_spread,
+                                                          std::vector<KeyQuality>* qualities);
+
+// Values the machine cannot have produced, by key: a rate of cold (uniformly random) rows above
+// the streaming copy bandwidth, a collective on one node faster than 4x the copy bandwidth, a
+// wait_per_compute that falls by more than half as ranks are added (from above 0.05), a
+// compute_slowdown above the world size, a same-node latency above 1 ms (shared memory answers
+// in microseconds), an all-reduce's beyond-cache rate under 1/20 of its in-cache rate, a GEMM
+// above the profile's peak. Empty when all is plausible.
+std::vector<KeyQuality> ImplausibleKeys(const MachineProfile& p);
+
+// The wait a blocking collective adds per second of compute on a node whose ranks each have a
+// core (planner/estimator.cc bounds the profile's wait_per_compute by it there): ranks that own
+// their cores wait for each other only by the plan's own imbalance, which the estimator prices
+// by taking every phase at its slowest rank; what remains is the scheduler's jitter, at most
+// this (a quiet 2-core VM measured 0.006-0.026). A larger measured value is the load of the
+// minute calibrate ran in, not the machine's.
+inline constexpr double kMaxWaitPerComputeOwnCores = 0.05;
+
+}  // namespace tessera::planner
