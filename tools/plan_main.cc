@@ -153,6 +153,10 @@ constexpr char kUsage[] =
     "  tessera-plan calibrate --out FILE [...]\n"
     "      measures this machine and writes the profile the planner reads\n"
     "      (tessera-plan calibrate --help lists its flags)\n"
+    "  tessera-plan replay TRACE [--what-if comm_dtype=bf16|link=K ...]\n"
+    "      replays a step trace (--trace of tessera-train / tessera-bench): each rank's\n"
+    "      critical path, the profile's prediction beside each phase, what-if questions\n"
+    "      (tessera-plan replay --help)\n"
     "\n"
     "Example:\n"
     "  tessera-plan --config configs/criteo_kaggle.yaml --world_size 4 --out plan.yaml\n";
