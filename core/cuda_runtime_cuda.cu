@@ -52,6 +52,7 @@ std::string CudaDeviceReport() {
                     pageable ? "yes" : "no", ")");
   }
   return out;
+}
 
 std::string CudaDeviceName() {
   cudaDeviceProp prop;
