@@ -41,7 +41,8 @@ for tool in train bench plan data; do
     name=${flag#--}
     [ "$name" = set ] && { grep -q -- "--set key=value" <<<"$help"; check "$tool-doc-set" $? "--set missing"; continue; }
     [ "$name" = oversubscribe ] || [ "$name" = allow_run_as_root ] && continue  # mpirun's
-    grep -qE -- "--$name(=| |$)|--$name\b" <<<"$help"
+    dashed=${name//_/-}  # subcommand flags parsed by hand are spelled with dashes (--what-if)
+    grep -qE -- "--($name|$dashed)(=| |$)|--($name|$dashed)\b" <<<"$help"
     check "$tool-doc-$name" $? "documented flag --$name is not in tessera-$tool --help"
   done
 done
