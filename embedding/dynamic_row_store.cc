@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <utility>
 
@@ -71,14 +72,32 @@ absl::Status Validate(const DynamicRowStoreOptions& o) {
 
 }  // namespace
 
+namespace {
+
+// Over the tier: the cache rows TieredRowStore::Open gives these options (its own rule).
+int64_t TierCacheRows(const DynamicRowStoreOptions& o) {
+  const int64_t row = o.dim * RowDtypeBytes(o.dtype) + o.state_dim * 4;
+  int64_t rows = o.tier.cache_rows > 0 ? o.tier.cache_rows : o.tier.cache_bytes / (row + 48);
+  return std::clamp<int64_t>(rows, 0, o.capacity + 1);
+}
+
+}  // namespace
+
 int64_t DynamicRowStore::MemoryBytes(const DynamicRowStoreOptions& o) {
   const int64_t slots = o.capacity + 1;
   int64_t buckets = 2;
   while (buckets < 2 * o.capacity) buckets <<= 1;
-  return slots * (o.dim * RowDtypeBytes(o.dtype) + o.state_dim * 4) +  // rows and state
-         buckets * 16 +                                                // the index
-         slots * (8 + 4 + 8 + 8) +                                     // key, counts, free list
-         SketchSlots(o) * 2;                                           // the sketch
+  const int64_t row = o.dim * RowDtypeBytes(o.dtype) + o.state_dim * 4;
+  const bool tiered = !o.tier.path.empty();
+  return (tiered ? TierCacheRows(o) * (row + 48) + slots : slots * row) +  // rows (cache), fresh
+         buckets * 16 +                                                  // the index
+         slots * (8 + 4 + 8 + 8) +                                       // key, counts, free list
+         SketchSlots(o) * 2;                                             // the sketch
+}
+
+int64_t DynamicRowStore::DiskBytes(const DynamicRowStoreOptions& o) {
+  if (o.tier.path.empty()) return 0;
+  return (o.capacity + 1) * (o.dim * RowDtypeBytes(o.dtype) + o.state_dim * 4 + 32);
 }
 
 DynamicRowStore::DynamicRowStore(const DynamicRowStoreOptions& options)
@@ -89,6 +108,49 @@ absl::StatusOr<std::unique_ptr<DynamicRowStore>> DynamicRowStore::Create(
   TESSERA_RETURN_IF_ERROR(Validate(options));
   std::unique_ptr<DynamicRowStore> s(new DynamicRowStore(options));
   const int64_t slots = options.capacity + 1;
+  if (!options.tier.path.empty()) {
+    // The disk must hold the table full: its free space where the database goes (the path or
+    // its nearest existing parent).
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::path at = fs::absolute(options.tier.path, ec);
+    while (!ec && !at.empty() && !fs::exists(at, ec) && at.has_parent_path() &&
+           at.parent_path() != at) {
+      at = at.parent_path();
+    }
+    const fs::space_info space = fs::space(at, ec);
+    const int64_t need = DiskBytes(options);
+    if (!ec && static_cast<uint64_t>(need) > space.available) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          s->label_, ": dynamic.capacity_rows ", options.capacity, " over the RocksDB tier needs ",
+          need, " bytes of disk at ", options.tier.path, " but ", at.string(), " has ",
+          space.available, " bytes free"));
+    }
+    TieredRowStoreOptions to = options.tier;
+    to.num_rows = slots;
+    to.dim = options.dim;
+    to.state_dim = options.state_dim;
+    to.dtype = options.dtype;
+    to.state_init = options.state_init;
+    to.init = RowInit();
+    to.init.type = RowInitType::kZero;
+    to.seed = options.seed;
+    to.table_id = options.table_id;
+    to.name = options.name;
+    to.row_offset = to.init_col_begin = to.init_dim = 0;
+    auto tier = TieredRowStore::Open(to);
+    if (!tier.ok()) {
+      if (tier.status().code() == absl::StatusCode::kResourceExhausted) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat(s->label_, ": dynamic.capacity_rows ", options.capacity, " needs ",
+                         MemoryBytes(options), " bytes: ", tier.status().message()));
+      }
+      return tier.status();
+    }
+    s->tier_ = tier->get();
+    s->rows_ = std::move(tier).value();
+    s->fresh_.assign(slots, 0);
+  }
   // The slot rows: an in-memory store of zeros (slot 0 stays the zero row; the others are
   // written when a key is placed).
   InMemoryRowStoreOptions ro;
@@ -101,7 +163,8 @@ absl::StatusOr<std::unique_ptr<DynamicRowStore>> DynamicRowStore::Create(
   ro.table_id = options.table_id;
   ro.name = options.name;
   ro.dtype = options.dtype;
-  auto rows = CreateInMemoryRowStore(ro);
+  auto rows = s->tier_ != nullptr ? absl::StatusOr<std::unique_ptr<RowStore>>(std::move(s->rows_))
+                                  : CreateInMemoryRowStore(ro);
   if (!rows.ok()) {
     if (rows.status().code() == absl::StatusCode::kResourceExhausted) {
       return absl::ResourceExhaustedError(
@@ -148,17 +211,23 @@ bool DynamicRowStore::Admits(uint64_t key, uint32_t count) {
   return true;
 }
 
+void DynamicRowStore::InitialValue(uint64_t key, char* w, float* st) {
+  InitRow(options_.init, options_.seed, options_.table_id, options_.capacity,
+          static_cast<int64_t>(key), options_.dim, init_row_.data());
+  RowValuesFromFloat(options_.dtype, init_row_.data(), options_.dim, w);
+  if (options_.state_dim > 0 && st != nullptr) {
+    std::fill(st, st + options_.state_dim, options_.state_init);
+  }
+}
+
 int64_t DynamicRowStore::Place(uint64_t key) {
   const int64_t slot = free_.back();
   free_.pop_back();
-  InitRow(options_.init, options_.seed, options_.table_id, options_.capacity,
-          static_cast<int64_t>(key), options_.dim, init_row_.data());
-  const int64_t row_bytes = weight_row_bytes();
-  char* w = static_cast<char*>(rows_->weight_data()) + slot * row_bytes;
-  RowValuesFromFloat(options_.dtype, init_row_.data(), options_.dim, w);
-  if (options_.state_dim > 0) {
-    float* st = rows_->state() + slot * options_.state_dim;
-    std::fill(st, st + options_.state_dim, options_.state_init);
+  if (tier_ != nullptr) {
+    fresh_[slot] = 1;  // written into the cache when a step resolves it
+  } else {
+    InitialValue(key, static_cast<char*>(rows_->weight_data()) + slot * weight_row_bytes(),
+                 options_.state_dim > 0 ? rows_->state() + slot * options_.state_dim : nullptr);
   }
   meta_[slot] = {key, 0, 0};
   index_.Insert(key, slot);
@@ -166,6 +235,10 @@ int64_t DynamicRowStore::Place(uint64_t key) {
 }
 
 void DynamicRowStore::Evict(int64_t slot) {
+  if (tier_ != nullptr) {
+    fresh_[slot] = 0;
+    dropped_.push_back(slot);
+  }
   index_.Erase(meta_[slot].key);
   meta_[slot] = SlotMeta();
   free_.push_back(slot);
@@ -173,9 +246,14 @@ void DynamicRowStore::Evict(int64_t slot) {
 }
 
 void DynamicRowStore::ResetZeroRow() {
-  std::memset(rows_->weight_data(), 0, static_cast<size_t>(weight_row_bytes()));
+  // Row 0's slot: itself in memory, its cache slot (resolved in this step) over the tier.
+  const int64_t slot = tier_ != nullptr ? zero_cache_slot_ : 0;
+  if (slot < 0) return;
+  std::memset(static_cast<char*>(rows_->weight_data()) + slot * weight_row_bytes(), 0,
+              static_cast<size_t>(weight_row_bytes()));
   if (options_.state_dim > 0) {
-    std::fill(rows_->state(), rows_->state() + options_.state_dim, options_.state_init);
+    float* st = rows_->state() + slot * options_.state_dim;
+    std::fill(st, st + options_.state_dim, options_.state_init);
   }
 }
 
@@ -225,8 +303,35 @@ absl::Status DynamicRowStore::Resolve(absl::Span<const int64_t> ids, absl::Span<
   if (options_.dynamic.policy != EvictionPolicy::kNone) {
     step_slots_.insert(step_slots_.end(), slots.begin(), slots.end());
   }
-  // The slot rows are in memory: slot == row of rows_, nothing to pin.
+  // In memory: slot == row of rows_, nothing to pin.
+  if (tier_ == nullptr) return absl::OkStatus();
+  // Over the tier: rows to cache slots (pinned until the step ends), then the initial value
+  // of every row placed since it was last resolved.
+  id_rows_.assign(slots.begin(), slots.end());
+  TESSERA_RETURN_IF_ERROR(tier_->Resolve(id_rows_, slots));
+  const int64_t rb = weight_row_bytes(), sd = options_.state_dim;
+  char* w = static_cast<char*>(rows_->weight_data());
+  float* st = rows_->state();
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t row = id_rows_[i];
+    if (row == 0) zero_cache_slot_ = slots[i];
+    if (fresh_[row] != 1) continue;
+    InitialValue(meta_[row].key, w + slots[i] * rb, sd > 0 ? st + slots[i] * sd : nullptr);
+    fresh_[row] = 2;
+    fresh_written_.push_back(row);
+  }
   return absl::OkStatus();
+}
+
+void DynamicRowStore::Prefetch(absl::Span<const int64_t> ids) {
+  if (tier_ == nullptr) return;
+  prefetch_rows_.clear();
+  int64_t probes = 0;
+  for (int64_t id : ids) {
+    const int64_t row = index_.Find(static_cast<uint64_t>(id), &probes);
+    if (row > 0 && fresh_[row] == 0) prefetch_rows_.push_back(row);  // fresh: nothing to read
+  }
+  tier_->Prefetch(prefetch_rows_);
 }
 
 void DynamicRowStore::EvictAtStepEnd(int64_t step, int64_t waiting) {
@@ -307,7 +412,18 @@ absl::Status DynamicRowStore::EndStep() {
   if (zero_row_used_) ResetZeroRow();
   zero_row_used_ = false;
   step_slots_.clear();
-  return rows_->EndStep();
+  if (tier_ == nullptr) return rows_->EndStep();
+  // Over the tier: the rows initialised in this step are written back when the cache evicts
+  // them (the step made them dirty); the evicted keys' rows leave the tier.
+  for (int64_t row : fresh_written_) {
+    if (fresh_[row] == 2) fresh_[row] = 0;
+  }
+  fresh_written_.clear();
+  zero_cache_slot_ = -1;
+  TESSERA_RETURN_IF_ERROR(rows_->EndStep());
+  absl::Status s = tier_->DropRows(dropped_);
+  dropped_.clear();
+  return s;
 }
 
 absl::Status DynamicRowStore::EndReadOnlyStep() {
@@ -318,12 +434,20 @@ absl::Status DynamicRowStore::EndReadOnlyStep() {
     index_.Erase(*it);
     meta_[slot] = SlotMeta();
     free_.push_back(slot);
+    if (tier_ != nullptr) fresh_[slot] = 0;
   }
   admitted_.clear();
   if (use_sketch_) sketch_.Undo();
   waiting_.clear();
   step_slots_.clear();
   zero_row_used_ = false;  // nothing was updated: the zero row is still zero
+  // Over the tier: an initial value only read is not kept (the row stays clean): write it
+  // again at its next Resolve.
+  for (int64_t row : fresh_written_) {
+    if (fresh_[row] == 2) fresh_[row] = 1;
+  }
+  fresh_written_.clear();
+  zero_cache_slot_ = -1;
   return rows_->EndReadOnlyStep();
 }
 
@@ -367,6 +491,42 @@ absl::Status DynamicRowStore::SaveState(bool with_state, DynamicTableState* out)
   out->lookups.resize(n);
   out->last_step.resize(n);
   auto* self = const_cast<DynamicRowStore*>(this);  // the slot arrays are read only here
+  if (tier_ != nullptr) {
+    // Over the tier: the rows in slot order, read in ranges (RocksDB, write-back, cache);
+    // a row placed but never resolved has its key's initial value.
+    std::vector<std::pair<int64_t, int64_t>> by_slot(n);  // (slot, position by key)
+    for (int64_t i = 0; i < n; ++i) by_slot[i] = {order[i], i};
+    std::sort(by_slot.begin(), by_slot.end());
+    constexpr int64_t kChunk = 16384;
+    std::vector<char> cw;
+    std::vector<float> cs;
+    for (size_t b = 0; b < by_slot.size();) {
+      const int64_t first = by_slot[b].first;
+      const int64_t count = std::min<int64_t>(kChunk, options_.capacity + 1 - first);
+      cw.resize(static_cast<size_t>(count * rb));
+      cs.resize(static_cast<size_t>(count * std::max<int64_t>(sd, 1)));
+      TESSERA_RETURN_IF_ERROR(
+          tier_->ReadRowBytes(first, count, cw.data(), sd > 0 ? cs.data() : nullptr));
+      for (; b < by_slot.size() && by_slot[b].first < first + count; ++b) {
+        const auto [slot, i] = by_slot[b];
+        const int64_t k = slot - first;
+        out->keys[i] = meta_[slot].key;
+        char* wo = reinterpret_cast<char*>(out->weights.data()) + i * rb;
+        float* so = with_state && sd > 0 ? &out->state[i * sd] : nullptr;
+        if (fresh_[slot] != 0) {
+          self->InitialValue(meta_[slot].key, wo, so);
+        } else {
+          std::memcpy(wo, cw.data() + k * rb, static_cast<size_t>(rb));
+          if (so != nullptr) std::memcpy(so, cs.data() + k * sd, sd * sizeof(float));
+        }
+        out->lookups[i] = meta_[slot].lookups;
+        out->last_step[i] = meta_[slot].last_step;
+      }
+    }
+    out->sketch = use_sketch_ ? sketch_.counters() : std::vector<uint16_t>();
+    out->stats = stats();
+    return absl::OkStatus();
+  }
   const char* w = static_cast<const char*>(self->rows_->weight_data());
   const float* st = self->rows_->state();
   for (int64_t i = 0; i < n; ++i) {
@@ -427,15 +587,37 @@ absl::Status DynamicRowStore::LoadState(const DynamicTableState& in) {
         " (dynamic.admission.min_count or counter_slots differ)"));
   }
   // Empty the table, then place the keys in order.
+  std::vector<int64_t> held;  // over the tier: rows held now and not rewritten below
   for (int64_t s = 1; s <= options_.capacity; ++s) {
-    if (meta_[s].last_step >= 0) index_.Erase(meta_[s].key);
+    if (meta_[s].last_step >= 0) {
+      index_.Erase(meta_[s].key);
+      if (tier_ != nullptr && s > n) held.push_back(s);
+    }
     meta_[s] = SlotMeta();
   }
   free_.clear();
   for (int64_t k = options_.capacity; k >= 1; --k) free_.push_back(k);
+  if (tier_ != nullptr) {
+    // Keys i = 0..n-1 take rows 1..n (the free list's order): one range write.
+    std::fill(fresh_.begin(), fresh_.end(), 0);
+    TESSERA_RETURN_IF_ERROR(tier_->DropRows(held));
+    std::vector<float> init_state;
+    if (in.state.empty() && sd > 0) init_state.assign(n * sd, options_.state_init);
+    TESSERA_RETURN_IF_ERROR(tier_->WriteRowBytes(
+        1, n, in.weights.data(),
+        sd == 0 ? nullptr : (in.state.empty() ? init_state.data() : in.state.data())));
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t s = free_.back();
+      free_.pop_back();
+      meta_[s].key = in.keys[i];
+      index_.Insert(in.keys[i], s);
+      meta_[s].lookups = in.lookups[i];
+      meta_[s].last_step = static_cast<int32_t>(in.last_step[i]);
+    }
+  }
   char* w = static_cast<char*>(rows_->weight_data());
   float* st = rows_->state();
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = 0; i < n && tier_ == nullptr; ++i) {
     const int64_t s = free_.back();
     free_.pop_back();
     meta_[s].key = in.keys[i];

@@ -26,6 +26,15 @@
 // Training on N shards of a table (keys routed by hash) makes the same decisions as 1 rank when
 // no capacity is reached: admission and ttl are per key; capacity decisions are per shard.
 //
+// Over the RocksDB tier (options.tier.path set): the slot rows live in a TieredRowStore of
+// capacity + 1 rows (row = slot; a row never written reads as zeros) with the hot rows cached,
+// so the table's memory is its key index, per-slot bookkeeping and the row cache, and its disk
+// the rows of the keys it holds. Resolve translates keys to rows, then rows to cache slots
+// (the tier pins them); a key admitted in EndStep gets its initial value written when a step
+// first resolves its row; an evicted key's row is dropped from the tier (deleted from RocksDB,
+// never written back); Prefetch hands the next batch's rows of keys held to the tier. The
+// decisions and values are those of the table in memory, bit for bit, whatever the cache.
+//
 // ReadRowBytes / WriteRowBytes (row ranges) do not apply to a table whose rows are keyed: they
 // return FailedPrecondition; SaveState / LoadState move the whole table (checkpoints, export).
 // Thread-safety: one caller at a time, as every RowStore; stats() from that caller.
@@ -43,6 +52,7 @@
 #include "embedding/dynamic_table_config.h"
 #include "embedding/key_index.h"
 #include "embedding/row_store.h"
+#include "embedding/tiered_row_store.h"
 
 namespace tessera {
 
@@ -57,6 +67,11 @@ struct DynamicRowStoreOptions {
   std::string name;  // for messages ("table '<name>'"; "table <table_id>" when empty)
   RowDtype dtype = RowDtype::kF32;
   DynamicTableConfig dynamic;  // admission and eviction (`enabled` is not read)
+  // The slot rows over the RocksDB tier when tier.path is non-empty: path, discard_existing,
+  // cache_rows / cache_bytes, policy, prefetch, reader_threads and the RocksDB knobs are read;
+  // the layout fields (num_rows = capacity + 1, dim, state_dim, dtype, state_init, zero init,
+  // seed, table_id, name) are set from the fields above. Default: path empty (in memory).
+  TieredRowStoreOptions tier;
 };
 
 // Counters since the table was created (carried through checkpoints). A lookup is one id of a
@@ -96,12 +111,17 @@ class DynamicRowStore final : public RowStore {
   // InvalidArgument naming the table for a non-positive capacity or dim, a negative
   // state_dim, min_count outside [1, 65535], probability outside [0, 1], both min_count > 1
   // and probability set, or ttl without ttl_steps > 0; ResourceExhausted naming the table and
-  // the bytes when memory is short.
+  // the bytes when memory is short or (over the tier) when the file system at tier.path has
+  // less free space than DiskBytes; the tier's own errors (naming the path) otherwise.
   static absl::StatusOr<std::unique_ptr<DynamicRowStore>> Create(
       const DynamicRowStoreOptions& options);
   // Bytes a table of these options holds in memory: rows, state, the index, per-row metadata
   // and the admission sketch (what Create allocates; the planner prices a table by it).
+  // Over the tier: the index, bookkeeping, sketch and the row cache.
   static int64_t MemoryBytes(const DynamicRowStoreOptions& options);
+  // Over the tier: the most bytes its working database holds (capacity rows of weights and
+  // state, each with its 16-byte key and ~16 bytes of SST overhead); 0 in memory.
+  static int64_t DiskBytes(const DynamicRowStoreOptions& options);
 
   int64_t num_rows() const override { return options_.capacity; }
   int64_t dim() const override { return options_.dim; }
@@ -115,8 +135,12 @@ class DynamicRowStore final : public RowStore {
   void set_admitting(bool admitting) { admitting_ = admitting; }
   bool admitting() const { return admitting_; }
 
-  // `ids` are keys (any value). Never fails for a key; InvalidArgument for mismatched sizes.
+  // `ids` are keys (any value). Never fails for a key; InvalidArgument for mismatched sizes;
+  // over the tier, its errors (ResourceExhausted when a step's rows exceed the cache, I/O).
   absl::Status Resolve(absl::Span<const int64_t> ids, absl::Span<int64_t> slots) override;
+  // Over the tier: the rows of the keys of `ids` held now are read ahead (RowStore::Prefetch);
+  // in memory: nothing.
+  void Prefetch(absl::Span<const int64_t> ids) override;
   absl::Status EndStep() override;
   absl::Status EndReadOnlyStep() override;
 
@@ -140,14 +164,19 @@ class DynamicRowStore final : public RowStore {
 
   DynamicTableStats stats() const;
   const std::string& label() const { return label_; }
+  // The RocksDB tier holding the slot rows, or null in memory (for its metrics, Flush).
+  TieredRowStore* tier() { return tier_; }
   const DynamicRowStoreOptions& options() const { return options_; }
 
  private:
   explicit DynamicRowStore(const DynamicRowStoreOptions& options);
   // Whether `count` lookups of `key` in the step being run admit it.
   bool Admits(uint64_t key, uint32_t count);
-  // Gives `key` the free slot on top of the free list, initialised; returns it.
+  // Gives `key` the free slot on top of the free list, initialised (over the tier: marked to
+  // be initialised when first resolved); returns it.
   int64_t Place(uint64_t key);
+  // Writes `key`'s initial row (InitRow) to `w` (weight_row_bytes()) and state_init to `st`.
+  void InitialValue(uint64_t key, char* w, float* st);
   void Evict(int64_t slot);
   void ResetZeroRow();
   // Eviction at the end of step `step`; `waiting`: keys that want a row.
@@ -178,6 +207,18 @@ class DynamicRowStore final : public RowStore {
   bool zero_row_used_ = false;
   std::vector<int64_t> candidates_;                        // eviction scratch
   DynamicTableStats stats_;
+
+  // Over the tier (null / empty in memory). rows_ owns tier_.
+  TieredRowStore* tier_ = nullptr;
+  // Per slot: 0, or 1 = its key's initial value is not written yet (placed in EndStep or
+  // never resolved since), 2 = written by this step's Resolve (back to 1 if the step is
+  // read-only: the tier does not keep a row only read).
+  std::vector<uint8_t> fresh_;
+  std::vector<int64_t> fresh_written_;  // slots set to 2 in this step
+  std::vector<int64_t> id_rows_;        // Resolve scratch: the ids' slots (tier rows)
+  std::vector<int64_t> dropped_;        // slots evicted at this step's end (to drop)
+  std::vector<int64_t> prefetch_rows_;  // Prefetch scratch
+  int64_t zero_cache_slot_ = -1;        // the tier's cache slot of row 0 in this step
 };
 
 }  // namespace tessera

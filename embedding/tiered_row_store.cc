@@ -151,6 +151,11 @@ absl::Status TieredRowStoreImpl::FillFromDb(
       SetSlot(slot, v);
       continue;
     }
+    if (Deleting(row)) {  // dropped: its delete has not landed, RocksDB may still hold it
+      InitValue(row, SlotWeights(slot), SlotState(slot));
+      ++m_.rows_initialized;
+      continue;
+    }
     rows.push_back(row);
     slots.push_back(slot);
   }
@@ -260,6 +265,7 @@ void TieredRowStoreImpl::Prefetch(absl::Span<const int64_t> ids) {
     // the next EndStep and are still there for the Resolve after it.
     if (id < 0 || id >= options_.num_rows) continue;
     if (cache_.Find(id) >= 0 || pending_.index.contains(id) || staged_.contains(id)) continue;
+    if (Deleting(id) && !writing_.index.contains(id)) continue;  // Resolve initialises it
     (writing_.index.contains(id) ? copied_rows_ : batch->rows).push_back(id);
   }
   auto sort_unique = [](std::vector<int64_t>& v) {
@@ -302,10 +308,23 @@ void TieredRowStoreImpl::Prefetch(absl::Span<const int64_t> ids) {
 }
 
 absl::Status TieredRowStoreImpl::WriteValues(const std::vector<int64_t>& rows,
-                                             const char* values, double* seconds) {
+                                             const char* values, double* seconds,
+                                             const std::vector<int64_t>& deletes) {
   constexpr size_t kRowsPerBatch = 16384;
   Stopwatch watch;
   char key[kRowKeyBytes];
+  for (size_t b = 0; b < deletes.size(); b += kRowsPerBatch) {
+    rocksdb::WriteBatch& wb = write_batch_;
+    wb.Clear();
+    const size_t e = std::min(deletes.size(), b + kRowsPerBatch);
+    for (size_t i = b; i < e; ++i) {
+      EncodeRowKey(options_.table_id, deletes[i], key);
+      TESSERA_RETURN_IF_ERROR(internal::FromRocksAt(
+          wb.Delete(rocksdb::Slice(key, kRowKeyBytes)), label_, "batching row deletes"));
+    }
+    TESSERA_RETURN_IF_ERROR(internal::FromRocksAt(
+        db_->Write(internal::RowWriteOptions(), &wb), label_, "deleting rows"));
+  }
   const size_t value_bytes = static_cast<size_t>(value_bytes_);
   for (size_t b = 0; b < rows.size(); b += kRowsPerBatch) {
     rocksdb::WriteBatch& wb = write_batch_;
@@ -335,7 +354,8 @@ void TieredRowStoreImpl::WriterLoop() {
     // writing_ is not modified by the training thread while write_in_flight_.
     trace::Span span("tier_write_back", "tier");
     span.Arg("rows", static_cast<int64_t>(writing_.rows.size()));
-    writing_.status = WriteValues(writing_.rows, writing_.values.data(), &writing_.seconds);
+    writing_.status = WriteValues(writing_.rows, writing_.values.data(), &writing_.seconds,
+                                  writing_.deletes);
     {
       std::lock_guard<std::mutex> lock(write_mu_);
       write_in_flight_ = false;
@@ -351,8 +371,69 @@ absl::Status TieredRowStoreImpl::WaitWrite() {
   }
   absl::Status s = writing_.status;
   m_.write_seconds += writing_.seconds;
+  for (int64_t row : writing_.deletes) {
+    auto it = deleting_.find(row);
+    if (it != deleting_.end() && --it->second == 0) deleting_.erase(it);
+  }
   writing_.Clear();
   return s;
+}
+
+absl::Status TieredRowStoreImpl::LandPendingDeletes() {
+  if (pending_.deletes.empty()) return absl::OkStatus();
+  absl::Status s = WaitWrite();
+  if (s.ok()) s = WriteValues({}, nullptr, &m_.write_seconds, pending_.deletes);
+  if (!s.ok()) {
+    broken_ = s;
+    return s;
+  }
+  for (int64_t row : pending_.deletes) {
+    auto it = deleting_.find(row);
+    if (it != deleting_.end() && --it->second == 0) deleting_.erase(it);
+  }
+  pending_.deletes.clear();
+  return absl::OkStatus();
+}
+
+absl::Status TieredRowStoreImpl::DropRows(absl::Span<const int64_t> rows) {
+  TESSERA_RETURN_IF_ERROR(broken_);
+  for (int64_t row : rows) {
+    if (row < 0 || row >= options_.num_rows) {
+      return absl::InvalidArgumentError(absl::StrCat(label_, ": DropRows: row ", row,
+                                                     " out of range [0, ", options_.num_rows,
+                                                     ")"));
+    }
+    const int32_t slot = cache_.Find(row);
+    if (slot >= 0 && cache_.pinned(slot)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(label_, ": DropRows: row ", row, " is pinned by the step being run"));
+    }
+  }
+  for (int64_t row : rows) {
+    cache_.Remove(row);
+    staged_.erase(row);
+    // Out of the write-back buffer (the last entry moves into its place).
+    auto it = pending_.index.find(row);
+    if (it != pending_.index.end()) {
+      const int64_t pos = it->second, last = static_cast<int64_t>(pending_.rows.size()) - 1;
+      pending_.index.erase(it);
+      if (pos != last) {
+        pending_.rows[pos] = pending_.rows[last];
+        std::memcpy(pending_.values.data() + pos * value_bytes_,
+                    pending_.values.data() + last * value_bytes_, value_bytes_);
+        pending_.index[pending_.rows[pos]] = pos;
+      }
+      pending_.rows.pop_back();
+      pending_.values.resize(pending_.values.size() - value_bytes_);
+    }
+    // The write in flight may still put it; the delete follows in the next batch. Only the
+    // training thread reads writing_'s index.
+    writing_.index.erase(row);
+    pending_.deletes.push_back(row);
+    ++deleting_[row];
+  }
+  m_.rows_deleted += static_cast<int64_t>(rows.size());
+  return absl::OkStatus();
 }
 
 absl::Status TieredRowStoreImpl::FinishStep(bool rows_updated) {
@@ -368,7 +449,7 @@ absl::Status TieredRowStoreImpl::FinishStep(bool rows_updated) {
     broken_ = s;
     return s;
   }
-  if (pending_.rows.empty()) return absl::OkStatus();
+  if (pending_.rows.empty() && pending_.deletes.empty()) return absl::OkStatus();
   // One WriteBatch for the step's evictions (split only past 16k rows), written in the
   // background: the disk write overlaps the next step. Unsorted: the hashed memtable updates
   // each row in place whatever the order (a flush sorts when it builds SST files).

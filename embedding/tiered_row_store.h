@@ -147,6 +147,7 @@ struct TieredRowStoreMetrics {
   int64_t rows_written = 0;        // rows written to RocksDB (write-back, flush, WriteRows);
                                    // an EndStep's write-back counts when EndStep starts it
   int64_t evictions = 0;           // rows evicted from the cache
+  int64_t rows_deleted = 0;        // rows deleted by DropRows (a dynamic table's evictions)
   double read_seconds = 0;         // time Resolve spent reading misses synchronously
   double prefetch_stall_seconds = 0;  // time Resolve waited for prefetch reads in flight
   double write_stall_seconds = 0;   // time EndStep waited for the previous step's write-back
@@ -187,6 +188,15 @@ class TieredRowStore : public RowStore {
   // FailedPrecondition). Errors name the checkpoint and the path; a failure after the old
   // database was closed leaves the store returning that error from every call.
   virtual absl::Status Restore(const std::string& dir) = 0;
+
+  // Deletes `rows` (each in [0, num_rows), not pinned): they leave the cache without being
+  // written back, leave the prefetch staging and the write-back buffer, and are deleted from
+  // RocksDB with the next step's write-back (the deletes first, then that step's evicted rows),
+  // so from now on each reads as never written (its lazy initial value) and the database holds
+  // only rows alive. For tables whose rows die: a dynamic table over the tier deletes the rows
+  // of its evicted keys. FailedPrecondition naming the row for a pinned row (nothing is
+  // dropped then), InvalidArgument for a row out of range.
+  virtual absl::Status DropRows(absl::Span<const int64_t> rows) = 0;
 
   virtual TieredRowStoreMetrics metrics() = 0;
   virtual void ResetMetrics() = 0;

@@ -118,6 +118,19 @@ int32_t SlotCache::Install(int64_t row, int64_t* evicted_row, bool* evicted_dirt
   return slot;
 }
 
+bool SlotCache::Remove(int64_t row) {
+  auto it = map_.find(row);
+  if (it == map_.end() || pinned_flag_[it->second]) return false;
+  const int32_t slot = it->second;
+  OrderRemove(slot);
+  map_.erase(it);
+  row_[slot] = -1;
+  uses_[slot] = 0;
+  dirty_[slot] = 0;
+  free_.push_back(slot);
+  return true;
+}
+
 void SlotCache::UnpinAll(bool mark_dirty) {
   for (int32_t slot : pinned_) {
     pinned_flag_[slot] = 0;

@@ -45,6 +45,9 @@ class SlotCache {
   // must save a dirty victim's data before overwriting the slot. Returns -1 (and changes nothing)
   // when every slot is pinned.
   int32_t Install(int64_t row, int64_t* evicted_row, bool* evicted_dirty);
+  // Forgets `row` (resident, not pinned): its slot becomes free, clean. Returns false (and
+  // changes nothing) when the row is not resident or is pinned.
+  bool Remove(int64_t row);
   // Unpins every pinned slot, marking it dirty when `mark_dirty`, and counts one use for LFU.
   void UnpinAll(bool mark_dirty);
   // Forgets every row (all slots free, clean and unpinned), as after construction.

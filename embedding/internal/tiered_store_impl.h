@@ -51,6 +51,10 @@ struct WriteBack {
   absl::flat_hash_map<int64_t, int64_t> index;  // row -> position in rows/values
   std::vector<int64_t> rows;
   std::vector<char> values;
+  // Rows to delete (DropRows), written before `rows` in the same batch; none of them is in
+  // `rows` when dropped (DropRows takes it out), so a row dropped and then evicted again in
+  // the same step is deleted, then written.
+  std::vector<int64_t> deletes;
   // Results of the background write (set by the writer thread before done).
   absl::Status status;
   double seconds = 0;
@@ -63,6 +67,7 @@ struct WriteBack {
     index.clear();
     rows.clear();
     values.clear();
+    deletes.clear();
     status = absl::OkStatus();
     seconds = 0;
   }
@@ -145,6 +150,7 @@ class TieredRowStoreImpl final : public TieredRowStore {
                             float* state_out) override;
   absl::Status WriteRowBytes(int64_t begin, int64_t count, const void* weights,
                              const float* state) override;
+  absl::Status DropRows(absl::Span<const int64_t> rows) override;
   absl::Status Flush() override;
   absl::Status Checkpoint(const std::string& dir) override;
   absl::Status Restore(const std::string& dir) override;
@@ -198,10 +204,15 @@ class TieredRowStoreImpl final : public TieredRowStore {
   void DropOldestBatch();
   void DropAllStaged();
   void PrefetchLoop();
-  // Writes (key, value) pairs to RocksDB in WriteBatches of bounded size.
-  // Adds the rows written and the seconds taken to `*seconds`.
+  // Deletes `deletes`, then writes (key, value) pairs to RocksDB, in WriteBatches of bounded
+  // size. Adds the seconds taken to `*seconds`.
   absl::Status WriteValues(const std::vector<int64_t>& rows, const char* values,
-                           double* seconds);
+                           double* seconds, const std::vector<int64_t>& deletes = {});
+  // Whether `row` was dropped and its delete has not landed (it reads as never written).
+  bool Deleting(int64_t row) const { return !deleting_.empty() && deleting_.contains(row); }
+  // Writes pending_.deletes now (after the write in flight), so that a direct write of rows
+  // (WriteRowBytes) cannot be undone by a delete landing later.
+  absl::Status LandPendingDeletes();
   // The background writer: writes writing_ (one WriteBatch) while the next step trains.
   void WriterLoop();
   // Waits for the write in flight (if any), folds its counts into the metrics, clears writing_
@@ -235,6 +246,10 @@ class TieredRowStoreImpl final : public TieredRowStore {
   // WriteValues' batch, reused. Used by one thread at a time: the writer thread while a write is
   // in flight, the training thread (Flush, WriteRows) only after WaitWrite.
   rocksdb::WriteBatch write_batch_;
+
+  // Rows dropped whose delete has not landed yet (in pending_.deletes or writing_.deletes),
+  // with how many of those lists hold them: read as never written, never from RocksDB.
+  absl::flat_hash_map<int64_t, int32_t> deleting_;
 
   // Scratch for Resolve.
   absl::flat_hash_map<int64_t, int32_t> miss_index_;

@@ -81,6 +81,7 @@ absl::Status TieredRowStoreImpl::Restore(const std::string& dir) {
   DropAllStaged();
   (void)WaitWrite();  // its rows are about to be replaced anyway
   pending_.Clear();
+  deleting_.clear();
   cache_.Clear();
   reader_.reset();
   db_.reset();
@@ -134,7 +135,7 @@ absl::Status TieredRowStoreImpl::ReadRowBytes(int64_t begin, int64_t count, void
   for (it->Seek(rocksdb::Slice(lo, kRowKeyBytes)); it->Valid(); it->Next()) {
     int64_t row;
     if (!internal::DecodeRowKey(it->key(), options_.table_id, &row)) continue;
-    if (row < begin || row >= begin + count) continue;
+    if (row < begin || row >= begin + count || Deleting(row)) continue;
     if (it->value().size() != value_bytes) {
       return absl::DataLossError(absl::StrCat(label_, ": row ", row,
                                               " has ", it->value().size(),
@@ -175,6 +176,8 @@ absl::Status TieredRowStoreImpl::WriteRowBytes(int64_t begin, int64_t count,
   TESSERA_RETURN_IF_ERROR(CheckRange(begin, count, "WriteRows"));
   // Staged copies of these rows would be stale; drop all staging (WriteRows is for restores).
   DropAllStaged();
+  // A delete landing after this write would undo it.
+  TESSERA_RETURN_IF_ERROR(LandPendingDeletes());
   const int64_t wb = weight_bytes_, sd = options_.state_dim;
   const char* weights = static_cast<const char*>(weights_in);
   constexpr int64_t kChunk = 16384;

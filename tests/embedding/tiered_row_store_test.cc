@@ -321,6 +321,78 @@ TEST(TieredRowStoreTest, PrefetchCopiesRowsOfTheWriteBackInFlight) {
   ASSERT_TRUE(store->EndStep().ok());
 }
 
+// DropRows: a dropped row reads as never written wherever its last value was (cached, in the
+// write-back buffer of the step, in the write in flight, staged by a prefetch, in RocksDB),
+// also before its delete has landed, and a row dropped then written again keeps the new value.
+TEST(TieredRowStoreTest, DroppedRowsReadAsNeverWritten) {
+  TempDir tmp;
+  auto store_or = TieredRowStore::Open(TierOptions(tmp.Sub("db"), 4, CachePolicy::kLru));
+  auto fresh_or = TieredRowStore::Open(TierOptions(tmp.Sub("fresh"), 64, CachePolicy::kLru));
+  ASSERT_TRUE(store_or.ok() && fresh_or.ok());
+  auto& store = *store_or;
+  std::vector<int64_t> slots(4);
+  auto set_rows = [&](std::vector<int64_t> ids, float base, bool end = true) {
+    ASSERT_TRUE(store->Resolve(ids, absl::MakeSpan(slots)).ok());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      for (int64_t k = 0; k < kDim; ++k) store->weights()[slots[i] * kDim + k] = base + i + k;
+      store->state()[slots[i]] = base - i;
+    }
+    if (end) ASSERT_TRUE(store->EndStep().ok());
+  };
+  // The value of `row` in `s` (weights, then state), through ReadRows.
+  auto value = [](TieredRowStore& s, int64_t row) {
+    std::vector<float> w(kDim + 1);
+    EXPECT_TRUE(s.ReadRows(row, 1, w.data(), w.data() + kDim).ok());
+    return w;
+  };
+  set_rows({0, 1, 2, 3}, 100.0f);
+  set_rows({10, 11, 12, 13}, 200.0f);  // evicts 0..3: their write is in flight
+  ASSERT_TRUE(store->DropRows(std::vector<int64_t>{0, 10}).ok());  // in flight; cached
+  store->Prefetch(std::vector<int64_t>{0, 1, 10, 40});             // 40: never written
+  ASSERT_TRUE(store->DropRows(std::vector<int64_t>{40}).ok());     // staged
+  set_rows({20, 21, 22, 23}, 300.0f, /*end=*/false);               // evicts 11..13 into pending
+  ASSERT_TRUE(store->DropRows(std::vector<int64_t>{12}).ok());     // in the step's write-back
+  EXPECT_EQ(store->DropRows(std::vector<int64_t>{21}).code(),
+            absl::StatusCode::kFailedPrecondition);  // pinned by the step
+  ASSERT_TRUE(store->EndStep().ok());
+  // Deletes not landed yet (they go with the next write-back): read as never written.
+  std::vector<int64_t> ids = {0, 10, 12, 1};
+  ASSERT_TRUE(store->Resolve(ids, absl::MakeSpan(slots)).ok());
+  std::vector<int64_t> fslots(4);
+  ASSERT_TRUE((*fresh_or)->Resolve(ids, absl::MakeSpan(fslots)).ok());
+  for (int i = 0; i < 3; ++i) {
+    for (int64_t k = 0; k < kDim; ++k) {
+      EXPECT_EQ(store->weights()[slots[i] * kDim + k], (*fresh_or)->weights()[fslots[i] * kDim + k])
+          << "row " << ids[i];
+    }
+    EXPECT_EQ(store->state()[slots[i]], 0.25f);
+  }
+  EXPECT_EQ(store->weights()[slots[3] * kDim], 101.0f);  // row 1 kept its value
+  // Row 0 written again after its drop: the new value survives the delete.
+  store->weights()[slots[0] * kDim] = 7.0f;
+  ASSERT_TRUE(store->EndStep().ok());
+  ASSERT_TRUE((*fresh_or)->EndReadOnlyStep().ok());
+  set_rows({30, 31, 32, 33}, 400.0f);  // evicts 0, 10, 12, 1 (dirty)
+  ASSERT_TRUE(store->Flush().ok());
+  EXPECT_EQ(value(*store, 0)[0], 7.0f);
+  EXPECT_EQ(value(*store, 40), value(**fresh_or, 40));
+  EXPECT_EQ(value(*store, 13)[0], 203.0f);
+  EXPECT_EQ(store->metrics().rows_deleted, 4);
+  // Dropped after the flush (in RocksDB only): gone once the delete lands.
+  ASSERT_TRUE(store->DropRows(std::vector<int64_t>{13}).ok());
+  EXPECT_EQ(value(*store, 13), value(**fresh_or, 13));
+  ASSERT_TRUE(store->Flush().ok());
+  EXPECT_EQ(value(*store, 13), value(**fresh_or, 13));
+  // Dropped while in RocksDB, resolved before the delete is written: never written too.
+  ASSERT_TRUE(store->DropRows(std::vector<int64_t>{0}).ok());
+  ASSERT_TRUE(store->Resolve(std::vector<int64_t>{0}, absl::MakeSpan(slots).subspan(0, 1)).ok());
+  EXPECT_EQ(store->weights()[slots[0] * kDim], value(**fresh_or, 0)[0]);
+  EXPECT_EQ(store->state()[slots[0]], 0.25f);
+  ASSERT_TRUE(store->EndStep().ok());
+  EXPECT_EQ(store->DropRows(std::vector<int64_t>{kRows}).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(TieredRowStoreTest, ReadOnlyStepsWriteNothingBack) {
   TempDir tmp;
   auto store_or = TieredRowStore::Open(TierOptions(tmp.Sub("db"), 4, CachePolicy::kLru));

@@ -1,0 +1,219 @@
+// dynamic_stream: bounded memory (and disk) of a dynamic table under a stream of distinct ids.
+// Every id of the stream is new (Mix64 of a counter: 64-bit keys, no repeats), so every step's
+// keys are admitted, wait for room in the full table, and the step end evicts as many rows
+// (lru / lfu), or ttl drops the rows unused for --ttl_steps. Each step writes to every row it
+// resolved (a stand-in for the optimizer), so over the tier every row is dirty: the cache
+// writes it back when it evicts it and the table's eviction deletes it.
+//
+// Prints one line every --report steps (ids so far, wall seconds, RSS, the tier's disk: bytes
+// of files under --tier, and the table's occupancy / evictions), then a summary: RSS at the
+// end of warm-up (the first step after the table filled plus --warmup_frac of the stream) and
+// the min / max after it, their spread relative to the warm value, and the largest disk seen.
+//
+//   build/bin/dynamic_stream --ids 1000000000                       # in memory, 2^20 rows
+//   build/bin/dynamic_stream --ids 100000000 --tier /tmp/dyn_stream --cache_rows 131072
+// Flags: --ids (10^8) --capacity (2^20) --batch (65536) --dim (64) --policy lru|lfu|ttl (lru)
+//        --ttl_steps (2) --tier PATH (none: in memory) --cache_rows (capacity / 8)
+//        --report (steps between lines; default: 40 lines) --warmup_frac (0.1)
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "core/status.h"
+#include "embedding/dynamic_row_store.h"
+
+namespace tessera {
+namespace {
+
+double RssMib() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  long pages = 0, resident = 0;
+  if (f != nullptr) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return static_cast<double>(resident) * 4096.0 / (1 << 20);
+}
+
+int64_t DirBytes(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  int64_t total = 0;
+  if (path.empty() || !fs::exists(path, ec)) return 0;
+  for (auto it = fs::recursive_directory_iterator(path, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_regular_file(ec)) total += static_cast<int64_t>(it->file_size(ec));
+  }
+  return total;
+}
+
+struct Flags {
+  int64_t ids = 100000000;
+  int64_t capacity = int64_t{1} << 20;
+  int64_t batch = 65536;
+  int64_t dim = 64;
+  std::string policy = "lru";
+  int64_t ttl_steps = 2;
+  std::string tier;
+  int64_t cache_rows = 0;
+  int64_t report = 0;
+  double warmup_frac = 0.1;
+};
+
+int Usage(const char* why) {
+  std::fprintf(stderr,
+               "dynamic_stream: %s\nflags: --ids N --capacity N --batch N --dim N "
+               "--policy lru|lfu|ttl --ttl_steps N --tier PATH --cache_rows N --report STEPS "
+               "--warmup_frac F\n",
+               why);
+  return 2;
+}
+
+int Main(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      Usage("a stream of distinct ids through a dynamic table (RSS, disk)");
+      return 0;
+    }
+    if (i + 1 >= argc) return Usage(("missing value of " + a).c_str());
+    const char* v = argv[++i];
+    if (a == "--ids") f.ids = std::atoll(v);
+    else if (a == "--capacity") f.capacity = std::atoll(v);
+    else if (a == "--batch") f.batch = std::atoll(v);
+    else if (a == "--dim") f.dim = std::atoll(v);
+    else if (a == "--policy") f.policy = v;
+    else if (a == "--ttl_steps") f.ttl_steps = std::atoll(v);
+    else if (a == "--tier") f.tier = v;
+    else if (a == "--cache_rows") f.cache_rows = std::atoll(v);
+    else if (a == "--report") f.report = std::atoll(v);
+    else if (a == "--warmup_frac") f.warmup_frac = std::atof(v);
+    else return Usage(("unknown flag " + a).c_str());
+  }
+  if (f.ids <= 0 || f.batch <= 0 || f.capacity <= 0) return Usage("sizes must be positive");
+  auto policy = ParseEvictionPolicy(f.policy);
+  if (!policy.ok()) return Usage(std::string(policy.status().message()).c_str());
+
+  DynamicRowStoreOptions o;
+  o.capacity = f.capacity;
+  o.dim = f.dim;
+  o.state_dim = 1;  // row-wise AdaGrad's accumulator
+  o.state_init = 0.1f;
+  o.seed = 3;
+  o.name = "stream";
+  o.dynamic.enabled = true;
+  o.dynamic.policy = *policy;
+  if (*policy == EvictionPolicy::kTtl) o.dynamic.ttl_steps = f.ttl_steps;
+  if (!f.tier.empty()) {
+    o.tier.path = f.tier;
+    o.tier.discard_existing = true;
+    o.tier.cache_rows = f.cache_rows > 0 ? f.cache_rows : std::max<int64_t>(f.capacity / 8,
+                                                                             f.batch + 1);
+  }
+  auto made = DynamicRowStore::Create(o);
+  if (!made.ok()) {
+    std::fprintf(stderr, "dynamic_stream: %s\n", made.status().ToString().c_str());
+    return 1;
+  }
+  DynamicRowStore& s = **made;
+  const int64_t steps = (f.ids + f.batch - 1) / f.batch;
+  const int64_t report = f.report > 0 ? f.report : std::max<int64_t>(1, steps / 40);
+  std::printf("# dynamic_stream: %lld ids in %lld steps of %lld, capacity %lld, dim %lld, %s, %s"
+              "\n",
+              static_cast<long long>(f.ids), static_cast<long long>(steps),
+              static_cast<long long>(f.batch), static_cast<long long>(f.capacity),
+              static_cast<long long>(f.dim), f.policy.c_str(),
+              f.tier.empty() ? "in memory"
+                             : ("tier at " + f.tier + ", cache " +
+                                std::to_string(o.tier.cache_rows) + " rows")
+                                   .c_str());
+  std::printf("%12s %10s %10s %10s %12s %14s\n", "ids", "seconds", "rss_mib", "disk_mib",
+              "occupancy", "evictions");
+  std::vector<int64_t> ids(f.batch), slots(f.batch);
+  uint64_t next = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t full_step = -1, warm_step = -1;
+  double rss_warm = 0, rss_min = 0, rss_max = 0;
+  int64_t disk_max = 0;
+  const int64_t rb = s.weight_row_bytes();
+  for (int64_t step = 0; step < steps; ++step) {
+    const int64_t n = std::min<int64_t>(f.batch, f.ids - step * f.batch);
+    ids.resize(n);
+    slots.resize(n);
+    for (int64_t& id : ids) id = static_cast<int64_t>(Mix64(next++));
+    absl::Status st = s.Resolve(ids, absl::MakeSpan(slots));
+    if (st.ok()) {
+      // The "update": every resolved row changes (slot 0 too, as the fused update would).
+      char* w = static_cast<char*>(s.weight_data());
+      for (int64_t slot : slots) w[slot * rb] ^= 1;
+      st = s.EndStep();
+    }
+    if (!st.ok()) {
+      std::fprintf(stderr, "dynamic_stream: step %lld: %s\n", static_cast<long long>(step),
+                   st.ToString().c_str());
+      return 1;
+    }
+    const DynamicTableStats stats = s.stats();
+    if (full_step < 0 && stats.occupancy >= f.capacity) full_step = step;
+    if (full_step >= 0 && warm_step < 0 &&
+        step >= full_step + static_cast<int64_t>(f.warmup_frac * static_cast<double>(steps))) {
+      warm_step = step;
+      rss_warm = rss_min = rss_max = RssMib();
+    }
+    const bool last = step + 1 == steps;
+    if ((step + 1) % report != 0 && !last) continue;
+    const double rss = RssMib();
+    const int64_t disk = DirBytes(f.tier);
+    disk_max = std::max(disk_max, disk);
+    if (warm_step >= 0) {
+      rss_min = std::min(rss_min, rss);
+      rss_max = std::max(rss_max, rss);
+    }
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("%12llu %10.1f %10.1f %10.1f %12lld %14lld\n",
+                static_cast<unsigned long long>(next), secs, rss,
+                static_cast<double>(disk) / (1 << 20), static_cast<long long>(stats.occupancy),
+                static_cast<long long>(stats.evictions));
+    std::fflush(stdout);
+  }
+  const DynamicTableStats stats = s.stats();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("# done: %llu ids, %.1f s (%.2f M ids/s), admissions %lld, evictions %lld, "
+              "refused %lld\n",
+              static_cast<unsigned long long>(next), secs, static_cast<double>(next) / secs / 1e6,
+              static_cast<long long>(stats.admissions), static_cast<long long>(stats.evictions),
+              static_cast<long long>(stats.refused));
+  if (warm_step >= 0) {
+    std::printf("# rss after warm-up (step %lld): %.1f MiB; then min %.1f, max %.1f MiB: spread "
+                "%.2f%% of the warm value\n",
+                static_cast<long long>(warm_step), rss_warm, rss_min, rss_max,
+                100.0 * (rss_max - rss_min) / rss_warm);
+  } else {
+    std::printf("# the stream ended before warm-up (table full at step %lld)\n",
+                static_cast<long long>(full_step));
+  }
+  if (!f.tier.empty()) {
+    const TieredRowStoreMetrics m = s.tier()->metrics();
+    std::printf("# tier: largest disk %.1f MiB; capacity rows x value bytes = %.1f MiB "
+                "(DiskBytes bound %.1f MiB); rows written %lld, deleted %lld, read %lld\n",
+                static_cast<double>(disk_max) / (1 << 20),
+                static_cast<double>((f.capacity + 1) * (rb + 4)) / (1 << 20),
+                static_cast<double>(DynamicRowStore::DiskBytes(o)) / (1 << 20),
+                static_cast<long long>(m.rows_written), static_cast<long long>(m.rows_deleted),
+                static_cast<long long>(m.rows_read));
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace tessera
+
+int main(int argc, char** argv) { return tessera::Main(argc, argv); }
