@@ -3,7 +3,10 @@
 // keys are admitted, wait for room in the full table, and the step end evicts as many rows
 // (lru / lfu), or ttl drops the rows unused for --ttl_steps. Each step writes to every row it
 // resolved (a stand-in for the optimizer), so over the tier every row is dirty: the cache
-// writes it back when it evicts it and the table's eviction deletes it.
+// writes it back when it evicts it and the table's eviction deletes it. A key admitted at a
+// step end (the table is full) first gets a row of its own the next time it is looked up, so
+// with --revisit 1 each step also looks up the previous step's new keys again (2 lookups per
+// distinct id): their rows are trained, written back and later deleted, the tier's real churn.
 //
 // Prints one line every --report steps (ids so far, wall seconds, RSS, the tier's disk: bytes
 // of files under --tier, and the table's occupancy / evictions), then a summary: RSS at the
@@ -14,7 +17,8 @@
 //   build/bin/dynamic_stream --ids 100000000 --tier /tmp/dyn_stream --cache_rows 131072
 // Flags: --ids (10^8) --capacity (2^20) --batch (65536) --dim (64) --policy lru|lfu|ttl (lru)
 //        --ttl_steps (2) --tier PATH (none: in memory) --cache_rows (capacity / 8)
-//        --report (steps between lines; default: 40 lines) --warmup_frac (0.1)
+//        --report (steps between lines; default: 40 lines) --warmup_frac (0.1) --revisit 0|1
+//        --write_buffer_mib (the tier's memtable, default 128)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -64,13 +68,15 @@ struct Flags {
   int64_t cache_rows = 0;
   int64_t report = 0;
   double warmup_frac = 0.1;
+  int64_t revisit = 0;
+  int64_t write_buffer_mib = 128;
 };
 
 int Usage(const char* why) {
   std::fprintf(stderr,
                "dynamic_stream: %s\nflags: --ids N --capacity N --batch N --dim N "
                "--policy lru|lfu|ttl --ttl_steps N --tier PATH --cache_rows N --report STEPS "
-               "--warmup_frac F\n",
+               "--warmup_frac F --revisit 0|1 --write_buffer_mib N\n",
                why);
   return 2;
 }
@@ -95,6 +101,8 @@ int Main(int argc, char** argv) {
     else if (a == "--cache_rows") f.cache_rows = std::atoll(v);
     else if (a == "--report") f.report = std::atoll(v);
     else if (a == "--warmup_frac") f.warmup_frac = std::atof(v);
+    else if (a == "--revisit") f.revisit = std::atoll(v);
+    else if (a == "--write_buffer_mib") f.write_buffer_mib = std::atoll(v);
     else return Usage(("unknown flag " + a).c_str());
   }
   if (f.ids <= 0 || f.batch <= 0 || f.capacity <= 0) return Usage("sizes must be positive");
@@ -114,8 +122,9 @@ int Main(int argc, char** argv) {
   if (!f.tier.empty()) {
     o.tier.path = f.tier;
     o.tier.discard_existing = true;
+    o.tier.write_buffer_bytes = f.write_buffer_mib << 20;
     o.tier.cache_rows = f.cache_rows > 0 ? f.cache_rows : std::max<int64_t>(f.capacity / 8,
-                                                                             f.batch + 1);
+                                                                             2 * f.batch + 1);
   }
   auto made = DynamicRowStore::Create(o);
   if (!made.ok()) {
@@ -125,10 +134,12 @@ int Main(int argc, char** argv) {
   DynamicRowStore& s = **made;
   const int64_t steps = (f.ids + f.batch - 1) / f.batch;
   const int64_t report = f.report > 0 ? f.report : std::max<int64_t>(1, steps / 40);
-  std::printf("# dynamic_stream: %lld ids in %lld steps of %lld, capacity %lld, dim %lld, %s, %s"
+  std::printf("# dynamic_stream: %lld ids in %lld steps of %lld%s, capacity %lld, dim %lld, %s, %s"
               "\n",
               static_cast<long long>(f.ids), static_cast<long long>(steps),
-              static_cast<long long>(f.batch), static_cast<long long>(f.capacity),
+              static_cast<long long>(f.batch),
+              f.revisit > 0 ? " (+ the previous step's, looked up again)" : "",
+              static_cast<long long>(f.capacity),
               static_cast<long long>(f.dim), f.policy.c_str(),
               f.tier.empty() ? "in memory"
                              : ("tier at " + f.tier + ", cache " +
@@ -136,7 +147,7 @@ int Main(int argc, char** argv) {
                                    .c_str());
   std::printf("%12s %10s %10s %10s %12s %14s\n", "ids", "seconds", "rss_mib", "disk_mib",
               "occupancy", "evictions");
-  std::vector<int64_t> ids(f.batch), slots(f.batch);
+  std::vector<int64_t> ids, slots, previous;
   uint64_t next = 0;
   const auto t0 = std::chrono::steady_clock::now();
   int64_t full_step = -1, warm_step = -1;
@@ -146,8 +157,13 @@ int Main(int argc, char** argv) {
   for (int64_t step = 0; step < steps; ++step) {
     const int64_t n = std::min<int64_t>(f.batch, f.ids - step * f.batch);
     ids.resize(n);
-    slots.resize(n);
     for (int64_t& id : ids) id = static_cast<int64_t>(Mix64(next++));
+    if (f.revisit > 0) {
+      const std::vector<int64_t> fresh(ids);
+      ids.insert(ids.end(), previous.begin(), previous.end());
+      previous = fresh;
+    }
+    slots.resize(ids.size());
     absl::Status st = s.Resolve(ids, absl::MakeSpan(slots));
     if (st.ok()) {
       // The "update": every resolved row changes (slot 0 too, as the fused update would).

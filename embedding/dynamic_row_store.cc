@@ -236,8 +236,10 @@ int64_t DynamicRowStore::Place(uint64_t key) {
 
 void DynamicRowStore::Evict(int64_t slot) {
   if (tier_ != nullptr) {
+    // A row still waiting for its initial value was never written by this key (and what an
+    // earlier key wrote was dropped when it left): nothing of it to delete.
+    if (fresh_[slot] != 1) dropped_.push_back(slot);
     fresh_[slot] = 0;
-    dropped_.push_back(slot);
   }
   index_.Erase(meta_[slot].key);
   meta_[slot] = SlotMeta();

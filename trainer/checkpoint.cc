@@ -268,7 +268,7 @@ absl::StatusOr<std::unique_ptr<CheckpointedRun>> CheckpointedRun::Start(
   }
   // Read one batch ahead only when the tables can use the hint: the RocksDB tier fetches the
   // next batch's misses, the sharded tables start its input dist under this step.
-  const bool tiered = !TieredStores(*model).empty();
+  const bool tiered = !TieredStores(*model).empty() || !DynamicTieredStores(*model).empty();
   const bool sharded = dynamic_cast<ShardedSparseArch*>(&model->sparse()) != nullptr;
   auto stream = std::make_unique<internal::TrainStream>(std::move(*train),
                                                         tiered || sharded ? model : nullptr);

@@ -41,6 +41,32 @@ void DiscardShardWorkingDbs(const std::string& path) {
 
 }  // namespace
 
+DynamicRowStoreOptions DynamicStoreOptions(const Config& config, int t) {
+  const TableConfig& table = config.model.tables[t];
+  DynamicRowStoreOptions o =
+      DynamicTableStoreOptions(table, t, config.optimizer.embedding, config.seed);
+  if (table.storage.tier == StorageTier::kRocksDb) {
+    const TableStorage& st = table.storage;
+    o.tier.path = TableStoragePath(config, t);
+    o.tier.discard_existing = true;  // scratch, as a static table's (a resume loads its keys)
+    o.tier.cache_rows = st.cache_rows;
+    o.tier.cache_bytes = st.cache_bytes;
+    o.tier.policy = st.policy;
+    o.tier.reader_threads = st.reader_threads;
+    o.tier.prefetch = st.prefetch;
+  }
+  return o;
+}
+
+std::vector<DynamicRowStore*> DynamicTieredStores(Model& model) {
+  std::vector<DynamicRowStore*> out;
+  for (int t = 0; t < model.sparse().num_tables(); ++t) {
+    DynamicRowStore* d = model.sparse().dynamic_store(t);
+    if (d != nullptr && d->tier() != nullptr) out.push_back(d);
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<std::unique_ptr<RowStore>>> CreateTableStores(
     const Config& config, const DeviceContext& cache_ctx) {
   std::vector<int> all(config.model.tables.size());
@@ -96,10 +122,11 @@ absl::StatusOr<std::vector<std::unique_ptr<RowStore>>> CreateTableStores(
     const TableConfig& table = config.model.tables[t];
     const int64_t state_dim = RowStateDim(opt.type, table.dim);
     if (table.dynamic.enabled) {
-      // A table without a size: raw keys through a DynamicRowStore (memory only; the config
-      // refuses the other tiers and device caches for it).
-      TESSERA_ASSIGN_OR_RETURN(auto store, DynamicRowStore::Create(DynamicTableStoreOptions(
-                                               table, t, opt, config.seed)));
+      // A table without a size: raw keys through a DynamicRowStore, its rows in memory or over
+      // the RocksDB tier (the config refuses device caches for it).
+      DynamicRowStoreOptions o = DynamicStoreOptions(config, t);
+      if (!o.tier.path.empty()) DiscardShardWorkingDbs(o.tier.path);
+      TESSERA_ASSIGN_OR_RETURN(auto store, DynamicRowStore::Create(o));
       stores.push_back(std::move(store));
       continue;
     }
@@ -178,6 +205,15 @@ std::vector<TierTableMetrics> CollectTierMetrics(Model& model) {
   for (size_t i = 0; i < stores.size(); ++i) {
     out.push_back({index[i], model.sparse().table(index[i]).name, stores[i]->metrics()});
   }
+  // Dynamic tables over the tier (their TieredRowStore holds the slot rows).
+  for (int t = 0; t < model.sparse().num_tables(); ++t) {
+    DynamicRowStore* d = model.sparse().dynamic_store(t);
+    if (d != nullptr && d->tier() != nullptr) {
+      out.push_back({t, model.sparse().table(t).name, d->tier()->metrics()});
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const TierTableMetrics& a, const TierTableMetrics& b) { return a.table < b.table; });
   return out;
 }
 

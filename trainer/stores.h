@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "core/device.h"
 #include "embedding/device_row_cache.h"
+#include "embedding/dynamic_row_store.h"
 #include "embedding/row_store.h"
 #include "embedding/tiered_row_store.h"
 #include "trainer/config.h"
@@ -47,6 +48,13 @@ absl::StatusOr<std::vector<std::unique_ptr<RowStore>>> CreateTableStores(
 absl::StatusOr<std::vector<std::unique_ptr<DeviceRowCache>>> CreateDeviceCaches(
     const Config& config, const std::vector<int>& tables, const DeviceContext& cache_ctx);
 
+// The DynamicRowStore options of dynamic table t: DynamicTableStoreOptions, and with
+// storage.tier rocksdb its tier (path TableStoragePath, discarded on open, cache / policy /
+// threads / prefetch from storage).
+DynamicRowStoreOptions DynamicStoreOptions(const Config& config, int t);
+// The dynamic tables of `model` in this process whose rows live over the RocksDB tier.
+std::vector<DynamicRowStore*> DynamicTieredStores(Model& model);
+
 // Counters of one RocksDB-tier table.
 struct TierTableMetrics {
   int table = 0;
@@ -58,7 +66,7 @@ struct TierTableMetrics {
 // also those of a SplitSparseArch's host part, in table order.
 std::vector<TieredRowStore*> TieredStores(Model& model, std::vector<int>* table_index = nullptr);
 
-// Counters of every tiered table of `model`, in table order.
+// Counters of every tiered table of `model` (dynamic tables over the tier too), in table order.
 std::vector<TierTableMetrics> CollectTierMetrics(Model& model);
 
 // A sharded model: one entry per RocksDB-tier table of the config, in table order, on every rank

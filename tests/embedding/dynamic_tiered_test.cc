@@ -176,7 +176,10 @@ void RunCase(const Case& c) {
   }
   if (c.policy != EvictionPolicy::kNone) {
     EXPECT_GT((*mem)->stats().evictions, 0);
-    EXPECT_EQ(m.rows_deleted, (*tier)->stats().evictions);  // every evicted key's row dropped
+    // The evicted keys' rows that a step trained were deleted (a key evicted before any step
+    // resolved its row has nothing in the tier).
+    EXPECT_GT(m.rows_deleted, 0);
+    EXPECT_LE(m.rows_deleted, (*tier)->stats().evictions);
   }
 }
 
@@ -241,7 +244,9 @@ TEST(DynamicTieredTest, EvictedRowsLeaveTheDatabase) {
   }
   ASSERT_TRUE(s.tier()->Flush().ok());
   const TieredRowStoreMetrics m = s.tier()->metrics();
-  EXPECT_EQ(m.rows_deleted, s.stats().evictions);
+  // Only the first 100 keys (admitted at their lookup) had rows trained; the later ones were
+  // admitted at their step's end, never looked up again and evicted without a trace.
+  EXPECT_EQ(m.rows_deleted, 100);
   EXPECT_GT(s.stats().evictions, 10000);
   // What RocksDB holds: at most the capacity's rows plus the zero row (a delete of a row not
   // yet written costs a tombstone until compaction, never a row).

@@ -98,9 +98,7 @@ absl::Status ValidateDynamicTables(const ConfigReader& r, const YAML::Node& root
     const YAML::Node entry = tables.IsSequence() && i < tables.size() ? tables[i] : YAML::Node();
     const std::string p = absl::StrCat("model.tables[", i, "].dynamic");
     const char* why = nullptr;
-    if (t.storage.tier != StorageTier::kMemory) {
-      why = "dynamic tables live in memory for now (storage.tier rocksdb is not supported yet)";
-    } else if (t.storage.device_cached()) {
+    if (t.storage.device_cached()) {
       why = "dynamic tables have no device cache yet (storage.device_cache_rows / _bytes)";
     } else if (c.device != Device::kCpu) {
       why = "dynamic tables train on the CPU for now (device: cuda is not supported yet)";

@@ -6,6 +6,7 @@
 #include "core/status.h"
 #include "embedding/embedding_collection.h"
 #include "trainer/internal/checkpoint_files.h"
+#include "trainer/stores.h"
 
 namespace tessera::internal {
 namespace {
@@ -21,8 +22,8 @@ absl::Status CheckDynamicMemory(const Config& config, const HostMemory& availabl
   for (size_t t = 0; t < config.model.tables.size(); ++t) {
     const TableConfig& table = config.model.tables[t];
     if (!table.dynamic.enabled) continue;
-    const int64_t bytes = DynamicRowStore::MemoryBytes(DynamicTableStoreOptions(
-        table, static_cast<int>(t), config.optimizer.embedding, config.seed));
+    const int64_t bytes =
+        DynamicRowStore::MemoryBytes(DynamicStoreOptions(config, static_cast<int>(t)));
     total += bytes;
     if (bytes > largest_bytes) {
       largest = static_cast<int64_t>(t);
@@ -34,7 +35,8 @@ absl::Status CheckDynamicMemory(const Config& config, const HostMemory& availabl
   return absl::ResourceExhaustedError(absl::StrCat(
       config.source.empty() ? "" : config.source + ": ", "model.tables[", largest,
       "].dynamic.capacity_rows: table '", table.name, "' needs ", largest_bytes, " bytes (",
-      total, " for all dynamic tables: rows, optimizer state, key index, admission counters) "
+      total, " for all dynamic tables: rows (or the RocksDB tier's row cache), optimizer state, "
+      "key index, admission counters) "
       "but ", available.bytes, " bytes are available (", available.source, ")"));
 }
 
