@@ -310,6 +310,11 @@ absl::Status DynamicRowStore::Resolve(absl::Span<const int64_t> ids, absl::Span<
   // Over the tier: rows to cache slots (pinned until the step ends), then the initial value
   // of every row placed since it was last resolved.
   id_rows_.assign(slots.begin(), slots.end());
+  skip_rows_.clear();
+  for (int64_t row : id_rows_) {
+    if (fresh_[row] == 1) skip_rows_.push_back(row);  // overwritten below: nothing to read
+  }
+  if (!skip_rows_.empty()) tier_->SkipReads(skip_rows_);
   TESSERA_RETURN_IF_ERROR(tier_->Resolve(id_rows_, slots));
   const int64_t rb = weight_row_bytes(), sd = options_.state_dim;
   char* w = static_cast<char*>(rows_->weight_data());

@@ -218,6 +218,7 @@ class DynamicRowStore final : public RowStore {
   std::vector<int64_t> id_rows_;        // Resolve scratch: the ids' slots (tier rows)
   std::vector<int64_t> dropped_;        // slots evicted at this step's end (to drop)
   std::vector<int64_t> prefetch_rows_;  // Prefetch scratch
+  std::vector<int64_t> skip_rows_;      // Resolve scratch: fresh rows (no read needed)
   int64_t zero_cache_slot_ = -1;        // the tier's cache slot of row 0 in this step
 };
 

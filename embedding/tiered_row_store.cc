@@ -75,7 +75,10 @@ absl::Status TieredRowStoreImpl::Resolve(absl::Span<const int64_t> ids,
         " already pinned + ", misses, " new) but the cache holds ", cache_.capacity(),
         " rows; raise cache_rows/cache_bytes or shrink the batch"));
   }
-  if (misses == 0) return absl::OkStatus();
+  if (misses == 0) {
+    skip_reads_.clear();
+    return absl::OkStatus();
+  }
 
   // Pass 2: give each miss a slot, saving dirty victims for EndStep's WriteBatch.
   miss_slots_.resize(misses);
@@ -135,6 +138,7 @@ absl::Status TieredRowStoreImpl::Resolve(absl::Span<const int64_t> ids,
   for (auto& s : slots) {
     if (s < 0) s = miss_slots_[-1 - s];
   }
+  skip_reads_.clear();
   return absl::OkStatus();
 }
 
@@ -151,7 +155,8 @@ absl::Status TieredRowStoreImpl::FillFromDb(
       SetSlot(slot, v);
       continue;
     }
-    if (Deleting(row)) {  // dropped: its delete has not landed, RocksDB may still hold it
+    if (Deleting(row) || (!skip_reads_.empty() && skip_reads_.contains(row))) {
+      // Dropped (its delete has not landed, RocksDB may still hold it), or to be overwritten.
       InitValue(row, SlotWeights(slot), SlotState(slot));
       ++m_.rows_initialized;
       continue;
@@ -438,6 +443,7 @@ absl::Status TieredRowStoreImpl::DropRows(absl::Span<const int64_t> rows) {
 
 absl::Status TieredRowStoreImpl::FinishStep(bool rows_updated) {
   TESSERA_RETURN_IF_ERROR(broken_);
+  skip_reads_.clear();  // a Resolve that failed did not consume them
   // A row only read keeps its dirty flag as it was: clean when it matches RocksDB.
   cache_.UnpinAll(/*mark_dirty=*/rows_updated);
   ++m_.steps;

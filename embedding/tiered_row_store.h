@@ -197,6 +197,10 @@ class TieredRowStore : public RowStore {
   // of its evicted keys. FailedPrecondition naming the row for a pinned row (nothing is
   // dropped then), InvalidArgument for a row out of range.
   virtual absl::Status DropRows(absl::Span<const int64_t> rows) = 0;
+  // Hints that the caller overwrites `rows` (weights and state) after the next Resolve: a miss
+  // on one of them is installed with its initial value without a read (a dynamic table's key
+  // just placed in a slot). Applies to the next Resolve only.
+  virtual void SkipReads(absl::Span<const int64_t> rows) = 0;
 
   virtual TieredRowStoreMetrics metrics() = 0;
   virtual void ResetMetrics() = 0;

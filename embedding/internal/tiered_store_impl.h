@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "core/buffer.h"
 #include "core/logging.h"
@@ -151,6 +152,9 @@ class TieredRowStoreImpl final : public TieredRowStore {
   absl::Status WriteRowBytes(int64_t begin, int64_t count, const void* weights,
                              const float* state) override;
   absl::Status DropRows(absl::Span<const int64_t> rows) override;
+  void SkipReads(absl::Span<const int64_t> rows) override {
+    skip_reads_.insert(rows.begin(), rows.end());
+  }
   absl::Status Flush() override;
   absl::Status Checkpoint(const std::string& dir) override;
   absl::Status Restore(const std::string& dir) override;
@@ -250,6 +254,8 @@ class TieredRowStoreImpl final : public TieredRowStore {
   // Rows dropped whose delete has not landed yet (in pending_.deletes or writing_.deletes),
   // with how many of those lists hold them: read as never written, never from RocksDB.
   absl::flat_hash_map<int64_t, int32_t> deleting_;
+  // Rows the next Resolve installs without reading them (SkipReads).
+  absl::flat_hash_set<int64_t> skip_reads_;
 
   // Scratch for Resolve.
   absl::flat_hash_map<int64_t, int32_t> miss_index_;

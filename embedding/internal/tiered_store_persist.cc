@@ -82,6 +82,7 @@ absl::Status TieredRowStoreImpl::Restore(const std::string& dir) {
   (void)WaitWrite();  // its rows are about to be replaced anyway
   pending_.Clear();
   deleting_.clear();
+  skip_reads_.clear();
   cache_.Clear();
   reader_.reset();
   db_.reset();
