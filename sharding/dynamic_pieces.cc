@@ -61,16 +61,16 @@ absl::StatusOr<DynamicTableState> MergeDynamicPieces(const std::vector<DynamicPi
     int64_t c = 0;
     for (const DynamicPiece* p : cols) {
       if (p->rect.col_begin != c || p->state->keys != cols[0]->state->keys) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "table '", table, "': the column shards of rows [", rows.first, ", ", rows.second,
-            ") do not tile its columns with the same keys"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("table '", table, "': the column shards of rows [", rows.first, ", ",
+                         rows.second, ") do not tile its columns with the same keys"));
       }
       c = p->rect.col_end;
     }
     if (c != dim) {
       return absl::InvalidArgumentError(absl::StrCat("table '", table, "': the shards of rows [",
-                                                     rows.first, ", ", rows.second, ") cover ",
-                                                     c, " of its ", dim, " columns"));
+                                                     rows.first, ", ", rows.second, ") cover ", c,
+                                                     " of its ", dim, " columns"));
     }
     AddStats(cols[0]->state->stats, &out.stats);
     for (size_t i = 0; i < cols[0]->state->keys.size(); ++i) {
@@ -86,7 +86,8 @@ absl::StatusOr<DynamicTableState> MergeDynamicPieces(const std::vector<DynamicPi
   }
   std::vector<size_t> idx(order.size());
   std::iota(idx.begin(), idx.end(), size_t{0});
-  std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return order[a].first < order[b].first; });
+  std::sort(idx.begin(), idx.end(),
+            [&](size_t a, size_t b) { return order[a].first < order[b].first; });
   const int64_t n = static_cast<int64_t>(order.size());
   out.keys.resize(n);
   out.weights.resize(static_cast<size_t>(n * dim * vb));
@@ -134,9 +135,8 @@ DynamicTableState SliceDynamicState(const DynamicTableState& full, const Shard& 
     if (with_state) {
       for (int64_t c = 0; c < out.state_dim; ++c) {
         // Row-wise AdaGrad: every column shard holds the row's one value.
-        const int64_t fc = type == RowOptimizerType::kAdam
-                               ? FullColumn(type, rect, full.dim, c)
-                               : c;
+        const int64_t fc =
+            type == RowOptimizerType::kAdam ? FullColumn(type, rect, full.dim, c) : c;
         out.state.push_back(full.state[i * full.state_dim + fc]);
       }
     }

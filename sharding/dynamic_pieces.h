@@ -25,7 +25,7 @@
 namespace tessera {
 
 struct DynamicPiece {
-  Shard rect;                            // rows (pseudo-rows) and columns of the table
+  Shard rect;                                // rows (pseudo-rows) and columns of the table
   const DynamicTableState* state = nullptr;  // its SaveState (state_dim 0 or the shard's)
 };
 

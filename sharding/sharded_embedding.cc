@@ -47,7 +47,8 @@ absl::Status CheckCudaOptions(const ShardedEmbeddingOptions& o) {
 absl::Status CheckDynamicTable(const TableConfig& cfg, const TablePlan& tp,
                                const ShardedEmbeddingOptions& options, int m,
                                const DeviceContext& ctx) {
-  const std::string where = absl::StrCat("table '", cfg.name, "' is dynamic (model.tables[].dynamic)");
+  const std::string where =
+      absl::StrCat("table '", cfg.name, "' is dynamic (model.tables[].dynamic)");
   if (tp.type == ShardingType::kDataParallel) {
     // Each replica would admit the keys of its own batch: the replicas would hold other keys.
     return absl::InvalidArgumentError(absl::StrCat(

@@ -32,8 +32,8 @@ void Serialize(const Shard& rect, const DynamicTableState& s, std::vector<char>*
                            static_cast<int64_t>(s.weights.size()),
                            static_cast<int64_t>(s.dtype)};
   Put(b, head, 8);
-  const int64_t stats[7] = {s.stats.steps,   s.stats.admissions,         s.stats.evictions,
-                            s.stats.refused, s.stats.lookups, s.stats.unadmitted_lookups,
+  const int64_t stats[7] = {s.stats.steps,   s.stats.admissions, s.stats.evictions,
+                            s.stats.refused, s.stats.lookups,    s.stats.unadmitted_lookups,
                             s.stats.probes};
   Put(b, stats, 7);
   Put(b, s.keys.data(), s.keys.size());
@@ -72,12 +72,13 @@ void Deserialize(const char** p, int64_t state_dim, Shard* rect, DynamicTableSta
 
 void ShardedEmbeddingCollection::SetTraining(bool training) {
   for (auto& ls : impl_->layout.local) {
-    if (impl_->layout.IsDynamic(ls)) static_cast<DynamicRowStore*>(ls.store.get())->set_admitting(training);
+    if (impl_->layout.IsDynamic(ls))
+      static_cast<DynamicRowStore*>(ls.store.get())->set_admitting(training);
   }
 }
 
-absl::StatusOr<DynamicTableState> ShardedEmbeddingCollection::GatherDynamicTable(
-    int t, bool with_state) {
+absl::StatusOr<DynamicTableState> ShardedEmbeddingCollection::GatherDynamicTable(int t,
+                                                                                 bool with_state) {
   const internal::ShardLayout& s = impl_->layout;
   const auto& tables = s.options.collection.tables;
   if (t < 0 || t >= static_cast<int>(tables.size()) || !s.routes[t].dynamic) {
@@ -142,9 +143,9 @@ absl::StatusOr<DynamicTableStats> ShardedEmbeddingCollection::DynamicStats(int t
     for (const auto& ls : s.local) {
       if (ls.table != t || ls.rect.col_begin != 0) continue;
       const DynamicTableStats st = static_cast<const DynamicRowStore*>(ls.store.get())->stats();
-      const int64_t add[10] = {st.capacity, st.occupancy,          st.admissions, st.evictions,
-                               st.refused,  st.lookups, st.unadmitted_lookups,     st.probes,
-                               st.steps,    1};
+      const int64_t add[10] = {
+          st.capacity, st.occupancy,          st.admissions, st.evictions, st.refused,
+          st.lookups,  st.unadmitted_lookups, st.probes,     st.steps,     1};
       for (int i = 0; i < 10; ++i) v[i] += add[i];
     }
   }

@@ -134,8 +134,8 @@ void RunCase(const Case& c) {
   const Reference ref = TrainOne(o, c.ranks);
   std::shared_ptr<Communicator> comm = SubWorld(c.ranks);
   if (comm == nullptr) return;
-  auto grid = ProcessGrid::Create(comm, ProcessGridOptions{c.group_size,
-                                                           GridLayout::kReplicasAdjacent});
+  auto grid =
+      ProcessGrid::Create(comm, ProcessGridOptions{c.group_size, GridLayout::kReplicasAdjacent});
   ASSERT_TRUE(grid.ok()) << grid.status();
   ShardedEmbeddingOptions so;
   so.collection = o;
@@ -153,8 +153,8 @@ void RunCase(const Case& c) {
     const int64_t b = gb.per_rank[me].batch_size, before = testing::RowsBefore(gb, me);
     std::vector<float> out(b * od);
     ASSERT_TRUE(model.Forward(gb.per_rank[me], out.data()).ok());
-    testing::ExpectClose(out.data(), ref.outputs[step - 1].data() + before * od, b * od, 2e-5,
-                         1e-6, absl::StrCat("step ", step, " outputs"));
+    testing::ExpectClose(out.data(), ref.outputs[step - 1].data() + before * od, b * od, 2e-5, 1e-6,
+                         absl::StrCat("step ", step, " outputs"));
     std::vector<float> g = testing::GlobalGrad(gb.global.batch_size, od, step);
     ASSERT_TRUE(model.BackwardUpdate(g.data() + before * od, 0.5f, step).ok());
   }
@@ -205,7 +205,9 @@ INSTANTIATE_TEST_SUITE_P(Plans, ShardedDynamicTest,
                          ::testing::Values(ShardingType::kTableWise, ShardingType::kRowWise,
                                            ShardingType::kColumnWise, ShardingType::kTableRowWise,
                                            ShardingType::kGrid),
-                         [](const auto& info) { return std::string(ShardingTypeName(info.param)); });
+                         [](const auto& info) {
+                           return std::string(ShardingTypeName(info.param));
+                         });
 
 // Average mode, k = 2, row-wise AdaGrad on 2x2: the replicas admit and evict on the replica
 // group's lookups, so they hold the same keys at every step; after a sync (even steps) the
@@ -260,8 +262,7 @@ TEST(ShardedDynamicErrors, DataParallelIsRefused) {
   so.plan = testing::PlanOfType(ShardingType::kDataParallel, o.tables, 4);
   auto m = ShardedEmbeddingCollection::Create(so, *grid, DeviceContext::Cpu());
   ASSERT_FALSE(m.ok());
-  EXPECT_NE(m.status().message().find("table 'users' is dynamic"), std::string::npos)
-      << m.status();
+  EXPECT_NE(m.status().message().find("table 'users' is dynamic"), std::string::npos) << m.status();
   EXPECT_NE(m.status().message().find("data_parallel"), std::string::npos) << m.status();
 }
 

@@ -7,7 +7,8 @@
 #   2. reshard 2 -> 1: the 2-rank checkpoint at step 8 restored in one process (train.steps 8:
 #      nothing more to train) exports the 2-rank model at step 8 byte for byte (keys re-hashed
 #      into one table, rows and optimizer state copied);
-#   3. reshard 1 -> 4: a one-process checkpoint at step 8 restored on 4 ranks (1x4, and 2x2 replicas)
+#   3. reshard 1 -> 4: a one-process checkpoint at step 8 restored on 4 ranks (1x4, and 2x2
+#      replicas)
 #      exports the one-process model byte for byte; 4 ranks then train on from it.
 # Usage: dynamic_sharded_check.sh <build/bin> <source dir>   (KEEP=1 keeps the work directory)
 set -euo pipefail
