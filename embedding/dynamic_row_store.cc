@@ -42,6 +42,12 @@ absl::Status Validate(const DynamicRowStoreOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(label, ": dynamic.capacity_rows ", o.capacity,
                                                    " is above 2^40"));
   }
+  if (o.init_dim < 0 || o.init_col_begin < 0 ||
+      (o.init_dim > 0 && o.init_col_begin + o.dim > o.init_dim)) {
+    return absl::InvalidArgumentError(absl::StrCat(label, ": columns [", o.init_col_begin, ", ",
+                                                   o.init_col_begin + o.dim,
+                                                   ") are outside the init row of ", o.init_dim));
+  }
   if (d.min_count < 1 || d.min_count > 65535) {
     return absl::InvalidArgumentError(absl::StrCat(
         label, ": dynamic.admission.min_count ", d.min_count, " is outside [1, 65535]"));
@@ -191,7 +197,7 @@ absl::StatusOr<std::unique_ptr<DynamicRowStore>> DynamicRowStore::Create(
   s->meta_.assign(slots, SlotMeta());
   s->free_.reserve(slots);
   for (int64_t k = options.capacity; k >= 1; --k) s->free_.push_back(k);
-  s->init_row_.resize(options.dim);
+  s->init_row_.resize(std::max(options.dim, options.init_dim));
   s->stats_.capacity = options.capacity;
   return s;
 }
@@ -212,8 +218,13 @@ bool DynamicRowStore::Admits(uint64_t key, uint32_t count) {
 }
 
 void DynamicRowStore::InitialValue(uint64_t key, char* w, float* st) {
+  const int64_t full = options_.init_dim > 0 ? options_.init_dim : options_.dim;
   InitRow(options_.init, options_.seed, options_.table_id, options_.capacity,
-          static_cast<int64_t>(key), options_.dim, init_row_.data());
+          static_cast<int64_t>(key), full, init_row_.data());
+  if (options_.init_col_begin > 0) {
+    std::memmove(init_row_.data(), init_row_.data() + options_.init_col_begin,
+                 static_cast<size_t>(options_.dim) * sizeof(float));
+  }
   RowValuesFromFloat(options_.dtype, init_row_.data(), options_.dim, w);
   if (options_.state_dim > 0 && st != nullptr) {
     std::fill(st, st + options_.state_dim, options_.state_init);
@@ -339,6 +350,13 @@ void DynamicRowStore::Prefetch(absl::Span<const int64_t> ids) {
     if (row > 0 && fresh_[row] == 0) prefetch_rows_.push_back(row);  // fresh: nothing to read
   }
   tier_->Prefetch(prefetch_rows_);
+}
+
+void DynamicRowStore::FindSlots(absl::Span<const int64_t> keys, absl::Span<int64_t> slots) const {
+  int64_t probes = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    slots[i] = index_.Find(static_cast<uint64_t>(keys[i]), &probes);
+  }
 }
 
 void DynamicRowStore::EvictAtStepEnd(int64_t step, int64_t waiting) {

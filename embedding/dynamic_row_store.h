@@ -12,7 +12,9 @@
 //              counter-based init of a static row with the key in place of the row) and state
 //              `state_init`, and trains in this very step. Keys are admitted in increasing key
 //              order. When no slot is free the key waits (reads the zero row this step).
-//   EndStep    the step's lookups count (per row: lookups and the last step used); then
+//   EndStep    under an eviction policy the step's lookups count (lfu: per row its lookups
+//              and the last step used; lru / ttl: the last step used; without eviction no
+//              per-row counts are kept, so a step end does no per-id work); then
 //              eviction: ttl removes the rows unused for ttl_steps steps; lfu / lru, when keys
 //              wait, remove max(waiting - free, capacity / 64) rows not used in this step, the
 //              least used first (lfu: fewest lookups, then least recent, then smallest key;
@@ -23,8 +25,9 @@
 //   EndReadOnlyStep (a forward without update: a skipped step): the step's admissions and
 //              counts are undone. An evaluation also calls set_admitting(false), so its unseen
 //              keys read the zero row and count nothing: evaluating never changes the table.
-// Training on N shards of a table (keys routed by hash) makes the same decisions as 1 rank when
-// no capacity is reached: admission and ttl are per key; capacity decisions are per shard.
+// Training on N shards of a table (sharding/: keys routed by hash, each shard a DynamicRowStore of
+// its share of the capacity) makes the same decisions as 1 rank when no capacity is reached:
+// admission and ttl are per key; capacity decisions (lfu / lru, refusals) are per shard.
 //
 // Over the RocksDB tier (options.tier.path set): the slot rows live in a TieredRowStore of
 // capacity + 1 rows (row = slot; a row never written reads as zeros) with the hot rows cached,
@@ -72,6 +75,10 @@ struct DynamicRowStoreOptions {
   // the layout fields (num_rows = capacity + 1, dim, state_dim, dtype, state_init, zero init,
   // seed, table_id, name) are set from the fields above. Default: path empty (in memory).
   TieredRowStoreOptions tier;
+  // A column shard (sharding/): a row's init is columns [init_col_begin, init_col_begin + dim)
+  // of the full row of init_dim values. Default 0: init_dim = dim.
+  int64_t init_dim = 0;
+  int64_t init_col_begin = 0;
 };
 
 // Counters since the table was created (carried through checkpoints). A lookup is one id of a
@@ -141,6 +148,9 @@ class DynamicRowStore final : public RowStore {
   // Over the tier: the rows of the keys of `ids` held now are read ahead (RowStore::Prefetch);
   // in memory: nothing.
   void Prefetch(absl::Span<const int64_t> ids) override;
+  // The slot of each key holding a row, -1 for the others: no counting, no admission (the
+  // sharded update and replica sync map rows Resolve already saw).
+  void FindSlots(absl::Span<const int64_t> keys, absl::Span<int64_t> slots) const;
   absl::Status EndStep() override;
   absl::Status EndReadOnlyStep() override;
 

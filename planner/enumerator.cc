@@ -67,13 +67,18 @@ std::vector<TableOption> EnumerateTableOptions(const PlanTable& table,
   const bool fixed_rocksdb = table.storage_fixed && c.storage.tier == StorageTier::kRocksDb;
   const bool fixed_memory = table.storage_fixed && c.storage.tier == StorageTier::kMemory;
   std::vector<TableOption> out;
+  // A dynamic table is never replicated whole (each replica would admit other keys) and lives
+  // in memory (sharding/sharded_embedding.h).
+  const bool dynamic = c.dynamic.enabled;
   if (!fixed_rocksdb) {
-    TableOption dp;
-    dp.type = ShardingType::kDataParallel;
-    out.push_back(dp);
+    if (!dynamic) {
+      TableOption dp;
+      dp.type = ShardingType::kDataParallel;
+      out.push_back(dp);
+    }
     for (const TableOption& o : layouts) out.push_back(o);
   }
-  if (!fixed_memory && ctx.disk_available && (ctx.tier_allowed || fixed_rocksdb)) {
+  if (!dynamic && !fixed_memory && ctx.disk_available && (ctx.tier_allowed || fixed_rocksdb)) {
     for (const TableOption& base : layouts) {
       if (fixed_rocksdb) {
         TableOption o = base;

@@ -304,6 +304,8 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
                     owner_ids / GatherRowsPerSec(*dev_, row_bytes, s.hot);
       d[kUpdateS] = owner_ids * id_s + UpdateRowsSeconds(row_bytes, s.hot, updated_rows,
                                                          row_bytes + state_floats * 4);
+      // A dynamic table: every id the owner resolves is first a key -> slot probe.
+      if (c.dynamic.enabled) d[kLookupS] += owner_ids * KeyProbeSeconds(*dev_);
       if (column_split_adagrad && dev_->search_step_s > 0) {
         // Every updated row's squared-gradient sum gathers the partials of its col_pieces
         // sibling shards, each found by a binary search over that shard's updated rows.
@@ -385,6 +387,9 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
       } else {
         mem.weights = rows * cols * RowDtypeBytes(c.storage.dtype);
         mem.optimizer_state = rows * state_floats * 4;
+        // A dynamic shard holds its share of the capacity: rows plus the key index and per-row
+        // bookkeeping (DynamicRowStore::MemoryBytes).
+        if (c.dynamic.enabled) mem.weights += rows * kDynamicRowOverheadBytes;
         d[kMemDevice + kind] += mem.weights + mem.optimizer_state;
       }
       d[kMemDevice + kind] += mem.comm_buffers;

@@ -165,6 +165,7 @@ absl::StatusOr<DeviceProfile> ReadDevice(const YAML::Node& n, const std::string&
   TESSERA_ASSIGN_OR_RETURN(d.pack_distinct, r.GetNonNegativeOr("pack_distinct", 0.0));
   TESSERA_ASSIGN_OR_RETURN(d.pack_hot_id_s, r.GetNonNegativeOr("pack_hot_id_s", 0.0));
   TESSERA_ASSIGN_OR_RETURN(d.pack_hot_distinct, r.GetNonNegativeOr("pack_hot_distinct", 0.0));
+  TESSERA_ASSIGN_OR_RETURN(d.key_probe_id_s, r.GetNonNegativeOr("key_probe_id_s", 0.0));
   if (d.pack_hot_id_s > 0 &&
       (d.pack_id_s <= 0 || d.pack_distinct < 1 || d.pack_hot_distinct <= d.pack_distinct)) {
     return r.Error(n["pack_hot_id_s"], r.Key("pack_hot_id_s"),
@@ -394,6 +395,9 @@ std::string MachineProfileToYaml(const MachineProfile& p) {
       e << YAML::Key << "search_step_s" << YAML::Value << d.search_step_s;
     }
     if (d.pack_id_s > 0) e << YAML::Key << "pack_id_s" << YAML::Value << d.pack_id_s;
+    if (d.key_probe_id_s > 0) {
+      e << YAML::Key << "key_probe_id_s" << YAML::Value << d.key_probe_id_s;
+    }
     if (d.pack_hot_id_s > 0) {
       e << YAML::Key << "pack_distinct" << YAML::Value << d.pack_distinct;
       e << YAML::Key << "pack_hot_id_s" << YAML::Value << d.pack_hot_id_s;

@@ -79,6 +79,10 @@ struct DeviceProfile {
   double pack_distinct = 0;
   double pack_hot_id_s = 0;
   double pack_hot_distinct = 0;
+  // Optional (0 when absent: DefaultKeyProbeIdSeconds): seconds per id of a dynamic table's key
+  // -> slot probe (embedding/key_index.h, KeySlotIndex::Find over a table of 2^20 keys, Zipf
+  // batches, caches evicted), paid by the owner for every id of a dynamic table's shard.
+  double key_probe_id_s = 0;
   // Last-level cache bytes a rank's tables compete for: a table no larger gathers at the hot
   // rate; the hot share of a larger one is the Zipf coverage of its llc_bytes hottest rows.
   int64_t llc_bytes = 0;
@@ -97,6 +101,15 @@ struct DeviceProfile {
   // shared-memory segments and progress thread, NCCL's buffers); not paid at T = 1.
   int64_t comm_memory_bytes = 0;
 };
+
+// A dynamic table's key probe when a profile does not measure it (key_probe_id_s):
+// BM_DynamicResolve's 14.8 M ids/s (docs/TIER.md, AMD EPYC Zen 4).
+inline double KeyProbeSeconds(const DeviceProfile& d) {
+  return d.key_probe_id_s > 0 ? d.key_probe_id_s : 1.0 / 14.8e6;
+}
+// Bytes per row of a dynamic table's capacity beyond its values and state: the key index (16-byte
+// buckets at load <= 1/2: ~32) and the per-slot key, counts and free list (28).
+inline constexpr double kDynamicRowOverheadBytes = 60;
 
 enum class CollectiveOp { kAllToAll, kAllReduce, kAllGather };
 const char* CollectiveOpName(CollectiveOp op);

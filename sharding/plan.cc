@@ -195,6 +195,13 @@ absl::StatusOr<ShardingPlan> ValidateShardingPlan(ShardingPlan plan,
           absl::StrCat(where, "table '", tp.table, "'", line, " is listed twice"));
     }
     seen[it->second] = static_cast<int>(i);
+    if (tables[it->second].dynamic.enabled && tp.type == ShardingType::kDataParallel) {
+      // Every replica would admit the keys of its own batch (sharding/key_routing.h).
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, "table '", tp.table, "'", line, " is dynamic (model.tables[].dynamic): "
+          "sharding type data_parallel cannot hold it; use table_wise, row_wise, "
+          "table_row_wise, column_wise or grid"));
+    }
     TESSERA_RETURN_IF_ERROR(ValidateTable(tp, tables[it->second], group_size, where));
   }
   ShardingPlan out;

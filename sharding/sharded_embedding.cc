@@ -43,6 +43,36 @@ absl::Status CheckCudaOptions(const ShardedEmbeddingOptions& o) {
   return absl::OkStatus();
 }
 
+// A dynamic table (sharding/key_routing.h) in what the sharded path supports of it.
+absl::Status CheckDynamicTable(const TableConfig& cfg, const TablePlan& tp,
+                               const ShardedEmbeddingOptions& options, int m,
+                               const DeviceContext& ctx) {
+  const std::string where =
+      absl::StrCat("table '", cfg.name, "' is dynamic (model.tables[].dynamic)");
+  if (tp.type == ShardingType::kDataParallel) {
+    // Each replica would admit the keys of its own batch: the replicas would hold other keys.
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": sharding type data_parallel cannot hold it (every rank would admit the keys "
+        "of its own batch); shard it table_wise, row_wise, column_wise or grid"));
+  }
+  if (ctx.is_cuda()) {
+    return absl::UnimplementedError(
+        absl::StrCat(where, ": dynamic tables train on the CPU for now (device: cpu)"));
+  }
+  if (cfg.storage.tier != StorageTier::kMemory || cfg.storage.device_cached()) {
+    return absl::UnimplementedError(absl::StrCat(
+        where, ": a sharded dynamic table is in memory for now (storage.tier memory, no "
+        "storage.device_cache_rows)"));
+  }
+  if (m > 1 && options.replica_sync == ReplicaSync::kAverage &&
+      options.sync_rows == SyncRows::kAll) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": sharding.sync_rows all has no row range to send for it; use sync_rows "
+        "touched"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ShardedEmbeddingCollection>> ShardedEmbeddingCollection::Create(
@@ -123,6 +153,8 @@ absl::StatusOr<std::unique_ptr<ShardedEmbeddingCollection>> ShardedEmbeddingColl
     const TableConfig& cfg = co.tables[t];
     const TablePlan& tp = s.plan.tables[t];
     auto& route = s.routes[t];
+    route.dynamic = cfg.dynamic.enabled;
+    if (route.dynamic) TESSERA_RETURN_IF_ERROR(CheckDynamicTable(cfg, tp, options, s.m, ctx));
     if (tp.type == ShardingType::kDataParallel) {
       route.data_parallel = true;
       if (cfg.storage.tier == StorageTier::kRocksDb) {
@@ -202,7 +234,10 @@ absl::StatusOr<std::unique_ptr<ShardedEmbeddingCollection>> ShardedEmbeddingColl
   // shard does not fit its GPU must not leave the others waiting), so the all-in-memory CPU
   // Create keeps its collectives (and communicator stats) unchanged.
   bool any_tiered = false;
-  for (const TableConfig& cfg : co.tables) any_tiered |= cfg.storage.tier == StorageTier::kRocksDb;
+  for (const TableConfig& cfg : co.tables) {
+    // A dynamic shard's memory is allocated here too (ResourceExhausted on one rank).
+    any_tiered |= cfg.storage.tier == StorageTier::kRocksDb || cfg.dynamic.enabled;
+  }
   if (any_tiered || ctx.is_cuda()) {
     int64_t failed = store_error.ok() ? 0 : 1;
     TESSERA_RETURN_IF_ERROR(s.world->AllReduce(&failed, 1, ReduceOp::kSum));

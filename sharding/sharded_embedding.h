@@ -73,6 +73,7 @@
 #include "core/enum_names.h"
 #include "core/keyed_jagged.h"
 #include "core/timer.h"
+#include "embedding/dynamic_row_store.h"
 #include "embedding/embedding_collection.h"
 #include "sharding/plan.h"
 #include "sharding/process_grid.h"
@@ -223,6 +224,21 @@ class ShardedEmbeddingCollection {
   // collective, but every rank must call it with the same data (init_from, checkpoint resume).
   absl::Status WriteTable(int t, int64_t row_begin, int64_t count, const float* weights,
                           const float* state = nullptr);
+
+  // Dynamic tables (model.tables[].dynamic; sharding/key_routing.h: a key is routed by a hash
+  // to the shard of its pseudo-row, each shard a DynamicRowStore of its share of the capacity;
+  // with replicas (M > 1) every replica resolves the replica group's lookups, so all hold the
+  // same keys). ReadTable / WriteTable refuse them (their rows are keys).
+  // Training (true, the default) or evaluation (false: no key is admitted; unseen keys pool the
+  // zero row). Not collective.
+  void SetTraining(bool training);
+  // Table t whole, by key (MergeDynamicPieces of group 0's shards), on every rank: keys, weights
+  // as stored and, with `with_state`, the optimizer state. Collective over the world (same
+  // arguments everywhere). InvalidArgument when t is not dynamic.
+  absl::StatusOr<DynamicTableState> GatherDynamicTable(int t, bool with_state);
+  // Table t's counters summed over its shards (group 0, one column shard per row range; the
+  // step count is a shard's), on every rank. Collective over the world.
+  absl::StatusOr<DynamicTableStats> DynamicStats(int t);
 
   // Checkpoint support (trainer/checkpoint.cc; sharding/sharded_embedding_checkpoint.cc). None
   // of these is collective: each rank saves and restores its own part.

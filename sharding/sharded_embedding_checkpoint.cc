@@ -47,7 +47,9 @@ absl::Status ShardedEmbeddingCollection::set_replica_sync_state(int i, ReplicaSy
                                          "' shard ", l.requests[ls.request].shard);
   for (const auto* list : {&state.touched, &state.pending_rows}) {
     for (size_t k = 0; k < list->size(); ++k) {
-      if ((*list)[k] < 0 || (*list)[k] >= rows || (k > 0 && (*list)[k] <= (*list)[k - 1])) {
+      // A dynamic shard's rows are keys (any int64, increasing).
+      const bool in_range = l.routes[ls.table].dynamic || ((*list)[k] >= 0 && (*list)[k] < rows);
+      if (!in_range || (k > 0 && (*list)[k] <= (*list)[k - 1])) {
         return absl::InvalidArgumentError(absl::StrCat(
             where, ": replica sync rows must be increasing local rows in [0, ", rows,
             "), got ", (*list)[k], " at ", k));

@@ -20,6 +20,11 @@ absl::Status CheckRange(const internal::ShardLayout& s, const char* what, int t,
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": table ", t, " outside [0, ", tables.size(), ")"));
   }
+  if (tables[t].dynamic.enabled) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, ": table '", tables[t].name, "' is dynamic: its rows are keys, not numbered "
+        "(GatherDynamicTable)"));
+  }
   if (begin < 0 || count < 0 || begin + count > tables[t].num_rows) {
     return absl::InvalidArgumentError(absl::StrCat(
         what, ": rows [", begin, ", ", begin + count, ") outside table '", tables[t].name,

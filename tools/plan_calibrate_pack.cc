@@ -8,14 +8,17 @@
 // ids. The caches are evicted before each call (EvictCaches): in training a step's lookups and
 // dense work run between two packings, so the maps and the batch are not cached. Two points, each 8 requests (tables) of 2048 bags of Zipf(1.05) ids, 8 distinct
 // batches cycled: one id per bag over 2^17 rows, and 40 ids per bag over 2^18 rows; the planner
-// interpolates in log(unique ids per request) between them (planner/profile.h).
+// interpolates in log(unique ids per request) between them (planner/profile.h). Also a dynamic
+// table's key probe (key_probe_id_s), which the owner pays per id as the packing does.
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
+#include "core/rng.h"
 #include "core/status.h"
+#include "embedding/key_index.h"
 #include "tools/plan_calibrate_internal.h"
 
 namespace tessera::calibrate_internal {
@@ -85,6 +88,36 @@ absl::StatusOr<PackPoint> MeasurePackPoint(const CalibrateOptions& o, const Devi
   return pt;
 }
 
+// A dynamic table's key -> slot probe (KeySlotIndex::Find): 2^20 random 64-bit keys held, Zipf
+// batches of 32,768 of them looked up, caches evicted before each batch.
+absl::StatusOr<double> MeasureKeyProbe(const CalibrateOptions& o, const DeviceContext& ctx) {
+  constexpr int64_t kKeys = int64_t{1} << 20, kIds = 32768, kBatches = 8;
+  TESSERA_ASSIGN_OR_RETURN(KeySlotIndex index, KeySlotIndex::Create(kKeys));
+  for (int64_t k = 0; k < kKeys; ++k) index.Insert(Mix64(static_cast<uint64_t>(k)), k);
+  std::vector<std::vector<uint64_t>> batches;
+  for (int64_t i = 0; i < kBatches; ++i) {
+    KeyedJagged kj = MakeBatch(kKeys, kIds, 1, true, 1.05, 500 + i);
+    batches.emplace_back();
+    for (int64_t v : kj.values) batches.back().push_back(Mix64(static_cast<uint64_t>(v)));
+  }
+  std::vector<float> flush;
+  int64_t call = 0, sink = 0;
+  TESSERA_ASSIGN_OR_RETURN(
+      double s, MedianSeconds(o.seconds_per_point / 4, [&]() -> absl::StatusOr<double> {
+        const std::vector<uint64_t>& keys = batches[call++ % kBatches];
+        EvictCaches(o, ctx, &flush);
+        IntervalTimer w(o.cpu_clock);
+        int64_t probes = 0;
+        for (size_t i = 0; i < keys.size(); ++i) {
+          if (i + 8 < keys.size()) index.Prefetch(keys[i + 8]);
+          sink += index.Find(keys[i], &probes);
+        }
+        return w.Seconds();
+      }));
+  if (sink == -1) Progress(o, "");  // keeps the lookups
+  return s / static_cast<double>(batches[0].size());
+}
+
 }  // namespace
 
 absl::Status MeasurePackIds(const CalibrateOptions& o, const DeviceContext& ctx,
@@ -96,6 +129,9 @@ absl::Status MeasurePackIds(const CalibrateOptions& o, const DeviceContext& ctx,
   d->pack_distinct = one.distinct;
   d->pack_hot_id_s = hot.id_s;
   d->pack_hot_distinct = hot.distinct;
+  TESSERA_ASSIGN_OR_RETURN(d->key_probe_id_s, MeasureKeyProbe(o, ctx));
+  Progress(o, absl::StrFormat("%s dynamic-table key probe %.1f ns per id", d->kind,
+                              1e9 * d->key_probe_id_s));
   Progress(o, absl::StrFormat("%s input packing %.1f ns per id at %.0f unique ids per request, "
                               "%.1f at %.0f",
                               d->kind, 1e9 * one.id_s, one.distinct, 1e9 * hot.id_s,

@@ -284,9 +284,11 @@ absl::StatusOr<std::unique_ptr<CheckpointedRun>> CheckpointedRun::Start(
 
 absl::Status CheckpointedRun::AfterStep(int64_t step, bool by_time) {
   const int64_t log_every = std::max<int64_t>(1, config_.train.log_every);
-  if (log_ != nullptr && step % log_every == 0) {
-    // Dynamic tables: one metrics line each, and their fill on the progress line.
+  if (step % log_every == 0) {
+    // Dynamic tables: one metrics line each, and their fill on the progress line. Every rank
+    // collects them (collective when sharded); the rank with the log writes them.
     std::vector<internal::DynamicTableEntry> now = internal::CollectDynamicStats(model_->sparse());
+    if (log_ == nullptr) now.clear();
     for (size_t i = 0; i < now.size(); ++i) {
       const DynamicTableStats before =
           i < last_dynamic_.size() ? last_dynamic_[i].stats : DynamicTableStats();

@@ -423,8 +423,11 @@ absl::Status Model::Export(const std::string& path, int64_t step) {
   std::vector<internal::DynamicExport> dynamic(sparse_->num_tables());
   for (int t = 0; t < sparse_->num_tables(); ++t) {
     const TableConfig& tc = sparse_->table(t);
-    if (DynamicRowStore* d = sparse_->dynamic_store(t)) {
-      TESSERA_ASSIGN_OR_RETURN(dynamic[t], internal::ExportDynamicTable(tc.name, *d));
+    if (tc.dynamic.enabled) {
+      // Collective when sharded: every rank gathers the table by key.
+      TESSERA_ASSIGN_OR_RETURN(DynamicTableState st,
+                               sparse_->GatherDynamicTable(t, /*with_state=*/false));
+      dynamic[t] = internal::ExportDynamicState(tc.name, std::move(st));
       const int64_t n = static_cast<int64_t>(dynamic[t].keys.size());
       specs.push_back({TableTensorName(tc), SafetensorsDtype::kF32, {n, tc.dim}});
       specs.push_back({"embedding." + tc.name + ".keys", SafetensorsDtype::kU64, {n}});
@@ -450,7 +453,7 @@ absl::Status Model::Export(const std::string& path, int64_t step) {
   std::vector<float> chunk;
   for (int t = 0; t < sparse_->num_tables(); ++t) {
     const TableConfig& tc = sparse_->table(t);
-    if (sparse_->dynamic_store(t) != nullptr) {
+    if (tc.dynamic.enabled) {
       if (write) {
         TESSERA_RETURN_IF_ERROR(writer->WriteTensor(TableTensorName(tc), dynamic[t].weights.data()));
         TESSERA_RETURN_IF_ERROR(

@@ -46,6 +46,14 @@ class ShardedSparseArch final : public SparseArch {
   }
   // Packs the next batch so its id all-to-all overlaps the current step (pipelining).
   void Prefetch(const KeyedJagged& next) override { collection_->Prefetch(next); }
+  // Dynamic tables sharded by key (sharding/key_routing.h).
+  void SetTraining(bool training) override { collection_->SetTraining(training); }
+  absl::StatusOr<DynamicTableStats> DynamicStats(int t) override {
+    return collection_->DynamicStats(t);
+  }
+  absl::StatusOr<DynamicTableState> GatherDynamicTable(int t, bool with_state) override {
+    return collection_->GatherDynamicTable(t, with_state);
+  }
   int num_tables() const override { return collection_->num_tables(); }
   const TableConfig& table(int t) const override { return collection_->table(t); }
   absl::Status ReadRows(int t, int64_t begin, int64_t count, float* out) override {

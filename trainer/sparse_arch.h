@@ -31,6 +31,22 @@ class SparseArch {
   virtual void SetTraining(bool training) {}
   // Table t's dynamic store when the table is dynamic and in this process, else null.
   virtual DynamicRowStore* dynamic_store(int t) { return nullptr; }
+  // A dynamic table's counters (collective when sharded: every rank calls it), and the whole
+  // table by key (export; with `with_state` its optimizer state). Defaults: dynamic_store(t)'s;
+  // NotFound for a table that is not dynamic.
+  virtual absl::StatusOr<DynamicTableStats> DynamicStats(int t) {
+    DynamicRowStore* d = dynamic_store(t);
+    if (d == nullptr) return absl::NotFoundError("not a dynamic table");
+    return d->stats();
+  }
+  virtual absl::StatusOr<DynamicTableState> GatherDynamicTable(int t, bool with_state) {
+    DynamicRowStore* d = dynamic_store(t);
+    if (d == nullptr) return absl::NotFoundError("not a dynamic table");
+    DynamicTableState s;
+    absl::Status saved = d->SaveState(with_state, &s);
+    if (!saved.ok()) return saved;
+    return s;
+  }
   virtual int num_tables() const = 0;
   virtual const TableConfig& table(int t) const = 0;
   // Rows [begin, begin + count) of table t's weights, in row order (count * dim floats).

@@ -62,14 +62,6 @@ std::string ShardsStayOnHost(const Config& config) {
 absl::StatusOr<std::unique_ptr<Model>> CreateModelForWorld(const Config& config, World& world,
                                                            const DeviceContext& ctx) {
   if (!world.distributed()) return Model::Create(config, ctx);
-  for (size_t t = 0; t < config.model.tables.size(); ++t) {
-    if (config.model.tables[t].dynamic.enabled) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          config.source.empty() ? "" : config.source + ": ", "model.tables[", t,
-          "].dynamic: table '", config.model.tables[t].name, "' is dynamic, and dynamic tables "
-          "train on one process for now (no sharding plan holds them yet)"));
-    }
-  }
   ShardedEmbeddingOptions o;
   o.collection = EmbeddingOptionsFromConfig(config);
   if (world.auto_plan.has_value()) {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "sharding/internal/shard_kernels.h"
+#include "sharding/key_routing.h"
 
 namespace tessera::internal {
 namespace {
@@ -52,15 +53,18 @@ void InputDist::BucketIds(const KeyedJagged& batch) {
     if (route.data_parallel) continue;
     const auto& feats = co.tables[t].features;
     const bool single_block = route.bounds.size() == 2;
+    const int64_t capacity = co.tables[t].num_rows;
     for (size_t fi = 0; fi < feats.size(); ++fi) {
       const int f = feats[fi];
       const int64_t* offs = batch.feature_offsets(f);
       for (int64_t bag = 0; bag < b; ++bag) {
         for (int64_t j = offs[bag]; j < offs[bag + 1]; ++j) {
           const int64_t id = batch.values[j];
+          // A dynamic table's key goes where its pseudo-row would (sharding/key_routing.h).
+          const int64_t row = route.dynamic && !single_block ? DynamicKeyRow(id, capacity) : id;
           const size_t blk = single_block
                                  ? 0
-                                 : std::upper_bound(route.bounds.begin(), route.bounds.end(), id) -
+                                 : std::upper_bound(route.bounds.begin(), route.bounds.end(), row) -
                                        route.bounds.begin() - 1;
           for (int ri : route.block_requests[blk]) {
             RequestIds& r = ids_[ri];
@@ -326,8 +330,10 @@ absl::Status InputDist::Unpack() {
       hh += 1 + l_.NumFeatures(ls.table);
       ubase[q] = static_cast<int64_t>(o.urows.size());
       o.urows.resize(ubase[q] + nu);
+      // A dynamic shard's rows are the keys themselves.
       TESSERA_RETURN_IF_ERROR(UnpackIds(ctx, reinterpret_cast<const int64_t*>(p), nu,
-                                        ls.rect.row_begin, o.urows.data() + ubase[q]));
+                                        l_.IsDynamic(ls) ? 0 : ls.rect.row_begin,
+                                        o.urows.data() + ubase[q]));
       p += nu * 8;
     }
     hh = h;
@@ -381,7 +387,11 @@ absl::Status InputDist::Unpack() {
     OwnerIds& o = owners_[li];
     if (!any_weighted) o.weights.clear();
     o.uslots.resize(o.urows.size());
-    TESSERA_RETURN_IF_ERROR(l_.local[li].store->Resolve(o.urows, absl::MakeSpan(o.uslots)));
+    if (l_.IsDynamic(l_.local[li])) {
+      TESSERA_RETURN_IF_ERROR(ResolveDynamic(li, &o));
+    } else {
+      TESSERA_RETURN_IF_ERROR(l_.local[li].store->Resolve(o.urows, absl::MakeSpan(o.uslots)));
+    }
     TESSERA_RETURN_IF_ERROR(
         MapIndices(ctx, o.uslots.data(), static_cast<int64_t>(o.slots.size()), o.slots.data()));
     TESSERA_ASSIGN_OR_RETURN(o.ctx_slots,
@@ -395,6 +405,36 @@ absl::Status InputDist::Unpack() {
   // The prefetched payload is unpacked: its buffers can go.
   in_use_.reset();
   current_ = nullptr;
+  return absl::OkStatus();
+}
+
+absl::Status InputDist::ResolveDynamic(size_t li, OwnerIds* o) {
+  // o->slots holds each position's unique-row index here (MapIndices turns it into slots).
+  const size_t np = o->slots.size();
+  dyn_keys_.resize(np);
+  for (size_t i = 0; i < np; ++i) dyn_keys_[i] = o->urows[o->slots[i]];
+  const std::vector<int64_t>* all = &dyn_keys_;
+  int64_t mine = 0;
+  if (l_.m > 1) {
+    Communicator& rep = *l_.replica;
+    std::vector<int64_t> counts(l_.m), displs(l_.m);
+    TESSERA_RETURN_IF_ERROR(
+        rep.AllGatherCounts(static_cast<int64_t>(np), absl::MakeSpan(counts)));
+    for (int r = 1; r < l_.m; ++r) displs[r] = displs[r - 1] + counts[r - 1];
+    dyn_all_.resize(displs[l_.m - 1] + counts[l_.m - 1]);
+    mine = displs[rep.rank()];
+    for (int r = 0; r < l_.m; ++r) {
+      counts[r] *= 8;
+      displs[r] *= 8;
+    }
+    TESSERA_RETURN_IF_ERROR(rep.AllGatherV(dyn_keys_.data(), static_cast<int64_t>(np) * 8,
+                                           dyn_all_.data(), counts, displs));
+    all = &dyn_all_;
+  }
+  dyn_slots_.resize(all->size());
+  TESSERA_RETURN_IF_ERROR(l_.local[li].store->Resolve(*all, absl::MakeSpan(dyn_slots_)));
+  std::fill(o->uslots.begin(), o->uslots.end(), 0);
+  for (size_t i = 0; i < np; ++i) o->uslots[o->slots[i]] = dyn_slots_[mine + i];
   return absl::OkStatus();
 }
 

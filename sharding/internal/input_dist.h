@@ -116,6 +116,7 @@ class InputDist {
   absl::Status Exchange(const KeyedJagged& batch, const float* out, Result* result);
   // Owner side of the Exchange just done: unpacks every sender's ids into owners(), resolves
   // the unique rows of each local shard once (RowStore::Resolve) and maps positions to slots.
+  // Collective over the replica group when this rank holds a dynamic shard and M > 1.
   absl::Status Unpack();
   // Pipelining's tier prefetch: once the payload of the batch in flight has landed on this rank
   // (Test(); with `wait`, Wait()), hands each local shard that reads ahead the local rows the
@@ -145,6 +146,11 @@ class InputDist {
   };
 
   void BucketIds(const KeyedJagged& batch);
+  // A dynamic shard's Resolve (Unpack): every lookup's key (each position, as one rank's Resolve
+  // sees them, so admission counts and LFU counts are one rank's), and with replicas (M > 1)
+  // the lookups of every replica of the shard in group order (an all-gather over the replica
+  // group), so all replicas admit and evict the same keys; then each unique row's slot.
+  absl::Status ResolveDynamic(size_t li, OwnerIds* o);
   // CheckBatch, BucketIds, headers, payloads; with `keep_batch` a copy of the batch goes along.
   void Pack(const KeyedJagged& batch, bool keep_batch, PackedInput* out);
   // Payload bytes of one (sender, receiver) pair from its header h.
@@ -165,6 +171,7 @@ class InputDist {
   std::vector<OwnerIds> owners_;
   std::vector<int64_t> src_batch_;
   std::vector<ByteSegment> segs_;  // Pack's scratch
+  std::vector<int64_t> dyn_keys_, dyn_all_, dyn_slots_;  // ResolveDynamic's scratch
 };
 
 }  // namespace tessera::internal

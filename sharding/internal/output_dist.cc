@@ -185,8 +185,11 @@ absl::Status OutputDist::Aggregate(const std::vector<OwnerIds>& owners,
     rg.grads.clear();
     rg.bags.clear();
     if (sources[q].empty()) continue;
-    const bool slots_are_rows = ids.uslots == ids.urows;  // in-memory stores
-    if (l_.UpdatesFused(ls) && slots_are_rows) {
+    const bool dynamic = l_.IsDynamic(ls);
+    const bool slots_are_rows = !dynamic && ids.uslots == ids.urows;  // in-memory stores
+    // A dynamic shard updates its slots fused as an in-memory store does (its rows are then
+    // slots, which nothing reads with M = 1 outside column-split AdaGrad, which is not fused).
+    if (l_.UpdatesFused(ls) && (slots_are_rows || dynamic)) {
       rg.bags = std::move(sources[q]);  // ApplyShardUpdates pools and applies them in one pass
       if (l_.ctx.is_cuda()) {
         // The CPU update reports its distinct rows (ws->unique_slots); the CUDA one keeps them
@@ -207,16 +210,21 @@ absl::Status OutputDist::Aggregate(const std::vector<OwnerIds>& owners,
     std::vector<float> g;
     TESSERA_RETURN_IF_ERROR(
         AggregateRowGradients(l_.ctx, sources[q], ls.width, PoolingMode::kSum, &ws_, &uslots, &g));
-    // Slots back to rows (a tiered store's cache slots), ordered by row.
+    // Slots back to rows (a tiered store's cache slots; a dynamic shard's keys), ordered by
+    // row. A dynamic shard's slot 0 (the zero row of every key without a row) is left out: it
+    // learns nothing, and its keys are not rows to sum over replicas or column siblings.
     absl::flat_hash_map<int64_t, int64_t> row_of;
     for (size_t i = 0; i < ids.uslots.size(); ++i) row_of[ids.uslots[i]] = ids.urows[i];
-    std::vector<int64_t> order(uslots.size());
-    std::iota(order.begin(), order.end(), 0);
+    std::vector<int64_t> order;
+    order.reserve(uslots.size());
+    for (size_t i = 0; i < uslots.size(); ++i) {
+      if (!(dynamic && uslots[i] == 0)) order.push_back(static_cast<int64_t>(i));
+    }
     std::vector<int64_t> rows(uslots.size());
-    for (size_t i = 0; i < uslots.size(); ++i) rows[i] = row_of.at(uslots[i]);
+    for (int64_t i : order) rows[i] = row_of.at(uslots[i]);
     std::sort(order.begin(), order.end(), [&](int64_t a, int64_t c) { return rows[a] < rows[c]; });
-    rg.rows.resize(rows.size());
-    rg.grads.resize(g.size());
+    rg.rows.resize(order.size());
+    rg.grads.resize(order.size() * ls.width);
     for (size_t i = 0; i < order.size(); ++i) rg.rows[i] = rows[order[i]];
     TESSERA_RETURN_IF_ERROR(GatherRows(l_.host, g.data(), order.data(),
                                        static_cast<int64_t>(order.size()), ls.width,

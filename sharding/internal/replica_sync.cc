@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "core/status.h"
+#include "embedding/dynamic_row_store.h"
 #include "sharding/internal/ctx_array.h"
 #include "sharding/internal/shard_kernels.h"
 
@@ -277,6 +278,27 @@ absl::Status ReplicaSyncPhase::FinishAhead(bool hint) {
   return absl::OkStatus();
 }
 
+void ReplicaSyncPhase::DropEvictedKeys(const LocalShard& ls, std::vector<int64_t>* keys,
+                                       std::vector<float>* avg, std::vector<float>* snap) {
+  std::vector<int64_t> slots(keys->size());
+  static_cast<const DynamicRowStore*>(ls.store.get())->FindSlots(*keys, absl::MakeSpan(slots));
+  const int64_t sd = ls.store->state_dim();
+  size_t k = 0;
+  for (size_t i = 0; i < keys->size(); ++i) {
+    if (slots[i] < 0) continue;
+    (*keys)[k] = (*keys)[i];
+    for (std::vector<float>* v : {avg, snap}) {
+      if (v == nullptr || v->empty()) continue;
+      std::copy(v->begin() + i * sd, v->begin() + (i + 1) * sd, v->begin() + k * sd);
+    }
+    ++k;
+  }
+  keys->resize(k);
+  for (std::vector<float>* v : {avg, snap}) {
+    if (v != nullptr && !v->empty()) v->resize(k * sd);
+  }
+}
+
 absl::Status ReplicaSyncPhase::AverageSync(const InputDist& in) {
   const auto& local = l_.local;
   const DeviceContext& ctx = l_.ctx;
@@ -312,6 +334,15 @@ absl::Status ReplicaSyncPhase::AverageSync(const InputDist& in) {
     for (const ShardSyncState& st : state_) rows.push_back(&st.touched);
     TESSERA_ASSIGN_OR_RETURN(unions, ReplicaUnion(*l_.replica, rows));
   }
+  // Dynamic shards: keys evicted since they were touched have no row to average (every replica
+  // holds the same keys: they admit and evict on the replica group's lookups), and neither do
+  // the delayed state average's.
+  for (size_t q = 0; q < local.size(); ++q) {
+    if (!l_.IsDynamic(local[q])) continue;
+    DropEvictedKeys(local[q], &unions[q], nullptr, nullptr);
+    ShardSyncState& st = state_[q];
+    DropEvictedKeys(local[q], &st.pending_rows, &st.pending_avg, &st.pending_snapshot);
+  }
   // The state average of the previous sync, applied now (one sync behind), keeping the local
   // increments since its snapshot. Rows move between the stores (ctx's memory: HBM for CUDA
   // shards) and the host buffer of the all-reduce through ctx arrays (no copy on the CPU).
@@ -322,7 +353,7 @@ absl::Status ReplicaSyncPhase::AverageSync(const InputDist& in) {
     const int64_t sd = ls.store->state_dim();
     if (sd == 0 || st.pending_rows.empty()) continue;
     slots.resize(st.pending_rows.size());
-    TESSERA_RETURN_IF_ERROR(ls.store->Resolve(st.pending_rows, absl::MakeSpan(slots)));
+    TESSERA_RETURN_IF_ERROR(ResolveRows(l_, ls, st.pending_rows, absl::MakeSpan(slots)));
     TESSERA_ASSIGN_OR_RETURN(const int64_t* cs, Mirror(ctx, slots, &sync_slots_, "sync slots"));
     TESSERA_ASSIGN_OR_RETURN(const float* avg,
                              Mirror(ctx, st.pending_avg, &sync_avg_, "the state average"));
@@ -349,7 +380,7 @@ absl::Status ReplicaSyncPhase::AverageSync(const InputDist& in) {
     const LocalShard& ls = local[q];
     const int64_t w = ls.width, sd = ls.store->state_dim(), u = unions[q].size();
     union_slots[q].resize(u);
-    TESSERA_RETURN_IF_ERROR(ls.store->Resolve(unions[q], absl::MakeSpan(union_slots[q])));
+    TESSERA_RETURN_IF_ERROR(ResolveRows(l_, ls, unions[q], absl::MakeSpan(union_slots[q])));
     TESSERA_ASSIGN_OR_RETURN(const int64_t* cs,
                              Mirror(ctx, union_slots[q], &sync_slots_, "sync slots"));
     TESSERA_RETURN_IF_ERROR(GatherRows(ctx, ls.store->weights(), cs, u, w, rows + at));
@@ -370,7 +401,7 @@ absl::Status ReplicaSyncPhase::AverageSync(const InputDist& in) {
     const LocalShard& ls = local[q];
     ShardSyncState& st = state_[q];
     const int64_t w = ls.width, sd = ls.store->state_dim(), u = unions[q].size();
-    TESSERA_RETURN_IF_ERROR(ls.store->Resolve(unions[q], absl::MakeSpan(union_slots[q])));
+    TESSERA_RETURN_IF_ERROR(ResolveRows(l_, ls, unions[q], absl::MakeSpan(union_slots[q])));
     TESSERA_ASSIGN_OR_RETURN(const int64_t* cs,
                              Mirror(ctx, union_slots[q], &sync_slots_, "sync slots"));
     TESSERA_RETURN_IF_ERROR(ScatterRows(ctx, avg_rows + at, cs, u, w, ls.store->weights()));
@@ -396,7 +427,8 @@ absl::Status ReplicaSyncPhase::AverageSync(const InputDist& in) {
     // one EndStep per step they would still be in it at the next Resolve.
     const std::vector<int64_t>* next = in.hinted_rows(q);
     if (l_.ReadsAhead(ls) && next != nullptr && !next->empty()) ls.store->Prefetch(*next);
-    TESSERA_RETURN_IF_ERROR(ls.store->EndStep());
+    // (Not a dynamic shard: its EndStep is its step clock, which admission and ttl read.)
+    if (!l_.IsDynamic(ls)) TESSERA_RETURN_IF_ERROR(ls.store->EndStep());
   }
   return absl::OkStatus();
 }

@@ -86,6 +86,10 @@ class ReplicaSyncPhase {
   ShardSyncState& mutable_state(size_t q) { return state_[q]; }
 
  private:
+  // A dynamic shard's keys (and, when given, their state_dim-float rows of the delayed average
+  // and snapshot) without those that hold no row now (evicted since).
+  static void DropEvictedKeys(const LocalShard& ls, std::vector<int64_t>* keys,
+                              std::vector<float>* avg, std::vector<float>* snap);
   // The next sync's rows, read ahead (StartAhead .. FinishAhead).
   struct Ahead {
     // Per local shard: what this replica sent (touched since the last sync plus the rows of

@@ -8,6 +8,7 @@
 #include "core/status.h"
 #include "embedding/device_row_cache.h"
 #include "embedding/device_row_store.h"
+#include "embedding/dynamic_row_store.h"
 #include "embedding/row_init.h"
 #include "embedding/tiered_row_store.h"
 #include "sharding/internal/shard_layout.h"
@@ -116,12 +117,44 @@ absl::StatusOr<std::unique_ptr<RowStore>> MakeBackingStore(const EmbeddingCollec
 
 }  // namespace
 
+namespace {
+
+// A dynamic table's shard: a DynamicRowStore of the shard's share of the capacity
+// (sharding/key_routing.h routes the keys to it).
+absl::StatusOr<std::unique_ptr<RowStore>> MakeDynamicShardStore(
+    const EmbeddingCollectionOptions& o, int t, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  const TableConfig& cfg = o.tables[t];
+  DynamicRowStoreOptions d = DynamicTableStoreOptions(cfg, t, o.optimizer, o.seed);
+  // The shard's share of the capacity and of the admission counters; the init of the whole
+  // table's rows (its scale from the full capacity, the shard's columns of the full row).
+  d.capacity = r1 - r0;
+  if (d.init.scale <= 0) d.init.scale = sqrtf(1.0f / static_cast<float>(cfg.num_rows));
+  d.dim = c1 - c0;
+  d.state_dim = RowStateDim(o.optimizer.type, c1 - c0);
+  if (c1 - c0 != cfg.dim) {
+    d.init_dim = cfg.dim;
+    d.init_col_begin = c0;
+  }
+  if (d.dynamic.counter_slots > 0) {
+    d.dynamic.counter_slots = std::max<int64_t>(
+        64, static_cast<int64_t>(std::ceil(static_cast<double>(d.dynamic.counter_slots) *
+                                           static_cast<double>(r1 - r0) /
+                                           static_cast<double>(cfg.num_rows))));
+  }
+  d.name = cfg.name;
+  TESSERA_ASSIGN_OR_RETURN(auto store, DynamicRowStore::Create(d));
+  return std::unique_ptr<RowStore>(std::move(store));
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<RowStore>> MakeStore(const EmbeddingCollectionOptions& o, int t,
                                                     int64_t r0, int64_t r1, int64_t c0,
                                                     int64_t c1, int world_rank, int shard,
                                                     const DeviceContext& ctx) {
   const TableConfig& cfg = o.tables[t];
   const TableStorage& st = cfg.storage;
+  if (cfg.dynamic.enabled) return MakeDynamicShardStore(o, t, r0, r1, c0, c1);
   if (!st.device_cached()) return MakeBackingStore(o, t, r0, r1, c0, c1, world_rank, shard, ctx);
   // A device cache over the shard's rows in host memory or the tier. The table's budget is for
   // the whole table: each shard gets its share (rows for device_cache_rows, rows x columns for
@@ -143,6 +176,19 @@ absl::StatusOr<std::unique_ptr<RowStore>> MakeStore(const EmbeddingCollectionOpt
   co.name = absl::StrCat(cfg.name, " shard ", shard);
   TESSERA_ASSIGN_OR_RETURN(auto cache, DeviceRowCache::Create(co, std::move(backing)));
   return std::unique_ptr<RowStore>(std::move(cache));
+}
+
+absl::Status ResolveRows(const ShardLayout& l, const LocalShard& ls,
+                         absl::Span<const int64_t> rows, absl::Span<int64_t> slots) {
+  if (!l.IsDynamic(ls)) return ls.store->Resolve(rows, slots);
+  static_cast<const DynamicRowStore*>(ls.store.get())->FindSlots(rows, slots);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (slots[i] < 0) {
+      return absl::InternalError(absl::StrCat("table '", l.options.collection.tables[ls.table].name,
+                                              "': key ", rows[i], " has no row on its shard"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckBatch(const ShardLayout& s, const KeyedJagged& batch) {
@@ -167,6 +213,7 @@ absl::Status CheckBatch(const ShardLayout& s, const KeyedJagged& batch) {
   }
   for (int f = 0; f < co.num_features; ++f) {
     const TableConfig& cfg = co.tables[s.table_of_feature[f]];
+    if (cfg.dynamic.enabled) continue;  // any int64 is a key
     for (int64_t j = batch.feature_begin(f); j < batch.feature_end(f); ++j) {
       if (static_cast<uint64_t>(batch.values[j]) >= static_cast<uint64_t>(cfg.num_rows)) {
         const int64_t* offs = batch.feature_offsets(f);

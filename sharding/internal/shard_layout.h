@@ -40,6 +40,9 @@ struct LocalShard {
 
 struct TableRoute {
   bool data_parallel = false;
+  // A dynamic table: ids are keys, routed by DynamicKeyRow(key, num_rows) (sharding/key_routing.h)
+  // through `bounds`, and sent to their owners as keys (its shards are DynamicRowStores).
+  bool dynamic = false;
   int dp = -1;                                   // index in DataParallelTables
   std::vector<int64_t> bounds;                   // row-block boundaries, from 0 to num_rows
   std::vector<std::vector<int>> block_requests;  // per row block: requests covering it
@@ -89,6 +92,8 @@ struct ShardLayout {
   // the row gradients with (m == 1), and not a column-split shard under row-wise AdaGrad (whose
   // rows need their siblings' squared-gradient sums first). The store must also map rows to
   // slots as the identity (in memory), which OutputDist::Aggregate checks per step.
+  // True when local shard `ls` is a DynamicRowStore (its rows are keys).
+  bool IsDynamic(const LocalShard& ls) const { return routes[ls.table].dynamic; }
   bool UpdatesFused(const LocalShard& ls) const {
     return m == 1 && !(ls.col_split && update_opt.type == RowOptimizerType::kRowWiseAdagrad);
   }
@@ -137,6 +142,11 @@ absl::StatusOr<std::unique_ptr<RowStore>> MakeStore(const EmbeddingCollectionOpt
                                                     int64_t r0, int64_t r1, int64_t c0, int64_t c1,
                                                     int world_rank, int shard,
                                                     const DeviceContext& ctx);
+// The slots of local shard `ls`'s rows after this step's Resolve: RowStore::Resolve, or for a
+// dynamic shard (rows are keys) DynamicRowStore::FindSlots, which counts and admits nothing
+// again; every row must hold a slot (Internal naming the table and key otherwise).
+absl::Status ResolveRows(const ShardLayout& l, const LocalShard& ls,
+                         absl::Span<const int64_t> rows, absl::Span<int64_t> slots);
 // InvalidArgument naming the table, feature, sample and id for a malformed batch.
 absl::Status CheckBatch(const ShardLayout& l, const KeyedJagged& batch);
 

@@ -7,6 +7,7 @@
 #include "core/status.h"
 #include "embedding/pooled_lookup.h"
 #include "sharding/internal/shard_kernels.h"
+#include "sharding/key_routing.h"
 
 namespace tessera::internal {
 
@@ -39,8 +40,9 @@ absl::Status ApplyShardUpdates(const ShardLayout& l, std::vector<RowGrads>* all_
       const RowGrads& rg = grads[q];
       const int64_t cnt = static_cast<int64_t>(rg.rows.size());
       put(&cnt, 8);
+      const int64_t base = l.IsDynamic(ls) ? 0 : ls.rect.row_begin;  // dynamic: rows are keys
       for (int64_t r : rg.rows) {
-        const int64_t global = r + ls.rect.row_begin;
+        const int64_t global = r + base;
         put(&global, 8);
       }
       partial.assign(cnt, 0.0f);
@@ -81,12 +83,15 @@ absl::Status ApplyShardUpdates(const ShardLayout& l, std::vector<RowGrads>* all_
       if (!ls.col_split) continue;
       const RowGrads& rg = grads[q];
       total_sq[q].assign(rg.rows.size(), 0.0f);
+      const bool dynamic = l.IsDynamic(ls);
       for (size_t i = 0; i < rg.rows.size(); ++i) {
-        const int64_t x = rg.rows[i] + ls.rect.row_begin;
+        const int64_t x = rg.rows[i] + (dynamic ? 0 : ls.rect.row_begin);
+        // The row a key stands for picks its shards (sharding/key_routing.h).
+        const int64_t row = dynamic ? DynamicKeyRow(x, tables[ls.table].num_rows) : x;
         float sum = 0.0f;
         for (int ri : l.routes[ls.table].requests) {
           const Request& k = l.requests[ri];
-          if (x < k.rect.row_begin || x >= k.rect.row_end) continue;
+          if (row < k.rect.row_begin || row >= k.rect.row_end) continue;
           const int64_t* end = req_rows[ri] + req_n[ri];
           const int64_t* it = std::lower_bound(req_rows[ri], end, x);
           TESSERA_CHECK(it != end && *it == x)
@@ -122,7 +127,7 @@ absl::Status ApplyShardUpdates(const ShardLayout& l, std::vector<RowGrads>* all_
     }
     if (rg.rows.empty()) continue;
     slots.resize(rg.rows.size());
-    TESSERA_RETURN_IF_ERROR(ls.store->Resolve(rg.rows, absl::MakeSpan(slots)));
+    TESSERA_RETURN_IF_ERROR(ResolveRows(l, ls, rg.rows, absl::MakeSpan(slots)));
     // The host's slots and gradients in the shard's memory (no copy on the CPU).
     const int64_t count = static_cast<int64_t>(slots.size());
     TESSERA_ASSIGN_OR_RETURN(const int64_t* ctx_slots,

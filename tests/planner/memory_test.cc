@@ -6,8 +6,10 @@
 #include <fstream>
 
 #include "core/device.h"
+#include "embedding/dynamic_row_store.h"
 #include "embedding/embedding_collection.h"
 #include "gtest/gtest.h"
+#include "planner/enumerator.h"
 #include "planner/estimator.h"
 #include "test_inputs.h"
 
@@ -49,6 +51,48 @@ TEST(MemoryTest, WeightsAndStateMatchAllocatedBytes) {
   EXPECT_GT(allocated, 0);
   EXPECT_NEAR(predicted / allocated, 1.0, 0.05)
       << "predicted " << predicted << " allocated " << allocated;
+}
+
+// A dynamic table is priced by its capacity (rows, state, key index and bookkeeping: what
+// DynamicRowStore::MemoryBytes allocates) and pays a key probe per id looked up; the planner
+// never offers it replicated (data_parallel) or in the RocksDB tier.
+TEST(MemoryTest, DynamicTablePricedByCapacityAndProbes) {
+  const std::vector<int64_t> rows = {400000, 5000};
+  const int64_t dim = 32;
+  PlanInputs in = SmallInputs(rows, dim, 1);
+  in.step.row_state_fixed = 1;  // row-wise AdaGrad
+  MachineProfile prof = FlatProfile();
+  absl::StatusOr<Estimator> est_static = Estimator::Create(in, prof, 1);
+  ASSERT_TRUE(est_static.ok());
+  PlanInputs din = in;  // the estimator keeps a pointer to its inputs
+  din.tables[0].config.dynamic.enabled = true;
+  absl::StatusOr<Estimator> est = Estimator::Create(din, prof, 1);
+  ASSERT_TRUE(est.ok());
+  std::vector<TablePlacement> p;
+  TableOption tw;
+  for (const PlanTable& t : din.tables) p.push_back(MakePlacement(tw, {0}, t.config));
+  const StepEstimate dyn = est->Evaluate(p);
+  const StepEstimate stat = est_static->Evaluate(p);
+  DynamicRowStoreOptions d;
+  d.capacity = rows[0];
+  d.dim = dim;
+  d.state_dim = 1;
+  const double want = static_cast<double>(DynamicRowStore::MemoryBytes(d)) +
+                      static_cast<double>(rows[1]) * (dim * 4 + 4);
+  const double got = dyn.memory_detail[0].weights + dyn.memory_detail[0].optimizer_state;
+  EXPECT_NEAR(got / want, 1.0, 0.05) << "predicted " << got << " allocated " << want;
+  EXPECT_GT(dyn.step.s[kLookup], stat.step.s[kLookup]) << "no probe cost";
+
+  EnumerateContext ctx;
+  ctx.group_size = 2;
+  ctx.world_size = 2;
+  ctx.disk_available = true;
+  const std::vector<TableOption> options = EnumerateTableOptions(din.tables[0], ctx);
+  EXPECT_FALSE(options.empty());
+  for (const TableOption& o : options) {
+    EXPECT_NE(o.type, ShardingType::kDataParallel);
+    EXPECT_FALSE(o.tiered);
+  }
 }
 
 }  // namespace

@@ -18,7 +18,9 @@
 #include "core/status.h"
 #include "embedding/row_optimizer.h"
 #include "embedding/tiered_row_store.h"
+#include "sharding/dynamic_pieces.h"
 #include "trainer/internal/checkpoint_files.h"
+#include "trainer/internal/dynamic_tables.h"
 
 namespace tessera::internal {
 namespace fs = std::filesystem;
@@ -391,6 +393,59 @@ absl::Status AverageModeReshardError(const CheckpointContents& from, const std::
       "sharding.sync_every)"));
 }
 
+namespace {
+
+// A dynamic table's targets: the whole table joined from group 0's pieces (their tensors under
+// the prefix of their weight tensor), then each target's slice.
+absl::Status FillDynamicTargets(const CheckpointContents& from, int t,
+                                const std::vector<const ReshardTarget*>& mine,
+                                const EmbeddingCollectionOptions& tables) {
+  const TableConfig& cfg = tables.tables[t];
+  const RowOptimizerType type = tables.optimizer.type;
+  std::vector<std::unique_ptr<SafetensorsFile>> files;
+  std::vector<DynamicTableState> states;
+  std::vector<Shard> rects;
+  for (const CheckpointPiece& p : from.pieces[t]) {
+    if (p.group != 0) continue;
+    const std::string suffix = "weight";
+    if (p.file.empty() || p.weight_tensor.size() < suffix.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          from.checkpoint, ": table '", cfg.name, "' is dynamic but a piece of it is not"));
+    }
+    const std::string prefix = p.weight_tensor.substr(0, p.weight_tensor.size() - suffix.size());
+    TESSERA_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(p.file));
+    size_t expected = 0;
+    absl::StatusOr<DynamicTableState> st =
+        ReadDynamicStateAt(*file, prefix, p.rect.num_cols(), RowStateDim(type, p.rect.num_cols()),
+                           cfg.storage.dtype, &expected);
+    if (!st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          from.checkpoint, ": table '", cfg.name, "' is dynamic: ", st.status().message(),
+          " (a checkpoint of a static table does not load into a dynamic one)"));
+    }
+    states.push_back(std::move(*st));
+    rects.push_back(p.rect);
+    files.push_back(std::move(file));
+  }
+  std::vector<DynamicPiece> pieces;
+  for (size_t i = 0; i < states.size(); ++i) pieces.push_back({rects[i], &states[i]});
+  TESSERA_ASSIGN_OR_RETURN(DynamicTableState full,
+                           MergeDynamicPieces(pieces, cfg.name, cfg.dim, type));
+  for (const ReshardTarget* target : mine) {
+    if (target->dynamic == nullptr) {
+      return absl::InternalError(absl::StrCat("table '", cfg.name, "': no dynamic store"));
+    }
+    absl::Status loaded = target->dynamic->LoadState(
+        SliceDynamicState(full, target->rect, cfg.num_rows, type));
+    if (!loaded.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(from.checkpoint, ": ", loaded.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ReshardInto(const CheckpointContents& from, const std::vector<ReshardTarget>& targets,
                          const EmbeddingCollectionOptions& tables, const std::string& scratch) {
   std::error_code ec;
@@ -403,6 +458,10 @@ absl::Status ReshardInto(const CheckpointContents& from, const std::vector<Resha
       if (target.table == t) mine.push_back(&target);
     }
     if (mine.empty()) continue;
+    if (tables.tables[t].dynamic.enabled) {
+      status = FillDynamicTargets(from, t, mine, tables);
+      continue;
+    }
     const int state_groups = from.average ? from.num_groups : 1;
     std::vector<std::unique_ptr<PieceReader>> readers;
     for (size_t i = 0; i < from.pieces[t].size() && status.ok(); ++i) {
@@ -494,7 +553,8 @@ absl::StatusOr<TrainPosition> ReshardRestoreSharded(Model& model,
   TESSERA_RETURN_IF_ERROR(AverageModeReshardError(from, absl::StrCat("this run (", changed, ")")));
   std::vector<ReshardTarget> targets;
   for (const auto& sh : tables.local_shards()) {
-    targets.push_back({sh.table, sh.rect, StoreWriter(sh.store)});
+    targets.push_back({sh.table, sh.rect, StoreWriter(sh.store),
+                       dynamic_cast<DynamicRowStore*>(sh.store)});
   }
   for (int t = 0; t < tables.num_tables(); ++t) {
     if (RowStore* dp = tables.data_parallel_store(t)) {
@@ -535,7 +595,8 @@ absl::StatusOr<TrainPosition> ReshardRestoreLocal(Model& model, CheckpointTables
                        [&tables, t](int64_t begin, int64_t count, const float* w,
                                     const float* s) {
                          return tables.WriteFloatRows(t, begin, count, w, s);
-                       }});
+                       },
+                       tables.dynamic(t)});
   }
   TESSERA_RETURN_IF_ERROR(ReshardInto(from, targets, o, ScratchDir(checkpoint, 0)));
   TESSERA_LOG(INFO) << "resharded " << checkpoint << " into one process";

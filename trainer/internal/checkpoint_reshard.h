@@ -87,6 +87,10 @@ struct ReshardTarget {
   int table = 0;
   Shard rect;
   RowWriter write;
+  // A dynamic table's store (its rows are keys, not written through `write`): it is loaded with
+  // the keys whose pseudo-row falls in rect (sharding/key_routing.h), rect's columns, from the
+  // whole table joined from group 0's pieces (sharding/dynamic_pieces.h).
+  DynamicRowStore* dynamic = nullptr;
 };
 // The writer of a RowStore holding the rectangle (not owned; must outlive the writer).
 RowWriter StoreWriter(RowStore* store);

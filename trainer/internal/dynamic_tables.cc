@@ -42,7 +42,11 @@ absl::Status CheckDynamicMemory(const Config& config, const HostMemory& availabl
 
 void AppendDynamicCheckpointSpecs(const std::string& name, const DynamicTableState& s,
                                   std::vector<TensorSpec>* specs) {
-  const std::string p = Pre(name);
+  AppendDynamicSpecsAt(Pre(name), s, specs);
+}
+
+void AppendDynamicSpecsAt(const std::string& p, const DynamicTableState& s,
+                          std::vector<TensorSpec>* specs) {
   const int64_t n = static_cast<int64_t>(s.keys.size());
   specs->push_back({p + "keys", SafetensorsDtype::kU64, {n}});
   specs->push_back({p + "weight", StoredTensorDtype(s.dtype), {n, s.dim}});
@@ -58,7 +62,11 @@ void AppendDynamicCheckpointSpecs(const std::string& name, const DynamicTableSta
 
 absl::Status WriteDynamicCheckpointTensors(const std::string& name, const DynamicTableState& s,
                                            SafetensorsWriter& w) {
-  const std::string p = Pre(name);
+  return WriteDynamicTensorsAt(Pre(name), s, w);
+}
+
+absl::Status WriteDynamicTensorsAt(const std::string& p, const DynamicTableState& s,
+                                   SafetensorsWriter& w) {
   TESSERA_RETURN_IF_ERROR(w.WriteTensor(p + "keys", s.keys.data()));
   TESSERA_RETURN_IF_ERROR(w.WriteTensor(p + "weight", s.weights.data()));
   if (s.state_dim > 0) TESSERA_RETURN_IF_ERROR(w.WriteTensor(p + "state", s.state.data()));
@@ -88,17 +96,36 @@ absl::Status ReadDynamicCheckpointTable(const SafetensorsFile& file, const std::
         "checkpoint holds it as a static table (no tensor ", p, "keys): a static table's rows "
         "are not keys; train it as dynamic from the start or drop the dynamic block"));
   }
+  TESSERA_ASSIGN_OR_RETURN(
+      DynamicTableState s,
+      ReadDynamicStateAt(file, p, store.dim(), store.state_dim(), store.weight_dtype(), expected));
+  absl::Status loaded = store.LoadState(s);
+  if (!loaded.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(file.path(), ": ", loaded.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DynamicTableState> ReadDynamicStateAt(const SafetensorsFile& file,
+                                                     const std::string& p, int64_t dim,
+                                                     int64_t state_dim, RowDtype dtype,
+                                                     size_t* expected) {
+  const TensorView* keys = file.Find(p + "keys");
+  if (keys == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file.path(), ": no tensor ", p, "keys (a dynamic table's keys)"));
+  }
   const int64_t n = keys->num_elements();
   TESSERA_ASSIGN_OR_RETURN(keys, file.Get(p + "keys", SafetensorsDtype::kU64, {n}));
   DynamicTableState s;
-  s.dim = store.dim();
-  s.state_dim = store.state_dim();
-  s.dtype = store.weight_dtype();
+  s.dim = dim;
+  s.state_dim = state_dim;
+  s.dtype = dtype;
   s.keys.resize(n);
   std::memcpy(s.keys.data(), keys->data, static_cast<size_t>(n) * 8);
   TESSERA_ASSIGN_OR_RETURN(const TensorView* w,
                            GetTableWeights(file, p + "weight", s.dtype, {n, s.dim}));
-  s.weights.resize(static_cast<size_t>(n * store.weight_row_bytes()));
+  s.weights.resize(static_cast<size_t>(n * dim * RowDtypeBytes(dtype)));
   if (w->dtype == StoredTensorDtype(s.dtype)) {
     std::memcpy(s.weights.data(), w->data, s.weights.size());
   } else {  // an fp32 checkpoint into a 16-bit table: rounded to nearest
@@ -137,17 +164,17 @@ absl::Status ReadDynamicCheckpointTable(const SafetensorsFile& file, const std::
   s.stats.lookups = sv[4];
   s.stats.unadmitted_lookups = sv[5];
   s.stats.probes = sv[6];
-  absl::Status loaded = store.LoadState(s);
-  if (!loaded.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(file.path(), ": ", loaded.message()));
-  }
-  return absl::OkStatus();
+  return s;
 }
 
 absl::StatusOr<DynamicExport> ExportDynamicTable(const std::string& name,
                                                  const DynamicRowStore& store) {
   DynamicTableState s;
   TESSERA_RETURN_IF_ERROR(store.SaveState(/*with_state=*/false, &s));
+  return ExportDynamicState(name, std::move(s));
+}
+
+DynamicExport ExportDynamicState(const std::string& name, DynamicTableState s) {
   DynamicExport e;
   e.name = name;
   e.dim = s.dim;
@@ -192,9 +219,9 @@ absl::Status ImportDynamicTable(const SafetensorsFile& file, const std::string& 
 std::vector<DynamicTableEntry> CollectDynamicStats(SparseArch& sparse) {
   std::vector<DynamicTableEntry> out;
   for (int t = 0; t < sparse.num_tables(); ++t) {
-    if (DynamicRowStore* d = sparse.dynamic_store(t)) {
-      out.push_back({t, sparse.table(t).name, d->stats()});
-    }
+    if (!sparse.table(t).dynamic.enabled) continue;
+    absl::StatusOr<DynamicTableStats> s = sparse.DynamicStats(t);  // collective when sharded
+    if (s.ok()) out.push_back({t, sparse.table(t).name, *s});
   }
   return out;
 }

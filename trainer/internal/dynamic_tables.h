@@ -48,6 +48,17 @@ bool CheckpointHasDynamicTable(const SafetensorsFile& file, const std::string& n
 absl::Status ReadDynamicCheckpointTable(const SafetensorsFile& file, const std::string& name,
                                         DynamicRowStore& store, size_t* expected);
 
+// The same under any tensor prefix (a sharded checkpoint's "shard.<table>.<k>."); the read
+// returns the state (dim, state_dim, dtype of the store it is for) without loading it.
+void AppendDynamicSpecsAt(const std::string& prefix, const DynamicTableState& state,
+                          std::vector<TensorSpec>* specs);
+absl::Status WriteDynamicTensorsAt(const std::string& prefix, const DynamicTableState& state,
+                                   SafetensorsWriter& writer);
+absl::StatusOr<DynamicTableState> ReadDynamicStateAt(const SafetensorsFile& file,
+                                                     const std::string& prefix, int64_t dim,
+                                                     int64_t state_dim, RowDtype dtype,
+                                                     size_t* expected);
+
 // Export: embedding.<name>.keys (U64 [n]) and embedding.<name>.weight (F32 [n, dim]).
 struct DynamicExport {
   std::string name;
@@ -57,13 +68,16 @@ struct DynamicExport {
 };
 absl::StatusOr<DynamicExport> ExportDynamicTable(const std::string& name,
                                                  const DynamicRowStore& store);
+// The same from a table's state (SparseArch::GatherDynamicTable: a sharded table gathered).
+DynamicExport ExportDynamicState(const std::string& name, DynamicTableState state);
 // Import (model.init_from): the keys and fp32 weights of an exported table into `store`; the
 // optimizer state starts fresh. InvalidArgument naming the file and tensor when they are
 // missing or do not match.
 absl::Status ImportDynamicTable(const SafetensorsFile& file, const std::string& name,
                                 DynamicRowStore& store);
 
-// Stats of the dynamic tables in this process, in table order.
+// Stats of the dynamic tables, in table order: collective over the world when the tables are
+// sharded (every rank calls it).
 struct DynamicTableEntry {
   int table = 0;
   std::string name;

@@ -14,9 +14,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/status.h"
+#include "embedding/dynamic_row_store.h"
 #include "embedding/tiered_row_store.h"
 #include "trainer/internal/checkpoint_files.h"
 #include "trainer/internal/checkpoint_reshard.h"
+#include "trainer/internal/dynamic_tables.h"
 #include "trainer/internal/run_fingerprint.h"
 #include "trainer/safetensors.h"
 
@@ -145,12 +147,17 @@ absl::Status WriteRankPart(Tables& tables, const TrainPosition& pos, const fs::p
   std::vector<Tables::LocalShardRef> shards = tables.local_shards();
   std::vector<Tables::ReplicaSyncState> sync(shards.size());
   std::vector<TensorSpec> specs;
+  // Dynamic shards by key (trainer/internal/dynamic_tables.h, under "shard.<table>.<k>.").
+  std::vector<DynamicTableState> dynamic(shards.size());
   for (size_t i = 0; i < shards.size(); ++i) {
     const Tables::LocalShardRef& sh = shards[i];
     const TableConfig& tc = tables.table(sh.table);
     const std::string pre = ShardPrefix(tc, sh.shard);
     const int64_t sd = sh.store->state_dim();
-    if (!IsTiered(sh.store)) {
+    if (auto* d = dynamic_cast<DynamicRowStore*>(sh.store)) {
+      TESSERA_RETURN_IF_ERROR(d->SaveState(/*with_state=*/true, &dynamic[i]));
+      AppendDynamicSpecsAt(pre, dynamic[i], &specs);
+    } else if (!IsTiered(sh.store)) {
       const int64_t rows = sh.rect.num_rows();
       specs.push_back({pre + "weight", StoredTensorDtype(sh.store->weight_dtype()),
                        {rows, sh.rect.num_cols()}});
@@ -206,7 +213,9 @@ absl::Status WriteRankPart(Tables& tables, const TrainPosition& pos, const fs::p
     const Tables::LocalShardRef& sh = shards[i];
     const TableConfig& tc = tables.table(sh.table);
     const std::string pre = ShardPrefix(tc, sh.shard);
-    if (!IsTiered(sh.store)) {
+    if (tc.dynamic.enabled) {
+      TESSERA_RETURN_IF_ERROR(WriteDynamicTensorsAt(pre, dynamic[i], *writer));
+    } else if (!IsTiered(sh.store)) {
       TESSERA_RETURN_IF_ERROR(copy_rows(*sh.store, pre + "weight", pre + "state",
                                         sh.rect.num_rows(), sh.rect.num_cols()));
     }
@@ -374,7 +383,19 @@ absl::StatusOr<TrainPosition> RestoreRankPart(Model& model, Tables& tables,
     const std::string pre = ShardPrefix(tc, sh.shard);
     const fs::path db = ShardDb(dir, tc, rank, sh.shard);
     const bool has_db = fs::exists(db, ec);
-    if (auto* tiered = dynamic_cast<TieredRowStore*>(sh.store)) {
+    if (auto* d = dynamic_cast<DynamicRowStore*>(sh.store)) {
+      absl::StatusOr<DynamicTableState> st = ReadDynamicStateAt(
+          *file, pre, d->dim(), d->state_dim(), d->weight_dtype(), &expected);
+      if (!st.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            checkpoint, ": table '", tc.name, "' is dynamic: ", st.status().message(),
+            " (a checkpoint of a static table does not load into a dynamic one)"));
+      }
+      absl::Status loaded = d->LoadState(*st);
+      if (!loaded.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(file->path(), ": ", loaded.message()));
+      }
+    } else if (auto* tiered = dynamic_cast<TieredRowStore*>(sh.store)) {
       if (!has_db) {
         return absl::InvalidArgumentError(absl::StrCat(
             checkpoint, ": table '", tc.name, "' is in the RocksDB tier but the checkpoint has "

@@ -1,0 +1,270 @@
+// Dynamic tables sharded by key hash (sharding/key_routing.h), under mpirun -np 4: a
+// ShardedEmbeddingCollection with two dynamic tables (admission by min_count with a sketch large
+// enough to see no collisions, and by a probability coin; eviction none and ttl) and one static
+// table trains the same model as one EmbeddingCollection on the global batch, on 2 ranks (1x2, a
+// sub-world of the first two ranks) and 4 ranks (1x4, and replicas: 2x2 and 4x1 in exact mode,
+// 2x2 in average mode with k = 1 and SGD), for table_wise, row_wise, column_wise,
+// table_row_wise and grid plans, SGD, row-wise AdaGrad and Adam:
+//   - the same keys hold rows, with the same lookup counts and last steps, and the same
+//     admissions, evictions, refusals, lookups and unadmitted lookups (exactly: these are
+//     decisions, not sums);
+//   - pooled outputs, weights and optimizer state within rtol 2e-5 (float summation order only,
+//     as distributed_sharded_embedding_test for static tables: row-wise partial sums, gradients
+//     summed per sender, mean pooling's 1/length applied to the slices).
+// Average mode with k = 2: every replica holds the same keys, and after a sync the same rows.
+// Bad plans: a dynamic table data_parallel is refused naming the table.
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/rng.h"
+#include "gtest/gtest.h"
+#include "mpi_test_main.h"
+#include "sharded_test_util.h"
+
+namespace tessera {
+namespace {
+
+using testing::World;
+
+constexpr int kSteps = 6;
+
+EmbeddingCollectionOptions DynamicModel(RowOptimizerType opt) {
+  EmbeddingCollectionOptions o = testing::SmallModel(opt);
+  // users: 2 features, sum, admitted at the 2nd lookup (no sketch collisions at 2^16 counters),
+  // never evicted; ads: mean, a 50% coin, ttl 2 steps. Capacities far above the keys seen.
+  o.tables[0].num_rows = 4096;
+  o.tables[0].dynamic.enabled = true;
+  o.tables[0].dynamic.min_count = 2;
+  o.tables[0].dynamic.counter_slots = 1 << 16;
+  o.tables[1].num_rows = 2048;
+  o.tables[1].dynamic.enabled = true;
+  o.tables[1].dynamic.probability = 0.5;
+  o.tables[1].dynamic.policy = EvictionPolicy::kTtl;
+  o.tables[1].dynamic.ttl_steps = 2;
+  return o;
+}
+
+// The global batch of `step` with the dynamic tables' ids turned into raw 64-bit keys (any
+// int64, negative ones included).
+testing::GlobalBatch KeyedBatch(const EmbeddingCollectionOptions& o, int world, int step) {
+  testing::GlobalBatch gb = testing::MakeGlobalBatch(o, world, step, step % 2 == 0);
+  auto keyed = [&](KeyedJagged* k) {
+    for (int t = 0; t < 2; ++t) {
+      for (int f : o.tables[t].features) {
+        for (int64_t j = k->feature_begin(f); j < k->feature_end(f); ++j) {
+          k->values[j] = static_cast<int64_t>(Mix64(static_cast<uint64_t>(k->values[j]) + 99));
+        }
+      }
+    }
+  };
+  for (auto& k : gb.per_rank) keyed(&k);
+  keyed(&gb.global);
+  return gb;
+}
+
+struct Reference {
+  std::vector<std::vector<float>> outputs;  // per step, the global batch's
+  std::vector<DynamicTableState> tables;    // per dynamic table
+  std::vector<DynamicTableStats> stats;
+};
+
+Reference TrainOne(const EmbeddingCollectionOptions& o, int world) {
+  Reference ref;
+  auto c = EmbeddingCollection::Create(o, DeviceContext::Cpu());
+  EXPECT_TRUE(c.ok()) << c.status();
+  if (!c.ok()) return ref;
+  const int64_t od = (*c)->output_dim();
+  for (int step = 1; step <= kSteps; ++step) {
+    testing::GlobalBatch gb = KeyedBatch(o, world, step);
+    ref.outputs.emplace_back(gb.global.batch_size * od);
+    EXPECT_TRUE((*c)->Forward(gb.global, ref.outputs.back().data()).ok());
+    std::vector<float> g = testing::GlobalGrad(gb.global.batch_size, od, step);
+    EXPECT_TRUE((*c)->BackwardUpdate(g.data(), 0.5f, step).ok());
+  }
+  for (int t = 0; t < 2; ++t) {
+    auto* d = dynamic_cast<DynamicRowStore*>(&(*c)->store(t));
+    ref.tables.emplace_back();
+    EXPECT_TRUE(d->SaveState(true, &ref.tables.back()).ok());
+    ref.stats.push_back(d->stats());
+  }
+  return ref;
+}
+
+struct Case {
+  int ranks;
+  int group_size;
+  ShardingType type;
+  ReplicaSync sync;
+  RowOptimizerType opt;
+};
+
+std::string Name(const Case& c) {
+  return absl::StrCat(c.ranks, " ranks ", c.ranks / c.group_size, "x", c.group_size, " ",
+                      ShardingTypeName(c.type), " ", ReplicaSyncName(c.sync), " ",
+                      RowOptimizerTypeName(c.opt));
+}
+
+std::shared_ptr<Communicator> SubWorld(int ranks) {
+  if (ranks == World()->size()) return World();
+  const bool in = World()->rank() < ranks;
+  auto sub = World()->Split(in ? 0 : 1, World()->rank());
+  EXPECT_TRUE(sub.ok()) << sub.status();
+  if (!sub.ok() || !in) return nullptr;
+  return std::shared_ptr<Communicator>(std::move(*sub));
+}
+
+void ExpectSameStats(const DynamicTableStats& got, const DynamicTableStats& want,
+                     const std::string& what) {
+  EXPECT_EQ(got.steps, want.steps) << what;
+  EXPECT_EQ(got.capacity, want.capacity) << what;
+  EXPECT_EQ(got.occupancy, want.occupancy) << what;
+  EXPECT_EQ(got.admissions, want.admissions) << what;
+  EXPECT_EQ(got.evictions, want.evictions) << what;
+  EXPECT_EQ(got.refused, want.refused) << what;
+  EXPECT_EQ(got.lookups, want.lookups) << what;
+  EXPECT_EQ(got.unadmitted_lookups, want.unadmitted_lookups) << what;
+}
+
+void RunCase(const Case& c) {
+  SCOPED_TRACE(Name(c));
+  const EmbeddingCollectionOptions o = DynamicModel(c.opt);
+  const Reference ref = TrainOne(o, c.ranks);
+  std::shared_ptr<Communicator> comm = SubWorld(c.ranks);
+  if (comm == nullptr) return;
+  auto grid =
+      ProcessGrid::Create(comm, ProcessGridOptions{c.group_size, GridLayout::kReplicasAdjacent});
+  ASSERT_TRUE(grid.ok()) << grid.status();
+  ShardedEmbeddingOptions so;
+  so.collection = o;
+  so.plan = testing::PlanOfType(c.type, o.tables, c.group_size);
+  so.replica_sync = c.sync;
+  so.sync_every = 1;
+  auto m = ShardedEmbeddingCollection::Create(so, *grid, DeviceContext::Cpu());
+  ASSERT_TRUE(m.ok()) << m.status();
+  ShardedEmbeddingCollection& model = **m;
+  const int me = comm->rank();
+  const int64_t od = model.output_dim();
+  for (int step = 1; step <= kSteps; ++step) {
+    testing::GlobalBatch gb = KeyedBatch(o, c.ranks, step);
+    if (step < kSteps) model.Prefetch(KeyedBatch(o, c.ranks, step + 1).per_rank[me]);
+    const int64_t b = gb.per_rank[me].batch_size, before = testing::RowsBefore(gb, me);
+    std::vector<float> out(b * od);
+    ASSERT_TRUE(model.Forward(gb.per_rank[me], out.data()).ok());
+    testing::ExpectClose(out.data(), ref.outputs[step - 1].data() + before * od, b * od, 2e-5, 1e-6,
+                         absl::StrCat("step ", step, " outputs"));
+    std::vector<float> g = testing::GlobalGrad(gb.global.batch_size, od, step);
+    ASSERT_TRUE(model.BackwardUpdate(g.data() + before * od, 0.5f, step).ok());
+  }
+  for (int t = 0; t < 2; ++t) {
+    const std::string what = absl::StrCat("table ", o.tables[t].name);
+    auto got = model.GatherDynamicTable(t, /*with_state=*/true);
+    ASSERT_TRUE(got.ok()) << got.status();
+    const DynamicTableState& want = ref.tables[t];
+    ASSERT_GT(want.keys.size(), 4u) << what;
+    ASSERT_EQ(got->keys, want.keys) << what << ": the keys holding rows differ";
+    EXPECT_EQ(got->lookups, want.lookups) << what;
+    EXPECT_EQ(got->last_step, want.last_step) << what;
+    auto stats = model.DynamicStats(t);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    ExpectSameStats(*stats, ref.stats[t], what);
+    ASSERT_EQ(got->weights.size(), want.weights.size());
+    const auto* gw = reinterpret_cast<const float*>(got->weights.data());
+    const auto* rw = reinterpret_cast<const float*>(want.weights.data());
+    const int64_t nw = static_cast<int64_t>(got->weights.size() / 4);
+    testing::ExpectClose(gw, rw, nw, 2e-5, 1e-6, what + " weights");
+    ASSERT_EQ(got->state.size(), want.state.size());
+    testing::ExpectClose(got->state.data(), want.state.data(),
+                         static_cast<int64_t>(got->state.size()), 2e-5, 1e-6, what + " state");
+  }
+}
+
+class ShardedDynamicTest : public ::testing::TestWithParam<ShardingType> {};
+
+TEST_P(ShardedDynamicTest, TwoRanksTrainAsOne) {
+  for (RowOptimizerType opt : {RowOptimizerType::kSgd, RowOptimizerType::kRowWiseAdagrad}) {
+    RunCase({2, 2, GetParam(), ReplicaSync::kExact, opt});
+  }
+}
+
+TEST_P(ShardedDynamicTest, FourRanksTrainAsOne) {
+  RunCase({4, 4, GetParam(), ReplicaSync::kExact, RowOptimizerType::kRowWiseAdagrad});
+  RunCase({4, 4, GetParam(), ReplicaSync::kExact, RowOptimizerType::kAdam});
+}
+
+TEST_P(ShardedDynamicTest, ReplicasTrainAsOne) {
+  // Exact mode with replicas (2x2, 4x1), and average mode with k = 1 and SGD (= exact).
+  RunCase({4, 2, GetParam(), ReplicaSync::kExact, RowOptimizerType::kRowWiseAdagrad});
+  RunCase({4, 1, GetParam(), ReplicaSync::kExact, RowOptimizerType::kSgd});
+  RunCase({4, 2, GetParam(), ReplicaSync::kAverage, RowOptimizerType::kSgd});
+}
+
+INSTANTIATE_TEST_SUITE_P(Plans, ShardedDynamicTest,
+                         ::testing::Values(ShardingType::kTableWise, ShardingType::kRowWise,
+                                           ShardingType::kColumnWise, ShardingType::kTableRowWise,
+                                           ShardingType::kGrid),
+                         [](const auto& info) {
+                           return std::string(ShardingTypeName(info.param));
+                         });
+
+// Average mode, k = 2, row-wise AdaGrad on 2x2: the replicas admit and evict on the replica
+// group's lookups, so they hold the same keys at every step; after a sync (even steps) the
+// weights of every key are the same on both.
+TEST(ShardedDynamicAverage, ReplicasHoldTheSameKeys) {
+  const EmbeddingCollectionOptions o = DynamicModel(RowOptimizerType::kRowWiseAdagrad);
+  auto grid = ProcessGrid::Create(World(), ProcessGridOptions{2, GridLayout::kReplicasAdjacent});
+  ASSERT_TRUE(grid.ok()) << grid.status();
+  ShardedEmbeddingOptions so;
+  so.collection = o;
+  so.plan = testing::PlanOfType(ShardingType::kRowWise, o.tables, 2);
+  so.replica_sync = ReplicaSync::kAverage;
+  so.sync_every = 2;
+  auto m = ShardedEmbeddingCollection::Create(so, *grid, DeviceContext::Cpu());
+  ASSERT_TRUE(m.ok()) << m.status();
+  const int me = World()->rank();
+  const int64_t od = (*m)->output_dim();
+  Communicator& replicas = grid->replica_group();
+  for (int step = 1; step <= kSteps; ++step) {
+    testing::GlobalBatch gb = KeyedBatch(o, 4, step);
+    const int64_t b = gb.per_rank[me].batch_size, before = testing::RowsBefore(gb, me);
+    std::vector<float> out(b * od);
+    ASSERT_TRUE((*m)->Forward(gb.per_rank[me], out.data()).ok());
+    std::vector<float> g = testing::GlobalGrad(gb.global.batch_size, od, step);
+    ASSERT_TRUE((*m)->BackwardUpdate(g.data() + before * od, 0.5f, step).ok());
+    for (const auto& ls : (*m)->local_shards()) {
+      if (ls.table > 1) continue;
+      DynamicTableState st;
+      ASSERT_TRUE(static_cast<DynamicRowStore*>(ls.store)->SaveState(true, &st).ok());
+      // Every replica's keys (and after a sync its weights) against replica 0's.
+      int64_t n = static_cast<int64_t>(st.keys.size());
+      ASSERT_TRUE(replicas.Broadcast(&n, 8, 0).ok());
+      ASSERT_EQ(n, static_cast<int64_t>(st.keys.size())) << "step " << step;
+      std::vector<uint64_t> keys0 = st.keys;
+      ASSERT_TRUE(replicas.Broadcast(keys0.data(), n * 8, 0).ok());
+      EXPECT_EQ(keys0, st.keys) << "step " << step << " table " << ls.table;
+      if (step % 2 == 0) {
+        std::vector<uint8_t> w0 = st.weights;
+        ASSERT_TRUE(replicas.Broadcast(w0.data(), static_cast<int64_t>(w0.size()), 0).ok());
+        EXPECT_EQ(w0, st.weights) << "step " << step << " table " << ls.table;
+      }
+    }
+  }
+}
+
+TEST(ShardedDynamicErrors, DataParallelIsRefused) {
+  const EmbeddingCollectionOptions o = DynamicModel(RowOptimizerType::kSgd);
+  auto grid = ProcessGrid::Create(World(), ProcessGridOptions{4, GridLayout::kReplicasAdjacent});
+  ASSERT_TRUE(grid.ok());
+  ShardedEmbeddingOptions so;
+  so.collection = o;
+  so.plan = testing::PlanOfType(ShardingType::kDataParallel, o.tables, 4);
+  auto m = ShardedEmbeddingCollection::Create(so, *grid, DeviceContext::Cpu());
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("table 'users' is dynamic"), std::string::npos) << m.status();
+  EXPECT_NE(m.status().message().find("data_parallel"), std::string::npos) << m.status();
+}
+
+}  // namespace
+}  // namespace tessera
