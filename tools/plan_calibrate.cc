@@ -48,20 +48,6 @@ namespace {
 
 using calibrate_internal::Progress;
 
-std::string ReadFirstMatch(const std::string& path, const std::string& key) {
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(key, 0) != 0) continue;
-    const size_t colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    std::string v = line.substr(colon + 1);
-    v.erase(0, v.find_first_not_of(" \t"));
-    return v;
-  }
-  return "";
-}
-
 int64_t HostMemoryBytes() {
   return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
 }
@@ -156,7 +142,7 @@ absl::Status WriteProfile(const planner::MachineProfile& p, const std::string& c
 
 // Resident bytes of this process now (VmRSS), 0 when /proc is unreadable.
 int64_t ResidentBytes() {
-  const std::string v = ReadFirstMatch("/proc/self/status", "VmRSS");
+  const std::string v = ProcFileValue("/proc/self/status", "VmRSS");
   int64_t kb = 0;
   return absl::SimpleAtoi(absl::StripSuffix(v, " kB"), &kb) ? kb * 1024 : 0;
 }
@@ -240,7 +226,7 @@ absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
   }
   SetNumThreads(std::max(1, o.threads));
   const CpuSample cpu_start = SampleCpu();
-  const std::string cpu = ReadFirstMatch("/proc/cpuinfo", "model name");
+  const std::string cpu = ProcFileValue("/proc/cpuinfo", "model name");
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
   const std::string cpu_name =
       absl::StrFormat("%s (%d cores)", cpu.empty() ? "unknown CPU" : cpu, cores);
@@ -293,10 +279,12 @@ absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
       TESSERA_ASSIGN_OR_RETURN(r.collectives, calibrate_internal::MeasureCollectives(ow, &mem));
       comm_memory = std::max(comm_memory, mem);
     }
-    Progress(o, absl::StrFormat("%s: run %d done; other processes used %.2f cores meanwhile "
-                                "(load average %.1f)",
+    const CpuSample after = SampleCpu();
+    Progress(o, absl::StrFormat("%s: run %d done in %.1f s (%.1f CPU s); other processes used "
+                                "%.2f cores meanwhile (load average %.1f)",
                                 part, static_cast<int>(part_runs[part].size()) + 1,
-                                OtherCores(before, SampleCpu()), LoadAverage()));
+                                after.wall - before.wall, after.self_s - before.self_s,
+                                OtherCores(before, after), LoadAverage()));
     part_runs[part].push_back(std::move(r));
     return absl::OkStatus();
   };
