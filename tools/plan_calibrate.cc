@@ -164,7 +164,9 @@ CalibrateOptions QuickCalibrateOptions(const std::vector<std::string>& configs) 
   o.dims = {16, 64, 256};
   o.table_bytes = int64_t{128} << 20;
   o.seconds_per_point = 0.05;
-  o.runs = 3;
+  // Two runs, and a third of a part only where a key's spread is wide (or implausible): a key
+  // whose two runs agree within max_spread needs no tie-breaker.
+  o.runs = 2;
   o.extra_runs = 1;
   o.world_sizes.clear();
   if (sysconf(_SC_NPROCESSORS_ONLN) >= 2) o.world_sizes = {2};
@@ -251,6 +253,7 @@ absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
   // tier only): MedianOfRuns takes the median per key over a part's runs.
   std::map<std::string, std::vector<planner::MachineProfile>> part_runs;
   int64_t comm_memory = 0;
+  int parts_done = 0, parts_planned = 0;
   auto measure = [&](const std::string& part) -> absl::Status {
     planner::MachineProfile r;
     const CpuSample before = SampleCpu();
@@ -286,6 +289,16 @@ absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
                                 after.wall - before.wall, after.self_s - before.self_s,
                                 OtherCores(before, after), LoadAverage()));
     part_runs[part].push_back(std::move(r));
+    ++parts_done;
+    if (!o.verbose) {
+      // --quiet (sharding.profile: auto): one progress line, rewritten in place on a terminal.
+      const bool tty = isatty(STDERR_FILENO) != 0;
+      std::fprintf(stderr, "%scalibrate: %d of %d measurements done (%s run %d), %.0f s%s",
+                   tty ? "\r" : "", parts_done, std::max(parts_done, parts_planned), part.c_str(),
+                   static_cast<int>(part_runs[part].size()), total.ElapsedSeconds(),
+                   tty ? "" : "\n");
+      std::fflush(stderr);
+    }
     return absl::OkStatus();
   };
   std::vector<std::string> parts = {"device"};
@@ -300,6 +313,7 @@ absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
   }
   // Interleaved (device, collectives, tier, device, ...): a burst of load hits one run of each
   // part rather than every run of one.
+  parts_planned = runs * static_cast<int>(parts.size());
   for (int r = 0; r < runs; ++r) {
     Progress(o, absl::StrFormat("run %d of %d", r + 1, runs));
     for (const std::string& part : parts) TESSERA_RETURN_IF_ERROR(measure(part));
@@ -366,6 +380,7 @@ absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
     }
     Progress(o, absl::StrCat("measuring again (", absl::StrJoin(again, ", "), ") for ",
                              absl::StrJoin(names, ", ")));
+    parts_planned += static_cast<int>(again.size());
     for (const std::string& part : again) TESSERA_RETURN_IF_ERROR(measure(part));
     TESSERA_ASSIGN_OR_RETURN(med, combine());
   }
@@ -380,6 +395,7 @@ absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
     }
   }
   std::filesystem::remove_all(o.scratch_dir, ec);
+  if (!o.verbose && isatty(STDERR_FILENO)) std::fprintf(stderr, "\n");
   med.calibration.present = true;
   med.calibration.runs = runs;
   med.calibration.max_spread = o.max_spread;
