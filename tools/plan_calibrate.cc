@@ -392,6 +392,11 @@ absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
           absl::StrContains(k.key, planner::CollectiveOpName(c.op))) {
         c.wait_per_compute = std::min(c.wait_per_compute, planner::kMaxWaitPerComputeOwnCores);
       }
+      if (absl::StrContains(k.key, absl::StrCat(".", c.world_size, ".beyond_llc_bytes_per_s")) &&
+          absl::StrContains(k.key, planner::CollectiveOpName(c.op))) {
+        c.beyond_llc_bytes_per_s =
+            std::max(c.beyond_llc_bytes_per_s, planner::kMinBeyondLlcShare * c.bytes_per_s);
+      }
     }
   }
   std::filesystem::remove_all(o.scratch_dir, ec);
