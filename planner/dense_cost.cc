@@ -12,7 +12,9 @@ namespace {
 void LinearCost(const DeviceProfile& d, int64_t b, int64_t in, int64_t out, double* fwd,
                 double* bwd) {
   const double flops = 2.0 * b * in * out;
-  const double elem = 3.0 * b * out * 4 / d.copy_bytes_per_s;  // bias + ReLU + its grad
+  // Bias + ReLU and its gradient: inside the measured rates when they were timed through the
+  // Linear layer (gemm_fused_passes), else passes over [b, out] at the copy rate.
+  const double elem = d.gemm_fused_passes ? 0.0 : 3.0 * b * out * 4 / d.copy_bytes_per_s;
   *fwd += flops / GemmFlopsPerSec(d, b, out, in) + elem + d.launch_overhead_s;
   *bwd += flops / GemmFlopsPerSec(d, b, in, out) + flops / GemmFlopsPerSec(d, out, in, b) + elem +
           2 * d.launch_overhead_s;
@@ -40,10 +42,11 @@ DenseCost ComputeDenseCost(const DeviceProfile& d, const DenseShape& ds, int64_t
     // Forward Z = E E^T per sample (shape (v, v, d)); backward d_E = (dZ + dZ^T) E (shape
     // (v, d, v)), the same flops, each at its own shape's rate.
     const double flops = 2.0 * b * v * v * ds.embedding_dim;
-    fwd += flops / GemmFlopsPerSec(d, v, v, ds.embedding_dim) +
-           b * inter_dim * 4.0 / d.copy_bytes_per_s;
-    bwd += flops / GemmFlopsPerSec(d, v, ds.embedding_dim, v) +
-           2.0 * b * inter_dim * 4 / d.copy_bytes_per_s;
+    // The interaction's output written (forward) and its gradient read and scattered
+    // (backward): inside the rates calibrate times DotInteractionForward / Backward with.
+    const double pass = d.gemm_fused_passes ? 0.0 : b * inter_dim * 4.0 / d.copy_bytes_per_s;
+    fwd += flops / GemmFlopsPerSec(d, v, v, ds.embedding_dim) + pass;
+    bwd += flops / GemmFlopsPerSec(d, v, ds.embedding_dim, v) + 2 * pass;
   } else {
     const int64_t dim = bottom_out + emb_out_dim;
     inter_dim = dim;
@@ -56,6 +59,10 @@ DenseCost ComputeDenseCost(const DeviceProfile& d, const DenseShape& ds, int64_t
         LinearCost(d, b, dim, dim, &fwd, &bwd);
         params += dim * dim + dim;
       }
+      // x0 * (W x + b) + x and its gradient: passes over [b, dim] of their own (not Linear's).
+      const double cross = 3.0 * b * dim * 4 / d.copy_bytes_per_s;
+      fwd += cross;
+      bwd += cross;
       act += 3.0 * b * dim * 4;
     }
   }

@@ -21,8 +21,9 @@
 //                  pack_bytes_per_s (copy_bytes_per_s when absent)
 //   dense fwd/bwd  GEMMs of the bottom MLP, the interaction (dot: batched (F+1)^2 d; DCNv2:
 //                  cross layers) and the top MLP, each at the profile's rate for its shape
-//                  (forward, input gradient and weight gradient shapes separately), plus
-//                  elementwise passes at the copy rate
+//                  (forward, input gradient and weight gradient shapes separately); the
+//                  bias + ReLU passes at the copy rate unless the rates were timed through
+//                  the Linear layer (gemm_fused_passes), DCNv2's cross products at it always
 //   backward dist  the output dist's bytes in reverse, after every rank (T > 1) packs the
 //                  output gradient per owner: per (shard, feature) B x cols x 4 read + written
 //                  at pack_bytes_per_s

@@ -75,6 +75,13 @@ class MapReader {
     return GetNonNegative(key);
   }
 
+  // An optional true / false key: `fallback` when absent.
+  absl::StatusOr<bool> GetBoolOr(const std::string& key, bool fallback) {
+    seen_.insert(key);
+    if (!node_[key]) return fallback;
+    return Get<bool>(key);
+  }
+
   absl::StatusOr<YAML::Node> Node(const std::string& key) {
     seen_.insert(key);
     YAML::Node n = node_[key];
@@ -191,6 +198,7 @@ absl::StatusOr<DeviceProfile> ReadDevice(const YAML::Node& n, const std::string&
     d.gemm.push_back(g);
   }
   TESSERA_ASSIGN_OR_RETURN(d.gemm_peak_flops_per_s, r.GetPositive("gemm_peak_flops_per_s"));
+  TESSERA_ASSIGN_OR_RETURN(d.gemm_fused_passes, r.GetBoolOr("gemm_fused_passes", false));
   TESSERA_ASSIGN_OR_RETURN(d.launch_overhead_s, r.GetNonNegative("launch_overhead_s"));
   TESSERA_ASSIGN_OR_RETURN(double base, r.GetNonNegative("base_memory_bytes"));
   d.base_memory_bytes = static_cast<int64_t>(base);
@@ -414,6 +422,9 @@ std::string MachineProfileToYaml(const MachineProfile& p) {
     }
     e << YAML::EndSeq;
     e << YAML::Key << "gemm_peak_flops_per_s" << YAML::Value << d.gemm_peak_flops_per_s;
+    if (d.gemm_fused_passes) {
+      e << YAML::Key << "gemm_fused_passes" << YAML::Value << true;
+    }
     e << YAML::Key << "launch_overhead_s" << YAML::Value << d.launch_overhead_s;
     e << YAML::Key << "base_memory_bytes" << YAML::Value << d.base_memory_bytes;
     e << YAML::Key << "comm_memory_bytes" << YAML::Value << d.comm_memory_bytes;

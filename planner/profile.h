@@ -93,6 +93,12 @@ struct DeviceProfile {
   std::vector<RowRatePoint> scatter_update;  // sorted by row_bytes
   std::vector<GemmPoint> gemm;               // forward shapes of the models calibrated for
   double gemm_peak_flops_per_s = 0;          // best GEMM rate seen (fallback for other shapes)
+  // Optional (false when absent): the gemm points were timed through the trainer's Linear layer
+  // (LinearForward / LinearBackward: the GEMMs with the fused bias + ReLU pass, and in the
+  // backward the ReLU mask and the bias gradient), as tessera-plan calibrate measures them; the
+  // estimator then adds no elementwise passes of its own. False: bare GEMM rates (a datasheet's),
+  // the bias + ReLU passes priced at copy_bytes_per_s on top.
+  bool gemm_fused_passes = false;
   double launch_overhead_s = 0;              // per kernel launch / per parallel region
   // Resident bytes of a training process before the model exists (runtime, libraries, thread
   // stacks, allocator slack): the base of the estimator's peak-memory prediction.

@@ -171,7 +171,8 @@ std::vector<KeyQuality> ImplausibleKeys(const MachineProfile& p) {
       flag(pre + "latency_s", absl::StrFormat("%.3f ms for one small call on one node",
                                               1e3 * c.latency_s));
     }
-    if (c.beyond_llc_bytes_per_s > 0 && c.beyond_llc_bytes_per_s < c.bytes_per_s / 20) {
+    if (c.beyond_llc_bytes_per_s > 0 &&
+        c.beyond_llc_bytes_per_s < kMinBeyondLlcShare * c.bytes_per_s) {
       flag(pre + "beyond_llc_bytes_per_s",
            absl::StrFormat("%.2f GB/s beyond the cache, under 1/20 of %.2f GB/s in it",
                            c.beyond_llc_bytes_per_s / 1e9, c.bytes_per_s / 1e9));

@@ -67,4 +67,10 @@ std::vector<KeyQuality> ImplausibleKeys(const MachineProfile& p);
 // minute calibrate ran in, not the machine's.
 inline constexpr double kMaxWaitPerComputeOwnCores = 0.05;
 
+// An all-reduce's rate beyond the cache is at least this share of its in-cache rate (a quiet
+// 2-core Zen 4 VM measured 0.63 of 2.35 GB/s, the Xeon 0.60 of 3.15; 0.07-0.09 GB/s came from
+// runs where the other processes held the cores). A measured rate under it is refused and
+// calibrate records the bound instead (flagged).
+inline constexpr double kMinBeyondLlcShare = 1.0 / 20;
+
 }  // namespace tessera::planner

@@ -327,12 +327,15 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
   j.Add("cpu_ms_per_step", cpu_ms_per_step);
   PrintTierSection(*tier_before, *tier_after, steps, tier_rows, world->size(), &j);
   std::vector<double> predicted_ms;
+  std::vector<GroupSizePrediction> other_groups;
   PrintPredictedBesideMeasured(c, *world, **model, absl::GetFlag(FLAGS_profile), measured, &j,
-                               &predicted_ms);
+                               &predicted_ms, trace_path.empty() ? nullptr : &other_groups);
   if (!trace_path.empty()) {
     // The estimator's phases and predictions join the trace's otherData (before its "}}").
     const size_t end = trace_text.rfind("}}");
-    trace_text.insert(end, ", " + EstimatorPhasesTraceJson(world->distributed(), predicted_ms));
+    const int group_size = world->grid ? world->grid->group_size() : world->size();
+    trace_text.insert(end, ", " + EstimatorPhasesTraceJson(world->distributed(), predicted_ms,
+                                                           group_size, other_groups));
     if (absl::Status st = WriteTraceFile(trace_path, trace_text); !st.ok()) return Fail(st);
     std::printf("  step trace of %d steps written to %s\n", trace_steps, trace_path.c_str());
   }

@@ -113,6 +113,9 @@ const std::vector<PhaseMap>& PhaseMaps() {
 // The planner's prediction for the run: per phase (PhaseMaps order), the step, peak memory.
 struct Predicted {
   std::vector<double> phase_ms;
+  // The planner's own plan at every other group size dividing T: its phases (what-ifs for
+  // `tessera-plan replay --what-if group_size=N`).
+  std::vector<GroupSizePrediction> other_groups;
   double step_ms = 0;
   double cpu_ms = 0;       // step_ms + the hidden background work (StepEstimate background_s)
   int64_t peak_bytes = 0;  // largest rank's host + device bytes
@@ -120,7 +123,8 @@ struct Predicted {
 
 absl::StatusOr<Predicted> Predict(const Config& config, const World& world, Model& model,
                                   const std::string& profile_path, int64_t run_steps,
-                                  int64_t distinct_batches, int64_t harness_bytes) {
+                                  int64_t distinct_batches, int64_t harness_bytes,
+                                  bool other_group_sizes) {
   TESSERA_ASSIGN_OR_RETURN(ResolvedProfile resolved, ResolveProfile(profile_path, config.source));
   std::printf("  %s\n", ProfileProvenance(resolved).c_str());
   const planner::MachineProfile& profile = resolved.profile;
@@ -154,6 +158,22 @@ absl::StatusOr<Predicted> Predict(const Config& config, const World& world, Mode
         p.peak_bytes, static_cast<int64_t>(mem[planner::kHost] + mem[planner::kDevice]));
   }
   p.peak_bytes += harness_bytes;  // the bench's batches: resident, not the trainer's
+  const int current = inputs.group_size > 0 ? inputs.group_size : world.size();
+  for (int n = 1; other_group_sizes && n <= world.size() && world.size() > 1; ++n) {
+    if (world.size() % n != 0 || n == current) continue;
+    planner::PlanInputs at = inputs;
+    at.group_size = n;
+    planner::PlannerOptions opt;
+    opt.group_sizes = {n};
+    absl::StatusOr<planner::PlanResult> r = planner::PlanSharding(at, profile, opt);
+    if (!r.ok()) continue;  // no plan fits at n: no what-if for it
+    GroupSizePrediction g;
+    g.group_size = n;
+    for (int i = 0; i < planner::kNumPhases; ++i) {
+      g.phase_ms.push_back(1e3 * r->group.estimate.step.s[i]);
+    }
+    p.other_groups.push_back(std::move(g));
+  }
   return p;
 }
 
@@ -175,7 +195,8 @@ std::vector<double> MeasuredPhaseMs(const BenchMeasurement& m, bool sharded) {
 
 void PrintPredictedBesideMeasured(const Config& config, const World& world, Model& model,
                                   const std::string& profile_path, const BenchMeasurement& m,
-                                  JsonLine* json, std::vector<double>* predicted_ms) {
+                                  JsonLine* json, std::vector<double>* predicted_ms,
+                                  std::vector<GroupSizePrediction>* other_groups) {
   const bool sharded = world.distributed();
   const std::vector<double> meas =
       m.phase_ms_max.empty() ? MeasuredPhaseMs(m, sharded) : m.phase_ms_max;
@@ -191,7 +212,7 @@ void PrintPredictedBesideMeasured(const Config& config, const World& world, Mode
                                        ? absl::NotFoundError("no --profile")
                                        : Predict(config, world, model, profile_name,
                                                  m.warmup_steps + m.steps, m.distinct_batches,
-                                                 m.harness_bytes);
+                                                 m.harness_bytes, other_groups != nullptr);
   std::printf(
       "  predicted beside measured (ms/step; the planner's phases, tools/bench_predict.h)%s\n",
       pred.ok() ? "" : ": no prediction");
@@ -220,6 +241,7 @@ void PrintPredictedBesideMeasured(const Config& config, const World& world, Mode
   line("step (CPU, max rank)", p_cpu, m.cpu_ms_per_step_max, "ms");
   line("peak memory", p_mem, m.peak_rss_bytes / 1048576.0, "MiB (VmHWM, max rank)");
   if (predicted_ms != nullptr && pred.ok()) *predicted_ms = pred->phase_ms;
+  if (other_groups != nullptr && pred.ok()) *other_groups = pred->other_groups;
   if (pred.ok()) {
     json->Add("pred_step_ms", p_step)
         .Add("pred_cpu_ms", p_cpu)
@@ -227,8 +249,19 @@ void PrintPredictedBesideMeasured(const Config& config, const World& world, Mode
   }
 }
 
-std::string EstimatorPhasesTraceJson(bool sharded, const std::vector<double>& predicted_ms) {
-  std::string s = "\"estimator_phases\": [";
+std::string EstimatorPhasesTraceJson(bool sharded, const std::vector<double>& predicted_ms,
+                                     int group_size,
+                                     const std::vector<GroupSizePrediction>& other_groups) {
+  std::string s = absl::StrCat("\"group_size\": ", group_size, ", \"group_size_what_if\": [");
+  for (size_t g = 0; g < other_groups.size(); ++g) {
+    absl::StrAppend(&s, g ? ", " : "", "{\"group_size\": ", other_groups[g].group_size,
+                    ", \"phases_ms\": [");
+    for (size_t i = 0; i < other_groups[g].phase_ms.size(); ++i) {
+      absl::StrAppend(&s, i ? ", " : "", absl::StrFormat("%.6g", other_groups[g].phase_ms[i]));
+    }
+    absl::StrAppend(&s, "]}");
+  }
+  absl::StrAppend(&s, "], \"estimator_phases\": [");
   for (size_t i = 0; i < PhaseMaps().size(); ++i) {
     const PhaseMap& p = PhaseMaps()[i];
     absl::StrAppend(&s, i ? ", " : "", "{\"phase\": \"", p.name, "\", \"names\": [");

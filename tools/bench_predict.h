@@ -79,15 +79,26 @@ double MedianStepSeconds(const BenchMeasurement& m);
 // (trainer/auto_plan.h ResolveProfile; a line says where it came from and whether it was
 // measured on this machine); empty: prints one line saying the prediction was skipped. Errors (a bad
 // profile, inputs the planner refuses) are printed and do not fail the benchmark.
+// The planner's prediction, per estimator phase (ms per step), of its own plan at another
+// group size N of the same world.
+struct GroupSizePrediction {
+  int group_size = 0;
+  std::vector<double> phase_ms;
+};
+// `other_groups`: that prediction for every other divisor N of T at which a plan fits.
 void PrintPredictedBesideMeasured(const Config& config, const World& world, Model& model,
                                   const std::string& profile_path, const BenchMeasurement& m,
-                                  JsonLine* json, std::vector<double>* predicted_ms = nullptr);
+                                  JsonLine* json, std::vector<double>* predicted_ms = nullptr,
+                                  std::vector<GroupSizePrediction>* other_groups = nullptr);
 
 // The estimator's phases as a step trace's otherData member (trainer/trace_writer.h):
 // "estimator_phases": [{"phase": "lookup", "names": ["sharded/lookup"], "predicted_ms": x}, ...]
 // where names are the trace's "category/name" spans each phase sums (the bench's "step" phases
 // and the sharded collection's "sharded" ones, as PrintPredictedBesideMeasured maps them);
-// predicted_ms -1 when there is no prediction.
-std::string EstimatorPhasesTraceJson(bool sharded, const std::vector<double>& predicted_ms);
+// predicted_ms -1 when there is no prediction. Before it "group_size": the run's N, and
+// "group_size_what_if": [{"group_size": N, "phases_ms": [...]}, ...] (estimator phase order).
+std::string EstimatorPhasesTraceJson(bool sharded, const std::vector<double>& predicted_ms,
+                                     int group_size = 1,
+                                     const std::vector<GroupSizePrediction>& other_groups = {});
 
 }  // namespace tessera

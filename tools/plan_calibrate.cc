@@ -48,20 +48,6 @@ namespace {
 
 using calibrate_internal::Progress;
 
-std::string ReadFirstMatch(const std::string& path, const std::string& key) {
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(key, 0) != 0) continue;
-    const size_t colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    std::string v = line.substr(colon + 1);
-    v.erase(0, v.find_first_not_of(" \t"));
-    return v;
-  }
-  return "";
-}
-
 int64_t HostMemoryBytes() {
   return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
 }
@@ -156,7 +142,7 @@ absl::Status WriteProfile(const planner::MachineProfile& p, const std::string& c
 
 // Resident bytes of this process now (VmRSS), 0 when /proc is unreadable.
 int64_t ResidentBytes() {
-  const std::string v = ReadFirstMatch("/proc/self/status", "VmRSS");
+  const std::string v = ProcFileValue("/proc/self/status", "VmRSS");
   int64_t kb = 0;
   return absl::SimpleAtoi(absl::StripSuffix(v, " kB"), &kb) ? kb * 1024 : 0;
 }
@@ -178,7 +164,9 @@ CalibrateOptions QuickCalibrateOptions(const std::vector<std::string>& configs) 
   o.dims = {16, 64, 256};
   o.table_bytes = int64_t{128} << 20;
   o.seconds_per_point = 0.05;
-  o.runs = 3;
+  // Two runs, and a third of a part only where a key's spread is wide (or implausible): a key
+  // whose two runs agree within max_spread needs no tie-breaker.
+  o.runs = 2;
   o.extra_runs = 1;
   o.world_sizes.clear();
   if (sysconf(_SC_NPROCESSORS_ONLN) >= 2) o.world_sizes = {2};
@@ -240,7 +228,7 @@ absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
   }
   SetNumThreads(std::max(1, o.threads));
   const CpuSample cpu_start = SampleCpu();
-  const std::string cpu = ReadFirstMatch("/proc/cpuinfo", "model name");
+  const std::string cpu = ProcFileValue("/proc/cpuinfo", "model name");
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
   const std::string cpu_name =
       absl::StrFormat("%s (%d cores)", cpu.empty() ? "unknown CPU" : cpu, cores);
@@ -265,6 +253,7 @@ absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
   // tier only): MedianOfRuns takes the median per key over a part's runs.
   std::map<std::string, std::vector<planner::MachineProfile>> part_runs;
   int64_t comm_memory = 0;
+  int parts_done = 0, parts_planned = 0;
   auto measure = [&](const std::string& part) -> absl::Status {
     planner::MachineProfile r;
     const CpuSample before = SampleCpu();
@@ -293,11 +282,23 @@ absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
       TESSERA_ASSIGN_OR_RETURN(r.collectives, calibrate_internal::MeasureCollectives(ow, &mem));
       comm_memory = std::max(comm_memory, mem);
     }
-    Progress(o, absl::StrFormat("%s: run %d done; other processes used %.2f cores meanwhile "
-                                "(load average %.1f)",
+    const CpuSample after = SampleCpu();
+    Progress(o, absl::StrFormat("%s: run %d done in %.1f s (%.1f CPU s); other processes used "
+                                "%.2f cores meanwhile (load average %.1f)",
                                 part, static_cast<int>(part_runs[part].size()) + 1,
-                                OtherCores(before, SampleCpu()), LoadAverage()));
+                                after.wall - before.wall, after.self_s - before.self_s,
+                                OtherCores(before, after), LoadAverage()));
     part_runs[part].push_back(std::move(r));
+    ++parts_done;
+    if (!o.verbose) {
+      // --quiet (sharding.profile: auto): one progress line, rewritten in place on a terminal.
+      const bool tty = isatty(STDERR_FILENO) != 0;
+      std::fprintf(stderr, "%scalibrate: %d of %d measurements done (%s run %d), %.0f s%s",
+                   tty ? "\r" : "", parts_done, std::max(parts_done, parts_planned), part.c_str(),
+                   static_cast<int>(part_runs[part].size()), total.ElapsedSeconds(),
+                   tty ? "" : "\n");
+      std::fflush(stderr);
+    }
     return absl::OkStatus();
   };
   std::vector<std::string> parts = {"device"};
@@ -312,6 +313,7 @@ absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
   }
   // Interleaved (device, collectives, tier, device, ...): a burst of load hits one run of each
   // part rather than every run of one.
+  parts_planned = runs * static_cast<int>(parts.size());
   for (int r = 0; r < runs; ++r) {
     Progress(o, absl::StrFormat("run %d of %d", r + 1, runs));
     for (const std::string& part : parts) TESSERA_RETURN_IF_ERROR(measure(part));
@@ -378,6 +380,7 @@ absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
     }
     Progress(o, absl::StrCat("measuring again (", absl::StrJoin(again, ", "), ") for ",
                              absl::StrJoin(names, ", ")));
+    parts_planned += static_cast<int>(again.size());
     for (const std::string& part : again) TESSERA_RETURN_IF_ERROR(measure(part));
     TESSERA_ASSIGN_OR_RETURN(med, combine());
   }
@@ -389,9 +392,15 @@ absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
           absl::StrContains(k.key, planner::CollectiveOpName(c.op))) {
         c.wait_per_compute = std::min(c.wait_per_compute, planner::kMaxWaitPerComputeOwnCores);
       }
+      if (absl::StrContains(k.key, absl::StrCat(".", c.world_size, ".beyond_llc_bytes_per_s")) &&
+          absl::StrContains(k.key, planner::CollectiveOpName(c.op))) {
+        c.beyond_llc_bytes_per_s =
+            std::max(c.beyond_llc_bytes_per_s, planner::kMinBeyondLlcShare * c.bytes_per_s);
+      }
     }
   }
   std::filesystem::remove_all(o.scratch_dir, ec);
+  if (!o.verbose && isatty(STDERR_FILENO)) std::fprintf(stderr, "\n");
   med.calibration.present = true;
   med.calibration.runs = runs;
   med.calibration.max_spread = o.max_spread;

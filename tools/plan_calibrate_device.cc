@@ -115,8 +115,9 @@ double MeanDistinct(const std::vector<KeyedJagged>& batches) {
   return batches.empty() ? 0 : sum / static_cast<double>(batches.size());
 }
 
-// Median seconds of Forward and BackwardUpdate over o.distinct_batches batches of `pooling` ids
-// per bag (alternating, caches evicted before each call); `distinct`: mean distinct ids.
+// Median seconds of Forward and BackwardUpdate over batches of `pooling` ids per bag, cycling
+// up to o.distinct_batches of them (alternating, caches evicted before each call); `distinct`:
+// the mean distinct ids of the batches used.
 struct CallTimes {
   double fwd = 0, bwd = 0, distinct = 0;
 };
@@ -126,20 +127,23 @@ absl::StatusOr<CallTimes> TimeCalls(const CalibrateOptions& o, const DeviceConte
                                     SparseArch& table, int64_t rows, int64_t dim, int64_t pooling,
                                     bool hot, float* out, const float* grad,
                                     bool evict_update = true) {
+  // The batches cycled (o.distinct_batches), each made when first used: a short point uses a
+  // few of them (a 32-id batch of 64k ids takes longer to draw than to time).
+  const size_t num_batches = static_cast<size_t>(std::max(1, o.distinct_batches));
   std::vector<KeyedJagged> batches;
-  for (uint64_t s = 0; s < static_cast<uint64_t>(std::max(1, o.distinct_batches)); ++s) {
-    batches.push_back(MakeBatch(rows, o.batch_size, pooling, hot, o.zipf_exponent,
-                                s + 100 * static_cast<uint64_t>(dim) + 7919 * pooling));
-  }
   CallTimes ct;
-  ct.distinct = MeanDistinct(batches);
   std::vector<float> flush;
   int64_t step = 0;
   std::vector<double> fwd, bwd;
   Stopwatch total;
   // Two untimed steps first (first-touch of the scratch buffers).
   while (fwd.size() < 5 || total.ElapsedSeconds() < 2 * o.seconds_per_point) {
-    const KeyedJagged& kj = batches[step % batches.size()];
+    const size_t i = static_cast<size_t>(step) % num_batches;
+    if (i == batches.size()) {
+      batches.push_back(MakeBatch(rows, o.batch_size, pooling, hot, o.zipf_exponent,
+                                  i + 100 * static_cast<uint64_t>(dim) + 7919 * pooling));
+    }
+    const KeyedJagged& kj = batches[i];
     EvictCaches(o, ctx, &flush);
     IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
     TESSERA_RETURN_IF_ERROR(table.Forward(kj, out));
@@ -155,6 +159,7 @@ absl::StatusOr<CallTimes> TimeCalls(const CalibrateOptions& o, const DeviceConte
       bwd.push_back(b);
     }
   }
+  ct.distinct = MeanDistinct(batches);
   std::sort(fwd.begin(), fwd.end());
   std::sort(bwd.begin(), bwd.end());
   ct.fwd = fwd[fwd.size() / 2];
@@ -529,6 +534,9 @@ absl::Status MeasureGemm(const CalibrateOptions& o, const DeviceContext& ctx,
   std::vector<planner::GemmPoint> points = std::move(fwd_points);
   points.insert(points.end(), dx_points.begin(), dx_points.end());
   points.insert(points.end(), dw_points.begin(), dw_points.end());
+  // Timed through LinearForward / LinearBackward and the dot interaction's own kernels: the
+  // bias + ReLU passes are inside the rates (DeviceProfile::gemm_fused_passes).
+  d->gemm_fused_passes = true;
   d->gemm_peak_flops_per_s = 0;
   for (const auto& p : points)
     d->gemm_peak_flops_per_s = std::max(d->gemm_peak_flops_per_s, p.flops_per_s);

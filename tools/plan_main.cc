@@ -153,7 +153,7 @@ constexpr char kUsage[] =
     "  tessera-plan calibrate --out FILE [...]\n"
     "      measures this machine and writes the profile the planner reads\n"
     "      (tessera-plan calibrate --help lists its flags)\n"
-    "  tessera-plan replay TRACE [--what-if comm_dtype=bf16|link=K ...]\n"
+    "  tessera-plan replay TRACE [--what-if comm_dtype=bf16|link=K|group_size=N ...]\n"
     "      replays a step trace (--trace of tessera-train / tessera-bench): each rank's\n"
     "      critical path, the profile's prediction beside each phase, what-if questions\n"
     "      (tessera-plan replay --help)\n"

@@ -27,9 +27,17 @@ struct Span {
   double end() const { return start + dur; }
 };
 
+// One rank's estimator-phase intervals (nested ones: the innermost counts), for group_size
+// what-ifs.
+struct PhaseInterval {
+  double start = 0, end = 0;
+  int phase = -1;
+};
+
 // One rank's step: its main thread's spans inside the step's "iteration" span.
 struct RankStep {
   double start = 0, dur = 0;
+  std::vector<PhaseInterval> phases;  // estimator phases' spans (group_size what-ifs)
   std::vector<Span> spans;        // every span of the main thread inside the step
   std::vector<Span> collectives;  // the collectives among them, in order
 };
@@ -37,8 +45,42 @@ struct RankStep {
 struct WhatIf {
   double a2a_payload_scale = 1;  // comm_dtype=bf16: 0.5 of the output / backward dist bytes
   double link_scale = 1;         // link=K: every collective's transfer / K
+  int group_size = 0;            // group_size=N: 0 = the traced one
+  // group_size=N, filled from the trace: per estimator phase the factor its spans take (the
+  // planner's prediction at N over the traced run's), and per step the time of phases the
+  // traced run predicted none of (added to every rank's step end).
+  std::vector<double> phase_scale;
+  double added_us = 0;
   std::string text;
 };
+
+// The factor of the innermost phase interval holding `t` (1 outside every interval).
+double ScaleAt(const std::vector<PhaseInterval>& iv, const WhatIf& w, double t) {
+  double best_len = 1e300, scale = 1;
+  for (const PhaseInterval& p : iv) {
+    if (p.start <= t && t < p.end && p.end - p.start < best_len) {
+      best_len = p.end - p.start;
+      scale = w.phase_scale[p.phase];
+    }
+  }
+  return scale;
+}
+
+// [a, b) of a rank's compute with each part scaled by the phase it belongs to.
+double ScaledSpan(const std::vector<PhaseInterval>& iv, const WhatIf& w, double a, double b) {
+  if (w.phase_scale.empty() || b <= a) return std::max(0.0, b - a);
+  std::vector<double> cuts = {a, b};
+  for (const PhaseInterval& p : iv) {
+    if (p.start > a && p.start < b) cuts.push_back(p.start);
+    if (p.end > a && p.end < b) cuts.push_back(p.end);
+  }
+  std::sort(cuts.begin(), cuts.end());
+  double out = 0;
+  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+    out += (cuts[i + 1] - cuts[i]) * ScaleAt(iv, w, 0.5 * (cuts[i] + cuts[i + 1]));
+  }
+  return out;
+}
 
 // The phase span that encloses `c` on its thread (the innermost non-collective one), or "".
 std::string EnclosingPhase(const RankStep& s, const Span& c) {
@@ -88,7 +130,7 @@ Replay ReplayStep(const std::vector<RankStep>& ranks, const WhatIf& w) {
     std::vector<double> arrive(n);
     for (int q = 0; q < n; ++q) {
       const Span& c = ranks[q].collectives[k];
-      const double gap = std::max(0.0, c.start - last_end[q]);
+      const double gap = ScaledSpan(ranks[q].phases, w, last_end[q], c.start);
       last_end[q] = c.end();
       r.compute_us[q] += gap;
       arrive[q] = t[q] + gap;
@@ -104,6 +146,7 @@ Replay ReplayStep(const std::vector<RankStep>& ranks, const WhatIf& w) {
       const std::string phase = EnclosingPhase(ranks[0], c0);
       if (phase == "output_dist" || phase == "backward_dist") scale *= w.a2a_payload_scale;
     }
+    if (!w.phase_scale.empty()) scale *= ScaleAt(ranks[0].phases, w, c0.start + 0.5 * c0.dur);
     own *= scale;
     r.critical_rank.push_back(last);
     for (int q = 0; q < n; ++q) {
@@ -113,7 +156,8 @@ Replay ReplayStep(const std::vector<RankStep>& ranks, const WhatIf& w) {
     }
   }
   for (int q = 0; q < n; ++q) {
-    const double tail = std::max(0.0, ranks[q].start + ranks[q].dur - last_end[q]);
+    const double tail = ScaledSpan(ranks[q].phases, w, last_end[q], ranks[q].start + ranks[q].dur) +
+                        w.added_us;
     r.compute_us[q] += tail;
     t[q] += tail;
     r.end_us[q] = t[q];
@@ -134,7 +178,10 @@ constexpr char kUsage[] =
     "the replayed one, each estimator phase measured beside the profile's prediction (when the\n"
     "trace has it: tessera-bench writes it), and the step under each --what-if:\n"
     "  comm_dtype=bf16  the output and backward dists' all-to-alls move half the bytes\n"
-    "  link=K           every collective's own time / K (a link K times faster)\n";
+    "  link=K           every collective's own time / K (a link K times faster)\n"
+    "  group_size=N     another sharding group size of the same world: each phase's spans\n"
+    "                   scaled by the planner's prediction for its plan at N over the traced\n"
+    "                   run's (tessera-bench traces carry both)\n";
 
 }  // namespace
 
@@ -157,6 +204,9 @@ int RunPlanReplay(int argc, char** argv) {
         w.a2a_payload_scale = 0.5;
       } else if (kv.size() == 2 && kv[0] == "link" && absl::SimpleAtod(kv[1], &k) && k > 0) {
         w.link_scale = k;
+      } else if (kv.size() == 2 && kv[0] == "group_size" &&
+                 absl::SimpleAtoi(kv[1], &w.group_size) && w.group_size >= 1) {
+        // filled from the trace below
       } else {
         std::fprintf(stderr, "tessera-plan replay: bad --what-if '%s'\n%s", v.c_str(), kUsage);
         return 2;
@@ -228,6 +278,63 @@ int RunPlanReplay(int argc, char** argv) {
       }
     }
     ranks.push_back(std::move(rs));
+  }
+  // group_size=N: the estimator phases' spans per rank and each phase's factor from the trace.
+  const YAML::Node est_phases = root["otherData"]["estimator_phases"];
+  try {
+  for (WhatIf& w : what_ifs) {
+    if (w.group_size == 0) continue;
+    const YAML::Node others = root["otherData"]["group_size_what_if"];
+    const int traced = root["otherData"]["group_size"] ? root["otherData"]["group_size"].as<int>()
+                                                       : 0;
+    if (!est_phases || !est_phases.IsSequence() || traced == 0) {
+      return Fail(absl::StrCat(path, ": --what-if ", w.text, " needs the planner's predictions "
+                               "in the trace (tessera-bench --trace with a --profile)"));
+    }
+    std::vector<double> at;
+    std::string sizes = absl::StrCat(traced, " (traced)");
+    if (w.group_size == traced) {
+      for (const YAML::Node& p : est_phases) at.push_back(p["predicted_ms"].as<double>());
+    }
+    if (others && others.IsSequence()) {
+      for (const YAML::Node& g : others) {
+        const int size = g["group_size"].as<int>();
+        absl::StrAppend(&sizes, ", ", size);
+        if (size == w.group_size) at = g["phases_ms"].as<std::vector<double>>();
+      }
+    }
+    if (at.size() != est_phases.size()) {
+      return Fail(absl::StrCat(path, ": no prediction at group size ", w.group_size,
+                               " in the trace (it has ", sizes, ")"));
+    }
+    w.phase_scale.assign(at.size(), 1.0);
+    for (size_t i = 0; i < at.size(); ++i) {
+      const double now = est_phases[i]["predicted_ms"].as<double>();
+      if (now > 0) {
+        w.phase_scale[i] = at[i] / now;
+      } else {
+        // A phase the traced plan did not have: its time at every step's end.
+        w.added_us += 1e3 * std::max(0.0, at[i]) * static_cast<double>(num_steps);
+      }
+    }
+  }
+  if (est_phases && est_phases.IsSequence()) {
+    for (int q = 0; q < n; ++q) {
+      for (size_t i = 0; i < est_phases.size(); ++i) {
+        for (const YAML::Node& name : est_phases[i]["names"]) {
+          const std::string full = name.as<std::string>();
+          const size_t slash = full.find('/');
+          for (const Span& x : ranks[q].spans) {
+            if (x.cat == full.substr(0, slash) && x.name == full.substr(slash + 1)) {
+              ranks[q].phases.push_back({x.start, x.end(), static_cast<int>(i)});
+            }
+          }
+        }
+      }
+    }
+  }
+  } catch (const YAML::Exception& e) {
+    return Fail(absl::StrCat(path, ": bad otherData (", e.what(), ")"));
   }
   for (int q = 1; q < n; ++q) {
     if (ranks[q].collectives.size() != ranks[0].collectives.size()) {

@@ -17,21 +17,6 @@ namespace tessera {
 
 namespace {
 
-// The value after "key\t: " of /proc/cpuinfo's first line starting with `key`.
-std::string CpuInfo(const std::string& key) {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(key, 0) != 0) continue;
-    const size_t colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    std::string v = line.substr(colon + 1);
-    v.erase(0, v.find_first_not_of(" \t"));
-    return v;
-  }
-  return "";
-}
-
 int64_t CacheBytes(int level) {
   for (int i = 0; i < 8; ++i) {
     const std::string dir = absl::StrCat("/sys/devices/system/cpu/cpu0/cache/index", i, "/");
@@ -62,13 +47,27 @@ int64_t MemTotalBytes() {
 
 }  // namespace
 
+std::string ProcFileValue(const std::string& path, const std::string& key) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(key, 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string v = line.substr(colon + 1);
+    v.erase(0, v.find_first_not_of(" \t"));
+    return v;
+  }
+  return "";
+}
+
 planner::MachineFingerprint ThisMachineFingerprint() {
   planner::MachineFingerprint f;
   f.present = true;
-  f.cpu_model = CpuInfo("model name");
+  f.cpu_model = ProcFileValue("/proc/cpuinfo", "model name");
   std::set<std::string> flags;
   {
-    std::istringstream in(CpuInfo("flags"));
+    std::istringstream in(ProcFileValue("/proc/cpuinfo", "flags"));
     std::string w;
     while (in >> w) flags.insert(w);
   }

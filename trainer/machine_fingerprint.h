@@ -6,10 +6,17 @@
 // Reads /proc/cpuinfo, /proc/meminfo and /sys/devices/system/cpu/cpu0/cache; thread-safe.
 #pragma once
 
+#include <string>
+
 #include "planner/profile_meta.h"
 
 namespace tessera {
 
 planner::MachineFingerprint ThisMachineFingerprint();
+
+// The value after "key<spaces/tabs>:" on the first line of `path` (a /proc file such as
+// /proc/cpuinfo or /proc/self/status) that starts with `key`, leading blanks removed; "" when
+// the file or the key is missing.
+std::string ProcFileValue(const std::string& path, const std::string& key);
 
 }  // namespace tessera

@@ -36,6 +36,10 @@ check_usage unknown "unknown flag --frobnicate" --out "$tmp/bad.yaml" --frobnica
 rc=$?
 if [[ $rc -ne 3 ]]; then echo "FAIL calibrate --strict: exit $rc (want 3)"; cat "$tmp/stderr"; fail=1; fi
 grep -q "stayed wide or implausible" "$tmp/stdout" || { echo "FAIL: no flagged summary"; cat "$tmp/stdout"; fail=1; }
+# --quiet keeps one progress line per measurement (stderr not a terminal): 2 runs x 3 parts.
+grep -q "calibrate: 6 of 6 measurements done (tier run 2)" "$tmp/stderr" \
+  || { echo "FAIL: no progress line under --quiet"; cat "$tmp/stderr"; fail=1; }
+grep -q "gemm_fused_passes: true" "$tmp/p.yaml" || { echo "FAIL profile lacks gemm_fused_passes"; fail=1; }
 for key in "version: 2" "kind: cpu" "llc_bytes:" "bag_s:" "id_s:" "comm_memory_bytes:" "hit_s:" "op: all_to_all" "world_size: 2" "value_bytes: 68" \
            "base_memory_bytes" "fingerprint:" "cpu_model:" "cores:" "calibration:" "runs: 2" \
            "other_cpu_cores:" "flagged:" "wide: true"; do

@@ -497,6 +497,34 @@ TEST(EstimatorTest, UpdateFindsTheForwardsRowsInTheLlc) {
   EXPECT_NEAR(none->Evaluate({p}).step.s[kEmbeddingUpdate], u / 1e6, 1e-12);
 }
 
+// Calibrate times its gemm points through the Linear layer (bias + ReLU inside): a profile
+// that says so (gemm_fused_passes) adds no elementwise passes; bare GEMM rates get 3 passes
+// over [b, out] per layer at the copy rate.
+TEST(EstimatorTest, FusedLinearPassesAreNotPricedTwice) {
+  PlanInputs in = SmallInputs({1000}, 16, 1, 1000);
+  in.dense.num_dense = 13;
+  in.dense.bottom_mlp = {512, 64};
+  in.dense.top_mlp = {};
+  in.dense.interaction = Interaction::kDcn;
+  in.dense.dcn_num_layers = 0;
+  MachineProfile prof = FlatProfile();
+  DeviceProfile& d = prof.devices[0];
+  d.gemm = {{1000, 512, 13, 1e11}};
+  d.gemm_peak_flops_per_s = 1e11;
+  d.launch_overhead_s = 0;
+  absl::StatusOr<Estimator> bare = Estimator::Create(in, prof, 1);
+  ASSERT_TRUE(bare.ok());
+  d.gemm_fused_passes = true;
+  absl::StatusOr<Estimator> fused = Estimator::Create(in, prof, 1);
+  ASSERT_TRUE(fused.ok());
+  const double flops = 2.0 * 1000 * (13 * 512 + 512 * 64);
+  EXPECT_NEAR(fused->dense_forward_s(), flops / 1e11, 1e-12);
+  EXPECT_NEAR(bare->dense_forward_s() - fused->dense_forward_s(),
+              3.0 * 1000 * (512 + 64) * 4 / d.copy_bytes_per_s, 1e-12);
+  EXPECT_NEAR(bare->dense_backward_s() - fused->dense_backward_s(),
+              3.0 * 1000 * (512 + 64) * 4 / d.copy_bytes_per_s, 1e-12);
+}
+
 TEST(EstimatorTest, ComputeSlowsDownWhenTheNodesRanksComputeAtOnce) {
   // compute_slowdown 1.5 at world size 2: at T = 2 on one node every compute phase (lookup,
   // update, dense) takes 1.5x; the exchanges do not; at T = 1 nothing changes.

@@ -16,6 +16,7 @@ namespace tessera::planner {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(ProfileTest, ShippedProfilesParse) {
   ASSERT_GE(ShippedProfiles().size(), 2u);
@@ -147,6 +148,14 @@ TEST(ProfileTest, PackRateAndSearchStepAreOptionalAndRoundTrip) {
   absl::StatusOr<MachineProfile> r = ParseMachineProfile(MachineProfileToYaml(p), "d");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->devices[0].search_step_s, 7.5e-9);
+  // gemm_fused_passes: false when absent, written only when true.
+  EXPECT_FALSE(absent->devices[0].gemm_fused_passes);
+  EXPECT_THAT(MachineProfileToYaml(p), Not(HasSubstr("gemm_fused_passes")));
+  p.devices[0].gemm_fused_passes = true;
+  absl::StatusOr<MachineProfile> fused = ParseMachineProfile(MachineProfileToYaml(p), "f");
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  EXPECT_TRUE(fused->devices[0].gemm_fused_passes);
+  p.devices[0].gemm_fused_passes = false;
   // pack_id_s too.
   EXPECT_EQ(absent->devices[0].pack_id_s, 0);
   p.devices[0].pack_id_s = 3.5e-8;

@@ -4,7 +4,8 @@
 # that parses; spans nest on every thread; each phase of the bench's table sums in the trace to
 # the bench's own ms per step; at 2 ranks the collectives carry bytes and peers, the ranks'
 # clocks are aligned, each estimator phase's traced sum equals the bench's measured column;
-# `tessera-plan replay` reproduces the traced step within 5% and a 2x faster link shortens it.
+# `tessera-plan replay` reproduces the traced step within 5%, a 2x faster link shortens it, and
+# another group size rescales it by the planner's predictions.
 #   tests/planner/trace_check.sh build/bin <source dir>
 set -u
 bin=$1
@@ -111,6 +112,44 @@ if not ok:
     print("FAIL replay output:\n" + t)
 sys.exit(0 if ok else 1)
 PY
+# Another group size: N = 2 (the traced one) replays unchanged; N = 1 rescales each phase by the
+# planner's predictions in the trace (its plan at 1 against the traced run at 2); N = 3 is not a
+# group size of 2 ranks.
+"$bin/tessera-plan" replay "$tmp/t2.json" --what-if group_size=2 --what-if group_size=1 \
+  >"$tmp/replay_n.txt" 2>&1 || { echo "FAIL replay group_size"; cat "$tmp/replay_n.txt"; fail=1; }
+python3 - "$tmp/replay_n.txt" "$tmp/t2.json" <<'PY' || fail=1
+import json, re, sys
+t = open(sys.argv[1]).read()
+d = json.load(open(sys.argv[2]))["otherData"]
+m = re.search(r"replayed ([\d.]+) ms", t)
+same = re.search(r"what if group_size=2: step ([\d.]+) ms \(([-+\d.]+)%", t)
+one = re.search(r"what if group_size=1: step ([\d.]+) ms", t)
+bad = []
+if d.get("group_size") != 2 or [g["group_size"] for g in d["group_size_what_if"]] != [1]:
+    bad.append(f"trace otherData group sizes: {d.get('group_size')}, {d.get('group_size_what_if')}")
+if not (m and same and one):
+    bad.append("missing lines")
+else:
+    if abs(float(same.group(2))) > 0.05:
+        bad.append(f"group_size=2 (traced) changed the replay by {same.group(2)}%")
+    # Every span scaled by its phase's factor (1 outside the phases): the replay, a max-plus
+    # expression of the spans, lies between the smallest and the largest factor times the
+    # replay, plus the phases the traced plan lacked; and the planner's phases differ at 1.
+    at1 = d["group_size_what_if"][0]["phases_ms"]
+    now = [p["predicted_ms"] for p in d["estimator_phases"]]
+    f = [1.0] + [a / b for a, b in zip(at1, now) if b > 0]
+    added = sum(a for a, b in zip(at1, now) if b <= 0)
+    r, w = float(m.group(1)), float(one.group(1))
+    if not (min(f) * r - 1e-3 <= w <= max(f) * r + added + 1e-3) or abs(w - r) < 1e-3:
+        bad.append(f"group_size=1: {w} ms against the replay's {r} (factors {min(f):.3f}.."
+                   f"{max(f):.3f}, added {added:.3f} ms)")
+if bad:
+    print("FAIL replay group_size:", bad, "\n" + t)
+sys.exit(1 if bad else 0)
+PY
+"$bin/tessera-plan" replay "$tmp/t2.json" --what-if group_size=3 >/dev/null 2>"$tmp/err"
+[[ $? -eq 1 ]] && grep -q "no prediction at group size 3" "$tmp/err" \
+  || { echo "FAIL: group_size=3 of 2 ranks"; cat "$tmp/err"; fail=1; }
 "$bin/tessera-plan" replay "$tmp/nope.json" >/dev/null 2>"$tmp/err"
 [[ $? -eq 1 ]] && grep -q "nope.json" "$tmp/err" || { echo "FAIL: a missing trace"; fail=1; }
 [[ $fail -eq 0 ]] && echo "trace_check: all passed"
