@@ -51,16 +51,28 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
   e.table_kind_ = in.step.device == "cuda" ? kDevice : kHost;
   const std::string& tr = in.topology.transport;
   e.nccl_ = tr == "nccl";
-  // Layout replicas_adjacent: group rank s of group g is world rank s M + g, so the group's
-  // ranks sit M apart and a replica group's M ranks are contiguous.
+  // Which node each rank of sharding group 0 and of replica group 0 sits on, by the layout
+  // (inputs.h Topology): world rank w is on node w / R. Every group of a kind is placed alike.
   const int r = std::max(1, in.topology.ranks_per_node);
+  const bool contiguous = in.topology.groups_contiguous;
+  auto world_rank = [&](int group, int shard) {
+    return contiguous ? group * e.n_ + shard : shard * e.m_ + group;
+  };
   e.node_of_.resize(e.n_);
-  for (int s = 0; s < e.n_; ++s) e.node_of_[s] = (s * e.m_) / r;
+  for (int s = 0; s < e.n_; ++s) e.node_of_[s] = world_rank(0, s) / r;
   e.node_ranks_ = 0;
   for (int s = 0; s < e.n_; ++s) e.node_ranks_ += e.node_of_[s] == e.node_of_[0];
   const bool group_same_node = e.node_ranks_ == e.n_;
-  const bool replica_same_node = e.m_ <= r;
+  bool replica_same_node = true;
+  for (int g = 1; g < e.m_; ++g) replica_same_node &= world_rank(g, 0) / r == world_rank(0, 0) / r;
   const bool world_same_node = e.t_ <= r;
+  e.group_same_node_ = group_same_node;
+  e.replica_same_node_ = replica_same_node;
+  // Cross-node points exist in the profile (calibrate across hosts): a collective whose group
+  // crosses nodes is read from them; otherwise every collective from the same-node points.
+  bool has_cross = false;
+  for (const CollectivePoint& c : profile.collectives) has_cross |= c.transport == tr && !c.same_node;
+  std::vector<CollectiveCost*> cross;  // the costs read from cross-node points
   auto get = [&](CollectiveOp op, int size, bool same, CollectiveCost* out) -> absl::Status {
     if (size <= 1) {
       *out = CollectiveCost{};
@@ -72,6 +84,7 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
           absl::StrCat(in.source, ": profile '", profile.machine, "': ", c.status().message()));
     }
     *out = *c;
+    if (!same && has_cross) cross.push_back(out);
     return absl::OkStatus();
   };
   TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllToAll, e.n_, group_same_node, &e.a2a_group_));
@@ -83,9 +96,17 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
   TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllReduce, e.m_, replica_same_node, &e.ar_replica_));
   TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllGather, e.n_, group_same_node, &e.ag_group_));
   {
-    // Ranks computing side by side on one node (compute_slowdown, at their count).
+    // Ranks computing side by side on one node (compute_slowdown, at their count). A world
+    // across nodes reads it from the cross-node all-reduce at T when the profile has one: that
+    // calibration ran the whole world at once, its ranks spread over the hosts as the run's are
+    // (on a real cluster the same as R ranks of one node; on emulated hosts, which share one
+    // machine's cores, every rank of the world competing).
     CollectiveCost node;
-    TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllReduce, std::min(e.t_, r), true, &node));
+    if (!world_same_node && has_cross) {
+      TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllReduce, e.t_, false, &node));
+    } else {
+      TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllReduce, std::min(e.t_, r), true, &node));
+    }
     e.compute_slowdown_ = std::max(1.0, node.compute_slowdown);
   }
   {
@@ -94,12 +115,14 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
     // imbalance, which the step prices by taking every phase at its slowest rank, and by the
     // scheduler's jitter, at most kMaxWaitPerComputeOwnCores; a larger measured wait is the
     // load of the minute calibrate ran in. With more ranks x threads than cores (ranks share
-    // cores), the profile's measurement at that world size stands.
+    // cores), the profile's measurement at that world size stands, and so does a cross-node
+    // point's (measured over the links, whose jitter the cores do not bound).
     const int cores = profile.fingerprint.present ? profile.fingerprint.cores : 0;
     const int on_node = std::min(e.t_, r) * std::max(1, in.step.threads);
     if (cores > 0 && on_node <= cores) {
       for (CollectiveCost* c : {&e.a2a_group_, &e.a2a_intra_, &e.ar_world_, &e.ag_replica_,
                                 &e.ar_replica_, &e.ag_group_}) {
+        if (std::find(cross.begin(), cross.end(), c) != cross.end()) continue;
         c->wait_per_compute = std::min(c->wait_per_compute, kMaxWaitPerComputeOwnCores);
       }
     }

@@ -575,5 +575,125 @@ TEST(EstimatorTest, IdBytesMatchTheValidatedModel) {
               2.0 * 2048 * 8 * 64 * 4 * 3 / 4, 1e-3);
 }
 
+// FlatProfile with cross-node points 10x slower (1e5 bytes/s) at world sizes 2 and 4, each
+// with compute_slowdown `cross_slowdown`.
+MachineProfile TwoScopeProfile(double cross_slowdown = 0) {
+  MachineProfile p = FlatProfile();
+  std::vector<CollectivePoint> all;
+  for (const CollectivePoint& c : p.collectives) {
+    all.push_back(c);
+    if (c.world_size > 4) continue;
+    CollectivePoint x = c;
+    x.same_node = false;
+    x.bytes_per_s = 1e5;
+    x.compute_slowdown = cross_slowdown;
+    all.push_back(x);
+  }
+  p.collectives = all;
+  return p;
+}
+
+TEST(EstimatorTest, GroupsAcrossNodesPayTheCrossNodeRate) {
+  // T = 4 on 2 nodes of 2 ranks. Two 1000 x 16 tables, table-wise on group ranks 0 and 1; the
+  // output + backward dists move the same bytes in every case, at 1e6 B/s within a node and
+  // 1e5 across. replicas_adjacent, N = 2: sharding group {0, 2} spans the nodes, replica
+  // group {0, 1} on one; groups_contiguous, N = 2: sharding group {0, 1} on one node, replica
+  // group {0, 2} across; N = 4: the group spans the nodes; R = 4: everything on one node.
+  const MachineProfile prof = TwoScopeProfile();
+  PlanInputs in = SmallInputs({1000, 1000}, 16, 4, 100);
+  in.topology.ranks_per_node = 2;
+  auto dists = [&](const PlanInputs& inputs, int n, bool* group_same, bool* replica_same) {
+    absl::StatusOr<Estimator> est = Estimator::Create(inputs, prof, n);
+    EXPECT_TRUE(est.ok()) << est.status();
+    *group_same = est->group_same_node();
+    *replica_same = est->replica_same_node();
+    const StepEstimate e = est->Evaluate(
+        {TableWise(0, inputs.tables[0].config), TableWise(1, inputs.tables[1].config)});
+    return e.step.s[kOutputDist] + e.step.s[kBackwardDist];
+  };
+  bool g = false, r = false;
+  // The bytes of N = 2: each rank receives B x 16 x 4 from the one peer owning the table it
+  // does not, and sends as much; out + back.
+  const double bytes2 = 2.0 * 100 * 16 * 4;
+  EXPECT_NEAR(dists(in, 2, &g, &r), bytes2 / 1e5, 1e-9);
+  EXPECT_FALSE(g);
+  EXPECT_TRUE(r);
+  in.topology.groups_contiguous = true;
+  EXPECT_NEAR(dists(in, 2, &g, &r), bytes2 / 1e6, 1e-9);
+  EXPECT_TRUE(g);
+  EXPECT_FALSE(r);
+  const double across4 = dists(in, 4, &g, &r);
+  EXPECT_FALSE(g);
+  in.topology.ranks_per_node = 4;
+  const double within4 = dists(in, 4, &g, &r);
+  EXPECT_TRUE(g);
+  EXPECT_TRUE(r);
+  EXPECT_NEAR(across4, 10 * within4, 1e-9);
+  // A profile measured on one node only prices every group at its same-node points.
+  const MachineProfile one = FlatProfile();
+  in.topology.ranks_per_node = 2;
+  in.topology.groups_contiguous = false;
+  absl::StatusOr<Estimator> est = Estimator::Create(in, one, 2);
+  ASSERT_TRUE(est.ok());
+  EXPECT_NEAR(est->Evaluate({TableWise(0, in.tables[0].config),
+                             TableWise(1, in.tables[1].config)})
+                      .step.s[kOutputDist],
+              bytes2 / 2 / 1e6, 1e-9);
+}
+
+TEST(EstimatorTest, ReplicaSyncAcrossNodesPaysTheCrossNodeRate) {
+  // Exact replica sync of N = 2, M = 2 on 2 nodes of 2: its all-gathers and all-reduce run in
+  // the replica groups, within a node under replicas_adjacent and across under
+  // groups_contiguous (10x slower here); the sharding group's dists the other way round.
+  const MachineProfile prof = TwoScopeProfile();
+  PlanInputs in = SmallInputs({1000, 1000}, 16, 4, 100);
+  in.topology.ranks_per_node = 2;
+  in.step.replica_sync = ReplicaSync::kExact;
+  std::vector<TablePlacement> p = {TableWise(0, in.tables[0].config),
+                                   TableWise(1, in.tables[1].config)};
+  absl::StatusOr<Estimator> adjacent = Estimator::Create(in, prof, 2);
+  in.topology.groups_contiguous = true;
+  absl::StatusOr<Estimator> contiguous = Estimator::Create(in, prof, 2);
+  ASSERT_TRUE(adjacent.ok() && contiguous.ok());
+  // The sync's own compute (the union's sort and copies): the same with free collectives.
+  MachineProfile free_comm = FlatProfile();
+  for (CollectivePoint& x : free_comm.collectives) x.bytes_per_s = 1e18;
+  absl::StatusOr<Estimator> compute = Estimator::Create(in, free_comm, 2);
+  ASSERT_TRUE(compute.ok());
+  const double k = compute->Evaluate(p).step.s[kReplicaSync];
+  const double a = adjacent->Evaluate(p).step.s[kReplicaSync] - k;
+  const double c = contiguous->Evaluate(p).step.s[kReplicaSync] - k;
+  ASSERT_GT(a, 0);
+  EXPECT_NEAR(c, 10 * a, 1e-9 * c);
+  EXPECT_TRUE(adjacent->replica_same_node());
+  EXPECT_FALSE(contiguous->replica_same_node());
+}
+
+TEST(EstimatorTest, WorldAcrossNodesTakesTheCrossNodeComputeSlowdown) {
+  // compute_slowdown 1.5 on the same-node points at 2 and 2.0 on the cross-node ones: a world
+  // of 4 on 2 nodes takes 2.0 (the world measured at once, spread as the run is), a world of 2
+  // on one node 1.5.
+  MachineProfile prof = TwoScopeProfile(/*cross_slowdown=*/2.0);
+  for (CollectivePoint& c : prof.collectives) {
+    if (c.same_node) c.compute_slowdown = c.world_size == 2 ? 1.5 : 0;
+  }
+  const MachineProfile flat = FlatProfile();
+  PlanInputs in = SmallInputs({1000, 1000}, 16, 4, 100);
+  in.topology.ranks_per_node = 2;
+  in.dense.bottom_mlp = {64};
+  std::vector<TablePlacement> p = {TableWise(0, in.tables[0].config),
+                                   TableWise(1, in.tables[1].config)};
+  absl::StatusOr<Estimator> slow = Estimator::Create(in, prof, 2);
+  absl::StatusOr<Estimator> base = Estimator::Create(in, flat, 2);
+  ASSERT_TRUE(slow.ok() && base.ok());
+  EXPECT_NEAR(slow->Evaluate(p).step.s[kDenseForward], 2.0 * base->Evaluate(p).step.s[kDenseForward],
+              1e-12);
+  in.topology.ranks_per_node = 4;
+  absl::StatusOr<Estimator> one_node = Estimator::Create(in, prof, 2);
+  ASSERT_TRUE(one_node.ok());
+  EXPECT_NEAR(one_node->Evaluate(p).step.s[kDenseForward],
+              base->Evaluate(p).step.s[kDenseForward], 1e-12);  // 4 on a node: no point has it
+}
+
 }  // namespace
 }  // namespace tessera::planner
