@@ -68,11 +68,15 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
   const bool world_same_node = e.t_ <= r;
   e.group_same_node_ = group_same_node;
   e.replica_same_node_ = replica_same_node;
+  e.group_link_ = !group_same_node;
+  e.world_link_ = !world_same_node;
   // Cross-node points exist in the profile (calibrate across hosts): a collective whose group
   // crosses nodes is read from them; otherwise every collective from the same-node points.
   bool has_cross = false;
   for (const CollectivePoint& c : profile.collectives) has_cross |= c.transport == tr && !c.same_node;
   std::vector<CollectiveCost*> cross;  // the costs read from cross-node points
+  e.group_link_ &= has_cross;
+  e.world_link_ &= has_cross;
   auto get = [&](CollectiveOp op, int size, bool same, CollectiveCost* out) -> absl::Status {
     if (size <= 1) {
       *out = CollectiveCost{};
@@ -301,13 +305,17 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
       const double out_bytes = bags * cols * e;
       if (n > 1) {
         // Every other rank sends ids to the owner and receives its partial sums (charged to
-        // every rank in `uniform`, taken back from the owner here).
-        const double in_s = A2aSeconds(in_bytes, intra);
-        const double out_s = A2aSeconds(out_bytes, intra);
+        // every rank in `uniform` at the group's rate, taken back from the owner here).
+        // table_row_wise routes as row_wise (every rank of the group exchanges with the owner
+        // directly): the owner's peers on its own node at the intra-node rate, the group's
+        // ranks on other nodes at the group's.
+        const double in_s = A2aSeconds(in_bytes, false);
+        const double out_s = A2aSeconds(out_bytes, false);
+        const double near = intra ? node_ranks_ - 1 : 0, far = n - 1 - near;
         d[kInSend] -= in_s;
         d[kOutRecv] -= out_s;
-        d[kInRecv] += (n - 1) * in_s;
-        d[kOutSend] += (n - 1) * out_s;
+        d[kInRecv] += near * A2aSeconds(in_bytes, true) + far * in_s;
+        d[kOutSend] += near * A2aSeconds(out_bytes, true) + far * out_s;
       }
       const double owner_ids = n * frac * s.ids_local;
       const int64_t row_bytes = cols * 4;
@@ -416,8 +424,8 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
       // Sender side: the ids packed for the owner (twice when pipelined) and the partial sums
       // received plus their gradients sent back.
       memo_send = n > 1 ? pipe * in_bytes + 2 * out_bytes : 0;
-      memo_in_s = n > 1 ? A2aSeconds(in_bytes, intra) : 0;
-      memo_out_s = n > 1 ? A2aSeconds(out_bytes, intra) : 0;
+      memo_in_s = n > 1 ? A2aSeconds(in_bytes, false) : 0;
+      memo_out_s = n > 1 ? A2aSeconds(out_bytes, false) : 0;
     }
     // PackInput on every rank (T > 1): the ids of the shard's row range bucketed per
     // destination and deduplicated, on the critical path (the pipeline hides only the
@@ -497,7 +505,11 @@ PhaseTimes Estimator::StepFromMaxima(const MetricVec& raw, double world_allreduc
     const double buckets =
         std::max(1.0, std::ceil(bytes / std::max<int64_t>(1, in_->step.bucket_bytes)));
     const double full = buckets * ar_world_.latency_s + f * bytes / ar_world_.bytes_per_s;
-    const double window = nccl_ ? dense_bwd + out_s + p.s[kEmbeddingUpdate] : out_s;
+    // Across nodes with both exchanges on the link (cross-node points), the backward dist and
+    // the buckets share its bytes: overlapping them saves no link time.
+    const double window = nccl_ ? dense_bwd + out_s + p.s[kEmbeddingUpdate]
+                          : group_link_ && world_link_ ? 0
+                                                       : out_s;
     const double last = full / buckets;
     ar = std::max(last, full - window);
     ar += ar_world_.latency_s;  // the loss / count all-reduce
@@ -519,7 +531,9 @@ PhaseTimes Estimator::StepFromMaxima(const MetricVec& raw, double world_allreduc
   if (n_ > 1) {
     const double payload = a2a_lat + std::max(mx[kInSend], mx[kInRecv]);
     double exposed = payload;
-    if (in_->step.pipeline) {
+    // A sharding group across nodes (cross-node points): its payload shares the link with the
+    // exchanges it would hide behind, which the link's bytes bound, not their overlap.
+    if (in_->step.pipeline && !group_link_) {
       const double window = nccl_ ? p.total() : 2 * out_s + ar + p.s[kReplicaSync];
       exposed = std::max(0.0, payload - window);
     }

@@ -237,6 +237,9 @@ class Estimator {
   int node_ranks_ = 1;
   std::vector<int> node_of_;
   bool group_same_node_ = true, replica_same_node_ = true;
+  // The sharding group's all-to-alls / the world's all-reduce priced at cross-node points: on
+  // the links, where overlapping transfers share the bytes (no pipelining gain).
+  bool group_link_ = false, world_link_ = false;
   MemKind table_kind_ = kHost;
   bool nccl_ = false;
   CollectiveCost a2a_group_, a2a_intra_, ar_world_, ag_replica_, ar_replica_, ag_group_;

@@ -695,5 +695,51 @@ TEST(EstimatorTest, WorldAcrossNodesTakesTheCrossNodeComputeSlowdown) {
               base->Evaluate(p).step.s[kDenseForward], 1e-12);  // 4 on a node: no point has it
 }
 
+TEST(EstimatorTest, TableRowWiseAcrossNodesPaysTheLinkForTheFarRanks) {
+  // table_row_wise routes as row_wise: with N = 4 over 2 nodes of 2, a table split over group
+  // ranks 0 and 1 (node 0) is requested by ranks 2 and 3 across the link. The owner sends its
+  // partial sums to its node's peer at the intra-node rate (1e6 B/s) and to the two far ranks
+  // at the cross-node rate (1e5 B/s); every requester receives at the group's (cross) rate.
+  const MachineProfile prof = TwoScopeProfile();
+  PlanInputs in = SmallInputs({1000}, 16, 4, 100);
+  in.topology.ranks_per_node = 2;
+  absl::StatusOr<Estimator> est = Estimator::Create(in, prof, 4);
+  ASSERT_TRUE(est.ok());
+  EXPECT_FALSE(est->group_same_node());
+  TableOption o;
+  o.type = ShardingType::kTableRowWise;
+  o.row_pieces = 2;
+  const StepEstimate e = est->Evaluate({MakePlacement(o, {0, 1}, in.tables[0].config)});
+  const double block = 100.0 * 16 * 4;  // one rank's bags x cols x 4 from one row piece
+  // The owner (rank 0): 1 near + 2 far peers, less its own block at the group rate.
+  const double owner = block / 1e6 + 2 * block / 1e5;
+  // A far requester (rank 2): two pieces received at the cross rate.
+  const double far = 2 * block / 1e5;
+  EXPECT_NEAR(e.step.s[kOutputDist], std::max(owner, far), 1e-9);
+}
+
+TEST(EstimatorTest, PipelinedInputDistIsNotHiddenOnTheLink) {
+  // sharding.pipeline hides the input dist's payload behind the step's other collectives on
+  // one node; a sharding group across nodes shares the link with them: exposed in full.
+  const MachineProfile prof = TwoScopeProfile();
+  PlanInputs in = SmallInputs({1000, 1000, 1000, 1000}, 16, 4, 100);
+  in.topology.ranks_per_node = 2;
+  in.step.pipeline = true;
+  std::vector<TablePlacement> p;
+  for (int t = 0; t < 4; ++t) p.push_back(TableWise(t, in.tables[t].config));
+  absl::StatusOr<Estimator> across = Estimator::Create(in, prof, 4);
+  in.step.pipeline = false;
+  absl::StatusOr<Estimator> unpipelined = Estimator::Create(in, prof, 4);
+  ASSERT_TRUE(across.ok() && unpipelined.ok());
+  const double a = across->Evaluate(p).step.s[kInputDist];
+  EXPECT_GT(a, 0);
+  EXPECT_NEAR(a, unpipelined->Evaluate(p).step.s[kInputDist], 1e-12);
+  in.topology.ranks_per_node = 4;  // one node: hidden behind the dists
+  in.step.pipeline = true;
+  absl::StatusOr<Estimator> within = Estimator::Create(in, prof, 4);
+  ASSERT_TRUE(within.ok());
+  EXPECT_LT(within->Evaluate(p).step.s[kInputDist], 0.1 * a);
+}
+
 }  // namespace
 }  // namespace tessera::planner
