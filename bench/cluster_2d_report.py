@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""The table of bench/cluster_2d.sh from its runs.jsonl: per config and link rate, every plan's
+"""The table of bench/cluster_2d.sh from its runs.jsonl (and, after it, any files of
+bench/cluster_2d_choices.sh lines, which replace the planner's side: predictions and choices
+of another estimator for the same runs): per config and link rate, every plan's
 samples/s, median step, bytes per step through host 0's link, the planner's prediction for the
 same plan (and its ratio to the measured step), the planner's choice of N for the plan's layout
 and sync (tessera-plan with sharding.group_size 0), and which plan was fastest against which
 plan the planner predicted fastest.
 
-    python3 bench/cluster_2d_report.py runs/cluster_2d/runs.jsonl
+    python3 bench/cluster_2d_report.py runs/cluster_2d/runs.jsonl [CHOICES.jsonl ...]
 """
 import json
 import statistics
@@ -13,12 +15,13 @@ import sys
 from collections import defaultdict
 
 
-def main(path):
+def main(paths):
     bench = defaultdict(list)  # name -> bench JSON objects (one per round)
     link = defaultdict(list)   # name -> bytes per step
     failed = defaultdict(int)
     choice = {}                # "cfg rate layout mode k" -> (N, {N: predicted ms})
-    for line in open(path):
+    lines = [line for path in paths for line in open(path)]
+    for line in lines:
         line = line.strip()
         if not line:
             continue
@@ -40,7 +43,7 @@ def main(path):
     worst = 0.0
     for (cfg, rate), names in groups.items():
         print(f"\n### {cfg}, link {rate}\n")
-        print("| plan (N, layout, sync) | samples/s | step ms (median) | predicted ms | "
+        print("| plan (N, layout, sync) | samples/s | step ms (mean) | predicted ms | "
               "predicted / measured | host 0 link MB/step (both ways) | planner's N here "
               "(predicted ms at N=1/2/4) |")
         print("|---|---|---|---|---|---|---|")
@@ -53,14 +56,17 @@ def main(path):
                 continue
             runs = bench[name]
             sps = statistics.median(r["samples_per_sec"] for r in runs)
-            step = statistics.median(r.get("meas_step_ms_median", r["ms_per_step"]) for r in runs)
-            spread = (max(r.get("meas_step_ms_median", 0) for r in runs) -
-                      min(r.get("meas_step_ms_median", 0) for r in runs)) / step
-            pred = runs[0].get("pred_step_ms")
+            # The mean step (timed seconds / steps), not the median: average mode's sync every
+            # k steps falls on one step in k, which a median of 8 steps leaves out.
+            step = statistics.median(r["ms_per_step"] for r in runs)
+            spread = (max(r["ms_per_step"] for r in runs) - min(r["ms_per_step"] for r in runs)) / step
+            ch = choice.get(f"{cfg} {rate} {layout} {mode} {k}")
+            # tessera-plan's prediction at this N (the plan sharding.plan: auto makes at a fixed
+            # N); tessera-bench's own when there is none.
+            pred = ch[1].get(n) if ch and n in ch[1] else runs[0].get("pred_step_ms")
             ratio = pred / step if pred else float("nan")
             worst = max(worst, abs(ratio - 1))
             mb = statistics.median(link[name]) / 1e6 if link[name] else float("nan")
-            ch = choice.get(f"{cfg} {rate} {layout} {mode} {k}")
             ch_text = ""
             if ch:
                 tried = "/".join(f"{ch[1].get(str(g), float('nan')):.0f}" for g in (1, 2, 4))
@@ -79,4 +85,4 @@ def main(path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1:])

@@ -100,6 +100,24 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
   TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllReduce, e.m_, replica_same_node, &e.ar_replica_));
   TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllGather, e.n_, group_same_node, &e.ag_group_));
   {
+    // Groups that run at once share the link: a cross-node point at size W was measured with
+    // the W ranks alone on the links, spread evenly over the calibration's hosts (as many per
+    // host as a group of the run has per node, for a run over as many nodes); in the run every
+    // group of a kind runs its collective at the same time, so the node's min(T, R) ranks
+    // share its link where the point had the group's own ranks per node.
+    const double on_node = std::min(e.t_, r);
+    int replica_node_ranks = 0;
+    for (int g = 0; g < e.m_; ++g) replica_node_ranks += world_rank(g, 0) / r == world_rank(0, 0) / r;
+    auto share = [&](CollectiveCost* c, int group_node_ranks) {
+      if (std::find(cross.begin(), cross.end(), c) == cross.end() || c->bytes_per_s <= 0) return;
+      c->bytes_per_s /= std::max(1.0, on_node / std::max(1, group_node_ranks));
+    };
+    share(&e.a2a_group_, e.node_ranks_);
+    share(&e.ag_group_, e.node_ranks_);
+    share(&e.ag_replica_, replica_node_ranks);
+    share(&e.ar_replica_, replica_node_ranks);
+  }
+  {
     // Ranks computing side by side on one node (compute_slowdown, at their count). A world
     // across nodes reads it from the cross-node all-reduce at T when the profile has one: that
     // calibration ran the whole world at once, its ranks spread over the hosts as the run's are
@@ -504,7 +522,11 @@ PhaseTimes Estimator::StepFromMaxima(const MetricVec& raw, double world_allreduc
     const double f = 2.0 * (t_ - 1) / t_;
     const double buckets =
         std::max(1.0, std::ceil(bytes / std::max<int64_t>(1, in_->step.bucket_bytes)));
-    const double full = buckets * ar_world_.latency_s + f * bytes / ar_world_.bytes_per_s;
+    // The profile's all-reduce rate is buffer bytes per second (calibrate); on one node the
+    // ring's 2 (T-1)/T share of them is priced as moved, across nodes (a link-bound cross-node
+    // point) the buffer's bytes at that rate as measured.
+    const double moved = world_link_ ? 1.0 : f;
+    const double full = buckets * ar_world_.latency_s + moved * bytes / ar_world_.bytes_per_s;
     // Across nodes with both exchanges on the link (cross-node points), the backward dist and
     // the buckets share its bytes: overlapping them saves no link time.
     const double window = nccl_ ? dense_bwd + out_s + p.s[kEmbeddingUpdate]
@@ -522,7 +544,7 @@ PhaseTimes Estimator::StepFromMaxima(const MetricVec& raw, double world_allreduc
       const double in_cache = std::min<double>(static_cast<double>(dev_->llc_bytes),
                                                static_cast<double>(kInCacheCallBytes));
       p.s[kEmbeddingUpdate] +=
-          ar_world_.latency_s + ar_world_.Transfer(f * world_allreduce_bytes, in_cache);
+          ar_world_.latency_s + ar_world_.Transfer(moved * world_allreduce_bytes, in_cache);
     }
   }
   p.s[kDenseAllReduce] = ar;

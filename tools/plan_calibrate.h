@@ -144,7 +144,7 @@ CalibrateOptions QuickCalibrateOptions(const std::vector<std::string>& configs);
 
 // The collectives measurement, run by every rank of an MPI job that Calibrate started: MPI must
 // be active (the caller ran MpiInitialize). A world whose launcher puts fewer ranks on this
-// node than the world has (tools/launcher_env.h) is measured as cross-host: a 1 MiB large call
+// node than the world has (tools/launcher_env.h) is measured as cross-host: a 2 MiB large call
 // (the links are slow), no beyond-cache call, and a first line "scope cross_node". Rank 0 writes
 // one line per point to `out_path`:
 // "<op> <world_size> <latency_s> <bytes_per_s>", then "memory <bytes>": what the MPI runtime adds

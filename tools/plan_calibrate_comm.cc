@@ -10,8 +10,8 @@
 // per second of that compute (TimeUnsynced; the same for every op of the world size); the
 // all-reduce's beyond_llc_bytes_per_s the slope from 4 to 64 MiB.
 // Across hosts (a world its launcher spreads over several nodes: tools/launcher_env.h says this
-// node holds fewer ranks than the world) the same points are measured with a 1 MiB large call
-// and no beyond-cache call (the link, not the cache, bounds them; a 64 MiB all-reduce over a
+// node holds fewer ranks than the world) the same points are measured with a 2 MiB large call,
+// each time the median of its calls (not the fastest), and no beyond-cache call (the link, not the cache, bounds them; a 64 MiB all-reduce over a
 // 100 Mbit/s link would take seconds per call), compute_slowdown on the wall clock
 // (ComputeSlowdown), and recorded as same_node: false. Calibrate runs
 // them under CalibrateOptions::cross_host_mpirun with the world spread evenly over the hosts.
@@ -40,9 +40,12 @@ namespace {
 
 using calibrate_internal::MedianSeconds;
 
-// Mean over ranks of the fastest of at least 10 calls' wall seconds (a barrier before each call).
+// Mean over ranks of the fastest of at least 10 calls' wall seconds (a barrier before each call);
+// `median`: of their median (across hosts, where the link, not the scheduler, sets the time and
+// the fastest call is the one that caught the shaper's bucket full).
 absl::StatusOr<double> TimeCollective(Communicator& comm, double min_seconds,
-                                      const std::function<absl::Status()>& call) {
+                                      const std::function<absl::Status()>& call,
+                                      bool median = false) {
   // Every rank must run the same number of repetitions: rank 0 decides by broadcasting.
   std::vector<double> t;
   Stopwatch total;
@@ -59,7 +62,7 @@ absl::StatusOr<double> TimeCollective(Communicator& comm, double min_seconds,
   // another job (4 ranks oversubscribe 2 cores, and other engineers' builds share them); a
   // collective waits for its slowest rank, so any interruption of any rank shows up in full.
   std::sort(t.begin(), t.end());
-  double med = t.front();
+  double med = median ? t[t.size() / 2] : t.front();
   TESSERA_RETURN_IF_ERROR(comm.AllReduce(&med, 1, ReduceOp::kAvg));
   return med;
 }
@@ -173,7 +176,7 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
   const int w = comm->size();
   const bool cross = LauncherLocalSize() < w;
   const int64_t kSmall = 8, kHuge = int64_t{64} << 20;
-  const int64_t kLarge = cross ? int64_t{1} << 20 : planner::kInCacheCallBytes;
+  const int64_t kLarge = cross ? int64_t{2} << 20 : planner::kInCacheCallBytes;
   std::ostringstream out;
   if (cross) out << "scope cross_node\n";
   // What MPI added: VmRSS after one small call of each collective (the shared-memory segments
@@ -230,7 +233,7 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
         bytes[i] = static_cast<double>(block) * w;
         call = [&] { return comm->AllGatherV(send.data(), block, recv.data(), counts, displs); };
       }
-      TESSERA_ASSIGN_OR_RETURN(t[i], TimeCollective(*comm, seconds_per_point, call));
+      TESSERA_ASSIGN_OR_RETURN(t[i], TimeCollective(*comm, seconds_per_point, call, cross));
       // The wait (the scheduler's, not the op's: measured once, with the small all-reduce):
       // that call unsynchronised after kGap of compute, per second of compute.
       if (i == 0 && std::string(op) == "all_reduce") {
