@@ -15,22 +15,23 @@
 # and warm-up included, divided by warm-up + timed steps), the prediction for the same plan.
 #   bench/cluster_2d.sh [BUILD_DIR]
 # Env: RATES ("100mbit 1gbit"), CONFIGS ("kaggle skewed mlperf_mini"; configs/bench/NAME.yaml),
-# STEPS (6), WARMUP (2), ROUNDS (1: every run repeated, interleaved), OUT (runs/cluster_2d),
+# STEPS (8: a multiple of the largest k, so every timed window holds the same syncs), WARMUP (2), ROUNDS (1: every run repeated, interleaved), OUT (runs/cluster_2d),
 # REUSE_PROFILES (0; 1: a rate's profile already in OUT is used, not calibrated again).
 # Prints a markdown table per config and rate (bench/cluster_2d_report.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 rates=${RATES:-"100mbit 1gbit"}; configs=${CONFIGS:-"kaggle skewed mlperf_mini"}
-steps=${STEPS:-6}; warmup=${WARMUP:-2}; rounds=${ROUNDS:-1}
+steps=${STEPS:-8}; warmup=${WARMUP:-2}; rounds=${ROUNDS:-1}
 out=${OUT:-runs/cluster_2d}
 export TESSERA_CLUSTER_PREFIX=${TESSERA_CLUSTER_PREFIX:-tsr-b} TESSERA_CLUSTER_NET=${TESSERA_CLUSTER_NET:-4}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$out"
 runs="$out/runs.jsonl"; : > "$runs"
 bash scripts/cluster.sh up 2 2 --link "${rates%% *}" || exit $?
-trap 'bash scripts/cluster.sh down' EXIT INT TERM
-link_bytes() { bash scripts/cluster.sh stats | awk 'NR == 1 {print $5 + $7}'; }
+trap 'bash scripts/cluster.sh down' EXIT
+trap 'exit 130' INT TERM
+link_bytes() { bash scripts/cluster.sh stats | awk 'NR == 1 {printf "%.0f\n", $5 + $7}'; }
 plans=("4 replicas_adjacent exact 1" "2 replicas_adjacent exact 1" "2 groups_contiguous exact 1"
        "2 replicas_adjacent average 1" "2 groups_contiguous average 1"
        "2 replicas_adjacent average 8" "2 groups_contiguous average 8")
@@ -46,22 +47,7 @@ for rate in $rates; do
     --cross_host_mpirun "bash scripts/cluster.sh mpirun" --config "${cfg_list%,}" \
     --scratch "/tmp/tessera-cluster-2d-calibrate" --out "$profile" 2> "$out/calibrate-$rate.log"
   fi
-  for cfg in $configs; do
-    for layout in replicas_adjacent groups_contiguous; do
-      for sync in "exact 1" "average 1" "average 8"; do
-        read -r mode k <<< "$sync"
-        "$build/bin/tessera-plan" --config "configs/bench/$cfg.yaml" --world_size 4 \
-          --ranks_per_node 2 --profile "$profile" --group_size 0 --format json \
-          --set "sharding.layout=$layout" --set "sharding.replica_sync=$mode" \
-          --set "sharding.sync_every=$k" 2> /dev/null |
-          python3 -c 'import json, sys
-t = sys.stdin.read(); j = json.loads(t[t.index("{"):])
-print(json.dumps({"choice": sys.argv[1], "group_size": j["group_size"],
-                  "tried": {str(x["group_size"]): x["step_ms"] for x in j["tried"]}}))' \
-            "$cfg $rate $layout $mode $k" >> "$runs"
-      done
-    done
-  done
+  bash bench/cluster_2d_choices.sh "$build" "$profile" "$rate" $configs >> "$runs"
   for ((round = 0; round < rounds; round++)); do
     for cfg in $configs; do
       for plan in "${plans[@]}"; do
