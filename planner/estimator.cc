@@ -51,16 +51,32 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
   e.table_kind_ = in.step.device == "cuda" ? kDevice : kHost;
   const std::string& tr = in.topology.transport;
   e.nccl_ = tr == "nccl";
-  // Layout replicas_adjacent: group rank s of group g is world rank s M + g, so the group's
-  // ranks sit M apart and a replica group's M ranks are contiguous.
+  // Which node each rank of sharding group 0 and of replica group 0 sits on, by the layout
+  // (inputs.h Topology): world rank w is on node w / R. Every group of a kind is placed alike.
   const int r = std::max(1, in.topology.ranks_per_node);
+  const bool contiguous = in.topology.groups_contiguous;
+  auto world_rank = [&](int group, int shard) {
+    return contiguous ? group * e.n_ + shard : shard * e.m_ + group;
+  };
   e.node_of_.resize(e.n_);
-  for (int s = 0; s < e.n_; ++s) e.node_of_[s] = (s * e.m_) / r;
+  for (int s = 0; s < e.n_; ++s) e.node_of_[s] = world_rank(0, s) / r;
   e.node_ranks_ = 0;
   for (int s = 0; s < e.n_; ++s) e.node_ranks_ += e.node_of_[s] == e.node_of_[0];
   const bool group_same_node = e.node_ranks_ == e.n_;
-  const bool replica_same_node = e.m_ <= r;
+  bool replica_same_node = true;
+  for (int g = 1; g < e.m_; ++g) replica_same_node &= world_rank(g, 0) / r == world_rank(0, 0) / r;
   const bool world_same_node = e.t_ <= r;
+  e.group_same_node_ = group_same_node;
+  e.replica_same_node_ = replica_same_node;
+  e.group_link_ = !group_same_node;
+  e.world_link_ = !world_same_node;
+  // Cross-node points exist in the profile (calibrate across hosts): a collective whose group
+  // crosses nodes is read from them; otherwise every collective from the same-node points.
+  bool has_cross = false;
+  for (const CollectivePoint& c : profile.collectives) has_cross |= c.transport == tr && !c.same_node;
+  std::vector<CollectiveCost*> cross;  // the costs read from cross-node points
+  e.group_link_ &= has_cross;
+  e.world_link_ &= has_cross;
   auto get = [&](CollectiveOp op, int size, bool same, CollectiveCost* out) -> absl::Status {
     if (size <= 1) {
       *out = CollectiveCost{};
@@ -72,6 +88,7 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
           absl::StrCat(in.source, ": profile '", profile.machine, "': ", c.status().message()));
     }
     *out = *c;
+    if (!same && has_cross) cross.push_back(out);
     return absl::OkStatus();
   };
   TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllToAll, e.n_, group_same_node, &e.a2a_group_));
@@ -83,9 +100,35 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
   TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllReduce, e.m_, replica_same_node, &e.ar_replica_));
   TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllGather, e.n_, group_same_node, &e.ag_group_));
   {
-    // Ranks computing side by side on one node (compute_slowdown, at their count).
+    // Groups that run at once share the link: a cross-node point at size W was measured with
+    // the W ranks alone on the links, spread evenly over the calibration's hosts (as many per
+    // host as a group of the run has per node, for a run over as many nodes); in the run every
+    // group of a kind runs its collective at the same time, so the node's min(T, R) ranks
+    // share its link where the point had the group's own ranks per node.
+    const double on_node = std::min(e.t_, r);
+    int replica_node_ranks = 0;
+    for (int g = 0; g < e.m_; ++g) replica_node_ranks += world_rank(g, 0) / r == world_rank(0, 0) / r;
+    auto share = [&](CollectiveCost* c, int group_node_ranks) {
+      if (std::find(cross.begin(), cross.end(), c) == cross.end() || c->bytes_per_s <= 0) return;
+      c->bytes_per_s /= std::max(1.0, on_node / std::max(1, group_node_ranks));
+    };
+    share(&e.a2a_group_, e.node_ranks_);
+    share(&e.ag_group_, e.node_ranks_);
+    share(&e.ag_replica_, replica_node_ranks);
+    share(&e.ar_replica_, replica_node_ranks);
+  }
+  {
+    // Ranks computing side by side on one node (compute_slowdown, at their count). A world
+    // across nodes reads it from the cross-node all-reduce at T when the profile has one: that
+    // calibration ran the whole world at once, its ranks spread over the hosts as the run's are
+    // (on a real cluster the same as R ranks of one node; on emulated hosts, which share one
+    // machine's cores, every rank of the world competing).
     CollectiveCost node;
-    TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllReduce, std::min(e.t_, r), true, &node));
+    if (!world_same_node && has_cross) {
+      TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllReduce, e.t_, false, &node));
+    } else {
+      TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllReduce, std::min(e.t_, r), true, &node));
+    }
     e.compute_slowdown_ = std::max(1.0, node.compute_slowdown);
   }
   {
@@ -94,12 +137,14 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
     // imbalance, which the step prices by taking every phase at its slowest rank, and by the
     // scheduler's jitter, at most kMaxWaitPerComputeOwnCores; a larger measured wait is the
     // load of the minute calibrate ran in. With more ranks x threads than cores (ranks share
-    // cores), the profile's measurement at that world size stands.
+    // cores), the profile's measurement at that world size stands, and so does a cross-node
+    // point's (measured over the links, whose jitter the cores do not bound).
     const int cores = profile.fingerprint.present ? profile.fingerprint.cores : 0;
     const int on_node = std::min(e.t_, r) * std::max(1, in.step.threads);
     if (cores > 0 && on_node <= cores) {
       for (CollectiveCost* c : {&e.a2a_group_, &e.a2a_intra_, &e.ar_world_, &e.ag_replica_,
                                 &e.ar_replica_, &e.ag_group_}) {
+        if (std::find(cross.begin(), cross.end(), c) != cross.end()) continue;
         c->wait_per_compute = std::min(c->wait_per_compute, kMaxWaitPerComputeOwnCores);
       }
     }
@@ -278,13 +323,17 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
       const double out_bytes = bags * cols * e;
       if (n > 1) {
         // Every other rank sends ids to the owner and receives its partial sums (charged to
-        // every rank in `uniform`, taken back from the owner here).
-        const double in_s = A2aSeconds(in_bytes, intra);
-        const double out_s = A2aSeconds(out_bytes, intra);
+        // every rank in `uniform` at the group's rate, taken back from the owner here).
+        // table_row_wise routes as row_wise (every rank of the group exchanges with the owner
+        // directly): the owner's peers on its own node at the intra-node rate, the group's
+        // ranks on other nodes at the group's.
+        const double in_s = A2aSeconds(in_bytes, false);
+        const double out_s = A2aSeconds(out_bytes, false);
+        const double near = intra ? node_ranks_ - 1 : 0, far = n - 1 - near;
         d[kInSend] -= in_s;
         d[kOutRecv] -= out_s;
-        d[kInRecv] += (n - 1) * in_s;
-        d[kOutSend] += (n - 1) * out_s;
+        d[kInRecv] += near * A2aSeconds(in_bytes, true) + far * in_s;
+        d[kOutSend] += near * A2aSeconds(out_bytes, true) + far * out_s;
       }
       const double owner_ids = n * frac * s.ids_local;
       const int64_t row_bytes = cols * 4;
@@ -398,8 +447,8 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
       // Sender side: the ids packed for the owner (twice when pipelined) and the partial sums
       // received plus their gradients sent back.
       memo_send = n > 1 ? pipe * in_bytes + 2 * out_bytes : 0;
-      memo_in_s = n > 1 ? A2aSeconds(in_bytes, intra) : 0;
-      memo_out_s = n > 1 ? A2aSeconds(out_bytes, intra) : 0;
+      memo_in_s = n > 1 ? A2aSeconds(in_bytes, false) : 0;
+      memo_out_s = n > 1 ? A2aSeconds(out_bytes, false) : 0;
     }
     // PackInput on every rank (T > 1): the ids of the shard's row range bucketed per
     // destination and deduplicated, on the critical path (the pipeline hides only the
@@ -478,8 +527,16 @@ PhaseTimes Estimator::StepFromMaxima(const MetricVec& raw, double world_allreduc
     const double f = 2.0 * (t_ - 1) / t_;
     const double buckets =
         std::max(1.0, std::ceil(bytes / std::max<int64_t>(1, in_->step.bucket_bytes)));
-    const double full = buckets * ar_world_.latency_s + f * bytes / ar_world_.bytes_per_s;
-    const double window = nccl_ ? dense_bwd + out_s + p.s[kEmbeddingUpdate] : out_s;
+    // The profile's all-reduce rate is buffer bytes per second (calibrate); on one node the
+    // ring's 2 (T-1)/T share of them is priced as moved, across nodes (a link-bound cross-node
+    // point) the buffer's bytes at that rate as measured.
+    const double moved = world_link_ ? 1.0 : f;
+    const double full = buckets * ar_world_.latency_s + moved * bytes / ar_world_.bytes_per_s;
+    // Across nodes with both exchanges on the link (cross-node points), the backward dist and
+    // the buckets share its bytes: overlapping them saves no link time.
+    const double window = nccl_ ? dense_bwd + out_s + p.s[kEmbeddingUpdate]
+                          : group_link_ && world_link_ ? 0
+                                                       : out_s;
     const double last = full / buckets;
     ar = std::max(last, full - window);
     ar += ar_world_.latency_s;  // the loss / count all-reduce
@@ -492,7 +549,7 @@ PhaseTimes Estimator::StepFromMaxima(const MetricVec& raw, double world_allreduc
       const double in_cache = std::min<double>(static_cast<double>(dev_->llc_bytes),
                                                static_cast<double>(kInCacheCallBytes));
       p.s[kEmbeddingUpdate] +=
-          ar_world_.latency_s + ar_world_.Transfer(f * world_allreduce_bytes, in_cache);
+          ar_world_.latency_s + ar_world_.Transfer(moved * world_allreduce_bytes, in_cache);
     }
   }
   p.s[kDenseAllReduce] = ar;
@@ -501,7 +558,9 @@ PhaseTimes Estimator::StepFromMaxima(const MetricVec& raw, double world_allreduc
   if (n_ > 1) {
     const double payload = a2a_lat + std::max(mx[kInSend], mx[kInRecv]);
     double exposed = payload;
-    if (in_->step.pipeline) {
+    // A sharding group across nodes (cross-node points): its payload shares the link with the
+    // exchanges it would hide behind, which the link's bytes bound, not their overlap.
+    if (in_->step.pipeline && !group_link_) {
       const double window = nccl_ ? p.total() : 2 * out_s + ar + p.s[kReplicaSync];
       exposed = std::max(0.0, payload - window);
     }

@@ -51,7 +51,11 @@
 // The ranks' compute (lookup, update, packing, dense) is multiplied by the profile's
 // compute_slowdown at the node's rank count (ranks computing side by side share the LLC and
 // the memory bus). Every collective also pays its latency (profile alpha at that communicator
-// size). The step
+// size). Each collective is priced at the profile's points of its scope: a group whose ranks
+// share one node (R ranks per node, world ranks filling nodes in order, the layout deciding
+// which groups are neighbours: Topology) at the same-node points, a group across nodes at the
+// cross-node points (same_node: false, from calibrate across hosts) when the profile has them;
+// a world across nodes also takes compute_slowdown from the cross-node all-reduce at T. The step
 // time is the sum of the phases, each taken at its slowest rank (the collectives synchronise
 // the group), not the sum of a rank's own costs.
 //
@@ -180,8 +184,13 @@ class Estimator {
   const PlanInputs& inputs() const { return *in_; }
   MemKind table_kind() const { return table_kind_; }
   int node_ranks() const { return node_ranks_; }
-  // Group ranks that share a node with group rank `r` (itself included).
+  // The node of group rank `r` (by the topology's ranks per node and layout).
   int node_of(int r) const { return node_of_[r]; }
+  // Whether a sharding group's ranks (its all-to-alls) and a replica group's ranks (replica
+  // sync) all sit on one node; a group that does not is priced at the profile's cross-node
+  // collectives when it has them (profile same_node: false).
+  bool group_same_node() const { return group_same_node_; }
+  bool replica_same_node() const { return replica_same_node_; }
 
   // What table t adds under `p`.
   Contribution Contribute(int t, const TablePlacement& p) const;
@@ -228,6 +237,10 @@ class Estimator {
   int n_ = 1, m_ = 1, t_ = 1;
   int node_ranks_ = 1;
   std::vector<int> node_of_;
+  bool group_same_node_ = true, replica_same_node_ = true;
+  // The sharding group's all-to-alls / the world's all-reduce priced at cross-node points: on
+  // the links, where overlapping transfers share the bytes (no pipelining gain).
+  bool group_link_ = false, world_link_ = false;
   MemKind table_kind_ = kHost;
   bool nccl_ = false;
   CollectiveCost a2a_group_, a2a_intra_, ar_world_, ag_replica_, ar_replica_, ag_group_;

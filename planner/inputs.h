@@ -32,6 +32,11 @@ struct MemoryLimits {
 struct Topology {
   int world_size = 1;      // T
   int ranks_per_node = 1;  // R: ranks sharing a node (and its intra-node links); divides T or >= T
+  // The process grid's layout (sharding.layout), which decides which of its groups stay on a
+  // node: false = replicas_adjacent (group rank s of sharding group g is world rank s M + g: a
+  // shard's replicas are neighbours), true = groups_contiguous (world rank g N + s: a sharding
+  // group's ranks are neighbours). World ranks fill the nodes in order (R per node).
+  bool groups_contiguous = false;
   MemoryLimits memory;
   std::string transport = "mpi";  // the communicator the profile's collectives are read for
 };

@@ -20,6 +20,9 @@
 #   cluster.sh run [--np N] [MPIRUN_ARGS...] -- CMD [ARGS...]
 #                                     mpirun CMD on the hosts (N default H x R, ranks filled
 #                                     host by host: ranks 0..R-1 on host 0, ...)
+#   cluster.sh mpirun MPIRUN_ARGS...  mpirun with the cluster's flags inside host 0, the arguments
+#                                     as given (a launcher for tools that build their own mpirun
+#                                     line: tessera-plan calibrate --cross_host_mpirun)
 #   cluster.sh exec H -- CMD          run CMD inside host H's namespace
 #   cluster.sh link RATE              reshape every link
 #   cluster.sh cut H [down|slow|host] cut host H's data link: its switch port down (default), or
@@ -202,6 +205,12 @@ cmd_run() {
   [ "${1:-}" = "--" ] || die "run: expected -- CMD"
   shift
   [ $# -ge 1 ] || die "run: no command after --"
+  cmd_mpirun -np "$np" "${extra[@]}" "$@"
+}
+
+# mpirun ARGS... inside host 0 with the cluster's flags (what `run` does, the arguments as given).
+cmd_mpirun() {
+  load_state
   local flags
   mapfile -t flags < <(tr ' ' '\n' < "$state/flags" | sed '/^$/d')
   # The working directory and environment carry over (mpirun passes OMPI_* and -x variables).
@@ -209,7 +218,7 @@ cmd_run() {
   # segments and session directories after it, so two hosts must not share one.
   exec ip netns exec "$(host_ns 0)" unshare --uts env OMPI_ALLOW_RUN_AS_ROOT=1 \
     OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 sh -c 'hostname "$0" && exec "$@"' "$(host_ns 0)" \
-    mpirun "${flags[@]}" -np "$np" "${extra[@]}" "$@"
+    mpirun "${flags[@]}" "$@"
 }
 
 cmd_exec() {
@@ -270,6 +279,7 @@ cmd=$1; shift
 case "$cmd" in
   up) cmd_up "$@" ;;
   run) cmd_run "$@" ;;
+  mpirun) cmd_mpirun "$@" ;;
   exec) [ $# -ge 2 ] || usage; cmd_exec "$@" ;;
   link) [ $# -eq 1 ] || usage; cmd_link "$1" ;;
   cut) [ $# -ge 1 ] || usage; cmd_cut "$@" ;;
@@ -280,5 +290,5 @@ case "$cmd" in
   hostfile) load_state; echo "$state/hostfile" ;;
   down) [ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces)"; cmd_down ;;
   -h|--help|help) usage ;;
-  *) die "unknown command '$cmd' (up, run, exec, link, cut, kill, heal, stats, flags, hostfile, down)" ;;
+  *) die "unknown command '$cmd' (up, run, mpirun, exec, link, cut, kill, heal, stats, flags, hostfile, down)" ;;
 esac

@@ -73,6 +73,7 @@ constexpr char kUsage[] =
     "         [--seconds_per_point 0.25] [--table_mib 256] [--batch 2048] [--pooling 1]\n"
     "         [--multi_pooling 32] [--llc_mib N] [--clock cpu|wall]\n"
     "         [--mpirun mpirun] [--scratch DIR] [--no_cuda] [--quiet]\n"
+    "         [--hosts H --cross_host_mpirun 'bash scripts/cluster.sh mpirun']\n"
     "         [--runs 3] [--max_spread 0.25] [--extra_runs 2] [--strict] [--quick] [--cache]\n"
     "Measures this machine (gather / scatter-update by row size, GEMM at the configs' layer\n"
     "shapes, MPI collectives at each world size, RocksDB tier reads and writes, the GPU when\n"
@@ -83,6 +84,8 @@ constexpr char kUsage[] =
     "plausibility check is measured again (--extra_runs) and, if it stays so, listed in the\n"
     "profile's calibration.flagged and at the end (--strict: exit status 3). --quick: the short\n"
     "set `sharding.profile: auto` calibrates with (3 dims, 2 ranks, one tier size; ~1 min).\n"
+    "--hosts H --cross_host_mpirun CMD: also each world size's collectives across H hosts\n"
+    "(CMD -np W --map-by ppr:W/H:node ...; profile same_node: false; docs/CLUSTER.md).\n"
     "--cache: write this machine's profile where `sharding.profile: auto` finds it\n"
     "($XDG_CACHE_HOME/tessera or ~/.cache/tessera, by the machine's fingerprint).\n";
 
@@ -338,8 +341,8 @@ absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
       for (planner::TierPoint& t : med.tier) m.tier.push_back(t);
     }
     std::sort(m.collectives.begin(), m.collectives.end(), [](const auto& a, const auto& b) {
-      return std::make_tuple(static_cast<int>(a.op), a.transport, a.world_size) <
-             std::make_tuple(static_cast<int>(b.op), b.transport, b.world_size);
+      return std::make_tuple(static_cast<int>(a.op), a.transport, a.world_size, !a.same_node) <
+             std::make_tuple(static_cast<int>(b.op), b.transport, b.world_size, !b.same_node);
     });
     for (planner::DeviceProfile& d : m.devices) d.comm_memory_bytes = comm_memory;
     for (planner::KeyQuality& k : q) {
@@ -488,6 +491,10 @@ int RunPlanCalibrate(int argc, char** argv) {
       o.cpu_clock = v == "cpu";
     } else if (a == "--mpirun") {
       o.mpirun = v;
+    } else if (a == "--cross_host_mpirun") {
+      o.cross_host_mpirun = v;
+    } else if (a == "--hosts") {
+      ok = absl::SimpleAtoi(v, &o.hosts) && o.hosts >= 2;
     } else if (a == "--scratch") {
       o.scratch_dir = v;
     } else if (a == "--runs") {

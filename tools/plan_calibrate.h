@@ -88,6 +88,15 @@ struct CalibrateOptions {
   // collectives skipped. Default: "mpirun", {}.
   std::string mpirun = "mpirun";
   std::vector<std::string> worker_argv;
+  // Cross-host points (profile same_node: false): a launcher command that places ranks on
+  // `hosts` hosts (e.g. "bash scripts/cluster.sh mpirun" for emulated hosts, or "mpirun
+  // --hostfile H" with the interfaces named). For each world size W of `world_sizes` that
+  // `hosts` divides, the collectives are measured again under
+  // `<cross_host_mpirun> -np W --map-by ppr:W/hosts:node <worker_argv>` (the world spread evenly
+  // over the hosts, as both process-grid layouts spread a group that crosses them). Empty or
+  // hosts < 2: none. Default: "", 0.
+  std::string cross_host_mpirun;
+  int hosts = 0;
   // RocksDB tier points: value sizes are dim x 4 + 4 (row-wise AdaGrad state) for these dims.
   // Empty: no tier points. Default: 16, 64, 128.
   std::vector<int64_t> tier_dims = {16, 64, 128};
@@ -134,7 +143,10 @@ CalibrateOptions QuickCalibrateOptions(const std::vector<std::string>& configs);
                                                                 const std::string& command);
 
 // The collectives measurement, run by every rank of an MPI job that Calibrate started: MPI must
-// be active (the caller ran MpiInitialize). Rank 0 writes one line per point to `out_path`:
+// be active (the caller ran MpiInitialize). A world whose launcher puts fewer ranks on this
+// node than the world has (tools/launcher_env.h) is measured as cross-host: a 2 MiB large call
+// (the links are slow), no beyond-cache call, and a first line "scope cross_node". Rank 0 writes
+// one line per point to `out_path`:
 // "<op> <world_size> <latency_s> <bytes_per_s>", then "memory <bytes>": what the MPI runtime adds
 // to a rank, the largest over the ranks of VmRSS after a round of small collectives and of VmHWM
 // after the large ones less the worker's own buffers, each minus `rss_before_mpi` (VmRSS before

@@ -9,6 +9,12 @@
 // the small all-reduce's median CPU time unsynchronised after 4 ms of compute, less latency_s,
 // per second of that compute (TimeUnsynced; the same for every op of the world size); the
 // all-reduce's beyond_llc_bytes_per_s the slope from 4 to 64 MiB.
+// Across hosts (a world its launcher spreads over several nodes: tools/launcher_env.h says this
+// node holds fewer ranks than the world) the same points are measured with a 2 MiB large call,
+// each time the median of its calls (not the fastest), and no beyond-cache call (the link, not the cache, bounds them; a 64 MiB all-reduce over a
+// 100 Mbit/s link would take seconds per call), compute_slowdown on the wall clock
+// (ComputeSlowdown), and recorded as same_node: false. Calibrate runs
+// them under CalibrateOptions::cross_host_mpirun with the world spread evenly over the hosts.
 #include <time.h>
 #include <unistd.h>
 
@@ -26,6 +32,7 @@
 #include "core/device.h"
 #include "dense/mlp.h"
 #include "sharding/mpi_communicator.h"
+#include "tools/launcher_env.h"
 #include "tools/plan_calibrate_internal.h"
 
 namespace tessera {
@@ -33,9 +40,12 @@ namespace {
 
 using calibrate_internal::MedianSeconds;
 
-// Mean over ranks of the fastest of at least 10 calls' wall seconds (a barrier before each call).
+// Mean over ranks of the fastest of at least 10 calls' wall seconds (a barrier before each call);
+// `median`: of their median (across hosts, where the link, not the scheduler, sets the time and
+// the fastest call is the one that caught the shaper's bucket full).
 absl::StatusOr<double> TimeCollective(Communicator& comm, double min_seconds,
-                                      const std::function<absl::Status()>& call) {
+                                      const std::function<absl::Status()>& call,
+                                      bool median = false) {
   // Every rank must run the same number of repetitions: rank 0 decides by broadcasting.
   std::vector<double> t;
   Stopwatch total;
@@ -52,7 +62,7 @@ absl::StatusOr<double> TimeCollective(Communicator& comm, double min_seconds,
   // another job (4 ranks oversubscribe 2 cores, and other engineers' builds share them); a
   // collective waits for its slowest rank, so any interruption of any rank shows up in full.
   std::sort(t.begin(), t.end());
-  double med = t.front();
+  double med = median ? t[t.size() / 2] : t.front();
   TESSERA_RETURN_IF_ERROR(comm.AllReduce(&med, 1, ReduceOp::kAvg));
   return med;
 }
@@ -97,8 +107,10 @@ absl::StatusOr<double> TimeUnsynced(Communicator& comm, double compute_s,
 // kinds, a Linear forward at a bench layer shape (2048 x 512 -> 256, compute-bound) and 16k
 // random 256-byte row reads over 64 MiB (memory-bound), timed on the thread's CPU clock, median
 // of kReps, first by rank 0 alone (the others sleep) and then by every rank together (the
-// slowest rank's median): together / alone, at least 1.
-absl::StatusOr<double> ComputeSlowdown(Communicator& comm) {
+// slowest rank's median): together / alone, at least 1. `wall`: on the wall clock instead (the
+// cross-host measurement: there the ranks of emulated hosts share one machine's cores, which a
+// thread's CPU clock does not see; on real hosts with a core per rank the two agree).
+absl::StatusOr<double> ComputeSlowdown(Communicator& comm, bool wall) {
   constexpr int kReps = 41;
   constexpr int64_t kB = 2048, kIn = 512, kOut = 256, kRows = (int64_t{64} << 20) / 256;
   std::vector<float> x(kB * kIn, 0.01f), w(kOut * kIn, 0.02f), b(kOut, 0.0f), y(kB * kOut);
@@ -109,9 +121,9 @@ absl::StatusOr<double> ComputeSlowdown(Communicator& comm) {
     h ^= h << 13, h ^= h >> 7, h ^= h << 17;
     id = static_cast<int64_t>(h % kRows);
   }
-  auto thread_cpu = [] {
+  auto thread_cpu = [wall] {
     timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    clock_gettime(wall ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID, &ts);
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
   };
   const DeviceContext ctx = DeviceContext::Cpu();
@@ -162,8 +174,11 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
                                   int64_t rss_before_mpi) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, CreateMpiWorldCommunicator());
   const int w = comm->size();
-  const int64_t kSmall = 8, kLarge = planner::kInCacheCallBytes, kHuge = int64_t{64} << 20;
+  const bool cross = LauncherLocalSize() < w;
+  const int64_t kSmall = 8, kHuge = int64_t{64} << 20;
+  const int64_t kLarge = cross ? int64_t{2} << 20 : planner::kInCacheCallBytes;
   std::ostringstream out;
+  if (cross) out << "scope cross_node\n";
   // What MPI added: VmRSS after one small call of each collective (the shared-memory segments
   // and the progress engine touched), before any large buffer exists.
   int64_t mpi_bytes = 0;
@@ -218,7 +233,7 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
         bytes[i] = static_cast<double>(block) * w;
         call = [&] { return comm->AllGatherV(send.data(), block, recv.data(), counts, displs); };
       }
-      TESSERA_ASSIGN_OR_RETURN(t[i], TimeCollective(*comm, seconds_per_point, call));
+      TESSERA_ASSIGN_OR_RETURN(t[i], TimeCollective(*comm, seconds_per_point, call, cross));
       // The wait (the scheduler's, not the op's: measured once, with the small all-reduce):
       // that call unsynchronised after kGap of compute, per second of compute.
       if (i == 0 && std::string(op) == "all_reduce") {
@@ -250,7 +265,7 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
   // all-reduce of kHuge bytes, its slope from the kLarge point (all_reduce only: the one
   // collective the trainer calls with buffers that large, a data-parallel gradient table).
   double beyond = 0;
-  {
+  if (!cross) {
     std::vector<float> fl(kHuge / 4, 1.0f);
     TESSERA_ASSIGN_OR_RETURN(const double t, TimeCollective(*comm, seconds_per_point, [&] {
                                return comm->AllReduce(fl.data(), static_cast<int64_t>(fl.size()),
@@ -262,7 +277,7 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
     out << lines[i] << " " << per << " " << (i == 1 ? beyond : 0.0) << "\n";
   }
   out << "memory " << mpi_bytes << "\n";
-  TESSERA_ASSIGN_OR_RETURN(const double slowdown, ComputeSlowdown(*comm));
+  TESSERA_ASSIGN_OR_RETURN(const double slowdown, ComputeSlowdown(*comm, cross));
   out << "compute_slowdown " << w << " " << slowdown << "\n";
   if (comm->rank() == 0) {
     std::ofstream f(out_path);
@@ -287,10 +302,21 @@ absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   }
+  // (world size, across hosts): every world size on this host, then across the hosts.
+  std::vector<std::pair<int, bool>> jobs;
   for (int w : o.world_sizes) {
-    const std::string out = absl::StrCat(o.scratch_dir, "/collectives-", w, ".txt");
+    jobs.push_back({w, false});
+    if (!o.cross_host_mpirun.empty() && o.hosts >= 2 && w % o.hosts == 0) jobs.push_back({w, true});
+  }
+  for (const auto& [w, across] : jobs) {
+    const std::string out =
+        absl::StrCat(o.scratch_dir, "/collectives-", w, across ? "-cross" : "", ".txt");
     std::remove(out.c_str());
     std::vector<std::string> args = {o.mpirun, "-np", std::to_string(w), "--oversubscribe"};
+    if (across) {
+      args = {o.cross_host_mpirun, "-np", std::to_string(w), "--map-by",
+              absl::StrCat("ppr:", w / o.hosts, ":node")};
+    }
     for (const std::string& a : o.worker_argv) args.push_back("'" + a + "'");
     args.push_back("'" + out + "'");
     const std::string cmd = absl::StrJoin(args, " ") + " 1>&2";
@@ -299,14 +325,22 @@ absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(
     std::ifstream in(out);
     if (rc != 0 || !in) {
       return absl::InternalError(absl::StrCat("calibrate: collectives worker at world size ", w,
-                                              " failed (exit status ", rc, "): ", cmd));
+                                              across ? " across hosts" : "", " failed (exit status ",
+                                              rc, "): ", cmd));
     }
     std::string op;
     int size;
     double latency, bw, wait_per, beyond;
     size_t first = points.size();
     double slowdown = 0;
+    bool same_node = true;
     while (in >> op) {
+      if (op == "scope") {
+        std::string scope;
+        in >> scope;
+        same_node = scope != "cross_node";
+        continue;
+      }
       if (op == "compute_slowdown") {
         in >> size >> slowdown;
         Progress(o, absl::StrFormat("collectives: world %d: compute %.3fx slower with every rank "
@@ -329,21 +363,28 @@ absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(
                                   : planner::CollectiveOp::kAllGather;
       p.transport = "mpi";
       p.world_size = size;
-      p.same_node = true;
+      p.same_node = same_node;
       p.latency_s = latency;
       p.bytes_per_s = bw;
       p.wait_per_compute = wait_per;
       p.beyond_llc_bytes_per_s = beyond;
       points.push_back(p);
-      Progress(o, absl::StrFormat("collectives: %s world %d: latency %.1f us, %.2f GB/s, "
+      Progress(o, absl::StrFormat("collectives: %s world %d%s: latency %.1f us, %.3f GB/s, "
                                   "unsynchronised wait %.3f x compute",
-                                  op, size, latency * 1e6, bw / 1e9, wait_per));
+                                  op, size, same_node ? "" : " across hosts", latency * 1e6,
+                                  bw / 1e9, wait_per));
+    }
+    if (across == same_node) {
+      return absl::InternalError(absl::StrCat(
+          "calibrate: the collectives worker at world size ", w, " ran ",
+          same_node ? "on one host where hosts" : "across hosts where one host",
+          " were asked for (the launcher's placement: ", cmd, ")"));
     }
     for (size_t i = first; i < points.size(); ++i) points[i].compute_slowdown = slowdown;
   }
   std::sort(points.begin(), points.end(), [](const auto& a, const auto& b) {
-    return std::make_tuple(static_cast<int>(a.op), a.transport, a.world_size) <
-           std::make_tuple(static_cast<int>(b.op), b.transport, b.world_size);
+    return std::make_tuple(static_cast<int>(a.op), a.transport, a.world_size, !a.same_node) <
+           std::make_tuple(static_cast<int>(b.op), b.transport, b.world_size, !b.same_node);
   });
   return points;
 }

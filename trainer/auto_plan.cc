@@ -26,6 +26,7 @@ planner::PlanInputs PlanInputsFromConfig(const Config& config, const planner::To
   planner::PlanInputs in;
   in.source = config.source.empty() ? "config" : config.source;
   in.topology = topology;
+  in.topology.groups_contiguous = config.sharding.layout == GridLayout::kGroupsContiguous;
   in.group_size = config.sharding.group_size;
   const std::vector<int64_t>& pooling = config.data.synthetic.pooling;
   const bool synthetic = config.data.format == DataFormat::kSynthetic;

@@ -603,5 +603,197 @@ TEST(EstimatorTest, IdBytesMatchTheValidatedModel) {
               2.0 * 2048 * 8 * 64 * 4 * 3 / 4, 1e-3);
 }
 
+// FlatProfile with cross-node points 10x slower (1e5 bytes/s) at world sizes 2 and 4, each
+// with compute_slowdown `cross_slowdown`.
+MachineProfile TwoScopeProfile(double cross_slowdown = 0) {
+  MachineProfile p = FlatProfile();
+  std::vector<CollectivePoint> all;
+  for (const CollectivePoint& c : p.collectives) {
+    all.push_back(c);
+    if (c.world_size > 4) continue;
+    CollectivePoint x = c;
+    x.same_node = false;
+    x.bytes_per_s = 1e5;
+    x.compute_slowdown = cross_slowdown;
+    all.push_back(x);
+  }
+  p.collectives = all;
+  return p;
+}
+
+TEST(EstimatorTest, GroupsAcrossNodesPayTheCrossNodeRate) {
+  // T = 4 on 2 nodes of 2 ranks. Two 1000 x 16 tables, table-wise on group ranks 0 and 1; the
+  // output + backward dists move the same bytes in every case, at 1e6 B/s within a node and
+  // 1e5 across. replicas_adjacent, N = 2: sharding group {0, 2} spans the nodes, replica
+  // group {0, 1} on one; groups_contiguous, N = 2: sharding group {0, 1} on one node, replica
+  // group {0, 2} across; N = 4: the group spans the nodes; R = 4: everything on one node.
+  const MachineProfile prof = TwoScopeProfile();
+  PlanInputs in = SmallInputs({1000, 1000}, 16, 4, 100);
+  in.topology.ranks_per_node = 2;
+  auto dists = [&](const PlanInputs& inputs, int n, bool* group_same, bool* replica_same) {
+    absl::StatusOr<Estimator> est = Estimator::Create(inputs, prof, n);
+    EXPECT_TRUE(est.ok()) << est.status();
+    *group_same = est->group_same_node();
+    *replica_same = est->replica_same_node();
+    const StepEstimate e = est->Evaluate(
+        {TableWise(0, inputs.tables[0].config), TableWise(1, inputs.tables[1].config)});
+    return e.step.s[kOutputDist] + e.step.s[kBackwardDist];
+  };
+  bool g = false, r = false;
+  // The bytes of N = 2: each rank receives B x 16 x 4 from the one peer owning the table it
+  // does not, and sends as much; out + back. Across the nodes the two sharding groups (one
+  // rank per node each) share each node's link: half the point's rate (measured with one rank
+  // per host).
+  const double bytes2 = 2.0 * 100 * 16 * 4;
+  EXPECT_NEAR(dists(in, 2, &g, &r), bytes2 / 0.5e5, 1e-9);
+  EXPECT_FALSE(g);
+  EXPECT_TRUE(r);
+  in.topology.groups_contiguous = true;
+  EXPECT_NEAR(dists(in, 2, &g, &r), bytes2 / 1e6, 1e-9);
+  EXPECT_TRUE(g);
+  EXPECT_FALSE(r);
+  const double across4 = dists(in, 4, &g, &r);
+  EXPECT_FALSE(g);
+  in.topology.ranks_per_node = 4;
+  const double within4 = dists(in, 4, &g, &r);
+  EXPECT_TRUE(g);
+  EXPECT_TRUE(r);
+  EXPECT_NEAR(across4, 10 * within4, 1e-9);
+  // A profile measured on one node only prices every group at its same-node points.
+  const MachineProfile one = FlatProfile();
+  in.topology.ranks_per_node = 2;
+  in.topology.groups_contiguous = false;
+  absl::StatusOr<Estimator> est = Estimator::Create(in, one, 2);
+  ASSERT_TRUE(est.ok());
+  EXPECT_NEAR(est->Evaluate({TableWise(0, in.tables[0].config),
+                             TableWise(1, in.tables[1].config)})
+                      .step.s[kOutputDist],
+              bytes2 / 2 / 1e6, 1e-9);
+}
+
+TEST(EstimatorTest, ReplicaSyncAcrossNodesPaysTheCrossNodeRate) {
+  // Exact replica sync of N = 2, M = 2 on 2 nodes of 2: its all-gathers and all-reduce run in
+  // the replica groups, within a node under replicas_adjacent and across under
+  // groups_contiguous (10x slower here, and shared by both replica groups); the sharding
+  // group's dists the other way round.
+  const MachineProfile prof = TwoScopeProfile();
+  PlanInputs in = SmallInputs({1000, 1000}, 16, 4, 100);
+  in.topology.ranks_per_node = 2;
+  in.step.replica_sync = ReplicaSync::kExact;
+  std::vector<TablePlacement> p = {TableWise(0, in.tables[0].config),
+                                   TableWise(1, in.tables[1].config)};
+  absl::StatusOr<Estimator> adjacent = Estimator::Create(in, prof, 2);
+  in.topology.groups_contiguous = true;
+  absl::StatusOr<Estimator> contiguous = Estimator::Create(in, prof, 2);
+  ASSERT_TRUE(adjacent.ok() && contiguous.ok());
+  // The sync's own compute (the union's sort and copies): the same with free collectives.
+  MachineProfile free_comm = FlatProfile();
+  for (CollectivePoint& x : free_comm.collectives) x.bytes_per_s = 1e18;
+  absl::StatusOr<Estimator> compute = Estimator::Create(in, free_comm, 2);
+  ASSERT_TRUE(compute.ok());
+  const double k = compute->Evaluate(p).step.s[kReplicaSync];
+  const double a = adjacent->Evaluate(p).step.s[kReplicaSync] - k;
+  const double c = contiguous->Evaluate(p).step.s[kReplicaSync] - k;
+  ASSERT_GT(a, 0);
+  // 10x the rate, and the two replica groups (one rank per node each) share the link: 20x.
+  EXPECT_NEAR(c, 20 * a, 1e-9 * c);
+  EXPECT_TRUE(adjacent->replica_same_node());
+  EXPECT_FALSE(contiguous->replica_same_node());
+}
+
+TEST(EstimatorTest, WorldAcrossNodesTakesTheCrossNodeComputeSlowdown) {
+  // compute_slowdown 1.5 on the same-node points at 2 and 2.0 on the cross-node ones: a world
+  // of 4 on 2 nodes takes 2.0 (the world measured at once, spread as the run is), a world of 2
+  // on one node 1.5.
+  MachineProfile prof = TwoScopeProfile(/*cross_slowdown=*/2.0);
+  for (CollectivePoint& c : prof.collectives) {
+    if (c.same_node) c.compute_slowdown = c.world_size == 2 ? 1.5 : 0;
+  }
+  const MachineProfile flat = FlatProfile();
+  PlanInputs in = SmallInputs({1000, 1000}, 16, 4, 100);
+  in.topology.ranks_per_node = 2;
+  in.dense.bottom_mlp = {64};
+  std::vector<TablePlacement> p = {TableWise(0, in.tables[0].config),
+                                   TableWise(1, in.tables[1].config)};
+  absl::StatusOr<Estimator> slow = Estimator::Create(in, prof, 2);
+  absl::StatusOr<Estimator> base = Estimator::Create(in, flat, 2);
+  ASSERT_TRUE(slow.ok() && base.ok());
+  EXPECT_NEAR(slow->Evaluate(p).step.s[kDenseForward], 2.0 * base->Evaluate(p).step.s[kDenseForward],
+              1e-12);
+  in.topology.ranks_per_node = 4;
+  absl::StatusOr<Estimator> one_node = Estimator::Create(in, prof, 2);
+  ASSERT_TRUE(one_node.ok());
+  EXPECT_NEAR(one_node->Evaluate(p).step.s[kDenseForward],
+              base->Evaluate(p).step.s[kDenseForward], 1e-12);  // 4 on a node: no point has it
+}
+
+TEST(EstimatorTest, TableRowWiseAcrossNodesPaysTheLinkForTheFarRanks) {
+  // table_row_wise routes as row_wise: with N = 4 over 2 nodes of 2, a table split over group
+  // ranks 0 and 1 (node 0) is requested by ranks 2 and 3 across the link. The owner sends its
+  // partial sums to its node's peer at the intra-node rate (1e6 B/s) and to the two far ranks
+  // at the cross-node rate (1e5 B/s); every requester receives at the group's (cross) rate.
+  const MachineProfile prof = TwoScopeProfile();
+  PlanInputs in = SmallInputs({1000}, 16, 4, 100);
+  in.topology.ranks_per_node = 2;
+  absl::StatusOr<Estimator> est = Estimator::Create(in, prof, 4);
+  ASSERT_TRUE(est.ok());
+  EXPECT_FALSE(est->group_same_node());
+  TableOption o;
+  o.type = ShardingType::kTableRowWise;
+  o.row_pieces = 2;
+  const StepEstimate e = est->Evaluate({MakePlacement(o, {0, 1}, in.tables[0].config)});
+  const double block = 100.0 * 16 * 4;  // one rank's bags x cols x 4 from one row piece
+  // The owner (rank 0): 1 near + 2 far peers, less its own block at the group rate.
+  const double owner = block / 1e6 + 2 * block / 1e5;
+  // A far requester (rank 2): two pieces received at the cross rate.
+  const double far = 2 * block / 1e5;
+  EXPECT_NEAR(e.step.s[kOutputDist], std::max(owner, far), 1e-9);
+}
+
+TEST(EstimatorTest, PipelinedInputDistIsNotHiddenOnTheLink) {
+  // sharding.pipeline hides the input dist's payload behind the step's other collectives on
+  // one node; a sharding group across nodes shares the link with them: exposed in full.
+  const MachineProfile prof = TwoScopeProfile();
+  PlanInputs in = SmallInputs({1000, 1000, 1000, 1000}, 16, 4, 100);
+  in.topology.ranks_per_node = 2;
+  in.step.pipeline = true;
+  std::vector<TablePlacement> p;
+  for (int t = 0; t < 4; ++t) p.push_back(TableWise(t, in.tables[t].config));
+  absl::StatusOr<Estimator> across = Estimator::Create(in, prof, 4);
+  in.step.pipeline = false;
+  absl::StatusOr<Estimator> unpipelined = Estimator::Create(in, prof, 4);
+  ASSERT_TRUE(across.ok() && unpipelined.ok());
+  const double a = across->Evaluate(p).step.s[kInputDist];
+  EXPECT_GT(a, 0);
+  EXPECT_NEAR(a, unpipelined->Evaluate(p).step.s[kInputDist], 1e-12);
+  in.topology.ranks_per_node = 4;  // one node: hidden behind the dists
+  in.step.pipeline = true;
+  absl::StatusOr<Estimator> within = Estimator::Create(in, prof, 4);
+  ASSERT_TRUE(within.ok());
+  EXPECT_LT(within->Evaluate(p).step.s[kInputDist], 0.1 * a);
+}
+
+TEST(EstimatorTest, DenseAllReduceAcrossNodesMovesTheBufferAtTheMeasuredRate) {
+  // A cross-node all-reduce point is buffer bytes per second as calibrate measured it over the
+  // link: the dense gradients' 4 P bytes at that rate, not the ring's 2 (T-1)/T share on top;
+  // and with the group's dists on the same link nothing hides the buckets. On one node the
+  // ring's share stays (1.5 x 4 P at T = 4).
+  const MachineProfile prof = TwoScopeProfile();
+  PlanInputs in = SmallInputs({1000}, 16, 4, 100);
+  in.dense.bottom_mlp = {64};
+  in.topology.ranks_per_node = 2;
+  absl::StatusOr<Estimator> across = Estimator::Create(in, prof, 4);
+  ASSERT_TRUE(across.ok());
+  const double bytes = 4.0 * across->dense_params();
+  ASSERT_GT(bytes, 0);
+  std::vector<TablePlacement> p = {TableWise(0, in.tables[0].config)};
+  EXPECT_NEAR(across->Evaluate(p).step.s[kDenseAllReduce], bytes / 1e5, 1e-9);
+  in.topology.ranks_per_node = 4;
+  absl::StatusOr<Estimator> within = Estimator::Create(in, prof, 4);
+  ASSERT_TRUE(within.ok());
+  // One bucket: the last bucket (all of it) is exposed whatever the window.
+  EXPECT_NEAR(within->Evaluate(p).step.s[kDenseAllReduce], 1.5 * bytes / 1e6, 1e-9);
+}
+
 }  // namespace
 }  // namespace tessera::planner

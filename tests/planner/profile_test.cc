@@ -330,5 +330,51 @@ TEST(ProfileTest, Collectives) {
   EXPECT_EQ(CollectiveAt(p, CollectiveOp::kAllToAll, "mpi", 1)->bytes_per_s, 0);
 }
 
+TEST(ProfileTest, CrossNodePointsRoundTripBesideSameNodeOnes) {
+  // calibrate across hosts adds same_node: false points at the sizes it measured on one host:
+  // the file keeps both, sorted same-node first, and each scope reads its own.
+  MachineProfile p = FlatProfile(1e-5);
+  std::vector<CollectivePoint> all;
+  for (const CollectivePoint& c : p.collectives) {
+    all.push_back(c);
+    if (c.world_size > 4) continue;
+    CollectivePoint x = c;
+    x.same_node = false;
+    x.latency_s = 1e-4;
+    x.bytes_per_s = 1e5;
+    x.compute_slowdown = 2;
+    all.push_back(x);
+  }
+  p.collectives = all;
+  const std::string yaml = MachineProfileToYaml(p);
+  absl::StatusOr<MachineProfile> q = ParseMachineProfile(yaml, "cross");
+  ASSERT_TRUE(q.ok()) << q.status() << "\n" << yaml;
+  EXPECT_EQ(MachineProfileToYaml(*q), yaml);
+  ASSERT_EQ(q->collectives.size(), p.collectives.size());
+  int cross = 0;
+  for (size_t i = 0; i < p.collectives.size(); ++i) {
+    EXPECT_EQ(q->collectives[i].same_node, p.collectives[i].same_node) << i;
+    EXPECT_EQ(q->collectives[i].bytes_per_s, p.collectives[i].bytes_per_s) << i;
+    cross += !q->collectives[i].same_node;
+  }
+  EXPECT_EQ(cross, 6);
+  for (int ws : {2, 4}) {
+    absl::StatusOr<CollectiveCost> same =
+        CollectiveAtScope(*q, CollectiveOp::kAllToAll, "mpi", ws, true);
+    absl::StatusOr<CollectiveCost> across =
+        CollectiveAtScope(*q, CollectiveOp::kAllToAll, "mpi", ws, false);
+    ASSERT_TRUE(same.ok() && across.ok());
+    EXPECT_DOUBLE_EQ(same->bytes_per_s, 1e6) << ws;
+    EXPECT_DOUBLE_EQ(across->bytes_per_s, 1e5) << ws;
+    EXPECT_DOUBLE_EQ(across->latency_s, 1e-4) << ws;
+    EXPECT_DOUBLE_EQ(across->compute_slowdown, 2) << ws;
+  }
+  // Out of order (a cross-node point before the same-node one of its size): refused.
+  std::swap(p.collectives[0], p.collectives[1]);
+  absl::StatusOr<MachineProfile> bad = ParseMachineProfile(MachineProfileToYaml(p), "unsorted");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("sorted"));
+}
+
 }  // namespace
 }  // namespace tessera::planner
