@@ -40,12 +40,14 @@
 //   OMP_NUM_THREADS=1 build/bin/embedding_phase_bench --benchmark_filter='/threads:1'
 //   OMP_NUM_THREADS=1 build/bin/embedding_phase_bench --benchmark_filter='BM_Phases16'
 //   build/bin/embedding_phase_bench --benchmark_filter='BM_Phases16/dtype:2/.*/out:'
+//   (TESSERA_PHASE_BENCH_MAX_ROWS=500000 caps the tables lower where memory is short.)
 //   OMP_NUM_THREADS=1 build/bin/embedding_phase_bench --benchmark_filter='BM_UpdateFloor'
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -65,6 +67,11 @@ namespace {
 
 constexpr int64_t kDim = 128;
 constexpr int64_t kMaxRows = 2000000;
+// TESSERA_PHASE_BENCH_MAX_ROWS: a lower row cap where memory is short (default kMaxRows).
+int64_t MaxRows() {
+  const char* v = std::getenv("TESSERA_PHASE_BENCH_MAX_ROWS");
+  return v != nullptr && std::atoll(v) > 0 ? std::atoll(v) : kMaxRows;
+}
 constexpr int64_t kBatchSize = 1024;
 // tessera-bench's default --batches: distinct batches cycled.
 constexpr int kBatches = 64;
@@ -100,7 +107,7 @@ Setup& GetSetup() {
     for (int t = 0; t < o.num_features; ++t) {
       TableConfig table;
       table.name = absl::StrCat("t", t);
-      table.num_rows = std::min(rows[t], kMaxRows);
+      table.num_rows = std::min(rows[t], MaxRows());
       table.dim = kDim;
       table.features = {t};
       o.tables.push_back(table);
