@@ -32,15 +32,22 @@
 //                       and update on the fp32 collection, then the same batch on a collection
 //                       of the same tables stored in 16 bits, each phase timed on the process
 //                       CPU clock. Counters: each side's lookup and update ms per batch and the
-//                       speedups (fp32 time / 16-bit time). Needs ~3.5 GB more.
+//                       speedups (fp32 time / 16-bit time). Needs ~3.5 GB more. Its `out`
+//                       argument 1 gives the 16-bit tables bf16 pooled outputs and gradients
+//                       (output_dtype bf16, FBGEMM's output_dtype), against the same fp32 side:
+//                       the lookup writes bf16 (widened into the fp32 output the dense side
+//                       reads) and the update reads bf16 gradients (rounded from d_out first).
 //   OMP_NUM_THREADS=1 build/bin/embedding_phase_bench --benchmark_filter='/threads:1'
 //   OMP_NUM_THREADS=1 build/bin/embedding_phase_bench --benchmark_filter='BM_Phases16'
+//   build/bin/embedding_phase_bench --benchmark_filter='BM_Phases16/dtype:2/.*/out:'
+//   (TESSERA_PHASE_BENCH_MAX_ROWS=500000 caps the tables lower where memory is short.)
 //   OMP_NUM_THREADS=1 build/bin/embedding_phase_bench --benchmark_filter='BM_UpdateFloor'
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -60,6 +67,11 @@ namespace {
 
 constexpr int64_t kDim = 128;
 constexpr int64_t kMaxRows = 2000000;
+// TESSERA_PHASE_BENCH_MAX_ROWS: a lower row cap where memory is short (default kMaxRows).
+int64_t MaxRows() {
+  const char* v = std::getenv("TESSERA_PHASE_BENCH_MAX_ROWS");
+  return v != nullptr && std::atoll(v) > 0 ? std::atoll(v) : kMaxRows;
+}
 constexpr int64_t kBatchSize = 1024;
 // tessera-bench's default --batches: distinct batches cycled.
 constexpr int kBatches = 64;
@@ -95,7 +107,7 @@ Setup& GetSetup() {
     for (int t = 0; t < o.num_features; ++t) {
       TableConfig table;
       table.name = absl::StrCat("t", t);
-      table.num_rows = std::min(rows[t], kMaxRows);
+      table.num_rows = std::min(rows[t], MaxRows());
       table.dim = kDim;
       table.features = {t};
       o.tables.push_back(table);
@@ -397,29 +409,35 @@ void BM_UpdateFloor(benchmark::State& state) {
   state.counters["by_table_of_scatter"] = (rows[3] / t[3]) / scatter;
 }
 
-// The same tables stored as `dtype` (created on first use, one at a time).
-EmbeddingCollection& Collection16(RowDtype dtype) {
+// The same tables stored as `dtype` with pooled outputs of `out` (created on first use, one at
+// a time).
+EmbeddingCollection& Collection16(RowDtype dtype, RowDtype out) {
   static std::unique_ptr<EmbeddingCollection> c;
-  static RowDtype have = RowDtype::kF32;
-  if (c == nullptr || have != dtype) {
+  static RowDtype have = RowDtype::kF32, have_out = RowDtype::kF32;
+  if (c == nullptr || have != dtype || have_out != out) {
     c.reset();
     EmbeddingCollectionOptions o = GetSetup().options;
-    for (TableConfig& t : o.tables) t.storage.dtype = dtype;
+    for (TableConfig& t : o.tables) {
+      t.storage.dtype = dtype;
+      t.output_dtype = out;
+    }
     auto made = EmbeddingCollection::Create(o, DeviceContext::Cpu());
     TESSERA_CHECK_OK(made.status());
     c = std::move(made).value();
     have = dtype;
+    have_out = out;
   }
   return *c;
 }
 
 double CpuNow() { return PhaseTimes::Now(PhaseTimes::Clock::kProcessCpu); }
 
-// Args: dtype (1 = fp16, 2 = bf16), threads.
+// Args: dtype (1 = fp16, 2 = bf16), threads, out (0 = fp32 outputs, 1 = bf16 outputs).
 void BM_Phases16(benchmark::State& state) {
   Setup& s = GetSetup();
   const RowDtype dtype = state.range(0) == 1 ? RowDtype::kF16 : RowDtype::kBf16;
-  EmbeddingCollection& c16 = Collection16(dtype);
+  const RowDtype out = state.range(2) == 1 ? RowDtype::kBf16 : RowDtype::kF32;
+  EmbeddingCollection& c16 = Collection16(dtype, out);
   SetNumThreads(static_cast<int>(state.range(1)));
   double t[2][2] = {{0, 0}, {0, 0}};  // [fp32, 16-bit][lookup, update]
   int64_t iter = 0;
@@ -448,7 +466,7 @@ void BM_Phases16(benchmark::State& state) {
   state.counters["lookup_speedup"] = t[0][0] / t[1][0];
   state.counters["update_speedup"] = t[0][1] / t[1][1];
   state.counters["phases_speedup"] = (t[0][0] + t[0][1]) / (t[1][0] + t[1][1]);
-  state.SetLabel(RowDtypeName(dtype));
+  state.SetLabel(absl::StrCat(RowDtypeName(dtype), " tables, ", RowDtypeName(out), " outputs"));
 }
 
 void Args(benchmark::internal::Benchmark* b) {
@@ -466,8 +484,8 @@ BENCHMARK(BM_UpdateFloor)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Phases16)
-    ->ArgsProduct({{1, 2}, {1, 2}})
-    ->ArgNames({"dtype", "threads"})
+    ->ArgsProduct({{1, 2}, {1, 2}, {0, 1}})
+    ->ArgNames({"dtype", "threads", "out"})
     ->UseManualTime()
     ->Iterations(64)
     ->Unit(benchmark::kMillisecond);

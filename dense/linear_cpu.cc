@@ -4,7 +4,10 @@
 // a non-finite loss), one pass over dy for the ReLU mask + bias gradient backward. The
 // bf16 variant rounds the GEMM inputs (x, W, dz) to bf16 and runs the products through oneDNN
 // with fp32 accumulation, dz's rounding in the mask pass and a bf16 activation's in the bias
-// pass; bias, ReLU and db stay fp32.
+// pass; bias, ReLU and db stay fp32. Between two bf16 layers the gradient is bf16: the upper
+// layer's input-gradient matmul stores it as bf16 (oneDNN's bf16 destination), and the lower
+// layer's mask pass reads 2 bytes per element and writes dz in place (perf: the mask pass was the
+// bf16 step's largest pass outside the matmuls, memory-bound at 12 bytes per element; now 6).
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -25,6 +28,10 @@ int64_t RowChunk(int64_t cols) { return MinChunkForBytes(8 * std::max<int64_t>(c
 // Columns per chunk of MaskColumnSums (dy read and written, y read: 12 bytes per element), at
 // least 32.
 int64_t ColumnChunk(int64_t rows) { return std::max<int64_t>(32, MinChunkForBytes(12 * rows)); }
+// The same for MaskColumnSumsBf16Dy (a bf16 gradient read and written, a bf16 y read: 6 bytes).
+int64_t ColumnChunkBf16Dy(int64_t rows) {
+  return std::max<int64_t>(32, MinChunkForBytes(6 * rows));
+}
 
 TESSERA_VECTOR_CLONES
 // y16 non-null: each finished row is also rounded to bf16 into y16 while it is in L1 (the bf16
@@ -114,6 +121,52 @@ __attribute__((always_inline)) inline void MaskColumnSumsT(float* __restrict dy,
   }
 }
 
+// MaskColumnSumsT for a bf16 gradient: masks columns [c0, c1) of dz16 in place (bf16 [rows,
+// cols]; zero where y <= 0 when y is non-null) and writes their column sums (in double, row by
+// row, as MaskColumnSumsT) to db.
+template <typename Y>
+__attribute__((always_inline)) inline void MaskColumnSumsBf16DyT(uint16_t* __restrict dz16,
+                                                                 const Y* __restrict y,
+                                                                 int64_t rows, int64_t cols,
+                                                                 int64_t c0, int64_t c1,
+                                                                 float* __restrict db) {
+  constexpr int64_t kBlock = 256;
+  V8d acc[kBlock / 8];
+  for (int64_t cb = c0; cb < c1; cb += kBlock) {
+    const int64_t w = std::min(kBlock, c1 - cb);
+    const int64_t wv = w / 8 * 8;
+    double tail[8] = {};
+    for (int64_t v = 0; v < wv / 8; ++v) acc[v] = V8d{};
+    for (int64_t r = 0; r < rows; ++r) {
+      uint16_t* __restrict d = dz16 + r * cols + cb;
+      const Y* __restrict yr = y != nullptr ? y + r * cols + cb : nullptr;
+      for (int64_t c = 0; c < wv; c += 8) {
+        V8i u;
+        for (int i = 0; i < 8; ++i) u[i] = static_cast<int>(static_cast<uint32_t>(d[c + i]) << 16);
+        if (yr != nullptr) {
+          u &= Positive(yr + c);
+          for (int i = 0; i < 8; ++i) {
+            d[c + i] = static_cast<uint16_t>(static_cast<uint32_t>(u[i]) >> 16);
+          }
+        }
+        acc[c / 8] += __builtin_convertvector((V8f)u, V8d);
+      }
+      for (int64_t c = wv; c < w; ++c) {
+        if (yr != nullptr && !(ToFloat(yr[c]) > 0.0f)) d[c] = 0;
+        tail[c - wv] += static_cast<double>(Bf16ToFloat(d[c]));
+      }
+    }
+    for (int64_t c = 0; c < wv; ++c) db[cb + c] = static_cast<float>(acc[c / 8][c % 8]);
+    for (int64_t c = wv; c < w; ++c) db[cb + c] = static_cast<float>(tail[c - wv]);
+  }
+}
+
+TESSERA_VECTOR_CLONES
+void MaskColumnSumsBf16Dy(uint16_t* dz16, const uint16_t* y, int64_t rows, int64_t cols,
+                          int64_t c0, int64_t c1, float* db) {
+  MaskColumnSumsBf16DyT<uint16_t>(dz16, y, rows, cols, c0, c1, db);
+}
+
 TESSERA_VECTOR_CLONES
 void MaskColumnSums(float* dy, const float* y, int64_t rows, int64_t cols, int64_t c0, int64_t c1,
                     float* db, uint16_t* dz16) {
@@ -176,23 +229,37 @@ absl::Status LinearForwardBf16Cpu(const float* x, const uint16_t* x16, const flo
 
 absl::Status LinearBackwardBf16Cpu(const float* y, float* dy, int64_t batch, int64_t in,
                                    int64_t out, Activation act, float* dw, float* db, float* dx,
-                                   Bf16Operands* s) {
+                                   uint16_t* dx16, Bf16Operands* s) {
   const bool relu = act == Activation::kRelu;
-  // Mask, bias gradient and the bf16 rounding of dz in one pass over dy.
   if (static_cast<int64_t>(s->dy.size()) < batch * out) s->dy.resize(batch * out);
   uint16_t* dz16 = s->dy.data();
-  ParallelFor(out, ColumnChunk(batch), [&](int64_t c0, int64_t c1, int) {
-    if (s->bf16_out) {
-      MaskColumnSumsBf16Y(dy, relu ? s->y.data() : nullptr, batch, out, c0, c1, db, dz16);
-    } else {
-      MaskColumnSums(dy, relu ? y : nullptr, batch, out, c0, c1, db, dz16);
-    }
-  });
-  TESSERA_RETURN_IF_ERROR(DnnlGemm(GemmInput::kBf16, true, false, out, in, batch, s->dy.data(),
-                                   out, s->x16, in, false, dw, in));
-  if (dx != nullptr) {
-    TESSERA_RETURN_IF_ERROR(DnnlGemm(GemmInput::kBf16, false, false, batch, in, out,
-                                     s->dy.data(), out, s->w.data(), in, false, dx, in));
+  if (dy == nullptr) {
+    // The gradient is already bf16 in s->dy (the next layer wrote it): mask it in place and sum
+    // db, 6 bytes per element.
+    ParallelFor(out, ColumnChunkBf16Dy(batch), [&](int64_t c0, int64_t c1, int) {
+      MaskColumnSumsBf16Dy(dz16, relu ? s->y.data() : nullptr, batch, out, c0, c1, db);
+    });
+  } else {
+    // Mask, bias gradient and the bf16 rounding of dz in one pass over dy.
+    ParallelFor(out, ColumnChunk(batch), [&](int64_t c0, int64_t c1, int) {
+      if (s->bf16_out) {
+        MaskColumnSumsBf16Y(dy, relu ? s->y.data() : nullptr, batch, out, c0, c1, db, dz16);
+      } else {
+        MaskColumnSums(dy, relu ? y : nullptr, batch, out, c0, c1, db, dz16);
+      }
+    });
+  }
+  TESSERA_RETURN_IF_ERROR(DnnlGemm(GemmInput::kBf16, true, false, out, in, batch, dz16, out,
+                                   s->x16, in, false, dw, in));
+  if (dx16 != nullptr) {
+    // The previous bf16 layer's gradient, stored as bf16 by the matmul itself.
+    GemmEpilogue ep;
+    ep.bf16_out = true;
+    TESSERA_RETURN_IF_ERROR(DnnlGemmEpilogue(GemmInput::kBf16, false, false, batch, in, out, dz16,
+                                             out, s->w.data(), in, ep, dx16, in));
+  } else if (dx != nullptr) {
+    TESSERA_RETURN_IF_ERROR(DnnlGemm(GemmInput::kBf16, false, false, batch, in, out, dz16, out,
+                                     s->w.data(), in, false, dx, in));
   }
   return absl::OkStatus();
 }

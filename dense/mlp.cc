@@ -122,6 +122,12 @@ const uint16_t* Linear::bf16_output() const {
   return bf16_ != nullptr && bf16_->bf16_out ? bf16_->y.data() : nullptr;
 }
 
+uint16_t* Linear::bf16_grad_input() {
+  if (bf16_ == nullptr || !bf16_->bf16_out) return nullptr;
+  if (static_cast<int64_t>(bf16_->dy.size()) < batch_ * out_) bf16_->dy.resize(batch_ * out_);
+  return bf16_->dy.data();
+}
+
 absl::Status Linear::ForwardImpl(const float* x, const uint16_t* x16, int64_t batch,
                                  const float** y) {
   TESSERA_RETURN_IF_ERROR(CheckNotNull(name_, "y (output pointer)", y));
@@ -152,7 +158,13 @@ absl::Status Linear::ForwardImpl(const float* x, const uint16_t* x16, int64_t ba
   return absl::OkStatus();
 }
 
-absl::Status Linear::Backward(float* dy, float* dx) {
+absl::Status Linear::Backward(float* dy, float* dx) { return BackwardBf16(dy, dx, nullptr); }
+
+absl::Status Linear::BackwardBf16(float* dy, float* dx, uint16_t* dx16) {
+  if ((dy == nullptr && bf16_grad_input() == nullptr) || (dx16 != nullptr && bf16_ == nullptr)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name_, ": a bf16 gradient hand-off needs a CPU bf16 layer with bf16 output"));
+  }
   if (x_ == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(name_, ": Backward before Forward"));
   }
@@ -167,10 +179,9 @@ absl::Status Linear::Backward(float* dy, float* dx) {
 #endif
   }
   if (bf16_ != nullptr) {
-    TESSERA_RETURN_IF_ERROR(CheckNotNull(name_, "dy", dy));
     return dense_internal::LinearBackwardBf16Cpu(y_.data<float>(), dy, batch_, in_, out_, act_,
                                                  weight_.grad.data<float>(),
-                                                 bias_.grad.data<float>(), dx, bf16_.get());
+                                                 bias_.grad.data<float>(), dx, dx16, bf16_.get());
   }
   return LinearBackward(ctx_, x_, weight_.value.data<float>(), y_.data<float>(), dy, batch_, in_,
                         out_, act_, weight_.grad.data<float>(), bias_.grad.data<float>(), dx);
@@ -238,10 +249,14 @@ absl::Status Mlp::Forward(const float* x, int64_t batch, const float** y) {
 }
 
 absl::Status Mlp::Backward(float* dy, float* dx) {
-  for (int i = static_cast<int>(layers_.size()) - 1; i >= 0; --i) {
-    float* layer_dy = i + 1 == static_cast<int>(layers_.size()) ? dy : grads_[i].data<float>();
-    float* layer_dx = i == 0 ? dx : grads_[i - 1].data<float>();
-    TESSERA_RETURN_IF_ERROR(layers_[i]->Backward(layer_dy, layer_dx));
+  const int n = static_cast<int>(layers_.size());
+  for (int i = n - 1; i >= 0; --i) {
+    // Between two bf16 layers the gradient is bf16 (the layer above wrote it; see Forward).
+    const bool dy16 = i + 1 < n && layers_[i]->bf16_output() != nullptr;
+    uint16_t* dx16 = i > 0 ? layers_[i - 1]->bf16_grad_input() : nullptr;
+    float* layer_dy = i + 1 == n ? dy : dy16 ? nullptr : grads_[i].data<float>();
+    float* layer_dx = i == 0 ? dx : dx16 != nullptr ? nullptr : grads_[i - 1].data<float>();
+    TESSERA_RETURN_IF_ERROR(layers_[i]->BackwardBf16(layer_dy, layer_dx, dx16));
     if (ready_) {
       TESSERA_RETURN_IF_ERROR(ready_(layers_[i]->weight()));
       TESSERA_RETURN_IF_ERROR(ready_(layers_[i]->bias()));

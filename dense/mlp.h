@@ -89,6 +89,13 @@ class Linear {
   // Forward); ForwardBf16Input takes such an output as its input x16. REQUIRES: dtype() kBf16.
   void set_bf16_output(bool on);
   const uint16_t* bf16_output() const;
+  // With bf16 output on: where the next bf16 layer's BackwardBf16 writes this layer's output
+  // gradient as bf16 ([batch, out] of the last Forward); null otherwise.
+  uint16_t* bf16_grad_input();
+  // Backward for Mlp's bf16 stacks: dy null takes the gradient from bf16_grad_input() (written by
+  // the next layer); dx16 non-null receives dx rounded to bf16 (the previous layer's
+  // bf16_grad_input()) instead of dx. Without either it is Backward(dy, dx).
+  absl::Status BackwardBf16(float* dy, float* dx, uint16_t* dx16);
   absl::Status ForwardBf16Input(const uint16_t* x16, int64_t batch, const float** y);
 
   int64_t in() const { return in_; }

@@ -202,6 +202,13 @@ absl::Status EmbeddingCollection::Forward(const KeyedJagged& batch, float* out) 
   std::iota(table_order_.begin(), table_order_.end(), 0);
   std::stable_sort(table_order_.begin(), table_order_.end(),
                    [&](int a, int b) { return table_cost_[a] > table_cost_[b]; });
+  any_bf16_output_ = false;
+  for (const TableConfig& table : options_.tables) {
+    any_bf16_output_ = any_bf16_output_ || table.output_dtype == RowDtype::kBf16;
+  }
+  if (any_bf16_output_ && out_bf16_.size() < static_cast<size_t>(B * output_dim_)) {
+    out_bf16_.resize(B * output_dim_);
+  }
   return RunTables([&](int t, int) -> absl::Status {
     const TableConfig& table = options_.tables[t];
     RowStore& store = *stores_[t];
@@ -215,9 +222,20 @@ absl::Status EmbeddingCollection::Forward(const KeyedJagged& batch, float* out) 
       args.per_id_weights = batch.weights.empty() ? nullptr : batch.weights.data();
       args.num_bags = B;
       args.pooling = table.pooling;
-      args.out = out + feature_column_[f];
       args.out_stride = output_dim_;
+      if (table.output_dtype != RowDtype::kBf16) {
+        args.out = out + feature_column_[f];
+        TESSERA_RETURN_IF_ERROR(PooledLookupForward(ctx_, args));
+        continue;
+      }
+      // bf16 outputs; the dense side reads fp32, so they are widened into `out` (exact).
+      uint16_t* out16 = out_bf16_.data() + feature_column_[f];
+      args.out_bf16 = out16;
       TESSERA_RETURN_IF_ERROR(PooledLookupForward(ctx_, args));
+      for (int64_t b = 0; b < B; ++b) {
+        RowValuesToFloat(RowDtype::kBf16, out16 + b * output_dim_, table.dim,
+                         out + b * output_dim_ + feature_column_[f]);
+      }
     }
     return absl::OkStatus();
   });
@@ -312,8 +330,19 @@ absl::Status EmbeddingCollection::BackwardUpdate(const float* d_out, float lr, i
       g.indices = slots_.data();
       g.per_id_weights = id_weights_.empty() ? nullptr : id_weights_.data();
       g.num_bags = batch_size_;
-      g.grad = d_out + feature_column_[f];
       g.grad_stride = output_dim_;
+      if (table.output_dtype == RowDtype::kBf16) {
+        // The gradient of a bf16 output is bf16: this table's columns of d_out, rounded.
+        uint16_t* g16 = out_bf16_.data() + feature_column_[f];
+        const float* src = d_out + feature_column_[f];
+        for (int64_t b = 0; b < batch_size_; ++b) {
+          RowValuesFromFloat(RowDtype::kBf16, src + b * output_dim_, table.dim,
+                             g16 + b * output_dim_);
+        }
+        g.grad_bf16 = g16;
+      } else {
+        g.grad = d_out + feature_column_[f];
+      }
       sources.push_back(g);
     }
     RowUpdateArgs args;

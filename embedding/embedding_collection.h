@@ -70,7 +70,10 @@ class EmbeddingCollection {
   int64_t output_dim() const { return output_dim_; }
   int64_t feature_column(int f) const { return feature_column_[f]; }
 
-  // Pooled lookup of `batch` into out[b * output_dim() + feature_column(f) ...]. Resolves ids
+  // Pooled lookup of `batch` into out[b * output_dim() + feature_column(f) ...]. A table with
+  // output_dtype bf16 pools into bf16 (its values in `out` are those bf16 values, widened), and
+  // BackwardUpdate rounds its columns of d_out to bf16 (nearest even) before its update reads
+  // them. Resolves ids
   // to slots (kept, with a copy of the batch's offsets and weights, for BackwardUpdate; `batch`
   // need not outlive the call). A Forward not followed by BackwardUpdate (evaluation) ends the
   // stores' step at the next Forward. Returns InvalidArgument for a batch of the wrong shape or
@@ -138,6 +141,10 @@ class EmbeddingCollection {
   };
   std::vector<ThreadScratch> thread_ws_;
   std::vector<int64_t> table_cost_;  // the last Forward's ids per table
+  // Tables with output_dtype bf16: their columns of the outputs and of d_out, [batch,
+  // output_dim] bf16 (the other columns unused).
+  bool any_bf16_output_ = false;
+  std::vector<uint16_t> out_bf16_;
   std::vector<int> table_order_;     // tables by decreasing cost (stable)
 };
 

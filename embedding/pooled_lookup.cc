@@ -26,7 +26,14 @@ absl::Status CheckForwardArgs(const char* op, const PooledLookupArgs& a) {
   }
   if (a.num_bags == 0) return absl::OkStatus();
   if (a.offsets == nullptr) return absl::InvalidArgumentError(absl::StrCat(op, ": null offsets"));
-  if (a.out == nullptr) return absl::InvalidArgumentError(absl::StrCat(op, ": null out"));
+  if ((a.out == nullptr) == (a.out_bf16 == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, a.out == nullptr ? ": null out" : ": both out and out_bf16 given (one output)"));
+  }
+  if (a.out_bf16 != nullptr && a.weight_dtype == RowDtype::kF32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": bf16 outputs (out_bf16) need a 16-bit table; this one stores fp32"));
+  }
   return absl::OkStatus();
 }
 
@@ -69,6 +76,7 @@ absl::Status CheckForwardHostData(const char* op, const PooledLookupArgs& a) {
 absl::Status CheckGradientSources(const char* op, absl::Span<const BagGradients> sources,
                                   int64_t dim) {
   if (dim <= 0) return absl::InvalidArgumentError(absl::StrCat(op, ": dim ", dim));
+  int bf16 = -1;  // whether the sources with bags hold bf16 gradients (-1: none seen yet)
   for (size_t s = 0; s < sources.size(); ++s) {
     const BagGradients& src = sources[s];
     if (src.num_bags < 0) {
@@ -76,13 +84,35 @@ absl::Status CheckGradientSources(const char* op, absl::Span<const BagGradients>
           absl::StrCat(op, ": source ", s, " num_bags ", src.num_bags));
     }
     if (src.num_bags == 0) continue;
-    if (src.offsets == nullptr || src.grad == nullptr || src.grad_stride < dim) {
+    const bool has_grad = src.grad != nullptr || src.grad_bf16 != nullptr;
+    if (src.offsets == nullptr || !has_grad || src.grad_stride < dim) {
       return absl::InvalidArgumentError(absl::StrCat(op, ": source ", s,
                                                      " has null offsets or grad, or grad_stride ",
                                                      src.grad_stride, " < dim ", dim));
     }
+    if (src.grad != nullptr && src.grad_bf16 != nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": source ", s, " has both grad and grad_bf16 (one gradient)"));
+    }
+    const int this_bf16 = src.grad_bf16 != nullptr ? 1 : 0;
+    if (bf16 >= 0 && bf16 != this_bf16) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          op, ": source ", s, " has ", this_bf16 ? "bf16" : "fp32",
+          " gradients and an earlier source the other kind (one kind per call)"));
+    }
+    bf16 = this_bf16;
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckNoBf16ForCuda(const char* op, const PooledLookupArgs* forward,
+                                absl::Span<const BagGradients> sources) {
+  bool bf16 = forward != nullptr && forward->out_bf16 != nullptr;
+  for (const BagGradients& src : sources) bf16 = bf16 || src.grad_bf16 != nullptr;
+  if (!bf16) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      op, ": bf16 pooled outputs / gradients are not supported on CUDA yet (use output_dtype "
+      "fp32 with device cuda, or run on the CPU)"));
 }
 
 absl::Status CheckFp32ForCuda(const char* op, RowDtype dtype) {
@@ -130,6 +160,7 @@ absl::Status PooledLookupForward(const DeviceContext& ctx, const PooledLookupArg
 #if TESSERA_HAVE_CUDA
   if (ctx.is_cuda()) {
     TESSERA_RETURN_IF_ERROR(ei::CheckFp32ForCuda(kOp, args.weight_dtype));
+    TESSERA_RETURN_IF_ERROR(ei::CheckNoBf16ForCuda(kOp, &args, {}));
     return PooledLookupForwardCuda(ctx, args);
   }
 #else
@@ -151,6 +182,7 @@ absl::Status AggregateRowGradients(const DeviceContext& ctx, absl::Span<const Ba
   }
 #if TESSERA_HAVE_CUDA
   if (ctx.is_cuda()) {
+    TESSERA_RETURN_IF_ERROR(ei::CheckNoBf16ForCuda(kOp, nullptr, sources));
     return ei::AggregateRowGradientsCudaToHost(ctx, sources, dim, pooling, unique_slots,
                                                row_grads);
   }
@@ -192,6 +224,7 @@ absl::Status FusedBackwardUpdate(const DeviceContext& ctx, absl::Span<const BagG
 #if TESSERA_HAVE_CUDA
   if (ctx.is_cuda()) {
     TESSERA_RETURN_IF_ERROR(ei::CheckFp32ForCuda(kOp, args.weight_dtype));
+    TESSERA_RETURN_IF_ERROR(ei::CheckNoBf16ForCuda(kOp, nullptr, sources));
     return ei::FusedBackwardUpdateCudaOnce(ctx, sources, pooling, args);
   }
 #else

@@ -11,6 +11,12 @@
 // to fp32 as it gathers it and pools in fp32; the update widens the row, applies the fp32
 // ApplyRowUpdate and writes the row back rounded (RowUpdateArgs::rounding). The CPU twin only:
 // a CUDA context returns InvalidArgument for a 16-bit table.
+//
+// 16-bit outputs (FBGEMM's output_dtype BF16): a 16-bit table may pool into bf16 outputs
+// (PooledLookupArgs::out_bf16, each value the fp32 pool rounded to nearest even) and take bf16
+// output gradients (BagGradients::grad_bf16, widened to fp32 as they are read: the same bits as
+// the fp32 path given those widened values). The update then reads half the gradient bytes.
+// CPU twin only.
 #pragma once
 
 #include <cstdint>
@@ -39,13 +45,17 @@ struct PooledLookupArgs {
   // over `indices`). Default: -1 (unchecked; the caller's Resolve already checked).
   int64_t num_slots = -1;
   RowDtype weight_dtype = RowDtype::kF32;  // Default: fp32
+  // Instead of `out` (which must then be null): bf16 outputs, bag i at
+  // out_bf16[i * out_stride .. + dim). 16-bit weight_dtype only. Default: null (fp32 `out`).
+  uint16_t* out_bf16 = nullptr;
 };
 
 // out[bag] = pool_{j in bag} w_j * weights[indices[j]] (w_j = 1 without per-id weights); an
 // empty bag writes zeros; kMean multiplies the sum by 1 / (bag length). Each bag is summed in
 // index order by one thread, so the result does not depend on the thread count.
 // Returns InvalidArgument for inconsistent sizes (dim <= 0, out_stride < dim, null pointers,
-// decreasing offsets) or, with num_slots >= 0, an index out of range.
+// decreasing offsets), both or neither of out / out_bf16, out_bf16 with an fp32 table or, with
+// num_slots >= 0, an index out of range.
 absl::Status PooledLookupForward(const DeviceContext& ctx, const PooledLookupArgs& args);
 
 // The gradient of one feature's bags: bag i's output gradient is grad[i * grad_stride .. + dim).
@@ -56,6 +66,9 @@ struct BagGradients {
   int64_t num_bags = 0;
   const float* grad = nullptr;
   int64_t grad_stride = 0;
+  // Instead of `grad` (then null): bf16 output gradients, bag i at grad_bf16[i * grad_stride ..].
+  // The sources of one call are all fp32 or all bf16. Default: null.
+  const uint16_t* grad_bf16 = nullptr;
 };
 
 // Scratch memory reused across steps (sorting keys, unique rows, summed gradients). Vectors only
@@ -66,7 +79,7 @@ struct EmbeddingWorkspace {
   std::vector<int64_t> unique_slots;   // FusedBackwardUpdate's distinct slots
   std::vector<float> row_grads;        // summed gradients (FusedBackwardUpdate: its scratch)
   std::vector<int64_t> scratch;        // the other half of the sort's ping-pong buffer
-  std::vector<const float*> grad_rows;  // per bag (or position): the output-gradient row
+  std::vector<const void*> grad_rows;  // per bag (or position): the output-gradient row
   std::vector<float> scales;           // per bag (or position): per-id weight / length (kMean)
   std::vector<int64_t> histogram;      // radix-sort counters, per-chunk statistics
 };

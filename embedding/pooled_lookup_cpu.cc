@@ -19,7 +19,10 @@
 //
 // 16-bit tables (weight_dtype fp16 / bf16) take the same loops' structure in
 // embedding/internal/pooled_lookup_16bit.cc: the forward's per-bag gather and UpdateRowsCpu's
-// per-row update dispatch there; the sort and segment sums are shared.
+// per-row update dispatch there; the sort and segment sums are shared. Their bf16 outputs
+// (out_bf16) are written there too; bf16 output gradients (grad_bf16) are widened to fp32 where
+// each gradient row is read (SumRuns, SumAndUpdateRunsCpu), the same bits as fp32 gradients
+// holding the widened values.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -132,11 +135,11 @@ namespace {
 // (one per bag), so they are prefetched two stages ahead: first the per-position pointer, then
 // the row; prefetches run on up to the end of run pf_end - 1 (pf_end >= u1), so that a caller
 // summing a long range in blocks keeps the pipeline full across its block boundaries.
-template <int kDim>
+template <int kDim, bool kBf16>
 TESSERA_ALWAYS_INLINE void SumRuns(const SumRunsArgs& a, int64_t u0, int64_t u1, int64_t pf_end,
                                    float* row_grads) {
   const int64_t dim = kDim > 0 ? kDim : a.dim;
-  const int64_t row_bytes = dim * static_cast<int64_t>(sizeof(float));
+  const int64_t row_bytes = dim * static_cast<int64_t>(kBf16 ? 2 : sizeof(float));
   const int64_t ahead = PrefetchRowsAhead(row_bytes);
   const int64_t e_last = a.run_starts[pf_end];
   const int64_t mask = a.pos_mask;
@@ -153,31 +156,46 @@ TESSERA_ALWAYS_INLINE void SumRuns(const SumRunsArgs& a, int64_t u0, int64_t u1,
       if (e + ahead < e_last)
         PrefetchBytes(a.grad_rows[a.keys[e + ahead] & mask], row_bytes, false);
       const int64_t p = a.keys[e] & mask;
-      const float* __restrict g = a.grad_rows[p];
       const float s = a.scales[p];
-      for (int64_t k = 0; k < dim; ++k) out[k] += s * g[k];
+      if constexpr (kBf16) {
+        const uint16_t* __restrict g = static_cast<const uint16_t*>(a.grad_rows[p]);
+        for (int64_t k = 0; k < dim; ++k) out[k] += s * row_dtype::Bf16ToFloat(g[k]);
+      } else {
+        const float* __restrict g = static_cast<const float*>(a.grad_rows[p]);
+        for (int64_t k = 0; k < dim; ++k) out[k] += s * g[k];
+      }
     }
+  }
+}
+
+template <bool kBf16>
+TESSERA_ALWAYS_INLINE void SumRunsDims(const SumRunsArgs& a, int64_t u0, int64_t u1,
+                                       int64_t pf_end, float* row_grads) {
+  switch (a.dim) {
+    case 16:
+      SumRuns<16, kBf16>(a, u0, u1, pf_end, row_grads);
+      return;
+    case 32:
+      SumRuns<32, kBf16>(a, u0, u1, pf_end, row_grads);
+      return;
+    case 64:
+      SumRuns<64, kBf16>(a, u0, u1, pf_end, row_grads);
+      return;
+    case 128:
+      SumRuns<128, kBf16>(a, u0, u1, pf_end, row_grads);
+      return;
+    default:
+      SumRuns<0, kBf16>(a, u0, u1, pf_end, row_grads);
+      return;
   }
 }
 
 TESSERA_TARGET_CLONES
 void SumRunsCpu(const SumRunsArgs& a, int64_t u0, int64_t u1, int64_t pf_end, float* row_grads) {
-  switch (a.dim) {
-    case 16:
-      SumRuns<16>(a, u0, u1, pf_end, row_grads);
-      return;
-    case 32:
-      SumRuns<32>(a, u0, u1, pf_end, row_grads);
-      return;
-    case 64:
-      SumRuns<64>(a, u0, u1, pf_end, row_grads);
-      return;
-    case 128:
-      SumRuns<128>(a, u0, u1, pf_end, row_grads);
-      return;
-    default:
-      SumRuns<0>(a, u0, u1, pf_end, row_grads);
-      return;
+  if (a.bf16_grads) {
+    SumRunsDims<true>(a, u0, u1, pf_end, row_grads);
+  } else {
+    SumRunsDims<false>(a, u0, u1, pf_end, row_grads);
   }
 }
 
@@ -207,11 +225,12 @@ absl::Status GroupSlotsCpu(absl::Span<const BagGradients> sources, PoolingMode p
   // bag's row and 1 / length; a few KiB that stay in L1 while the runs are summed), else per
   // position. Either way the stable sort below keeps each run in position order, so the terms
   // and their order (and the bits) do not depend on the choice.
-  bool by_bag = true;
+  bool by_bag = true, bf16_grads = false;
   int64_t bags = 0;
   for (const BagGradients& src : sources) {
     by_bag = by_bag && src.per_id_weights == nullptr;
     bags += src.num_bags;
+    if (src.num_bags > 0) bf16_grads = src.grad_bf16 != nullptr;  // one kind (checked)
   }
   const int64_t entries = by_bag ? bags : n;
   const int pos_bits = BitWidth(entries - 1);
@@ -221,7 +240,7 @@ absl::Status GroupSlotsCpu(absl::Span<const BagGradients> sources, PoolingMode p
   GrowTo(&ws->grad_rows, entries);
   GrowTo(&ws->scales, entries);
   int64_t* keys = ws->keys.data();
-  const float** grad_rows = ws->grad_rows.data();
+  const void** grad_rows = ws->grad_rows.data();
   float* scales = ws->scales.data();
   int64_t max_slot = 0, base = 0, bag_base = 0;
   for (size_t s = 0; s < sources.size(); ++s) {
@@ -239,7 +258,8 @@ absl::Status GroupSlotsCpu(absl::Span<const BagGradients> sources, PoolingMode p
         const int64_t jb = src.offsets[b], je = src.offsets[b + 1];
         const float inv =
             (pooling == PoolingMode::kMean && je > jb) ? 1.0f / static_cast<float>(je - jb) : 1.0f;
-        const float* g = src.grad + b * src.grad_stride;
+        const void* g = bf16_grads ? static_cast<const void*>(src.grad_bf16 + b * src.grad_stride)
+                                   : static_cast<const void*>(src.grad + b * src.grad_stride);
         const int64_t gb = bag_base + b;
         if (by_bag) {
           grad_rows[gb] = g;
@@ -323,7 +343,8 @@ absl::Status GroupSlotsCpu(absl::Span<const BagGradients> sources, PoolingMode p
   };
   RunChunks(run_chunks, write_runs);
   run_starts[unique] = n;
-  *runs = SumRunsArgs{keys, run_starts, grad_rows, scales, (int64_t{1} << pos_bits) - 1, 0};
+  *runs = SumRunsArgs{keys, run_starts, grad_rows, scales, (int64_t{1} << pos_bits) - 1, 0,
+                      bf16_grads};
   return absl::OkStatus();
 }
 

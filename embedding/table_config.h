@@ -89,6 +89,10 @@ struct TableConfig {
   RowInit init;
   std::vector<int> features;   // sparse features (KeyedJagged keys) this table serves
   TableStorage storage;        // Default: in memory
+  // The dtype of the pooled outputs and of their gradients (FBGEMM's output_dtype): kF32, or
+  // kBf16 for a 16-bit table (storage.dtype fp16 / bf16), whose lookup rounds each pooled value
+  // to bf16 and whose update reads bf16 output gradients (half the bytes). CPU, one process.
+  RowDtype output_dtype = RowDtype::kF32;  // Default: fp32
   // A table without a size (dynamic.enabled): ids are raw 64-bit keys admitted into at most
   // dynamic.capacity_rows rows, and num_rows is that capacity (embedding/dynamic_row_store.h).
   DynamicTableConfig dynamic;  // Default: static (ids are rows in [0, num_rows))

@@ -120,6 +120,12 @@ absl::StatusOr<std::unique_ptr<ShardedEmbeddingCollection>> ShardedEmbeddingColl
   // 16-bit tables (storage.dtype fp16 / bf16) run the row update of embedding/pooled_lookup.h;
   // the two paths that update rows themselves take fp32 tables only for now.
   for (const TableConfig& cfg : co.tables) {
+    if (cfg.output_dtype != RowDtype::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table '", cfg.name, "': output_dtype ", RowDtypeName(cfg.output_dtype),
+          " runs on one process only for now (sharded tables send fp32 pooled outputs; use "
+          "output_dtype fp32)"));
+    }
     if (cfg.storage.dtype == RowDtype::kF32) continue;
     if (options.replica_sync == ReplicaSync::kAverage && s.m > 1) {
       return absl::InvalidArgumentError(absl::StrCat(

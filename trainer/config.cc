@@ -35,10 +35,11 @@ const std::vector<SchemaSection>& internal::ConfigSchema() {
             "sharding"}},
       {"model", {"type", "num_dense", "embedding_dim", "bottom_mlp", "top_mlp", "dcn", "tables",
                  "table_rows", "max_table_rows", "init_from", "dense_dtype",
-                 "embedding_dtype", "embedding_rounding"}},
+                 "embedding_dtype", "embedding_rounding", "embedding_output_dtype"}},
       {"model.dcn", {"num_layers", "low_rank"}},
       {"model.tables[]",
-       {"name", "rows", "dim", "pooling", "features", "init", "storage", "dynamic"}},
+       {"name", "rows", "dim", "pooling", "features", "init", "storage", "dynamic",
+        "output_dtype"}},
       {"model.tables[].init", {"type", "scale"}},
       {"model.tables[].storage", internal::StorageKeys()},
       {"data", {"format", "train", "eval", "batch_size", "eval_batch_size", "shuffle",
@@ -150,8 +151,36 @@ bool ValidTableName(const std::string& s) {
 
 // model.tables as a map beside model.table_rows: {<index or name>: {storage: ..., init: ...}}
 // changes those keys of the tables table_rows made.
-absl::Status ParseTableOverrides(const ConfigReader& r, const YAML::Node& tables,
-                                 ModelConfig* m) {
+// A table's output_dtype (FBGEMM's output_dtype): fp32, or bf16 for a 16-bit table. `key` is the
+// key that set it (the table's own output_dtype, or model.embedding_output_dtype), named in the
+// error with `node` (where it is) and `parent`.
+absl::Status CheckOutputDtype(const ConfigReader& r, const YAML::Node& node,
+                              const YAML::Node& parent, const std::string& key,
+                              const TableConfig& t) {
+  if (t.output_dtype == RowDtype::kF32) return absl::OkStatus();
+  if (t.output_dtype == RowDtype::kF16)
+    return r.Error(node, parent, key, "fp16 pooled outputs are not supported (fp32 or bf16)");
+  if (t.storage.dtype != RowDtype::kF32) return absl::OkStatus();
+  return r.Error(node, parent, key,
+                 absl::StrCat("bf16 pooled outputs need a 16-bit table, but table '", t.name,
+                              "' has storage.dtype fp32 (set its storage.dtype or "
+                              "model.embedding_dtype to fp16 or bf16, or this key to fp32)"));
+}
+
+// Reads a table's own output_dtype (default: the model's) and checks it.
+absl::Status ReadOutputDtype(const ConfigReader& r, const YAML::Node& model,
+                             const YAML::Node& entry, const std::string& path, TableConfig* t) {
+  TESSERA_RETURN_IF_ERROR(r.ReadEnum(entry, path, "output_dtype", kRowDtypeNames,
+                                     &t->output_dtype));
+  YAML::Node own = Child(entry, "output_dtype");
+  if (own.IsDefined() && !own.IsNull())
+    return CheckOutputDtype(r, own, entry, path + ".output_dtype", *t);
+  return CheckOutputDtype(r, Child(model, "embedding_output_dtype"), model,
+                          "model.embedding_output_dtype", *t);
+}
+
+absl::Status ParseTableOverrides(const ConfigReader& r, const YAML::Node& model,
+                                 const YAML::Node& tables, ModelConfig* m) {
   for (const auto& kv : tables) {
     const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "";
     size_t i = 0;
@@ -169,10 +198,10 @@ absl::Status ParseTableOverrides(const ConfigReader& r, const YAML::Node& tables
     TESSERA_RETURN_IF_ERROR(r.CheckMap(entry, tables, path, "model.tables[]"));
     for (const auto& field : entry) {
       const std::string f = field.first.Scalar();
-      if (f != "storage" && f != "init")
+      if (f != "storage" && f != "init" && f != "output_dtype")
         return r.Error(field.first, entry, path + "." + f,
-                       "a table of model.table_rows takes only storage and init here (its "
-                       "rows, dim and features come from table_rows)");
+                       "a table of model.table_rows takes only storage, init and output_dtype "
+                       "here (its rows, dim and features come from table_rows)");
     }
     TableConfig& t = m->tables[i];
     YAML::Node init = Child(entry, "init");
@@ -182,6 +211,7 @@ absl::Status ParseTableOverrides(const ConfigReader& r, const YAML::Node& tables
     TESSERA_RETURN_IF_ERROR(ReadFloat(r, init, path + ".init", "scale", "a positive number",
                                       kPositiveD, &t.init.scale));
     TESSERA_RETURN_IF_ERROR(internal::ParseTableStorage(r, entry, path, &t.storage));
+    TESSERA_RETURN_IF_ERROR(ReadOutputDtype(r, model, entry, path, &t));
   }
   return absl::OkStatus();
 }
@@ -223,9 +253,16 @@ absl::Status ParseTables(const ConfigReader& r, const YAML::Node& model, ModelCo
       t.features = {static_cast<int>(i)};
       t.storage.dtype = m->embedding_dtype;
       t.storage.rounding = m->embedding_rounding;
+      t.output_dtype = m->embedding_output_dtype;
       m->tables.push_back(std::move(t));
     }
-    return have_tables ? ParseTableOverrides(r, tables, m) : absl::OkStatus();
+    if (have_tables) TESSERA_RETURN_IF_ERROR(ParseTableOverrides(r, model, tables, m));
+    // The tables no override named take the model's output_dtype (checked here).
+    for (const TableConfig& t : m->tables) {
+      TESSERA_RETURN_IF_ERROR(CheckOutputDtype(r, Child(model, "embedding_output_dtype"), model,
+                                               "model.embedding_output_dtype", t));
+    }
+    return absl::OkStatus();
   }
   if (!tables.IsSequence() || tables.size() == 0)
     return r.Error(tables, model, "model.tables", "expected a non-empty list of tables");
@@ -240,6 +277,7 @@ absl::Status ParseTables(const ConfigReader& r, const YAML::Node& model, ModelCo
     t.num_rows = -1;
     t.storage.dtype = m->embedding_dtype;  // storage.dtype / rounding override these
     t.storage.rounding = m->embedding_rounding;
+    t.output_dtype = m->embedding_output_dtype;  // and output_dtype this
     TESSERA_RETURN_IF_ERROR(r.ReadString(entry, path, "name", &t.name));
     if (!ValidTableName(t.name))
       return r.Error(Child(entry, "name"), entry, path + ".name",
@@ -264,6 +302,7 @@ absl::Status ParseTables(const ConfigReader& r, const YAML::Node& model, ModelCo
     TESSERA_RETURN_IF_ERROR(ReadFloat(r, init, path + ".init", "scale", "a positive number",
                                       kPositiveD, &t.init.scale));
     TESSERA_RETURN_IF_ERROR(internal::ParseTableStorage(r, entry, path, &t.storage));
+    TESSERA_RETURN_IF_ERROR(ReadOutputDtype(r, model, entry, path, &t));
     for (size_t j = 0; j < i; ++j) {
       if (m->tables[j].name == t.name)
         return r.Error(Child(entry, "name"), entry, path + ".name",
@@ -288,6 +327,8 @@ absl::Status ParseModel(const ConfigReader& r, const YAML::Node& root, const std
       r.ReadEnum(model, p, "embedding_dtype", kRowDtypeNames, &m->embedding_dtype));
   TESSERA_RETURN_IF_ERROR(
       r.ReadEnum(model, p, "embedding_rounding", kRowRoundingNames, &m->embedding_rounding));
+  TESSERA_RETURN_IF_ERROR(r.ReadEnum(model, p, "embedding_output_dtype", kRowDtypeNames,
+                                     &m->embedding_output_dtype));
   TESSERA_RETURN_IF_ERROR(
       r.ReadInt(model, p, "num_dense", "a positive integer", kPositive, &m->num_dense));
   TESSERA_RETURN_IF_ERROR(

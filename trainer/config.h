@@ -87,6 +87,9 @@ struct ModelConfig {
   // unless the table sets its own (fp32 | fp16 | bf16; stochastic | nearest).
   RowDtype embedding_dtype = RowDtype::kF32;
   RowRounding embedding_rounding = RowRounding::kStochastic;
+  // model.embedding_output_dtype: every table's output_dtype unless the table sets its own
+  // (fp32 | bf16: pooled outputs and their gradients in bf16, 16-bit tables only).
+  RowDtype embedding_output_dtype = RowDtype::kF32;
 };
 
 struct OptimizerConfig {

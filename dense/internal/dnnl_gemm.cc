@@ -55,10 +55,9 @@ void FloatToBf16(const float* x, int64_t n, uint16_t* out) {
 #ifdef TESSERA_HAVE_DNNL
 namespace {
 
-// (input type, trans_a, trans_b, m, n, k, lda, ldb, accumulate, ldc, threads, epilogue: bias,
-// relu, bf16 output).
+// (input type, trans_a, trans_b, m, n, k, lda, ldb, accumulate, ldc, threads, bf16 output).
 using Key = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, bool, int64_t,
-                       int, bool, bool, bool>;
+                       int, bool>;
 
 // The threads a product of m x n x k multiply-adds runs on: one per kGemmMinMacsPerThread, at
 // most NumThreads(). oneDNN fixes its partition when a primitive is created (its brgemm kernels
@@ -72,7 +71,7 @@ int GemmThreads(int64_t m, int64_t n, int64_t k) {
 }
 
 struct Cached {
-  dnnl::memory::desc a, b, c, bias;
+  dnnl::memory::desc a, b, c;
   dnnl::matmul prim;
   // bf16 inputs on a CPU where oneDNN has no bf16 matmul: the operands are widened to fp32 (exact)
   // and go through the fp32 primitive `prim`.
@@ -128,7 +127,7 @@ absl::Status Run(GemmInput type, bool trans_a, bool trans_b, int64_t m, int64_t 
   std::optional<ScopedNumThreads> fewer;
   if (threads < NumThreads()) fewer.emplace(threads);
   const Key key{static_cast<int>(type), trans_a, trans_b, m, n, k, lda, ldb, accumulate, ldc,
-                threads, ep.bias != nullptr, ep.relu, ep.bf16_out};
+                threads, ep.bf16_out};
   Cached* p;
   try {
     std::lock_guard<std::mutex> lock(e.mu);
@@ -147,15 +146,9 @@ absl::Status Run(GemmInput type, bool trans_a, bool trans_b, int64_t m, int64_t 
         dnnl::primitive_attr attr;
         dnnl::post_ops ops;
         if (accumulate) ops.append_sum(1.0f);
-        if (ep.relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-        if (accumulate || ep.relu) attr.set_post_ops(ops);
-        if (ep.bias != nullptr) {
-          entry->bias = dnnl::memory::desc({1, n}, dt::f32, dnnl::memory::dims{n, 1});
-        }
-        dnnl::matmul::primitive_desc pd(
-            ep.bias != nullptr ? dnnl::matmul::desc(entry->a, entry->b, entry->bias, entry->c)
-                               : dnnl::matmul::desc(entry->a, entry->b, entry->c),
-            attr, e.engine);
+        if (accumulate) attr.set_post_ops(ops);
+        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(entry->a, entry->b, entry->c), attr,
+                                        e.engine);
         entry->prim = dnnl::matmul(pd);
         return entry;
       };
@@ -192,9 +185,6 @@ absl::Status Run(GemmInput type, bool trans_a, bool trans_b, int64_t m, int64_t 
     dnnl::memory cm(p->c, e.engine, c);
     std::unordered_map<int, dnnl::memory> args{
         {DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
-    if (ep.bias != nullptr) {
-      args.emplace(DNNL_ARG_BIAS, dnnl::memory(p->bias, e.engine, const_cast<float*>(ep.bias)));
-    }
     p->prim.execute(e.stream, args);
     e.stream.wait();
   } catch (const dnnl::error& err) {

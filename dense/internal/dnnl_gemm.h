@@ -31,17 +31,14 @@ std::string DnnlVersion();
                                     const void* b, int64_t ldb, bool accumulate, float* c,
                                     int64_t ldc);
 
-// (Linear does not use the ReLU post-op: it maps NaN to 0, where torch.relu keeps NaN.)
-// What the matmul applies to C[m, n] before it stores it, inside its kernel (oneDNN's bias and
-// post-ops: no separate pass over C): C = relu(op(A) op(B) + bias) with bias [n] (fp32, added in
-// fp32 to the fp32 accumulator, as a separate pass would), ReLU when `relu` (NaN stays NaN), and
-// the result stored as bf16 (round to nearest even, into uint16_t) when `bf16_out`, else fp32.
+// How the matmul stores C: bf16_out = rounded to bf16 (round to nearest even, NaN kept, by
+// oneDNN's bf16 destination: no separate pass over C), into uint16_t; else fp32. (No ReLU
+// post-op: oneDNN's maps NaN to 0, where torch.relu keeps NaN, and would hide a non-finite loss.)
 struct GemmEpilogue {
-  const float* bias = nullptr;
-  bool relu = false;
   bool bf16_out = false;
 };
-// DnnlGemm with an epilogue (no accumulate); c is float, or uint16_t when ep.bf16_out.
+// DnnlGemm with an epilogue (no accumulate); c is float, or uint16_t when ep.bf16_out (Linear's
+// bf16 input gradient between two bf16 layers).
 [[nodiscard]] absl::Status DnnlGemmEpilogue(GemmInput type, bool trans_a, bool trans_b, int64_t m,
                                             int64_t n, int64_t k, const void* a, int64_t lda,
                                             const void* b, int64_t ldb, const GemmEpilogue& ep,

@@ -41,7 +41,11 @@ absl::Status LinearBackwardCuda(const DeviceContext& ctx, const float* x, const 
 // Activations between two bf16 layers stay bf16 (Mlp): a layer with `s->bf16_out` also rounds
 // its output to bf16 in the bias pass (s->y, the next layer's rounded input, the same bits as
 // rounding the fp32 output there) and the next layer takes it as x16 instead of rounding an fp32 x. The backward's mask
-// then reads s->y. Unimplemented without oneDNN.
+// then reads s->y. Their gradient stays bf16 too (as under torch.autocast, where the gradient
+// between two bf16 matmuls is bf16): the next layer's input-gradient product writes it rounded to
+// bf16 (oneDNN's bf16 destination) into s->dy, and this layer's mask pass reads it there, masks
+// it in place (dz, already the bf16 GEMM input) and sums db from it in fp32/double.
+// Unimplemented without oneDNN.
 struct Bf16Operands {
   std::vector<uint16_t> x, w, dy, y;
   const uint16_t* x16 = nullptr;  // the last forward's bf16 input (s->x or the caller's x16)
@@ -51,10 +55,12 @@ struct Bf16Operands {
 absl::Status LinearForwardBf16Cpu(const float* x, const uint16_t* x16, const float* w,
                                   const float* b, int64_t batch, int64_t in, int64_t out,
                                   Activation act, float* y, Bf16Operands* s);
-// y: the forward's fp32 output (unused when s->bf16_out: the mask reads s->y).
+// y: the forward's fp32 output (unused when s->bf16_out: the mask reads s->y). dy null: the
+// gradient is bf16 in s->dy (s->bf16_out only; see above). dx16 non-null: dx is written there as
+// bf16 (the previous bf16 layer's s->dy) instead of to dx.
 absl::Status LinearBackwardBf16Cpu(const float* y, float* dy, int64_t batch, int64_t in,
                                    int64_t out, Activation act, float* dw, float* db, float* dx,
-                                   Bf16Operands* s);
+                                   uint16_t* dx16, Bf16Operands* s);
 // Their CUDA twin (dense/linear_cuda.cu): the operands rounded to bf16 on the device (round to
 // nearest even, as the CPU's), the products by cuBLAS with bf16 inputs, fp32 accumulation
 // (CUBLAS_COMPUTE_32F) and fp32 outputs; bias, ReLU, its mask and db as LinearForwardCuda /

@@ -34,6 +34,15 @@ absl::Status ValidateOptions(const EmbeddingCollectionOptions& o, const char* wh
     if (table.features.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(label, ": serves no feature"));
     }
+    if (table.output_dtype == RowDtype::kF16) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(label, ": output_dtype fp16 is not supported (fp32 or bf16)"));
+    }
+    if (table.output_dtype == RowDtype::kBf16 && table.storage.dtype == RowDtype::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          label, ": output_dtype bf16 needs 16-bit storage, but storage.dtype is fp32 (set "
+                 "storage.dtype fp16 or bf16, or output_dtype fp32)"));
+    }
     for (int f : table.features) {
       if (f < 0 || f >= o.num_features) {
         return absl::InvalidArgumentError(

@@ -1,5 +1,5 @@
 // The fused backward's inner loop for the common case (AVX-512, dims 16-128, SGD or row-wise
-// AdaGrad, fp32 / fp16 / bf16 rows): one pass per run that sums the run's gradient rows in
+// AdaGrad, fp32 / fp16 / bf16 rows, fp32 or bf16 output gradients): one pass per run that sums the run's gradient rows in
 // registers and updates the run's row right away, with no summed row written anywhere.
 //
 // Why. The update is bound by the row misses (weights + the AdaGrad state line, read then
@@ -35,12 +35,12 @@ namespace {
 constexpr int64_t kFarRuns = 16;
 constexpr int64_t kNearRuns = 2;
 
-template <int kDim, RowDtype kD, bool kAdagrad>
+template <int kDim, RowDtype kD, bool kAdagrad, bool kBf16Grads>
 TESSERA_AVX512 void SumAndUpdate(const SumRunsArgs& r, const int64_t* slots,
                                  const RowUpdateArgs& a, int64_t u0, int64_t u1) {
   constexpr int kVecs = kDim / 16;
   constexpr int64_t kRowBytes = kDim * RowDtypeBytes(kD);
-  constexpr int64_t kGradBytes = kDim * static_cast<int64_t>(sizeof(float));
+  constexpr int64_t kGradBytes = kDim * static_cast<int64_t>(kBf16Grads ? 2 : sizeof(float));
   const int64_t ahead = PrefetchRowsAhead(kGradBytes);
   const int64_t e_last = r.run_starts[u1];
   const int64_t mask = r.pos_mask;
@@ -85,10 +85,17 @@ TESSERA_AVX512 void SumAndUpdate(const SumRunsArgs& r, const int64_t* slots,
       }
       if (e + ahead < e_last) PrefetchBytes(r.grad_rows[keys[e + ahead] & mask], kGradBytes, false);
       const int64_t p = keys[e] & mask;
-      const float* src = r.grad_rows[p];
       const __m512 s = _mm512_set1_ps(r.scales[p]);
-      for (int c = 0; c < kVecs; ++c) {
-        g[c] = _mm512_add_ps(g[c], _mm512_mul_ps(s, _mm512_loadu_ps(src + 16 * c)));
+      if constexpr (kBf16Grads) {
+        const uint16_t* src = static_cast<const uint16_t*>(r.grad_rows[p]);
+        for (int c = 0; c < kVecs; ++c) {
+          g[c] = _mm512_add_ps(g[c], _mm512_mul_ps(s, Load16<RowDtype::kBf16>(src + 16 * c)));
+        }
+      } else {
+        const float* src = static_cast<const float*>(r.grad_rows[p]);
+        for (int c = 0; c < kVecs; ++c) {
+          g[c] = _mm512_add_ps(g[c], _mm512_mul_ps(s, _mm512_loadu_ps(src + 16 * c)));
+        }
       }
     }
     // The row's update.
@@ -116,13 +123,23 @@ TESSERA_AVX512 void SumAndUpdate(const SumRunsArgs& r, const int64_t* slots,
   }
 }
 
+template <int kDim, RowDtype kD, bool kBf16Grads>
+void ForOptimizerGrads(const SumRunsArgs& r, const int64_t* slots, const RowUpdateArgs& a,
+                       int64_t u0, int64_t u1) {
+  if (a.optimizer.type == RowOptimizerType::kRowWiseAdagrad) {
+    SumAndUpdate<kDim, kD, true, kBf16Grads>(r, slots, a, u0, u1);
+  } else {
+    SumAndUpdate<kDim, kD, false, kBf16Grads>(r, slots, a, u0, u1);
+  }
+}
+
 template <int kDim, RowDtype kD>
 void ForOptimizer(const SumRunsArgs& r, const int64_t* slots, const RowUpdateArgs& a, int64_t u0,
                   int64_t u1) {
-  if (a.optimizer.type == RowOptimizerType::kRowWiseAdagrad) {
-    SumAndUpdate<kDim, kD, true>(r, slots, a, u0, u1);
+  if (r.bf16_grads) {
+    ForOptimizerGrads<kDim, kD, true>(r, slots, a, u0, u1);
   } else {
-    SumAndUpdate<kDim, kD, false>(r, slots, a, u0, u1);
+    ForOptimizerGrads<kDim, kD, false>(r, slots, a, u0, u1);
   }
 }
 

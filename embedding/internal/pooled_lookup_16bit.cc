@@ -4,7 +4,8 @@
 // Forward: the fp32 loop's shape (one thread per chunk of bags, each bag summed in index order,
 // rows prefetched a few ids ahead), with each row widened to fp32 as it is gathered: F16C's
 // vcvtph2ps for fp16, a zero-extend and 16-bit shift for bf16, 16 values per instruction. Half
-// the bytes per row are gathered.
+// the bytes per row are gathered. With bf16 outputs (out_bf16) each pooled value is rounded to
+// nearest even as it is stored (row_dtype::FloatToBf16's bits, NaN and Inf kept).
 // Update: per unique row, the row is widened into an L1 buffer, ApplyRowUpdate (the fp32 rule,
 // the same code as for fp32 tables) updates it and its fp32 state in place, and the row is
 // rounded back: nearest even (vcvtps2ph / integer rounding for bf16) or stochastic (a hash of
@@ -52,9 +53,18 @@ void PoolBagsScalar(const PooledLookupArgs& a, int64_t b0, int64_t b1) {
   const int64_t* idx = a.indices;
   const float* pw = a.per_id_weights;
   const int64_t j_last = a.offsets[b1];
+  // bf16 outputs: each bag pools into `acc`, then is rounded into out_bf16.
+  constexpr int64_t kStack = 256;
+  float stack[kStack];
+  std::vector<float> heap;
+  float* acc = stack;
+  if (a.out_bf16 != nullptr && dim > kStack) {
+    heap.resize(dim);
+    acc = heap.data();
+  }
   for (int64_t b = b0; b < b1; ++b) {
     const int64_t jb = a.offsets[b], je = a.offsets[b + 1];
-    float* out = a.out + b * a.out_stride;
+    float* out = a.out_bf16 != nullptr ? acc : a.out + b * a.out_stride;
     const float scale =
         (a.pooling == PoolingMode::kMean && je > jb) ? 1.0f / static_cast<float>(je - jb) : 1.0f;
     for (int64_t k = 0; k < dim; ++k) out[k] = 0.0f;
@@ -65,6 +75,10 @@ void PoolBagsScalar(const PooledLookupArgs& a, int64_t b0, int64_t b1) {
       for (int64_t k = 0; k < dim; ++k) out[k] += s * Widen<kD>(row[k]);
     }
     for (int64_t k = 0; k < dim; ++k) out[k] *= scale;
+    if (a.out_bf16 != nullptr) {
+      uint16_t* out16 = a.out_bf16 + b * a.out_stride;
+      for (int64_t k = 0; k < dim; ++k) out16[k] = rd::FloatToBf16(out[k]);
+    }
   }
 }
 
@@ -115,7 +129,6 @@ TESSERA_AVX512 void PoolBagsAvx512(const PooledLookupArgs& a, int64_t b0, int64_
   const int64_t j_last = a.offsets[b1];
   for (int64_t b = b0; b < b1; ++b) {
     const int64_t jb = a.offsets[b], je = a.offsets[b + 1];
-    float* out = a.out + b * a.out_stride;
     const float scale =
         (a.pooling == PoolingMode::kMean && je > jb) ? 1.0f / static_cast<float>(je - jb) : 1.0f;
     __m512 acc[kVecs];
@@ -133,6 +146,15 @@ TESSERA_AVX512 void PoolBagsAvx512(const PooledLookupArgs& a, int64_t b0, int64_
       }
     }
     const __m512 sc = _mm512_set1_ps(scale);
+    if (a.out_bf16 != nullptr) {
+      uint16_t* out16 = a.out_bf16 + b * a.out_stride;
+      for (int c = 0; c < kVecs; ++c) {
+        StoreRounded16<RowDtype::kBf16>(RowRounding::kNearest, 0, _mm512_mul_ps(acc[c], sc),
+                                        out16 + 16 * c);
+      }
+      continue;
+    }
+    float* out = a.out + b * a.out_stride;
     for (int c = 0; c < kVecs; ++c) _mm512_storeu_ps(out + 16 * c, _mm512_mul_ps(acc[c], sc));
   }
 }

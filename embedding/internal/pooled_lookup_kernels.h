@@ -41,6 +41,11 @@ namespace tessera::embedding_internal {
                                                 absl::Span<const BagGradients> sources,
                                                 int64_t dim);
 
+// InvalidArgument for bf16 outputs (forward->out_bf16, may be null) or bf16 gradients in
+// `sources`: the CUDA twins run fp32 outputs only.
+[[nodiscard]] absl::Status CheckNoBf16ForCuda(const char* op, const PooledLookupArgs* forward,
+                                              absl::Span<const BagGradients> sources);
+
 // InvalidArgument for a 16-bit weight_dtype: the CUDA twins run fp32 tables only.
 [[nodiscard]] absl::Status CheckFp32ForCuda(const char* op, RowDtype dtype);
 
@@ -75,14 +80,16 @@ void UpdateRows16Cpu(const int64_t* slots, const float* row_grads, const RowUpda
 // After the sort, run u (one distinct slot) holds the entries [run_starts[u], run_starts[u + 1])
 // of `keys`, in position order; entry e's gradient term is scales[p] * grad_rows[p] with
 // p = keys[e] & pos_mask (its bag's output gradient, scaled by its per-id weight times 1 / length
-// for kMean). p indexes bags when no source has per-id weights, else positions.
+// for kMean). p indexes bags when no source has per-id weights, else positions. grad_rows[p]
+// points at fp32 values, or at bf16 values when bf16_grads (widened as they are read).
 struct SumRunsArgs {
   const int64_t* keys;        // sorted (slot << pos_bits | p)
   const int64_t* run_starts;  // [unique + 1]
-  const float* const* grad_rows;
+  const void* const* grad_rows;
   const float* scales;
   int64_t pos_mask;
   int64_t dim;
+  bool bf16_grads;
 };
 
 // ---- The fused segment sum + row update in registers (fused_update_avx512.cc) --------------

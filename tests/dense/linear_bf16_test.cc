@@ -9,6 +9,7 @@
 // layer's own output's, so a sign flip of a near-zero y cannot fail the gradient check.
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -168,6 +169,78 @@ TEST(LinearBf16, RoundingIsToNearestEven) {
     dense_internal::FloatToBf16(&many[i], 1, &one);
     EXPECT_EQ(got[i], one) << i;
   }
+}
+
+// An Mlp of bf16 layers hands both the activation and its gradient on in bf16: the same as the
+// layers one by one with the activation rounded to bf16 before the next layer and the input
+// gradient rounded to bf16 (nearest even) before the previous one. The bf16 gradient is stored by
+// oneDNN's matmul (a bf16 destination), whose rounding of its fp32 accumulator must be
+// FloatToBf16's: the gradients are compared bit for bit.
+TEST(MlpBf16, GradientBetweenBf16LayersIsTheRoundedOne) {
+  if (!dense_internal::DnnlGemmAvailable()) GTEST_SKIP() << "no oneDNN";
+  const int64_t batch = 96, in = 40;
+  const std::vector<int64_t> sizes = {64, 48, 32};
+  Mlp mlp("m", in, sizes, /*relu_last=*/true, DeviceContext::Cpu(), DenseDtype::kBf16);
+  mlp.Init(3);
+  std::vector<std::unique_ptr<Linear>> layers;
+  int64_t prev = in;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    layers.push_back(std::make_unique<Linear>("m." + std::to_string(i), prev, sizes[i],
+                                              Activation::kRelu, DeviceContext::Cpu(),
+                                              DenseDtype::kBf16));
+    layers.back()->Init(3);
+    prev = sizes[i];
+  }
+  const Vec xd = RandomVec(batch * in, 5);
+  std::vector<float> x(xd.begin(), xd.end());
+  const Vec dyd = RandomVec(batch * sizes.back(), 6);
+  std::vector<float> dy(dyd.begin(), dyd.end()), dy2 = dy;
+  auto round = [](std::vector<float>* v) {
+    std::vector<uint16_t> h(v->size());
+    dense_internal::FloatToBf16(v->data(), static_cast<int64_t>(v->size()), h.data());
+    for (size_t i = 0; i < h.size(); ++i) (*v)[i] = dense_internal::Bf16ToFloat(h[i]);
+  };
+  const float* y = nullptr;
+  ASSERT_TRUE(mlp.Forward(x.data(), batch, &y).ok());
+  std::vector<float> dx(batch * in);
+  ASSERT_TRUE(mlp.Backward(dy.data(), dx.data()).ok());
+  // Layer by layer.
+  std::vector<std::vector<float>> h = {x};
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const float* out = nullptr;
+    ASSERT_TRUE(layers[i]->Forward(h.back().data(), batch, &out).ok());
+    h.emplace_back(out, out + batch * sizes[i]);
+    if (i + 1 < layers.size()) round(&h.back());
+  }
+  for (int64_t k = 0; k < batch * sizes.back(); ++k) ASSERT_EQ(y[k], h.back()[k]) << k;
+  std::vector<float> g = dy2;
+  for (int i = static_cast<int>(layers.size()) - 1; i >= 0; --i) {
+    std::vector<float> gx(batch * layers[i]->in());
+    ASSERT_TRUE(layers[i]->Backward(g.data(), gx.data()).ok());
+    if (i > 0) round(&gx);
+    g = gx;
+  }
+  for (int64_t k = 0; k < batch * in; ++k) ASSERT_EQ(dx[k], g[k]) << k;
+  int differ = 0;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    Linear& a = *layers[i];
+    const std::vector<Parameter*> p = mlp.parameters();
+    const float* w_got = p[2 * i]->grad.data<float>();
+    const float* b_got = p[2 * i + 1]->grad.data<float>();
+    for (int64_t k = 0; k < a.out() * a.in(); ++k) {
+      ASSERT_EQ(w_got[k], a.weight().grad.data<float>()[k]) << "layer " << i << " dW " << k;
+    }
+    for (int64_t k = 0; k < a.out(); ++k) {
+      ASSERT_EQ(b_got[k], a.bias().grad.data<float>()[k]) << "layer " << i << " db " << k;
+    }
+  }
+  // The rounding is visible: an unrounded gradient would differ somewhere.
+  std::vector<float> unrounded(batch * layers[2]->in());
+  ASSERT_TRUE(layers[2]->Backward(dy2.data(), unrounded.data()).ok());
+  std::vector<float> rounded = unrounded;
+  round(&rounded);
+  for (size_t k = 0; k < rounded.size(); ++k) differ += rounded[k] != unrounded[k];
+  EXPECT_GT(differ, 0);
 }
 
 // bf16 on CUDA is the cuBLAS twin (tests/cuda/linear_bf16_cuda_test.cc); a hand-made CUDA

@@ -176,8 +176,10 @@ TEST_F(ConfigEnumsTest, EveryEnumKeyReadsAndWritesEverySpelling) {
 // table_rows shorthand (written expanded as tables), the data files and MLPerf day keys (a
 // synthetic config has none; data_formats_test covers them), init.scale (written only when
 // set: absent means the default sqrt(1 / rows)), cache_bytes (the alternative to cache_rows) and
-// device_cache_bytes (the alternative to device_cache_rows), and a dynamic table's `dynamic`
-// block (only a dynamic table has it: dynamic_training_test round-trips it).
+// device_cache_bytes (the alternative to device_cache_rows), a table's output_dtype (written when
+// it or model.embedding_output_dtype is not fp32: config_storage_test round-trips it), and a
+// dynamic table's `dynamic` block (only a dynamic table has it: dynamic_training_test
+// round-trips it).
 TEST_F(ConfigEnumsTest, ConfigToYamlWritesEverySchemaKey) {
   auto c = ParseConfig(Base(), source());
   ASSERT_TRUE(c.ok()) << c.status();
@@ -185,7 +187,8 @@ TEST_F(ConfigEnumsTest, ConfigToYamlWritesEverySchemaKey) {
   const std::set<std::string> not_written = {
       "model.table_rows", "data.train", "data.eval", "data.train_days", "data.eval_days",
       "data.eval_split", "model.tables[].init.scale", "model.tables[].storage.cache_bytes",
-      "model.tables[].storage.device_cache_bytes", "model.tables[].dynamic"};
+      "model.tables[].storage.device_cache_bytes", "model.tables[].output_dtype",
+      "model.tables[].dynamic"};
   int checked = 0;
   for (const internal::SchemaSection& s : internal::ConfigSchema()) {
     if (absl::StartsWith(s.path, "model.tables[].dynamic")) continue;

@@ -79,6 +79,45 @@ TEST_F(ConfigStorageTest, SixteenBitStorageKeys) {
   EXPECT_THAT(Error("{dtype: bf16}", "device: cuda\n"), HasSubstr("CPU only"));
 }
 
+// output_dtype per table, model.embedding_output_dtype as the default, the round trip, and the
+// errors naming the table and the key that asked for bf16 outputs of an fp32 table.
+TEST_F(ConfigStorageTest, OutputDtypeKeys) {
+  const std::string out = absl::StrCat("output: {dir: ", (dir_ / "out").string(), "}\n");
+  std::string yaml = tiertest::SmallTierYaml({"{dtype: fp16}", "", "{dtype: fp32}"},
+                                             "rowwise_adagrad", "sgd") + out;
+  // t0 fp16 with its own output_dtype; t1 bf16 by the model default, bf16 outputs by default.
+  auto c = ParseConfig(yaml, (dir_ / "s.yaml").string(),
+                       {"model.embedding_dtype=bf16", "model.embedding_output_dtype=bf16",
+                        "model.tables[2].output_dtype=fp32"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model.tables[0].output_dtype, RowDtype::kBf16);
+  EXPECT_EQ(c->model.tables[1].output_dtype, RowDtype::kBf16);
+  EXPECT_EQ(c->model.tables[2].output_dtype, RowDtype::kF32);
+  auto again = ParseConfig(ConfigToYaml(*c), (dir_ / "s.yaml").string());
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << ConfigToYaml(*c);
+  EXPECT_EQ(ConfigToYaml(*again), ConfigToYaml(*c));
+  EXPECT_EQ(again->model.tables[2].output_dtype, RowDtype::kF32);
+  // The default is fp32 everywhere.
+  auto plain = ParseConfig(yaml, (dir_ / "s.yaml").string());
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  for (const TableConfig& t : plain->model.tables) EXPECT_EQ(t.output_dtype, RowDtype::kF32);
+
+  // The model default reaching fp32 table t2: the error names the table and the model key.
+  auto bad = ParseConfig(yaml, (dir_ / "s.yaml").string(),
+                         {"model.embedding_dtype=bf16", "model.embedding_output_dtype=bf16"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("model.embedding_output_dtype"));
+  EXPECT_THAT(bad.status().message(), HasSubstr("table 't2' has storage.dtype fp32"));
+  // A table's own key.
+  auto own = ParseConfig(yaml, (dir_ / "s.yaml").string(), {"model.tables[2].output_dtype=bf16"});
+  ASSERT_FALSE(own.ok());
+  EXPECT_THAT(own.status().message(), HasSubstr("model.tables[2].output_dtype"));
+  EXPECT_THAT(own.status().message(), HasSubstr("table 't2'"));
+  auto f16 = ParseConfig(yaml, (dir_ / "s.yaml").string(), {"model.tables[0].output_dtype=fp16"});
+  ASSERT_FALSE(f16.ok());
+  EXPECT_THAT(f16.status().message(), HasSubstr("fp16 pooled outputs are not supported"));
+}
+
 TEST_F(ConfigStorageTest, CheckpointKeys) {
   std::string yaml = tiertest::SmallTierYaml({}, "rowwise_adagrad", "sgd") +
                      "train: {checkpoint_every: 50, resume: false}\noutput: {dir: " +
@@ -170,7 +209,7 @@ TEST_F(ConfigStorageTest, TableRowsTablesTakeStorageOverrides) {
   // Only storage and init; an index or name table_rows does not make.
   auto rows = ParseConfig(yaml, (dir_ / "r.yaml").string(), {"model.tables.1.rows=5"});
   ASSERT_FALSE(rows.ok());
-  EXPECT_THAT(rows.status().message(), HasSubstr("takes only storage and init"));
+  EXPECT_THAT(rows.status().message(), HasSubstr("takes only storage, init and output_dtype"));
   auto beyond = ParseConfig(yaml, (dir_ / "r.yaml").string(), {"model.tables.7.storage.tier=rocksdb"});
   ASSERT_FALSE(beyond.ok());
   EXPECT_THAT(beyond.status().message(), HasSubstr("makes 3 tables"));

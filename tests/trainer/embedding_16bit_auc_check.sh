@@ -8,27 +8,31 @@
 # rounding draws), while over seeds 1..5 the pairs were -0.0016..+0.0002 (bf16) and
 # -0.0009..+0.0001 (fp16). Each run is bit-reproducible on a given CPU, so the verdict is fixed
 # for given code and machine; a broken 16-bit path (AUC ~0.5) fails it by ~0.3.
+# The same bar for 16-bit tables with bf16 pooled outputs and gradients
+# (model.embedding_output_dtype bf16, FBGEMM's output_dtype): bf16-out (bf16 storage) and
+# fp16-out (fp16 storage).
 # Usage: embedding_16bit_auc_check.sh BUILD_BIN_DIR SOURCE_DIR
 set -euo pipefail
 bin=$1; src=$2
 seeds=${SEEDS:-4}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-auc() {  # dtype seed -> final eval AUC
-  local log="$out/quickstart-$1-$2.log"
+auc() {  # variant seed -> final eval AUC
+  local log="$out/quickstart-$1-$2.log" dtype=${1%-out} odt=fp32
+  [[ $1 == *-out ]] && odt=bf16
   if ! "$bin/tessera-train" --config "$src/configs/quickstart.yaml" --quiet \
-       --set "output.dir=$out/quickstart-$1-$2" --set "model.embedding_dtype=$1" \
-       --set "seed=$2" > "$log" 2>&1; then
+       --set "output.dir=$out/quickstart-$1-$2" --set "model.embedding_dtype=$dtype" \
+       --set "model.embedding_output_dtype=$odt" --set "seed=$2" > "$log" 2>&1; then
     cat "$log" >&2; exit 1
   fi
   grep -o "eval AUC [0-9.]*" "$log" | tail -1 | cut -d' ' -f3
 }
 declare -A a
 for s in $(seq 1 "$seeds"); do
-  for d in fp32 bf16 fp16; do a[$d,$s]=$(auc $d "$s"); done
+  for d in fp32 bf16 fp16 bf16-out fp16-out; do a[$d,$s]=$(auc $d "$s"); done
 done
 fail=0
-for d in bf16 fp16; do
+for d in bf16 fp16 bf16-out fp16-out; do
   pairs=""
   for s in $(seq 1 "$seeds"); do pairs="$pairs ${a[$d,$s]}-${a[fp32,$s]}"; done
   if python3 - "$d" $pairs <<'PY'

@@ -61,6 +61,7 @@ void EmitModel(YAML::Emitter& e, const ModelConfig& m) {
   Key(e, "dense_dtype", kDenseDtypeNames, m.dense_dtype);
   Key(e, "embedding_dtype", kRowDtypeNames, m.embedding_dtype);
   Key(e, "embedding_rounding", kRowRoundingNames, m.embedding_rounding);
+  Key(e, "embedding_output_dtype", kRowDtypeNames, m.embedding_output_dtype);
   e << YAML::Key << "tables" << YAML::Value << YAML::BeginSeq;
   for (const TableConfig& t : m.tables) {
     e << YAML::Flow << YAML::BeginMap;
@@ -75,6 +76,9 @@ void EmitModel(YAML::Emitter& e, const ModelConfig& m) {
     Key(e, "type", kRowInitTypeNames, t.init.type);
     if (t.init.scale > 0) Key(e, "scale", t.init.scale);  // absent = sqrt(1 / rows)
     e << YAML::EndMap;
+    // Written whenever it or the model's default is not fp32 (rereading keeps it).
+    if (t.output_dtype != RowDtype::kF32 || m.embedding_output_dtype != RowDtype::kF32)
+      Key(e, "output_dtype", kRowDtypeNames, t.output_dtype);
     // A memory table's storage is written whenever it is not fp32 or the model's defaults are
     // not fp32 / stochastic, so that rereading never applies the model default instead.
     const bool default_storage = t.storage.dtype == RowDtype::kF32 &&

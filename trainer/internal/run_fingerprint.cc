@@ -58,7 +58,8 @@ bool Relevant(const std::string& key) {
   // How numbers are stored or multiplied, not what the model is: an fp32 checkpoint loads into
   // 16-bit tables (rounded), and dense_dtype keeps fp32 master weights.
   if (key == "model.init_from" || key == "model.embedding_dtype" ||
-      key == "model.embedding_rounding" || key == "model.dense_dtype")
+      key == "model.embedding_rounding" || key == "model.dense_dtype" ||
+      key == "model.embedding_output_dtype" || absl::EndsWith(key, ".output_dtype"))
     return false;
   if (absl::StartsWith(key, "model.")) return !IsPlacementKey(key);
   return absl::StartsWith(key, "optimizer.");
