@@ -8,12 +8,6 @@
 namespace tessera::internal {
 namespace {
 
-YAML::Node Child(const YAML::Node& map, const char* key) {
-  if (!map.IsDefined() || !map.IsMap()) return YAML::Node();
-  YAML::Node n = map[key];
-  return n.IsDefined() ? n : YAML::Node();
-}
-
 bool Present(const YAML::Node& map, const char* key) {
   YAML::Node n = Child(map, key);
   return n.IsDefined() && !n.IsNull();

@@ -28,9 +28,9 @@ const std::vector<SchemaSection>& DynamicSchema();
 absl::Status ParseTableDynamic(const ConfigReader& r, const YAML::Node& entry,
                                const std::string& table_path, TableConfig* t);
 
-// Whole-config rules of dynamic tables, once the config is read: memory tier only, no device
-// cache, device cpu, one process (no sharding plan holds them yet). The error names the table's
-// key and why.
+// Whole-config rules of dynamic tables, once the config is read: no device cache, device cpu
+// (the RocksDB tier and several ranks are allowed; sharding/ refuses a tiered one on several
+// ranks). The error names the table's key and why.
 absl::Status ValidateDynamicTables(const ConfigReader& r, const YAML::Node& root,
                                    const Config& c);
 

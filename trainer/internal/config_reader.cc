@@ -39,6 +39,12 @@ std::string Render(const YAML::Node& node) {
 
 }  // namespace
 
+YAML::Node Child(const YAML::Node& map, const char* key) {
+  if (!map.IsDefined() || !map.IsMap()) return YAML::Node();
+  YAML::Node n = map[key];
+  return n.IsDefined() ? n : YAML::Node();
+}
+
 std::string JoinKey(const std::string& path, absl::string_view key) {
   return path.empty() ? std::string(key) : absl::StrCat(path, ".", key);
 }

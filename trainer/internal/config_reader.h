@@ -23,6 +23,10 @@ namespace tessera::internal {
 // "a.b" + "c" -> "a.b.c"; "" + "c" -> "c".
 std::string JoinKey(const std::string& path, absl::string_view key);
 
+// A child of a map, or a null node when absent (so reads below it see "absent", never a
+// yaml-cpp zombie node, which throws when touched).
+YAML::Node Child(const YAML::Node& map, const char* key);
+
 // Levenshtein distance, for "did you mean" suggestions.
 int EditDistance(absl::string_view a, absl::string_view b);
 

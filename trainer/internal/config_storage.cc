@@ -37,12 +37,6 @@ std::string TableStoragePath(const Config& c, int t) {
 namespace internal {
 namespace {
 
-YAML::Node Child(const YAML::Node& map, const char* key) {
-  if (!map.IsDefined() || !map.IsMap()) return YAML::Node();
-  YAML::Node n = map[key];
-  return n.IsDefined() ? n : YAML::Node();
-}
-
 // "" when `dir` exists as a writable directory or can be created (its nearest existing
 // ancestor is a writable directory); otherwise why not.
 std::string WhyNotWritable(const fs::path& dir) {
