@@ -29,15 +29,15 @@ bool ValidTableName(const std::string& s) {
 }
 
 // A table's init: {type, scale}.
-absl::Status ParseTableInit(const ConfigReader& r, const YAML::Node& entry,
-                            const std::string& path, TableConfig* t) {
+absl::Status ParseTableInit(const ConfigReader& r, const YAML::Node& entry, const std::string& path,
+                            TableConfig* t) {
   YAML::Node init = Child(entry, "init");
   TESSERA_RETURN_IF_ERROR(r.CheckMap(init, entry, path + ".init", "model.tables[].init"));
   TESSERA_RETURN_IF_ERROR(
       r.ReadEnum(init, path + ".init", "type", kRowInitTypeNames, &t->init.type));
   double scale = t->init.scale;
-  TESSERA_RETURN_IF_ERROR(r.ReadDouble(init, path + ".init", "scale", "a positive number",
-                                       [](double v) { return v > 0; }, &scale));
+  TESSERA_RETURN_IF_ERROR(r.ReadDouble(
+      init, path + ".init", "scale", "a positive number", [](double v) { return v > 0; }, &scale));
   t->init.scale = static_cast<float>(scale);
   return absl::OkStatus();
 }
@@ -63,8 +63,8 @@ absl::Status CheckOutputDtype(const ConfigReader& r, const YAML::Node& node,
 // Reads a table's own output_dtype (default: the model's) and checks it.
 absl::Status ReadOutputDtype(const ConfigReader& r, const YAML::Node& model,
                              const YAML::Node& entry, const std::string& path, TableConfig* t) {
-  TESSERA_RETURN_IF_ERROR(r.ReadEnum(entry, path, "output_dtype", kRowDtypeNames,
-                                     &t->output_dtype));
+  TESSERA_RETURN_IF_ERROR(
+      r.ReadEnum(entry, path, "output_dtype", kRowDtypeNames, &t->output_dtype));
   YAML::Node own = Child(entry, "output_dtype");
   if (own.IsDefined() && !own.IsNull())
     return CheckOutputDtype(r, own, entry, path + ".output_dtype", *t);
@@ -84,9 +84,8 @@ absl::Status ParseTableOverrides(const ConfigReader& r, const YAML::Node& model,
     const std::string path = absl::StrCat("model.tables.", key);
     if (i >= m->tables.size())
       return r.Error(kv.first, tables, path,
-                     absl::StrCat("model.table_rows makes ", m->tables.size(),
-                                  " tables (t0..t", m->tables.size() - 1,
-                                  "): expected one's index or name"));
+                     absl::StrCat("model.table_rows makes ", m->tables.size(), " tables (t0..t",
+                                  m->tables.size() - 1, "): expected one's index or name"));
     const YAML::Node entry = kv.second;
     TESSERA_RETURN_IF_ERROR(r.CheckMap(entry, tables, path, "model.tables[]"));
     for (const auto& field : entry) {
@@ -180,10 +179,9 @@ absl::Status ParseTables(const ConfigReader& r, const YAML::Node& model, ModelCo
     TESSERA_RETURN_IF_ERROR(r.ReadInt(entry, path, "dim", "a positive integer", kPositive, &t.dim));
     TESSERA_RETURN_IF_ERROR(r.ReadEnum(entry, path, "pooling", kPoolingModeNames, &t.pooling));
     std::vector<int64_t> features = {static_cast<int64_t>(i)};
-    TESSERA_RETURN_IF_ERROR(r.ReadIntList(entry, path, "features",
-                                          "a feature index in [0, 65536)",
-                                          [](int64_t v) { return v >= 0 && v < 65536; }, false,
-                                          &features));
+    TESSERA_RETURN_IF_ERROR(r.ReadIntList(
+        entry, path, "features", "a feature index in [0, 65536)",
+        [](int64_t v) { return v >= 0 && v < 65536; }, false, &features));
     t.features.assign(features.begin(), features.end());
     TESSERA_RETURN_IF_ERROR(ParseTableInit(r, entry, path, &t));
     TESSERA_RETURN_IF_ERROR(ParseTableStorage(r, entry, path, &t.storage));
