@@ -30,20 +30,13 @@
 
 #include "core/rng.h"
 #include "core/status.h"
+#include "bench/resident.h"
 #include "embedding/dynamic_row_store.h"
 
 namespace tessera {
 namespace {
 
-double RssMib() {
-  std::FILE* f = std::fopen("/proc/self/statm", "r");
-  long pages = 0, resident = 0;
-  if (f != nullptr) {
-    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
-    std::fclose(f);
-  }
-  return static_cast<double>(resident) * 4096.0 / (1 << 20);
-}
+using bench::RssMib;
 
 int64_t DirBytes(const std::string& path) {
   namespace fs = std::filesystem;

@@ -18,6 +18,7 @@
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "core/status.h"
+#include "bench/resident.h"
 #include "embedding/dynamic_row_store.h"
 #include "embedding/pooled_lookup.h"
 #include "embedding/row_store.h"
@@ -167,16 +168,7 @@ void BM_Lookup(benchmark::State& state) {
   Rate(state);
 }
 
-// Resident set size of this process in MiB (/proc/self/statm).
-double RssMib() {
-  std::FILE* f = std::fopen("/proc/self/statm", "r");
-  long pages = 0, resident = 0;
-  if (f != nullptr) {
-    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
-    std::fclose(f);
-  }
-  return static_cast<double>(resident) * 4096.0 / (1 << 20);
-}
+using bench::RssMib;
 
 // Bounded memory: a stream of distinct keys (every id new, TESSERA_BENCH_STREAM_IDS of them,
 // default 10^8) through a dynamic table of 2^20 rows (dim 64, row-wise AdaGrad state, LRU):
