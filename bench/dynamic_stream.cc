@@ -28,9 +28,9 @@
 #include <string>
 #include <vector>
 
+#include "bench/resident.h"
 #include "core/rng.h"
 #include "core/status.h"
-#include "bench/resident.h"
 #include "embedding/dynamic_row_store.h"
 
 namespace tessera {
@@ -84,19 +84,32 @@ int Main(int argc, char** argv) {
     }
     if (i + 1 >= argc) return Usage(("missing value of " + a).c_str());
     const char* v = argv[++i];
-    if (a == "--ids") f.ids = std::atoll(v);
-    else if (a == "--capacity") f.capacity = std::atoll(v);
-    else if (a == "--batch") f.batch = std::atoll(v);
-    else if (a == "--dim") f.dim = std::atoll(v);
-    else if (a == "--policy") f.policy = v;
-    else if (a == "--ttl_steps") f.ttl_steps = std::atoll(v);
-    else if (a == "--tier") f.tier = v;
-    else if (a == "--cache_rows") f.cache_rows = std::atoll(v);
-    else if (a == "--report") f.report = std::atoll(v);
-    else if (a == "--warmup_frac") f.warmup_frac = std::atof(v);
-    else if (a == "--revisit") f.revisit = std::atoll(v);
-    else if (a == "--write_buffer_mib") f.write_buffer_mib = std::atoll(v);
-    else return Usage(("unknown flag " + a).c_str());
+    if (a == "--ids")
+      f.ids = std::atoll(v);
+    else if (a == "--capacity")
+      f.capacity = std::atoll(v);
+    else if (a == "--batch")
+      f.batch = std::atoll(v);
+    else if (a == "--dim")
+      f.dim = std::atoll(v);
+    else if (a == "--policy")
+      f.policy = v;
+    else if (a == "--ttl_steps")
+      f.ttl_steps = std::atoll(v);
+    else if (a == "--tier")
+      f.tier = v;
+    else if (a == "--cache_rows")
+      f.cache_rows = std::atoll(v);
+    else if (a == "--report")
+      f.report = std::atoll(v);
+    else if (a == "--warmup_frac")
+      f.warmup_frac = std::atof(v);
+    else if (a == "--revisit")
+      f.revisit = std::atoll(v);
+    else if (a == "--write_buffer_mib")
+      f.write_buffer_mib = std::atoll(v);
+    else
+      return Usage(("unknown flag " + a).c_str());
   }
   if (f.ids <= 0 || f.batch <= 0 || f.capacity <= 0) return Usage("sizes must be positive");
   auto policy = ParseEvictionPolicy(f.policy);
@@ -116,8 +129,8 @@ int Main(int argc, char** argv) {
     o.tier.path = f.tier;
     o.tier.discard_existing = true;
     o.tier.write_buffer_bytes = f.write_buffer_mib << 20;
-    o.tier.cache_rows = f.cache_rows > 0 ? f.cache_rows : std::max<int64_t>(f.capacity / 8,
-                                                                             2 * f.batch + 1);
+    o.tier.cache_rows =
+        f.cache_rows > 0 ? f.cache_rows : std::max<int64_t>(f.capacity / 8, 2 * f.batch + 1);
   }
   auto made = DynamicRowStore::Create(o);
   if (!made.ok()) {
@@ -127,17 +140,16 @@ int Main(int argc, char** argv) {
   DynamicRowStore& s = **made;
   const int64_t steps = (f.ids + f.batch - 1) / f.batch;
   const int64_t report = f.report > 0 ? f.report : std::max<int64_t>(1, steps / 40);
-  std::printf("# dynamic_stream: %lld ids in %lld steps of %lld%s, capacity %lld, dim %lld, %s, %s"
-              "\n",
-              static_cast<long long>(f.ids), static_cast<long long>(steps),
-              static_cast<long long>(f.batch),
-              f.revisit > 0 ? " (+ the previous step's, looked up again)" : "",
-              static_cast<long long>(f.capacity),
-              static_cast<long long>(f.dim), f.policy.c_str(),
-              f.tier.empty() ? "in memory"
-                             : ("tier at " + f.tier + ", cache " +
-                                std::to_string(o.tier.cache_rows) + " rows")
-                                   .c_str());
+  std::printf(
+      "# dynamic_stream: %lld ids in %lld steps of %lld%s, capacity %lld, dim %lld, %s, %s"
+      "\n",
+      static_cast<long long>(f.ids), static_cast<long long>(steps), static_cast<long long>(f.batch),
+      f.revisit > 0 ? " (+ the previous step's, looked up again)" : "",
+      static_cast<long long>(f.capacity), static_cast<long long>(f.dim), f.policy.c_str(),
+      f.tier.empty()
+          ? "in memory"
+          : ("tier at " + f.tier + ", cache " + std::to_string(o.tier.cache_rows) + " rows")
+                .c_str());
   std::printf("%12s %10s %10s %10s %12s %14s\n", "ids", "seconds", "rss_mib", "disk_mib",
               "occupancy", "evictions");
   std::vector<int64_t> ids, slots, previous;
@@ -195,29 +207,32 @@ int Main(int argc, char** argv) {
   }
   const DynamicTableStats stats = s.stats();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("# done: %llu ids, %.1f s (%.2f M ids/s), admissions %lld, evictions %lld, "
-              "refused %lld\n",
-              static_cast<unsigned long long>(next), secs, static_cast<double>(next) / secs / 1e6,
-              static_cast<long long>(stats.admissions), static_cast<long long>(stats.evictions),
-              static_cast<long long>(stats.refused));
+  std::printf(
+      "# done: %llu ids, %.1f s (%.2f M ids/s), admissions %lld, evictions %lld, "
+      "refused %lld\n",
+      static_cast<unsigned long long>(next), secs, static_cast<double>(next) / secs / 1e6,
+      static_cast<long long>(stats.admissions), static_cast<long long>(stats.evictions),
+      static_cast<long long>(stats.refused));
   if (warm_step >= 0) {
-    std::printf("# rss after warm-up (step %lld): %.1f MiB; then min %.1f, max %.1f MiB: spread "
-                "%.2f%% of the warm value\n",
-                static_cast<long long>(warm_step), rss_warm, rss_min, rss_max,
-                100.0 * (rss_max - rss_min) / rss_warm);
+    std::printf(
+        "# rss after warm-up (step %lld): %.1f MiB; then min %.1f, max %.1f MiB: spread "
+        "%.2f%% of the warm value\n",
+        static_cast<long long>(warm_step), rss_warm, rss_min, rss_max,
+        100.0 * (rss_max - rss_min) / rss_warm);
   } else {
     std::printf("# the stream ended before warm-up (table full at step %lld)\n",
                 static_cast<long long>(full_step));
   }
   if (!f.tier.empty()) {
     const TieredRowStoreMetrics m = s.tier()->metrics();
-    std::printf("# tier: largest disk %.1f MiB; capacity rows x value bytes = %.1f MiB "
-                "(DiskBytes bound %.1f MiB); rows written %lld, deleted %lld, read %lld\n",
-                static_cast<double>(disk_max) / (1 << 20),
-                static_cast<double>((f.capacity + 1) * (rb + 4)) / (1 << 20),
-                static_cast<double>(DynamicRowStore::DiskBytes(o)) / (1 << 20),
-                static_cast<long long>(m.rows_written), static_cast<long long>(m.rows_deleted),
-                static_cast<long long>(m.rows_read));
+    std::printf(
+        "# tier: largest disk %.1f MiB; capacity rows x value bytes = %.1f MiB "
+        "(DiskBytes bound %.1f MiB); rows written %lld, deleted %lld, read %lld\n",
+        static_cast<double>(disk_max) / (1 << 20),
+        static_cast<double>((f.capacity + 1) * (rb + 4)) / (1 << 20),
+        static_cast<double>(DynamicRowStore::DiskBytes(o)) / (1 << 20),
+        static_cast<long long>(m.rows_written), static_cast<long long>(m.rows_deleted),
+        static_cast<long long>(m.rows_read));
   }
   return 0;
 }

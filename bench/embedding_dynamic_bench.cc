@@ -15,10 +15,10 @@
 #include <memory>
 #include <vector>
 
+#include "bench/resident.h"
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "core/status.h"
-#include "bench/resident.h"
 #include "embedding/dynamic_row_store.h"
 #include "embedding/pooled_lookup.h"
 #include "embedding/row_store.h"
@@ -205,8 +205,8 @@ void BM_DistinctStream(benchmark::State& state) {
   state.counters["rss_growth"] = rss_end / rss_warm;
   state.counters["evictions"] = static_cast<double>(st.evictions);
   state.counters["occupancy"] = static_cast<double>(st.occupancy);
-  state.counters["ids/s"] = benchmark::Counter(static_cast<double>(next),
-                                               benchmark::Counter::kIsRate);
+  state.counters["ids/s"] =
+      benchmark::Counter(static_cast<double>(next), benchmark::Counter::kIsRate);
 }
 
 BENCHMARK(BM_DistinctStream)->Iterations(1)->UseRealTime()->Unit(benchmark::kSecond);
