@@ -15,23 +15,35 @@
 //
 //   build/bin/dynamic_stream --ids 1000000000                       # in memory, 2^20 rows
 //   build/bin/dynamic_stream --ids 100000000 --tier /tmp/dyn_stream --cache_rows 131072
-// Flags: --ids (10^8) --capacity (2^20) --batch (65536) --dim (64) --policy lru|lfu|ttl (lru)
-//        --ttl_steps (2) --tier PATH (none: in memory) --cache_rows (capacity / 8)
-//        --report (steps between lines; default: 40 lines) --warmup_frac (0.1) --revisit 0|1
-//        --write_buffer_mib (the tier's memtable, default 128)
+// Flags (absl flags, `--help`): --ids, --capacity, --batch, --dim, --policy, --ttl_steps, --tier,
+// --cache_rows, --report, --warmup_frac, --revisit, --write_buffer_mib.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "bench/resident.h"
 #include "core/rng.h"
 #include "core/status.h"
 #include "embedding/dynamic_row_store.h"
+
+ABSL_FLAG(int64_t, ids, 100000000, "distinct ids in the stream");
+ABSL_FLAG(int64_t, capacity, int64_t{1} << 20, "the table's capacity in rows");
+ABSL_FLAG(int64_t, batch, 65536, "new ids per step");
+ABSL_FLAG(int64_t, dim, 64, "row width");
+ABSL_FLAG(std::string, policy, "lru", "eviction: lru, lfu or ttl");
+ABSL_FLAG(int64_t, ttl_steps, 2, "with --policy ttl: steps a row may go unused");
+ABSL_FLAG(std::string, tier, "", "a RocksDB directory for the rows (empty: in memory)");
+ABSL_FLAG(int64_t, cache_rows, 0, "the tier's row cache (0: capacity / 8)");
+ABSL_FLAG(int64_t, report, 0, "steps between report lines (0: 40 lines)");
+ABSL_FLAG(double, warmup_frac, 0.1, "share of the stream after the table fills that is warm-up");
+ABSL_FLAG(int64_t, revisit, 0, "1: each step also looks up the previous step's new ids");
+ABSL_FLAG(int64_t, write_buffer_mib, 128, "the tier's memtable size in MiB");
 
 namespace tessera {
 namespace {
@@ -51,66 +63,29 @@ int64_t DirBytes(const std::string& path) {
 }
 
 struct Flags {
-  int64_t ids = 100000000;
-  int64_t capacity = int64_t{1} << 20;
-  int64_t batch = 65536;
-  int64_t dim = 64;
-  std::string policy = "lru";
-  int64_t ttl_steps = 2;
-  std::string tier;
-  int64_t cache_rows = 0;
-  int64_t report = 0;
-  double warmup_frac = 0.1;
-  int64_t revisit = 0;
-  int64_t write_buffer_mib = 128;
+  int64_t ids = absl::GetFlag(FLAGS_ids);
+  int64_t capacity = absl::GetFlag(FLAGS_capacity);
+  int64_t batch = absl::GetFlag(FLAGS_batch);
+  int64_t dim = absl::GetFlag(FLAGS_dim);
+  std::string policy = absl::GetFlag(FLAGS_policy);
+  int64_t ttl_steps = absl::GetFlag(FLAGS_ttl_steps);
+  std::string tier = absl::GetFlag(FLAGS_tier);
+  int64_t cache_rows = absl::GetFlag(FLAGS_cache_rows);
+  int64_t report = absl::GetFlag(FLAGS_report);
+  double warmup_frac = absl::GetFlag(FLAGS_warmup_frac);
+  int64_t revisit = absl::GetFlag(FLAGS_revisit);
+  int64_t write_buffer_mib = absl::GetFlag(FLAGS_write_buffer_mib);
 };
 
 int Usage(const char* why) {
-  std::fprintf(stderr,
-               "dynamic_stream: %s\nflags: --ids N --capacity N --batch N --dim N "
-               "--policy lru|lfu|ttl --ttl_steps N --tier PATH --cache_rows N --report STEPS "
-               "--warmup_frac F --revisit 0|1 --write_buffer_mib N\n",
-               why);
+  std::fprintf(stderr, "dynamic_stream: %s (--help lists the flags)\n", why);
   return 2;
 }
 
 int Main(int argc, char** argv) {
-  Flags f;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      Usage("a stream of distinct ids through a dynamic table (RSS, disk)");
-      return 0;
-    }
-    if (i + 1 >= argc) return Usage(("missing value of " + a).c_str());
-    const char* v = argv[++i];
-    if (a == "--ids")
-      f.ids = std::atoll(v);
-    else if (a == "--capacity")
-      f.capacity = std::atoll(v);
-    else if (a == "--batch")
-      f.batch = std::atoll(v);
-    else if (a == "--dim")
-      f.dim = std::atoll(v);
-    else if (a == "--policy")
-      f.policy = v;
-    else if (a == "--ttl_steps")
-      f.ttl_steps = std::atoll(v);
-    else if (a == "--tier")
-      f.tier = v;
-    else if (a == "--cache_rows")
-      f.cache_rows = std::atoll(v);
-    else if (a == "--report")
-      f.report = std::atoll(v);
-    else if (a == "--warmup_frac")
-      f.warmup_frac = std::atof(v);
-    else if (a == "--revisit")
-      f.revisit = std::atoll(v);
-    else if (a == "--write_buffer_mib")
-      f.write_buffer_mib = std::atoll(v);
-    else
-      return Usage(("unknown flag " + a).c_str());
-  }
+  absl::SetProgramUsageMessage("a stream of distinct ids through a dynamic table (RSS, disk)");
+  absl::ParseCommandLine(argc, argv);
+  const Flags f;
   if (f.ids <= 0 || f.batch <= 0 || f.capacity <= 0) return Usage("sizes must be positive");
   auto policy = ParseEvictionPolicy(f.policy);
   if (!policy.ok()) return Usage(std::string(policy.status().message()).c_str());
