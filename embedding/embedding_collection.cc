@@ -202,11 +202,10 @@ absl::Status EmbeddingCollection::Forward(const KeyedJagged& batch, float* out) 
   std::iota(table_order_.begin(), table_order_.end(), 0);
   std::stable_sort(table_order_.begin(), table_order_.end(),
                    [&](int a, int b) { return table_cost_[a] > table_cost_[b]; });
-  any_bf16_output_ = false;
-  for (const TableConfig& table : options_.tables) {
-    any_bf16_output_ = any_bf16_output_ || table.output_dtype == RowDtype::kBf16;
-  }
-  if (any_bf16_output_ && out_bf16_.size() < static_cast<size_t>(B * output_dim_)) {
+  const bool any_bf16_output =
+      std::any_of(options_.tables.begin(), options_.tables.end(),
+                  [](const TableConfig& t) { return t.output_dtype == RowDtype::kBf16; });
+  if (any_bf16_output && out_bf16_.size() < static_cast<size_t>(B * output_dim_)) {
     out_bf16_.resize(B * output_dim_);
   }
   return RunTables([&](int t, int) -> absl::Status {

@@ -143,7 +143,6 @@ class EmbeddingCollection {
   std::vector<int64_t> table_cost_;  // the last Forward's ids per table
   // Tables with output_dtype bf16: their columns of the outputs and of d_out, [batch,
   // output_dim] bf16 (the other columns unused).
-  bool any_bf16_output_ = false;
   std::vector<uint16_t> out_bf16_;
   std::vector<int> table_order_;     // tables by decreasing cost (stable)
 };
