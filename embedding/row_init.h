@@ -34,11 +34,23 @@ struct RowInit {
   float scale = -1.0f;
 };
 
+// The scale InitRow uses for a table of `num_rows` rows: init.scale, or sqrt(1 / num_rows).
+TESSERA_HD_INLINE float InitScale(const RowInit& init, int64_t num_rows) {
+  return init.scale > 0 ? init.scale : sqrtf(1.0f / static_cast<float>(num_rows));
+}
+
+// `init` with the default scale of a table of `num_rows` rows made explicit: a store holding a
+// shard of the table (fewer rows) initialises its rows as the whole table would.
+inline RowInit ResolvedInit(RowInit init, int64_t num_rows) {
+  init.scale = InitScale(init, num_rows);
+  return init;
+}
+
 // Writes the initial `dim` values of row `row` of table `table_id` (the table's index in the
 // model) under `seed` into `out`. `num_rows` resolves the default scale.
 TESSERA_HD_INLINE void InitRow(const RowInit& init, uint64_t seed, uint64_t table_id,
                                int64_t num_rows, int64_t row, int64_t dim, float* out) {
-  float scale = init.scale > 0 ? init.scale : sqrtf(1.0f / static_cast<float>(num_rows));
+  const float scale = InitScale(init, num_rows);
   CounterRng rng(HashCombine(seed, table_id), static_cast<uint64_t>(row));
   for (int64_t k = 0; k < dim; ++k) {
     switch (init.type) {

@@ -50,7 +50,7 @@ absl::StatusOr<std::unique_ptr<RowStore>> MakeTieredShardStore(
   so.state_init =
       o.optimizer.type == RowOptimizerType::kRowWiseAdagrad ? o.optimizer.adagrad_initial : 0.0f;
   so.init = cfg.init;
-  if (so.init.scale <= 0) so.init.scale = sqrtf(1.0f / static_cast<float>(cfg.num_rows));
+  so.init = ResolvedInit(so.init, cfg.num_rows);
   so.seed = o.seed;
   so.table_id = static_cast<uint64_t>(t);
   so.name = absl::StrCat(cfg.name, " shard ", shard);
@@ -128,7 +128,7 @@ absl::StatusOr<std::unique_ptr<RowStore>> MakeDynamicShardStore(
   // The shard's share of the capacity and of the admission counters; the init of the whole
   // table's rows (its scale from the full capacity, the shard's columns of the full row).
   d.capacity = r1 - r0;
-  if (d.init.scale <= 0) d.init.scale = sqrtf(1.0f / static_cast<float>(cfg.num_rows));
+  d.init = ResolvedInit(d.init, cfg.num_rows);
   d.dim = c1 - c0;
   d.state_dim = RowStateDim(o.optimizer.type, c1 - c0);
   if (c1 - c0 != cfg.dim) {

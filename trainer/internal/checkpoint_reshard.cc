@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "core/logging.h"
 #include "core/status.h"
+#include "embedding/row_init.h"
 #include "embedding/row_optimizer.h"
 #include "embedding/tiered_row_store.h"
 #include "sharding/dynamic_pieces.h"
@@ -127,7 +128,7 @@ class PieceReader {
     so.name = absl::StrCat(cfg.name, " (checkpoint piece ", p.db, ")");
     so.dtype = cfg.storage.dtype;
     if (p.sharded_db_layout) {
-      if (so.init.scale <= 0) so.init.scale = sqrtf(1.0f / static_cast<float>(cfg.num_rows));
+      so.init = ResolvedInit(so.init, cfg.num_rows);
       so.row_offset = p.rect.row_begin;
       if (cols != cfg.dim) {
         so.init_dim = cfg.dim;
