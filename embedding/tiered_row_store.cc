@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "core/buffer.h"
 #include "core/status.h"
@@ -38,6 +39,8 @@ absl::Status TieredRowStoreImpl::CheckRange(int64_t begin, int64_t count,
 
 absl::Status TieredRowStoreImpl::Resolve(absl::Span<const int64_t> ids,
                                          absl::Span<int64_t> slots) {
+  // SkipReads names rows for this Resolve only, whichever way it returns.
+  absl::Cleanup consume_skips = [this] { skip_reads_.clear(); };
   TESSERA_RETURN_IF_ERROR(broken_);
   if (ids.size() != slots.size()) {
     return absl::InvalidArgumentError(absl::StrCat(label_, ": Resolve got ", ids.size(),
@@ -75,10 +78,7 @@ absl::Status TieredRowStoreImpl::Resolve(absl::Span<const int64_t> ids,
         " already pinned + ", misses, " new) but the cache holds ", cache_.capacity(),
         " rows; raise cache_rows/cache_bytes or shrink the batch"));
   }
-  if (misses == 0) {
-    skip_reads_.clear();
-    return absl::OkStatus();
-  }
+  if (misses == 0) return absl::OkStatus();
 
   // Pass 2: give each miss a slot, saving dirty victims for EndStep's WriteBatch.
   miss_slots_.resize(misses);
@@ -138,7 +138,6 @@ absl::Status TieredRowStoreImpl::Resolve(absl::Span<const int64_t> ids,
   for (auto& s : slots) {
     if (s < 0) s = miss_slots_[-1 - s];
   }
-  skip_reads_.clear();
   return absl::OkStatus();
 }
 
@@ -443,7 +442,6 @@ absl::Status TieredRowStoreImpl::DropRows(absl::Span<const int64_t> rows) {
 
 absl::Status TieredRowStoreImpl::FinishStep(bool rows_updated) {
   TESSERA_RETURN_IF_ERROR(broken_);
-  skip_reads_.clear();  // a Resolve that failed did not consume them
   // A row only read keeps its dirty flag as it was: clean when it matches RocksDB.
   cache_.UnpinAll(/*mark_dirty=*/rows_updated);
   ++m_.steps;
