@@ -39,22 +39,27 @@ void DiscardShardWorkingDbs(const std::string& path) {
   for (const fs::path& db : dbs) fs::remove_all(db, ec);
 }
 
+// What a table's `storage` (tier rocksdb) says of its RocksDB store: where (scratch: discarded
+// on open, a resume restores from the checkpoint) and its row cache, policy, readers, prefetch.
+void SetTierStorage(const Config& config, int t, TieredRowStoreOptions* so) {
+  const TableStorage& st = config.model.tables[t].storage;
+  so->path = TableStoragePath(config, t);
+  so->discard_existing = true;
+  so->cache_rows = st.cache_rows;
+  so->cache_bytes = st.cache_bytes;
+  so->policy = st.policy;
+  so->reader_threads = st.reader_threads;
+  so->prefetch = st.prefetch;
+}
+
 }  // namespace
 
 DynamicRowStoreOptions DynamicStoreOptions(const Config& config, int t) {
   const TableConfig& table = config.model.tables[t];
   DynamicRowStoreOptions o =
       DynamicTableStoreOptions(table, t, config.optimizer.embedding, config.seed);
-  if (table.storage.tier == StorageTier::kRocksDb) {
-    const TableStorage& st = table.storage;
-    o.tier.path = TableStoragePath(config, t);
-    o.tier.discard_existing = true;  // scratch, as a static table's (a resume loads its keys)
-    o.tier.cache_rows = st.cache_rows;
-    o.tier.cache_bytes = st.cache_bytes;
-    o.tier.policy = st.policy;
-    o.tier.reader_threads = st.reader_threads;
-    o.tier.prefetch = st.prefetch;
-  }
+  // Over the tier, scratch as a static table's store (a resume loads its keys).
+  if (table.storage.tier == StorageTier::kRocksDb) SetTierStorage(config, t, &o.tier);
   return o;
 }
 
@@ -139,11 +144,9 @@ absl::StatusOr<std::vector<std::unique_ptr<RowStore>>> CreateTableStores(
       stores.push_back(std::move(store));
       continue;
     }
-    const TableStorage& st = table.storage;
     TieredRowStoreOptions so;
-    so.path = TableStoragePath(config, t);
+    SetTierStorage(config, t, &so);
     DiscardShardWorkingDbs(so.path);
-    so.discard_existing = true;
     so.num_rows = table.num_rows;
     so.dim = table.dim;
     so.state_dim = state_dim;
@@ -153,11 +156,6 @@ absl::StatusOr<std::vector<std::unique_ptr<RowStore>>> CreateTableStores(
     so.table_id = static_cast<uint64_t>(t);
     so.name = table.name;
     so.dtype = table.storage.dtype;
-    so.cache_rows = st.cache_rows;
-    so.cache_bytes = st.cache_bytes;
-    so.policy = st.policy;
-    so.reader_threads = st.reader_threads;
-    so.prefetch = st.prefetch;
     TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<RowStore> store, TieredRowStore::Open(so));
     if (table.storage.device_cached()) {
       TESSERA_ASSIGN_OR_RETURN(store, WrapInDeviceCache(config, t, std::move(store), cache_ctx));
