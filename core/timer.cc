@@ -1,8 +1,8 @@
 #include "core/timer.h"
 
-#include "core/trace.h"
-
 #include <time.h>
+
+#include "core/trace.h"
 
 namespace tessera {
 
@@ -12,8 +12,8 @@ double PhaseTimes::Now(Clock clock) {
   return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
 }
 
-void PhaseTimes::Add(const std::string& phase, double seconds) {
-  if (trace::Recording()) trace::RecordPhase(this, phase, seconds);
+void PhaseTimes::Add(const std::string& phase, double seconds, double end_wall) {
+  if (trace::Recording()) trace::RecordPhase(this, phase, seconds, end_wall);
   for (auto& [name, total] : phases_) {
     if (name == phase) {
       total += seconds;

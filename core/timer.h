@@ -6,9 +6,9 @@
 #pragma once
 
 #include <chrono>
+#include <string>
 #include <utility>
 #include <vector>
-#include <string>
 
 namespace tessera {
 
@@ -37,7 +37,10 @@ class PhaseTimes {
   // user + system seconds of all this process's threads.
   static double Now(Clock clock);
 
-  void Add(const std::string& phase, double seconds);
+  // `end_wall` (CLOCK_MONOTONIC seconds, < 0: now) places the phase's trace span: ScopedPhase
+  // on a wall clock passes its own end reading, so a span nests exactly around the spans it
+  // timed (a reading taken later could shift it past a child's start after a preemption).
+  void Add(const std::string& phase, double seconds, double end_wall = -1);
   double Get(const std::string& phase) const;
   double Total() const;
   void Clear();
@@ -57,7 +60,9 @@ class ScopedPhase {
     if (times_ != nullptr) start_ = PhaseTimes::Now(times_->clock());
   }
   ~ScopedPhase() {
-    if (times_ != nullptr) times_->Add(phase_, PhaseTimes::Now(times_->clock()) - start_);
+    if (times_ == nullptr) return;
+    const double end = PhaseTimes::Now(times_->clock());
+    times_->Add(phase_, end - start_, times_->clock() == PhaseTimes::Clock::kWall ? end : -1);
   }
 
  private:

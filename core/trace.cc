@@ -3,6 +3,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -106,8 +107,11 @@ void SetPhaseCategory(const void* accumulator, const char* category) {
   Categories()[accumulator] = category;
 }
 
-void RecordPhase(const void* accumulator, const std::string& phase, double seconds) {
-  const int64_t end = NowNs();  // first: as close to the phase's own end reading as possible
+void RecordPhase(const void* accumulator, const std::string& phase, double seconds,
+                 double end_wall) {
+  const int64_t end = end_wall >= 0 ? static_cast<int64_t>(std::llround(end_wall * 1e9)) -
+                                          g_origin.load(std::memory_order_relaxed)
+                                    : NowNs();
   Event e;
   e.name = Intern(phase);
   {

@@ -72,11 +72,13 @@ class Span {
 };
 
 // Phases: PhaseTimes::Add (core/timer.cc) calls RecordPhase, so every phase a ScopedPhase times
-// into an accumulator is a span (named by the phase, ending now, lasting `seconds`: the phase's
-// wall time, or its CPU time for a CPU-clock accumulator), in the accumulator's category
-// (SetPhaseCategory; default "phase"). Phases timed without an accumulator are not traced.
+// into an accumulator is a span (named by the phase, ending at `end_wall` (CLOCK_MONOTONIC
+// seconds; < 0: now), lasting `seconds`: the phase's wall time, or its CPU time for a CPU-clock
+// accumulator), in the accumulator's category (SetPhaseCategory; default "phase"). Phases timed
+// without an accumulator are not traced.
 void SetPhaseCategory(const void* accumulator, const char* category);
-void RecordPhase(const void* accumulator, const std::string& phase, double seconds);
+void RecordPhase(const void* accumulator, const std::string& phase, double seconds,
+                 double end_wall = -1);
 
 // The Chrome trace-event JSON of `events` of one process (pid = `rank`): "X" events with
 // ts/dur in microseconds, args, and the process / thread name metadata; no enclosing brackets
