@@ -192,6 +192,7 @@ absl::StatusOr<std::unique_ptr<ShardedEmbeddingCollection>> ShardedEmbeddingColl
     std::sort(bounds.begin(), bounds.end());
     bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
     route.bounds = bounds;
+    route.rows_back = route.dynamic && bounds.size() > 2;
     route.block_requests.assign(bounds.size() - 1, {});
     for (int k = 0; k < static_cast<int>(tp.shards.size()); ++k) {
       const Shard& sh = tp.shards[k];
@@ -330,7 +331,7 @@ absl::Status ShardedEmbeddingCollection::Forward(const KeyedJagged& batch, float
     // Owner: unpack, resolve once per shard, pool each (sender, feature) into the reply.
     ScopedPhase phase(s.times, "lookup");
     TESSERA_RETURN_IF_ERROR(input.Unpack());
-    TESSERA_RETURN_IF_ERROR(output.PoolLocal(input.owners(), input.src_batch(), got.batch));
+    TESSERA_RETURN_IF_ERROR(output.PoolLocal(input.owners(), input.src_batch(), batch, got.batch));
   }
   // Average mode: the next sync's rows are known now when this step's update syncs.
   TESSERA_RETURN_IF_ERROR(sync.StartAhead(input));
@@ -339,7 +340,7 @@ absl::Status ShardedEmbeddingCollection::Forward(const KeyedJagged& batch, float
   // Partial sums back to the requesters, reduced in shard order.
   TESSERA_RETURN_IF_ERROR(output.ExchangeForward());
   TESSERA_RETURN_IF_ERROR(sync.AdvanceAhead());
-  TESSERA_RETURN_IF_ERROR(output.Reduce(s.step.ctx_offsets, out));
+  TESSERA_RETURN_IF_ERROR(output.Reduce(batch, s.step.ctx_offsets, out));
   TESSERA_RETURN_IF_ERROR(s.dp.Forward(batch, s.step, got.weighted, out));
   // The sync's rows first, then the next batch's: a store stages its two latest hints, and the
   // sync hands over the next batch's rows again (AverageSync) after resolving its own. Not while

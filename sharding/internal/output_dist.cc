@@ -8,11 +8,31 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "core/status.h"
+#include "embedding/row_dtype.h"
 #include "sharding/internal/shard_kernels.h"
+#include "sharding/key_routing.h"
 
 namespace tessera::internal {
 
-void OutputDist::SizeRoutes(const std::vector<int64_t>& src_batch, int64_t batch) {
+namespace {
+
+// The received positions of sender src, feature fi (of nf) of one local shard: [*p0, *p1) of
+// ids.slots (empty when the sender had no samples).
+void SenderPositions(const OwnerIds& ids, int64_t nf, int src, int64_t fi, int64_t bags,
+                     int64_t* p0, int64_t* p1) {
+  if (bags == 0) {
+    *p0 = *p1 = 0;
+    return;
+  }
+  const int64_t* offs = ids.offsets.data() + ids.offsets_start[src * nf + fi];
+  *p0 = offs[0];
+  *p1 = offs[bags];
+}
+
+}  // namespace
+
+void OutputDist::SizeRoutes(const std::vector<int64_t>& src_batch, int64_t batch,
+                            const std::vector<OwnerIds>* owners) {
   const int n = l_.n;
   batch_ = batch;
   ask_counts_.assign(n, 0);
@@ -22,13 +42,31 @@ void OutputDist::SizeRoutes(const std::vector<int64_t>& src_batch, int64_t batch
   for (int d = 0; d < n; ++d) {
     for (int ri : l_.dst_requests[d]) {
       const Request& r = l_.requests[ri];
-      ask_counts_[d] += batch * r.rect.num_cols() * l_.NumFeatures(r.table);
+      if (owners == nullptr) {
+        ask_counts_[d] += batch * l_.GradStride(r) * l_.NumFeatures(r.table);
+      } else if (l_.routes[r.table].rows_back) {
+        for (int64_t c : rb_count_[ri]) ask_counts_[d] += c * r.rect.num_cols();
+      } else {
+        ask_counts_[d] += batch * r.rect.num_cols() * l_.NumFeatures(r.table);
+      }
     }
   }
   for (int src = 0; src < n; ++src) {
     for (int ri : l_.dst_requests[l_.me]) {
-      const LocalShard& ls = l_.local[l_.requests[ri].local];
-      reply_counts_[src] += src_batch[src] * ls.width * l_.NumFeatures(ls.table);
+      const Request& r = l_.requests[ri];
+      const LocalShard& ls = l_.local[r.local];
+      const int64_t nf = l_.NumFeatures(ls.table);
+      if (owners == nullptr) {
+        reply_counts_[src] += src_batch[src] * l_.GradStride(r) * nf;
+      } else if (l_.routes[ls.table].rows_back) {
+        for (int64_t fi = 0; fi < nf; ++fi) {
+          int64_t p0, p1;
+          SenderPositions((*owners)[r.local], nf, src, fi, src_batch[src], &p0, &p1);
+          reply_counts_[src] += (p1 - p0) * ls.width;
+        }
+      } else {
+        reply_counts_[src] += src_batch[src] * ls.width * nf;
+      }
     }
   }
   std::exclusive_scan(ask_counts_.begin(), ask_counts_.end(), ask_displs_.begin(), int64_t{0});
@@ -36,13 +74,41 @@ void OutputDist::SizeRoutes(const std::vector<int64_t>& src_batch, int64_t batch
                       int64_t{0});
 }
 
+void OutputDist::RouteRowsBack(const KeyedJagged& local) {
+  const auto& co = l_.options.collection;
+  rb_count_.resize(l_.requests.size());
+  bool any = false;
+  for (int t = 0; t < static_cast<int>(co.tables.size()); ++t) {
+    if (!l_.routes[t].rows_back) continue;
+    if (!any) block_of_.assign(local.values.size(), -1);
+    any = true;
+    const auto& route = l_.routes[t];
+    const auto& feats = co.tables[t].features;
+    for (int ri : route.requests) rb_count_[ri].assign(feats.size(), 0);
+    for (size_t fi = 0; fi < feats.size(); ++fi) {
+      for (int64_t j = local.feature_begin(feats[fi]); j < local.feature_end(feats[fi]); ++j) {
+        // The block the input dist routed the key to (InputDist::BucketIds).
+        const int64_t row = DynamicKeyRow(local.values[j], co.tables[t].num_rows);
+        const int32_t blk =
+            static_cast<int32_t>(std::upper_bound(route.bounds.begin(), route.bounds.end(), row) -
+                                 route.bounds.begin() - 1);
+        block_of_[j] = blk;
+        for (int ri : route.block_requests[blk]) ++rb_count_[ri][fi];
+      }
+    }
+  }
+}
+
 absl::Status OutputDist::PoolLocal(const std::vector<OwnerIds>& owners,
-                                   const std::vector<int64_t>& src_batch, int64_t batch) {
+                                   const std::vector<int64_t>& src_batch, const KeyedJagged& local,
+                                   int64_t batch) {
   const int n = l_.n;
   const auto& mine = l_.dst_requests[l_.me];
-  SizeRoutes(src_batch, batch);
-  // Reply layout to sender src: per request of mine, per feature, [batch(src), width]; every
-  // float of it is written below (a sender of no samples has no block).
+  if (batch > 0) RouteRowsBack(local);
+  SizeRoutes(src_batch, batch, &owners);
+  // Reply layout to sender src: per request of mine, per feature, [batch(src), width] (rows_back:
+  // [positions of src, width]); every float of it is written below (a sender of no samples has
+  // no block).
   TESSERA_ASSIGN_OR_RETURN(float* send,
                            send_f_.Reserve(l_.ctx, reply_displs_[n - 1] + reply_counts_[n - 1],
                                            "the pooled partial sums"));
@@ -54,6 +120,18 @@ absl::Status OutputDist::PoolLocal(const std::vector<OwnerIds>& owners,
       const OwnerIds& ids = owners[li];
       const int64_t nf = l_.NumFeatures(ls.table);
       for (int64_t fi = 0; fi < nf; ++fi) {
+        if (l_.routes[ls.table].rows_back) {
+          // The rows themselves, widened to fp32 (exact), in position order; a key without a
+          // row reads its slot 0 (zeros). Dynamic tables are host memory (CheckDynamicTable).
+          int64_t p0, p1;
+          SenderPositions(ids, nf, src, fi, src_batch[src], &p0, &p1);
+          const auto* w = static_cast<const char*>(ls.store->weight_data());
+          const int64_t row_bytes = ls.width * RowDtypeBytes(ls.store->weight_dtype());
+          for (int64_t p = p0; p < p1; ++p, o += ls.width) {
+            RowValuesToFloat(ls.store->weight_dtype(), w + ids.slots[p] * row_bytes, ls.width, o);
+          }
+          continue;
+        }
         PooledLookupArgs a;
         a.weights = ls.store->weight_data();
         a.weight_dtype = ls.store->weight_dtype();
@@ -83,7 +161,8 @@ absl::Status OutputDist::ExchangeForward() {
                         ask_displs_);
 }
 
-absl::Status OutputDist::Reduce(const int64_t* batch_offsets, float* out) {
+absl::Status OutputDist::Reduce(const KeyedJagged& local, const int64_t* batch_offsets,
+                                float* out) {
   const auto& co = l_.options.collection;
   const int n = l_.n;
   const int64_t b = batch_, od = l_.output_dim;
@@ -92,8 +171,14 @@ absl::Status OutputDist::Reduce(const int64_t* batch_offsets, float* out) {
   for (int d = 0; d < n; ++d) {
     const float* p = recv_f_.data() + ask_displs_[d];
     for (int ri : l_.dst_requests[d]) {
+      const Request& r = l_.requests[ri];
       block[ri] = p;
-      p += b * l_.requests[ri].rect.num_cols() * l_.NumFeatures(l_.requests[ri].table);
+      if (b == 0) continue;
+      if (l_.routes[r.table].rows_back) {
+        for (int64_t c : rb_count_[ri]) p += c * r.rect.num_cols();
+      } else {
+        p += b * r.rect.num_cols() * l_.NumFeatures(r.table);
+      }
     }
   }
   if (b == 0) return absl::OkStatus();
@@ -103,6 +188,11 @@ absl::Status OutputDist::Reduce(const int64_t* batch_offsets, float* out) {
     if (route.data_parallel) continue;
     for (size_t fi = 0; fi < cfg.features.size(); ++fi) {
       const int f = cfg.features[fi];
+      if (route.rows_back) {
+        // block[] advances feature by feature through each request's returned rows.
+        TESSERA_RETURN_IF_ERROR(PoolRowsBack(local, t, fi, &block, out));
+        continue;
+      }
       for (int ri : route.requests) {  // shard order: columns, then rows
         const Request& r = l_.requests[ri];
         const int64_t w = r.rect.num_cols();
@@ -110,10 +200,75 @@ absl::Status OutputDist::Reduce(const int64_t* batch_offsets, float* out) {
                                             out + l_.feature_column[f] + r.rect.col_begin, od));
       }
       if (cfg.pooling == PoolingMode::kMean) {
-        TESSERA_RETURN_IF_ERROR(ScaleBagsByLength(l_.ctx, batch_offsets + static_cast<int64_t>(f) * b,
-                                                  b, cfg.dim, out + l_.feature_column[f], od));
+        TESSERA_RETURN_IF_ERROR(ScaleBagsByLength(l_.ctx,
+                                                  batch_offsets + static_cast<int64_t>(f) * b, b,
+                                                  cfg.dim, out + l_.feature_column[f], od));
       }
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status OutputDist::PoolRowsBack(const KeyedJagged& local, int t, size_t fi,
+                                      std::vector<const float*>* cur, float* out) {
+  const TableConfig& cfg = l_.options.collection.tables[t];
+  const auto& route = l_.routes[t];
+  const int f = cfg.features[fi];
+  const int64_t b = batch_, od = l_.output_dim;
+  const int64_t fb = local.feature_begin(f), np = local.feature_end(f) - fb;
+  // The feature's bags over a staging table whose row i is position fb + i's row.
+  stage_offsets_.resize(b + 1);
+  const int64_t* offs = local.feature_offsets(f);
+  for (int64_t i = 0; i <= b; ++i) stage_offsets_[i] = offs[i] - fb;
+  if (static_cast<int64_t>(stage_index_.size()) < np) {
+    const int64_t had = static_cast<int64_t>(stage_index_.size());
+    stage_index_.resize(np);
+    std::iota(stage_index_.begin() + had, stage_index_.end(), had);
+  }
+  // One pass per column segment (the table's shards' column boundaries, sorted: one segment
+  // for row_wise and table_row_wise), each position taking the segment from the shard holding
+  // its row block's columns there. The positions a shard receives are exactly those of the
+  // blocks it covers, so within a pass a per-shard counter finds each position's row.
+  std::vector<int64_t> cuts;
+  for (int ri : route.requests) {
+    cuts.push_back(l_.requests[ri].rect.col_begin);
+    cuts.push_back(l_.requests[ri].rect.col_end);
+  }
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  std::vector<int> req_of_block(route.block_requests.size());
+  std::vector<int64_t> seen(l_.requests.size());
+  for (size_t s = 0; s + 1 < cuts.size(); ++s) {
+    const int64_t c0 = cuts[s], w = cuts[s + 1] - c0;
+    for (size_t blk = 0; blk < route.block_requests.size(); ++blk) {
+      req_of_block[blk] = -1;
+      for (int ri : route.block_requests[blk]) {
+        const Shard& r = l_.requests[ri].rect;
+        if (r.col_begin <= c0 && c0 < r.col_end) req_of_block[blk] = ri;
+      }
+    }
+    for (int ri : route.requests) seen[ri] = 0;
+    stage_.resize(np * w);
+    for (int64_t i = 0; i < np; ++i) {
+      const int ri = req_of_block[block_of_[fb + i]];
+      const Shard& r = l_.requests[ri].rect;
+      const float* row = (*cur)[ri] + seen[ri]++ * r.num_cols() + (c0 - r.col_begin);
+      std::memcpy(stage_.data() + i * w, row, w * sizeof(float));
+    }
+    PooledLookupArgs a;
+    a.weights = stage_.data();
+    a.dim = w;
+    a.offsets = stage_offsets_.data();
+    a.indices = stage_index_.data();
+    a.per_id_weights = local.weights.empty() ? nullptr : local.weights.data() + fb;
+    a.num_bags = b;
+    a.pooling = cfg.pooling;
+    a.out = out + l_.feature_column[f] + c0;
+    a.out_stride = od;
+    TESSERA_RETURN_IF_ERROR(PooledLookupForward(l_.ctx, a));
+  }
+  for (int ri : route.requests) {
+    (*cur)[ri] += rb_count_[ri][fi] * l_.requests[ri].rect.num_cols();
   }
   return absl::OkStatus();
 }
@@ -124,7 +279,7 @@ absl::Status OutputDist::ExchangeBackward(const LocalStep& step,
   const auto& co = l_.options.collection;
   const int n = l_.n;
   const int64_t b = step.batch, od = l_.output_dim;
-  SizeRoutes(src_batch, b);
+  SizeRoutes(src_batch, b, nullptr);
   TESSERA_ASSIGN_OR_RETURN(float* p,
                            send_f_.Reserve(l_.ctx, ask_displs_[n - 1] + ask_counts_[n - 1],
                                            "the output gradient slices"));
@@ -133,8 +288,21 @@ absl::Status OutputDist::ExchangeBackward(const LocalStep& step,
       const Request& r = l_.requests[ri];
       const TableConfig& cfg = co.tables[r.table];
       const int64_t w = r.rect.num_cols();
+      const int64_t stride = l_.GradStride(r);
       for (int f : cfg.features) {
         const int64_t* offs = step.ctx_offsets + static_cast<int64_t>(f) * b;
+        if (stride != w) {
+          // A dynamic mean table (host memory, CheckDynamicTable): per bag its gradient
+          // columns unscaled, then 1 / length as FusedBackwardUpdate computes it.
+          for (int64_t i = 0; i < b; ++i) {
+            std::memcpy(p + i * stride, d_out + i * od + l_.feature_column[f] + r.rect.col_begin,
+                        w * sizeof(float));
+            const int64_t len = offs[i + 1] - offs[i];
+            p[i * stride + w] = len > 0 ? 1.0f / static_cast<float>(len) : 1.0f;
+          }
+          p += b * stride;
+          continue;
+        }
         TESSERA_RETURN_IF_ERROR(
             PackGradSlice(l_.ctx, d_out + l_.feature_column[f] + r.rect.col_begin, od,
                           cfg.pooling == PoolingMode::kMean ? offs : nullptr, b, w, p));
@@ -155,13 +323,21 @@ absl::Status OutputDist::Aggregate(const std::vector<OwnerIds>& owners,
   const int n = l_.n;
   const auto& mine = l_.dst_requests[l_.me];
   std::vector<std::vector<BagGradients>> sources(mine.size());
+  // Per local shard, per (feature, sender): a dynamic shard's sources are summed feature-major,
+  // the global batch's order (output_dist.h).
+  std::vector<std::vector<BagGradients>> by_feature(mine.size());
+  id_scales_.resize(l_.local.size());
   for (int src = 0; src < n; ++src) {
     const float* p = recv_f_.data() + reply_displs_[src];
     for (size_t q = 0; q < mine.size(); ++q) {
-      const int li = l_.requests[mine[q]].local;
+      const Request& r = l_.requests[mine[q]];
+      const int li = r.local;
       const LocalShard& ls = l_.local[li];
       const OwnerIds& ids = owners[li];
       const int64_t nf = l_.NumFeatures(ls.table);
+      const int64_t stride = l_.GradStride(r);
+      const bool dynamic = l_.IsDynamic(ls);
+      if (dynamic) by_feature[q].resize(nf * n);
       for (int64_t fi = 0; fi < nf; ++fi) {
         BagGradients bg;
         bg.offsets = ids.ctx_offsets + ids.offsets_start[src * nf + fi];
@@ -169,10 +345,33 @@ absl::Status OutputDist::Aggregate(const std::vector<OwnerIds>& owners,
         bg.per_id_weights = ids.ctx_weights;
         bg.num_bags = src_batch[src];
         bg.grad = p;
-        bg.grad_stride = ls.width;
-        if (bg.num_bags > 0) sources[q].push_back(bg);
-        p += src_batch[src] * ls.width;
+        bg.grad_stride = stride;
+        if (stride != ls.width && bg.num_bags > 0) {
+          // A dynamic mean table: each position weighs (per-id weight) * (its bag's 1 / length),
+          // the factor FusedBackwardUpdate applies on one process; the kSum aggregation below
+          // multiplies it by 1 (exact).
+          std::vector<float>& sc = id_scales_[li];
+          sc.resize(ids.slots.size());
+          for (int64_t k = 0; k < bg.num_bags; ++k) {
+            const float inv = p[k * stride + ls.width];
+            for (int64_t j = bg.offsets[k]; j < bg.offsets[k + 1]; ++j) {
+              sc[j] = (ids.weights.empty() ? 1.0f : ids.weights[j]) * inv;
+            }
+          }
+          bg.per_id_weights = sc.data();
+        }
+        if (dynamic) {
+          by_feature[q][fi * n + src] = bg;
+        } else if (bg.num_bags > 0) {
+          sources[q].push_back(bg);
+        }
+        p += src_batch[src] * stride;
       }
+    }
+  }
+  for (size_t q = 0; q < mine.size(); ++q) {
+    for (const BagGradients& bg : by_feature[q]) {
+      if (bg.num_bags > 0) sources[q].push_back(bg);
     }
   }
   std::vector<int64_t> uslots;
@@ -241,8 +440,8 @@ absl::Status OutputDist::ExchangeFloats(const float* send, const std::vector<int
   const PayloadDType dt = l_.options.comm_dtype;
   if (dt == PayloadDType::kF32) return l_.payload->AllToAllV<float>(send, sc, sd, recv, rc, rd);
   const int64_t ns = sd[n - 1] + sc[n - 1], nr = rd[n - 1] + rc[n - 1];
-  TESSERA_ASSIGN_OR_RETURN(uint16_t* sh, send_h_.Reserve(l_.ctx, ns, "16-bit payloads"));
-  TESSERA_ASSIGN_OR_RETURN(uint16_t* rh, recv_h_.Reserve(l_.ctx, nr, "16-bit payloads"));
+  TESSERA_ASSIGN_OR_RETURN(uint16_t * sh, send_h_.Reserve(l_.ctx, ns, "16-bit payloads"));
+  TESSERA_ASSIGN_OR_RETURN(uint16_t * rh, recv_h_.Reserve(l_.ctx, nr, "16-bit payloads"));
   TESSERA_RETURN_IF_ERROR(FloatsTo16(l_.ctx, dt, send, ns, sh));
   TESSERA_RETURN_IF_ERROR(l_.payload->AllToAllV<uint16_t>(sh, sc, sd, rh, rc, rd));
   return FloatsFrom16(l_.ctx, dt, rh, nr, recv);

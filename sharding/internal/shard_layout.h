@@ -43,6 +43,10 @@ struct TableRoute {
   // A dynamic table: ids are keys, routed by DynamicKeyRow(key, num_rows) (sharding/key_routing.h)
   // through `bounds`, and sent to their owners as keys (its shards are DynamicRowStores).
   bool dynamic = false;
+  // A dynamic table whose keys spread over several row blocks (row_wise, table_row_wise, grid):
+  // every bag is split, so the owners send the looked-up rows back unpooled and the requester
+  // pools each bag in bag order, as one process does (OutputDist), not partial sums.
+  bool rows_back = false;
   int dp = -1;                                   // index in DataParallelTables
   std::vector<int64_t> bounds;                   // row-block boundaries, from 0 to num_rows
   std::vector<std::vector<int>> block_requests;  // per row block: requests covering it
@@ -94,6 +98,15 @@ struct ShardLayout {
   // slots as the identity (in memory), which OutputDist::Aggregate checks per step.
   // True when local shard `ls` is a DynamicRowStore (its rows are keys).
   bool IsDynamic(const LocalShard& ls) const { return routes[ls.table].dynamic; }
+  // Floats per bag of request r's output-gradient slice (OutputDist::ExchangeBackward): its
+  // columns, and for a dynamic mean table one more, the bag's 1 / length, so that the owner
+  // scales each id as one process does (per-id weight times 1 / length, then times the
+  // gradient) rather than the gradient scaled first.
+  int64_t GradStride(const Request& r) const {
+    const bool scale_travels =
+        routes[r.table].dynamic && options.collection.tables[r.table].pooling == PoolingMode::kMean;
+    return r.rect.num_cols() + (scale_travels ? 1 : 0);
+  }
   bool UpdatesFused(const LocalShard& ls) const {
     return m == 1 && !(ls.col_split && update_opt.type == RowOptimizerType::kRowWiseAdagrad);
   }
