@@ -45,10 +45,16 @@ absl::Status ApplyShardUpdates(const ShardLayout& l, std::vector<RowGrads>* all_
         const int64_t global = r + base;
         put(&global, 8);
       }
-      partial.assign(cnt, 0.0f);
-      TESSERA_RETURN_IF_ERROR(
-          RowSquaredSums(l.host, rg.grads.data(), cnt, ls.width, partial.data()));
-      put(partial.data(), cnt * 4);
+      if (l.IsDynamic(ls)) {
+        // A dynamic table's columns themselves: its siblings rebuild the whole row's gradient
+        // and sum its squares as one process does (RowSumOfSquares over dim, lane order).
+        put(rg.grads.data(), cnt * ls.width * 4);
+      } else {
+        partial.assign(cnt, 0.0f);
+        TESSERA_RETURN_IF_ERROR(
+            RowSquaredSums(l.host, rg.grads.data(), cnt, ls.width, partial.data()));
+        put(partial.data(), cnt * 4);
+      }
       block.resize((block.size() + 7) & ~size_t{7}, 0);
     }
     std::vector<int64_t> sizes(n);
@@ -59,7 +65,7 @@ absl::Status ApplyShardUpdates(const ShardLayout& l, std::vector<RowGrads>* all_
     std::vector<char> all(displs[n - 1] + sizes[n - 1]);
     TESSERA_RETURN_IF_ERROR(l.group->AllGatherV(block.data(), static_cast<int64_t>(block.size()),
                                                 all.data(), sizes, displs));
-    // Per request: its rows and partial sums.
+    // Per request: its rows and partial sums (a dynamic table's: its gradient columns).
     std::vector<const int64_t*> req_rows(l.requests.size(), nullptr);
     std::vector<const float*> req_sq(l.requests.size(), nullptr);
     std::vector<int64_t> req_n(l.requests.size(), 0);
@@ -74,7 +80,8 @@ absl::Status ApplyShardUpdates(const ShardLayout& l, std::vector<RowGrads>* all_
         req_rows[ri] = reinterpret_cast<const int64_t*>(p);
         p += cnt * 8;
         req_sq[ri] = reinterpret_cast<const float*>(p);
-        p += cnt * 4;
+        const Request& k = l.requests[ri];
+        p += cnt * 4 * (l.routes[k.table].dynamic ? k.rect.num_cols() : 1);
         p = all.data() + displs[r] + (((p - all.data() - displs[r]) + 7) & ~int64_t{7});
       }
     }
@@ -84,6 +91,7 @@ absl::Status ApplyShardUpdates(const ShardLayout& l, std::vector<RowGrads>* all_
       const RowGrads& rg = grads[q];
       total_sq[q].assign(rg.rows.size(), 0.0f);
       const bool dynamic = l.IsDynamic(ls);
+      std::vector<float> full(dynamic ? tables[ls.table].dim : 0);
       for (size_t i = 0; i < rg.rows.size(); ++i) {
         const int64_t x = rg.rows[i] + (dynamic ? 0 : ls.rect.row_begin);
         // The row a key stands for picks its shards (sharding/key_routing.h).
@@ -97,9 +105,15 @@ absl::Status ApplyShardUpdates(const ShardLayout& l, std::vector<RowGrads>* all_
           TESSERA_CHECK(it != end && *it == x)
               << "row " << x << " of table '" << tables[ls.table].name
               << "' missing from a sibling shard's gradient rows";
-          sum += req_sq[ri][it - req_rows[ri]];
+          if (dynamic) {
+            const int64_t w = k.rect.num_cols();
+            std::memcpy(full.data() + k.rect.col_begin, req_sq[ri] + (it - req_rows[ri]) * w,
+                        w * sizeof(float));
+          } else {
+            sum += req_sq[ri][it - req_rows[ri]];
+          }
         }
-        total_sq[q][i] = sum;
+        total_sq[q][i] = dynamic ? RowSumOfSquares(full.data(), tables[ls.table].dim) : sum;
       }
     }
   }

@@ -4,7 +4,9 @@
 // included), or pools and applies its bags in one pass (FusedBackwardUpdate, same bits). Row-wise AdaGrad on column-split shards (column_wise, grid) needs the whole row's
 // mean squared gradient: the shards of a row exchange their per-row partial sums (RowSquaredSums
 // of shard_kernels.h, one all-gather in the sharding group) and all apply the same total, as one
-// rank would.
+// rank would. A dynamic table's shards exchange their gradient columns instead (width floats a
+// row, not one), so each rebuilds the whole row's gradient and sums its squares in one
+// process's order (RowSumOfSquares): the same bits as one process.
 // Reads the layout and `grads`; writes the local shards' stores. Collective over the sharding
 // group when some shard of the plan is column-split and the optimizer is row-wise AdaGrad (every
 // rank calls it every step). Thread-safety: none.
