@@ -8,9 +8,14 @@
 //   - the same keys hold rows, with the same lookup counts and last steps, and the same
 //     admissions, evictions, refusals, lookups and unadmitted lookups (exactly: these are
 //     decisions, not sums);
-//   - pooled outputs, weights and optimizer state within rtol 2e-5 (float summation order only,
-//     as distributed_sharded_embedding_test for static tables: row-wise partial sums, gradients
-//     summed per sender, mean pooling's 1/length applied to the slices).
+//   - with one sharding group (1x2, 1x4, either mode) the dynamic tables' pooled outputs, weights
+//     and optimizer state are the one process's bit for bit (memcmp): row-split tables pool the
+//     returned rows in bag order, shards sum row gradients in the global batch's order, mean
+//     tables scale each id as one process does, column-split AdaGrad rebuilds whole rows
+//     (sharding/internal/output_dist.h, shard_update.h); the static table's columns stay within
+//     rtol 2e-5 (its row-wise partial sums are added in shard order);
+//   - with replicas (2x2, 4x1) everything within rtol 2e-5: the exact sync adds each replica's
+//     per-row sums (an all-reduce), one process adds a row's occurrences in batch order.
 // Average mode with k = 2: every replica holds the same keys, and after a sync the same rows.
 // Bad plans: a dynamic table data_parallel is refused naming the table.
 #include <cstring>
@@ -128,6 +133,18 @@ void ExpectSameStats(const DynamicTableStats& got, const DynamicTableStats& want
   EXPECT_EQ(got.unadmitted_lookups, want.unadmitted_lookups) << what;
 }
 
+// got[i] == want[i] as bits for i < n (stride 1), else ADD_FAILURE naming the first few.
+void ExpectSameBits(const float* got, const float* want, int64_t n, const std::string& what) {
+  int bad = 0;
+  for (int64_t i = 0; i < n && bad < 5; ++i) {
+    if (std::memcmp(got + i, want + i, sizeof(float)) != 0) {
+      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << want[i]
+                    << " (not bit-identical)";
+      ++bad;
+    }
+  }
+}
+
 void RunCase(const Case& c) {
   SCOPED_TRACE(Name(c));
   const EmbeddingCollectionOptions o = DynamicModel(c.opt);
@@ -147,14 +164,31 @@ void RunCase(const Case& c) {
   ShardedEmbeddingCollection& model = **m;
   const int me = comm->rank();
   const int64_t od = model.output_dim();
+  const bool one_group = c.group_size == c.ranks;
+  std::vector<int> table_of(o.num_features);
+  for (int t = 0; t < static_cast<int>(o.tables.size()); ++t) {
+    for (int f : o.tables[t].features) table_of[f] = t;
+  }
   for (int step = 1; step <= kSteps; ++step) {
     testing::GlobalBatch gb = KeyedBatch(o, c.ranks, step);
     if (step < kSteps) model.Prefetch(KeyedBatch(o, c.ranks, step + 1).per_rank[me]);
     const int64_t b = gb.per_rank[me].batch_size, before = testing::RowsBefore(gb, me);
     std::vector<float> out(b * od);
     ASSERT_TRUE(model.Forward(gb.per_rank[me], out.data()).ok());
-    testing::ExpectClose(out.data(), ref.outputs[step - 1].data() + before * od, b * od, 2e-5, 1e-6,
-                         absl::StrCat("step ", step, " outputs"));
+    const float* want = ref.outputs[step - 1].data() + before * od;
+    for (int f = 0; f < o.num_features; ++f) {
+      // One sharding group: the dynamic tables' columns bit for bit (output_dist.h).
+      const bool exact = one_group && table_of[f] < 2;
+      const int64_t c0 = model.feature_column(f), w = o.tables[table_of[f]].dim;
+      for (int64_t i = 0; i < b; ++i) {
+        const std::string what = absl::StrCat("step ", step, " feature ", f, " sample ", i);
+        if (exact) {
+          ExpectSameBits(out.data() + i * od + c0, want + i * od + c0, w, what);
+        } else {
+          testing::ExpectClose(out.data() + i * od + c0, want + i * od + c0, w, 2e-5, 1e-6, what);
+        }
+      }
+    }
     std::vector<float> g = testing::GlobalGrad(gb.global.batch_size, od, step);
     ASSERT_TRUE(model.BackwardUpdate(g.data() + before * od, 0.5f, step).ok());
   }
@@ -174,10 +208,15 @@ void RunCase(const Case& c) {
     const auto* gw = reinterpret_cast<const float*>(got->weights.data());
     const auto* rw = reinterpret_cast<const float*>(want.weights.data());
     const int64_t nw = static_cast<int64_t>(got->weights.size() / 4);
-    testing::ExpectClose(gw, rw, nw, 2e-5, 1e-6, what + " weights");
     ASSERT_EQ(got->state.size(), want.state.size());
-    testing::ExpectClose(got->state.data(), want.state.data(),
-                         static_cast<int64_t>(got->state.size()), 2e-5, 1e-6, what + " state");
+    const int64_t ns = static_cast<int64_t>(got->state.size());
+    if (one_group) {
+      ExpectSameBits(gw, rw, nw, what + " weights");
+      ExpectSameBits(got->state.data(), want.state.data(), ns, what + " state");
+    } else {
+      testing::ExpectClose(gw, rw, nw, 2e-5, 1e-6, what + " weights");
+      testing::ExpectClose(got->state.data(), want.state.data(), ns, 2e-5, 1e-6, what + " state");
+    }
   }
 }
 
