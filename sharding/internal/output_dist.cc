@@ -8,7 +8,6 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "core/status.h"
-#include "embedding/row_dtype.h"
 #include "sharding/internal/shard_kernels.h"
 #include "sharding/key_routing.h"
 
@@ -121,15 +120,28 @@ absl::Status OutputDist::PoolLocal(const std::vector<OwnerIds>& owners,
       const int64_t nf = l_.NumFeatures(ls.table);
       for (int64_t fi = 0; fi < nf; ++fi) {
         if (l_.routes[ls.table].rows_back) {
-          // The rows themselves, widened to fp32 (exact), in position order; a key without a
-          // row reads its slot 0 (zeros). Dynamic tables are host memory (CheckDynamicTable).
+          // The rows themselves in position order, as bags of one id (the lookup kernel's
+          // prefetching gather; 0 + 1 * row is the row, a -0 read as +0, which adds the same
+          // to a bag's sum); a key without a row reads its slot 0 (zeros).
           int64_t p0, p1;
           SenderPositions(ids, nf, src, fi, src_batch[src], &p0, &p1);
-          const auto* w = static_cast<const char*>(ls.store->weight_data());
-          const int64_t row_bytes = ls.width * RowDtypeBytes(ls.store->weight_dtype());
-          for (int64_t p = p0; p < p1; ++p, o += ls.width) {
-            RowValuesToFloat(ls.store->weight_dtype(), w + ids.slots[p] * row_bytes, ls.width, o);
+          if (static_cast<int64_t>(unit_offsets_.size()) <= p1) {
+            const int64_t had = static_cast<int64_t>(unit_offsets_.size());
+            unit_offsets_.resize(p1 + 1);
+            std::iota(unit_offsets_.begin() + had, unit_offsets_.end(), had);
           }
+          PooledLookupArgs a;
+          a.weights = ls.store->weight_data();
+          a.weight_dtype = ls.store->weight_dtype();
+          a.dim = ls.width;
+          a.offsets = unit_offsets_.data() + p0;
+          a.indices = ids.ctx_slots;
+          a.num_bags = p1 - p0;
+          a.pooling = PoolingMode::kSum;
+          a.out = o;
+          a.out_stride = ls.width;
+          if (a.num_bags > 0) TESSERA_RETURN_IF_ERROR(PooledLookupForward(l_.ctx, a));
+          o += (p1 - p0) * ls.width;
           continue;
         }
         PooledLookupArgs a;
