@@ -110,6 +110,10 @@ absl::StatusOr<std::unique_ptr<ShardedEmbeddingCollection>> ShardedEmbeddingColl
   s.n = grid.group_size();
   s.m = grid.num_groups();
   s.me = grid.shard_rank();
+  s.world_rank_of.resize(s.m * s.n);
+  for (int g = 0; g < s.m; ++g) {
+    for (int r = 0; r < s.n; ++r) s.world_rank_of[g * s.n + r] = grid.shape().WorldRank(g, r);
+  }
   if (options.plan.tables.empty()) {
     TESSERA_ASSIGN_OR_RETURN(s.plan, ValidateShardingPlan(DefaultShardingPlan(co.tables, s.n),
                                                           co.tables, s.n, "default plan"));

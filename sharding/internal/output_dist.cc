@@ -395,8 +395,14 @@ absl::Status OutputDist::Aggregate(const std::vector<OwnerIds>& owners,
     rg.rows.clear();
     rg.grads.clear();
     rg.bags.clear();
-    if (sources[q].empty()) continue;
+    rg.sources.clear();
     const bool dynamic = l_.IsDynamic(ls);
+    if (dynamic && l_.m > 1 && l_.options.replica_sync == ReplicaSync::kExact) {
+      // Summed with the other replicas' in the global batch's order (ReplicaSyncPhase).
+      rg.sources = std::move(by_feature[q]);
+      continue;
+    }
+    if (sources[q].empty()) continue;
     const bool slots_are_rows = !dynamic && ids.uslots == ids.urows;  // in-memory stores
     // A dynamic shard updates its slots fused as an in-memory store does (its rows are then
     // slots, which nothing reads with M = 1 outside column-split AdaGrad, which is not fused).

@@ -78,13 +78,20 @@ absl::Status ReplicaSyncPhase::ExactSum(const InputDist& in, std::vector<RowGrad
   if (l_.m == 1) return absl::OkStatus();
   const auto& local = l_.local;
   std::vector<RowGrads>& rg = *grads;
+  // Dynamic shards are summed in the global batch's order (every replica owns the same shards,
+  // so all take this collective or none); the union below leaves them out.
+  bool any_dynamic = false;
+  for (const LocalShard& ls : local) any_dynamic |= l_.IsDynamic(ls);
+  if (any_dynamic) TESSERA_RETURN_IF_ERROR(ExactSumDynamic(in, grads));
+  static const std::vector<int64_t> kNone;
   std::vector<const std::vector<int64_t>*> rows;
-  for (const RowGrads& g : rg) rows.push_back(&g.rows);
+  for (size_t q = 0; q < local.size(); ++q) {
+    rows.push_back(l_.IsDynamic(local[q]) ? &kNone : &rg[q].rows);
+  }
   // Tiered shards: the next batch's rows (HintNextRows) ride along in the same all-gather, so
   // each replica also reads ahead the rows the other replicas' batches will bring into its
   // update next step. Every member owns the same shards, so all agree on the lists sent.
   const bool any_tiered = l_.AnyReadsAhead();
-  static const std::vector<int64_t> kNone;
   if (any_tiered) {
     for (size_t q = 0; q < local.size(); ++q) {
       const std::vector<int64_t>* next = in.hinted_rows(q);
@@ -110,6 +117,7 @@ absl::Status ReplicaSyncPhase::ExactSum(const InputDist& in, std::vector<RowGrad
   std::vector<float> buf(total, 0.0f);
   int64_t at = 0;
   for (size_t q = 0; q < local.size(); ++q) {
+    if (l_.IsDynamic(local[q])) continue;  // an empty union
     const int64_t w = local[q].width, u = static_cast<int64_t>(unions[q].size());
     TESSERA_RETURN_IF_ERROR(
         ScatterToUnion(l_.host, rg[q].rows.data(), static_cast<int64_t>(rg[q].rows.size()),
@@ -119,6 +127,7 @@ absl::Status ReplicaSyncPhase::ExactSum(const InputDist& in, std::vector<RowGrad
   TESSERA_RETURN_IF_ERROR(l_.replica->AllReduce(buf.data(), total, ReduceOp::kSum));
   at = 0;
   for (size_t q = 0; q < local.size(); ++q) {
+    if (l_.IsDynamic(local[q])) continue;
     const int64_t n = static_cast<int64_t>(unions[q].size()) * local[q].width;
     rg[q].rows = std::move(unions[q]);
     rg[q].grads.assign(buf.begin() + at, buf.begin() + at + n);

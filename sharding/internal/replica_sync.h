@@ -103,6 +103,12 @@ class ReplicaSyncPhase {
   };
 
   absl::Status ExactSum(const InputDist& in, std::vector<RowGrads>* grads);
+  // Exact mode, the dynamic shards (replica_sync_dynamic.cc): every replica all-gathers the
+  // others' received gradients (RowGrads::sources: per bag its ids' keys and scales and its
+  // gradient) and sums them per key in the global batch's order, (feature, world rank, bag,
+  // position), as one process does; sets those shards' rows and grads. Collective over the
+  // replica group (M > 1).
+  absl::Status ExactSumDynamic(const InputDist& in, std::vector<RowGrads>* grads);
   absl::Status AverageSync(const InputDist& in);
 
   const ShardLayout& l_;
@@ -116,6 +122,7 @@ class ReplicaSyncPhase {
   // average and its snapshot in device memory (unused on the CPU).
   CtxArray<int64_t> sync_slots_;
   CtxArray<float> sync_rows_, sync_avg_, sync_snap_;
+  EmbeddingWorkspace dyn_ws_;  // ExactSumDynamic's aggregation
 };
 
 }  // namespace tessera::internal

@@ -68,6 +68,8 @@ struct ShardLayout {
   // of it or an NCCL communicator (ShardedEmbeddingOptions::transport).
   std::shared_ptr<Communicator> payload;
   int n = 1, m = 1, me = 0;        // group size N, sharding groups M, this rank's shard rank
+  // The world rank of (sharding group g, shard rank s) at [g * n + s] (ProcessGrid's layout).
+  std::vector<int> world_rank_of;
   RowOptimizerOptions update_opt;  // the optimizer as applied here (average mode: divisor c)
   std::vector<int> table_of_feature;
   std::vector<int64_t> feature_column;
@@ -121,10 +123,15 @@ struct ShardLayout {
 // pass (FusedBackwardUpdate: the bits of aggregate-then-apply without the [rows, width]
 // gradient table, which on a hot shard evicts the rows the update is about to read); it fills
 // `rows` then, and `grads` stays empty.
+// A dynamic shard with replicas in exact mode gets `sources` instead of rows and gradients: its
+// received gradients per (feature, sender) at [feature * n + sender] (num_bags 0 for none), for
+// ReplicaSyncPhase to sum with the other replicas' in the global batch's order; it fills `rows`
+// and `grads` then.
 struct RowGrads {
   std::vector<int64_t> rows;
   std::vector<float> grads;
   std::vector<BagGradients> bags;
+  std::vector<BagGradients> sources;
 };
 
 // The local batch between Forward and BackwardUpdate: what the backward needs of it.

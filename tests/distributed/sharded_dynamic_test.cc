@@ -8,14 +8,15 @@
 //   - the same keys hold rows, with the same lookup counts and last steps, and the same
 //     admissions, evictions, refusals, lookups and unadmitted lookups (exactly: these are
 //     decisions, not sums);
-//   - with one sharding group (1x2, 1x4, either mode) the dynamic tables' pooled outputs, weights
-//     and optimizer state are the one process's bit for bit (memcmp): row-split tables pool the
-//     returned rows in bag order, shards sum row gradients in the global batch's order, mean
-//     tables scale each id as one process does, column-split AdaGrad rebuilds whole rows
-//     (sharding/internal/output_dist.h, shard_update.h); the static table's columns stay within
-//     rtol 2e-5 (its row-wise partial sums are added in shard order);
-//   - with replicas (2x2, 4x1) everything within rtol 2e-5: the exact sync adds each replica's
-//     per-row sums (an all-reduce), one process adds a row's occurrences in batch order.
+//   - in exact mode (1x2, 1x4, and with replicas 2x2 and 4x1) the dynamic tables' pooled
+//     outputs, weights and optimizer state are the one process's bit for bit (memcmp): row-split
+//     tables pool the returned rows in bag order, shards sum row gradients in the global batch's
+//     order, mean tables scale each id as one process does, column-split AdaGrad rebuilds whole
+//     rows, replicas sum each other's received gradients in world rank order
+//     (sharding/internal/output_dist.h, shard_update.h, replica_sync_dynamic.cc); the static
+//     table's columns stay within rtol 2e-5 (its row-wise partial sums are added in shard
+//     order, and its replicas' sums all-reduced);
+//   - average mode with k = 1 (2x2, SGD) within rtol 2e-5 (the replicas' weights averaged).
 // Average mode with k = 2: every replica holds the same keys, and after a sync the same rows.
 // Bad plans: a dynamic table data_parallel is refused naming the table.
 #include <cstring>
@@ -164,7 +165,9 @@ void RunCase(const Case& c) {
   ShardedEmbeddingCollection& model = **m;
   const int me = comm->rank();
   const int64_t od = model.output_dim();
-  const bool one_group = c.group_size == c.ranks;
+  // Bit for bit: one sharding group, or replicas in exact mode (average mode's replicas average
+  // their weights).
+  const bool bitwise = c.group_size == c.ranks || c.sync == ReplicaSync::kExact;
   std::vector<int> table_of(o.num_features);
   for (int t = 0; t < static_cast<int>(o.tables.size()); ++t) {
     for (int f : o.tables[t].features) table_of[f] = t;
@@ -178,7 +181,7 @@ void RunCase(const Case& c) {
     const float* want = ref.outputs[step - 1].data() + before * od;
     for (int f = 0; f < o.num_features; ++f) {
       // One sharding group: the dynamic tables' columns bit for bit (output_dist.h).
-      const bool exact = one_group && table_of[f] < 2;
+      const bool exact = bitwise && table_of[f] < 2;
       const int64_t c0 = model.feature_column(f), w = o.tables[table_of[f]].dim;
       for (int64_t i = 0; i < b; ++i) {
         const std::string what = absl::StrCat("step ", step, " feature ", f, " sample ", i);
@@ -210,7 +213,7 @@ void RunCase(const Case& c) {
     const int64_t nw = static_cast<int64_t>(got->weights.size() / 4);
     ASSERT_EQ(got->state.size(), want.state.size());
     const int64_t ns = static_cast<int64_t>(got->state.size());
-    if (one_group) {
+    if (bitwise) {
       ExpectSameBits(gw, rw, nw, what + " weights");
       ExpectSameBits(got->state.data(), want.state.data(), ns, what + " state");
     } else {
@@ -236,6 +239,7 @@ TEST_P(ShardedDynamicTest, FourRanksTrainAsOne) {
 TEST_P(ShardedDynamicTest, ReplicasTrainAsOne) {
   // Exact mode with replicas (2x2, 4x1), and average mode with k = 1 and SGD (= exact).
   RunCase({4, 2, GetParam(), ReplicaSync::kExact, RowOptimizerType::kRowWiseAdagrad});
+  RunCase({4, 2, GetParam(), ReplicaSync::kExact, RowOptimizerType::kAdam});
   RunCase({4, 1, GetParam(), ReplicaSync::kExact, RowOptimizerType::kSgd});
   RunCase({4, 2, GetParam(), ReplicaSync::kAverage, RowOptimizerType::kSgd});
 }
