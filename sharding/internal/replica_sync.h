@@ -122,7 +122,13 @@ class ReplicaSyncPhase {
   // average and its snapshot in device memory (unused on the CPU).
   CtxArray<int64_t> sync_slots_;
   CtxArray<float> sync_rows_, sync_avg_, sync_snap_;
-  EmbeddingWorkspace dyn_ws_;  // ExactSumDynamic's aggregation
+  // ExactSumDynamic's scratch: the aggregation's workspace, and per local shard its slots' keys
+  // (slot -> key, written for the step's slots only) and per (feature, sender) the slots of
+  // the ids it sent.
+  EmbeddingWorkspace dyn_ws_;
+  std::vector<char> dyn_block_, dyn_all_;  // this replica's block, every replica's
+  std::vector<std::vector<int64_t>> dyn_key_at_;
+  std::vector<std::vector<std::vector<int64_t>>> dyn_own_slots_;
 };
 
 }  // namespace tessera::internal

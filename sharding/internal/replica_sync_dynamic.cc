@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "absl/container/flat_hash_map.h"
 #include "core/status.h"
 #include "sharding/internal/replica_sync.h"
 
@@ -41,26 +40,36 @@ absl::Status ReplicaSyncPhase::ExactSumDynamic(const InputDist& in, std::vector<
   std::vector<RowGrads>& rg = *grads;
   // This replica's block: per dynamic local shard, per (feature, sender): bags, ids, lengths
   // (int64), keys (int64), scales (float), gradients (float, width per bag), padded to 8 bytes.
-  std::vector<char> block;
+  std::vector<char>& block = dyn_block_;  // reused: a fresh buffer a step faults its pages in
+  block.clear();
+  dyn_key_at_.resize(local.size());
+  dyn_own_slots_.resize(local.size());
   for (size_t q = 0; q < local.size(); ++q) {
     const LocalShard& ls = local[q];
     if (!l_.IsDynamic(ls)) continue;
     const OwnerIds& ids = in.owners()[q];
-    absl::flat_hash_map<int64_t, int64_t> key_of;  // slot -> key
-    for (size_t i = 0; i < ids.uslots.size(); ++i) key_of[ids.uslots[i]] = ids.urows[i];
+    std::vector<int64_t>& key_at = dyn_key_at_[q];  // slot -> key, for this step's slots
+    for (size_t i = 0; i < ids.uslots.size(); ++i) {
+      if (ids.uslots[i] >= static_cast<int64_t>(key_at.size())) key_at.resize(ids.uslots[i] + 1);
+      key_at[ids.uslots[i]] = ids.urows[i];
+    }
     const int64_t nf = l_.NumFeatures(ls.table);
+    dyn_own_slots_[q].resize(nf * n);
     for (int64_t k = 0; k < nf * n; ++k) {
       const BagGradients* bg =
           k < static_cast<int64_t>(rg[q].sources.size()) ? &rg[q].sources[k] : nullptr;
       const int64_t bags = bg != nullptr ? bg->num_bags : 0;
       std::vector<int64_t> lengths(bags), keys;
       std::vector<float> scales;
+      std::vector<int64_t>& own = dyn_own_slots_[q][k];  // the keys' slots here
+      own.clear();
       for (int64_t b = 0; b < bags; ++b) {
         for (int64_t j = bg->offsets[b]; j < bg->offsets[b + 1]; ++j) {
           const int64_t slot = bg->indices[j];
           if (slot == 0) continue;  // no row: nothing to learn
           ++lengths[b];
-          keys.push_back(key_of.at(slot));
+          keys.push_back(key_at[slot]);
+          own.push_back(slot);
           scales.push_back(bg->per_id_weights != nullptr ? bg->per_id_weights[j] : 1.0f);
         }
       }
@@ -77,7 +86,8 @@ absl::Status ReplicaSyncPhase::ExactSumDynamic(const InputDist& in, std::vector<
   TESSERA_RETURN_IF_ERROR(
       l_.replica->AllGatherCounts(static_cast<int64_t>(block.size()), absl::MakeSpan(sizes)));
   for (int r = 1; r < m; ++r) displs[r] = displs[r - 1] + sizes[r - 1];
-  std::vector<char> all(displs[m - 1] + sizes[m - 1]);
+  std::vector<char>& all = dyn_all_;
+  all.resize(displs[m - 1] + sizes[m - 1]);
   TESSERA_RETURN_IF_ERROR(l_.replica->AllGatherV(block.data(), static_cast<int64_t>(block.size()),
                                                  all.data(), sizes, displs));
   // The global batch's rank order: (group g, shard rank s) by world rank.
@@ -120,9 +130,18 @@ absl::Status ReplicaSyncPhase::ExactSumDynamic(const InputDist& in, std::vector<
         so.grads = reinterpret_cast<const float*>(p);
         p += bags * w * 4;
         p = base + (((p - base) + 7) & ~int64_t{7});
-        so.slots.resize(np);
-        // Every replica admitted the same keys (InputDist::ResolveDynamic), so each has a row.
-        TESSERA_RETURN_IF_ERROR(ResolveRows(l_, ls, so.keys, absl::MakeSpan(so.slots)));
+        if (g == l_.replica->rank()) {
+          so.slots = dyn_own_slots_[q][k];
+        } else {
+          // Every replica admitted the same keys (InputDist::ResolveDynamic): each has a row.
+          so.slots.resize(np);
+          TESSERA_RETURN_IF_ERROR(ResolveRows(l_, ls, so.keys, absl::MakeSpan(so.slots)));
+          std::vector<int64_t>& key_at = dyn_key_at_[q];
+          for (int64_t i = 0; i < np; ++i) {
+            if (so.slots[i] >= static_cast<int64_t>(key_at.size())) key_at.resize(so.slots[i] + 1);
+            key_at[so.slots[i]] = so.keys[i];
+          }
+        }
       }
       at[g] = p;
     }
@@ -150,14 +169,10 @@ absl::Status ReplicaSyncPhase::ExactSumDynamic(const InputDist& in, std::vector<
     TESSERA_RETURN_IF_ERROR(
         AggregateRowGradients(l_.host, sources, w, PoolingMode::kSum, &dyn_ws_, &uslots, &sums));
     // Slots back to keys, ordered by key (RowGrads' order for a dynamic shard).
-    absl::flat_hash_map<int64_t, int64_t> key_of;
-    for (const Source& so : src) {
-      for (size_t i = 0; i < so.slots.size(); ++i) key_of[so.slots[i]] = so.keys[i];
-    }
     std::vector<int64_t> idx(uslots.size());
     for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int64_t>(i);
     std::vector<int64_t> keys(uslots.size());
-    for (size_t i = 0; i < uslots.size(); ++i) keys[i] = key_of.at(uslots[i]);
+    for (size_t i = 0; i < uslots.size(); ++i) keys[i] = dyn_key_at_[q][uslots[i]];
     std::sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) { return keys[a] < keys[b]; });
     out.rows.resize(idx.size());
     out.grads.resize(idx.size() * w);
