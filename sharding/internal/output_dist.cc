@@ -103,7 +103,7 @@ absl::Status OutputDist::PoolLocal(const std::vector<OwnerIds>& owners,
                                    int64_t batch) {
   const int n = l_.n;
   const auto& mine = l_.dst_requests[l_.me];
-  if (batch > 0) RouteRowsBack(local);
+  RouteRowsBack(local);  // an empty batch too: it asks for nothing
   SizeRoutes(src_batch, batch, &owners);
   // Reply layout to sender src: per request of mine, per feature, [batch(src), width] (rows_back:
   // [positions of src, width]); every float of it is written below (a sender of no samples has
