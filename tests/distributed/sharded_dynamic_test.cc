@@ -17,7 +17,8 @@
 //     table's columns stay within rtol 2e-5 (its row-wise partial sums are added in shard
 //     order, and its replicas' sums all-reduced);
 //   - average mode with k = 1 (2x2, SGD) within rtol 2e-5 (the replicas' weights averaged).
-// A rank with an empty local batch at one step (1x4, 2x2 exact) changes none of this.
+// A rank with an empty local batch at one step (1x4, 2x2 exact) changes none of this, nor do
+// 16-bit dynamic tables (bf16 and fp16 storage, exact mode).
 // Average mode with k = 2: every replica holds the same keys, and after a sync the same rows.
 // Bad plans: a dynamic table data_parallel is refused naming the table.
 #include <cstring>
@@ -38,7 +39,8 @@ using testing::World;
 
 constexpr int kSteps = 6;
 
-EmbeddingCollectionOptions DynamicModel(RowOptimizerType opt) {
+// half: the dynamic tables stored as bf16 (users) and fp16 (ads).
+EmbeddingCollectionOptions DynamicModel(RowOptimizerType opt, bool half = false) {
   EmbeddingCollectionOptions o = testing::SmallModel(opt);
   // users: 2 features, sum, admitted at the 2nd lookup (no sketch collisions at 2^16 counters),
   // never evicted; ads: mean, a 50% coin, ttl 2 steps. Capacities far above the keys seen.
@@ -51,6 +53,10 @@ EmbeddingCollectionOptions DynamicModel(RowOptimizerType opt) {
   o.tables[1].dynamic.probability = 0.5;
   o.tables[1].dynamic.policy = EvictionPolicy::kTtl;
   o.tables[1].dynamic.ttl_steps = 2;
+  if (half) {
+    o.tables[0].storage.dtype = RowDtype::kBf16;
+    o.tables[1].storage.dtype = RowDtype::kF16;
+  }
   return o;
 }
 
@@ -117,12 +123,13 @@ struct Case {
   ReplicaSync sync;
   RowOptimizerType opt;
   int empty_rank = -1;  // KeyedBatch's
+  bool half = false;    // DynamicModel's
 };
 
 std::string Name(const Case& c) {
   return absl::StrCat(c.ranks, " ranks ", c.ranks / c.group_size, "x", c.group_size, " ",
                       ShardingTypeName(c.type), " ", ReplicaSyncName(c.sync), " ",
-                      RowOptimizerTypeName(c.opt));
+                      RowOptimizerTypeName(c.opt), c.half ? " 16-bit" : "");
 }
 
 std::shared_ptr<Communicator> SubWorld(int ranks) {
@@ -160,7 +167,7 @@ void ExpectSameBits(const float* got, const float* want, int64_t n, const std::s
 
 void RunCase(const Case& c) {
   SCOPED_TRACE(Name(c));
-  const EmbeddingCollectionOptions o = DynamicModel(c.opt);
+  const EmbeddingCollectionOptions o = DynamicModel(c.opt, c.half);
   const Reference ref = TrainOne(o, c.ranks, c.empty_rank);
   std::shared_ptr<Communicator> comm = SubWorld(c.ranks);
   if (comm == nullptr) return;
@@ -254,6 +261,16 @@ TEST_P(ShardedDynamicTest, EmptyLocalBatch) {
   // At step 3 one rank has no samples (1x4: rank 2; 2x2: rank 1): still bit for bit.
   RunCase({4, 4, GetParam(), ReplicaSync::kExact, RowOptimizerType::kRowWiseAdagrad, 2});
   RunCase({4, 2, GetParam(), ReplicaSync::kExact, RowOptimizerType::kAdam, 1});
+}
+
+TEST_P(ShardedDynamicTest, SixteenBitTablesTrainAsOne) {
+  // bf16 / fp16 storage (stochastic rounding): 1x2 SGD, 1x4 Adam, 2x2 exact row-wise AdaGrad
+  // (which a column split does not take with 16-bit rows: column_wise and grid use SGD there).
+  const bool col = GetParam() == ShardingType::kColumnWise || GetParam() == ShardingType::kGrid;
+  RunCase({2, 2, GetParam(), ReplicaSync::kExact, RowOptimizerType::kSgd, -1, true});
+  RunCase({4, 4, GetParam(), ReplicaSync::kExact, RowOptimizerType::kAdam, -1, true});
+  RunCase({4, 2, GetParam(), ReplicaSync::kExact,
+           col ? RowOptimizerType::kSgd : RowOptimizerType::kRowWiseAdagrad, -1, true});
 }
 
 TEST_P(ShardedDynamicTest, ReplicasTrainAsOne) {
