@@ -5,6 +5,9 @@
 //             every replica stays bit-identical and T ranks train what one rank trains on the
 //             global batch. Tiered shards: the next batch's hinted rows ride along in the same
 //             exchange, and PrefetchReplicaRows hands the union to the stores after the update.
+//             Dynamic shards instead all-gather the bag-level gradients their owners received
+//             and sum them per key in the global batch's order (ExactSumDynamic), which makes
+//             them bit-identical to one rank, not only to each other.
 //   kAverage  ReduceGradients scales the local gradients by M (row-wise AdaGrad divides by c:
 //             layout.update_opt); AfterUpdate records the rows touched since the last sync and,
 //             every `sync_every` updates, averages the weights of those rows (the union over the
