@@ -122,6 +122,34 @@ TEST(ProfileQualityTest, ImplausibleValuesAreNamed) {
   EXPECT_THAT(all, HasSubstr("falls as ranks are added"));
 }
 
+TEST(ProfileQualityTest, BeyondCacheAllReduceUnderAFifthIsRefusedAndReplacedFromTheCopyRate) {
+  // The Zen 4 VM's all-reduce: 7.8 GB/s in the cache; 3.5 GB/s beyond it is plausible, 1.0 GB/s
+  // (under 1/5) is not. A refused rate is replaced by the copy rate / 8 (27 GB/s: 3.4 GB/s),
+  // at most the in-cache rate, at least the share bound.
+  MachineProfile p = FlatProfile();
+  CollectivePoint ar;
+  ar.op = CollectiveOp::kAllReduce;
+  ar.transport = "mpi";
+  ar.world_size = 2;
+  ar.bytes_per_s = 7.8e9;
+  ar.beyond_llc_bytes_per_s = 3.5e9;
+  p.devices[0].copy_bytes_per_s = 27.2e9;
+  p.collectives = {ar};
+  auto flagged = [&] {
+    for (const KeyQuality& k : ImplausibleKeys(p)) {
+      if (absl::StrContains(k.key, "all_reduce.mpi.2.beyond_llc_bytes_per_s")) return true;
+    }
+    return false;
+  };
+  EXPECT_FALSE(flagged());
+  p.collectives[0].beyond_llc_bytes_per_s = 1.0e9;
+  EXPECT_TRUE(flagged());
+  EXPECT_NEAR(BeyondLlcFallback(p.collectives[0], 27.2e9), 3.4e9, 1e3);
+  EXPECT_NEAR(BeyondLlcFallback(p.collectives[0], 0), 7.8e9 / 5, 1e3);
+  EXPECT_NEAR(BeyondLlcFallback(p.collectives[0], 1e12), 7.8e9, 1e3);
+  EXPECT_NEAR(BeyondLlcFallback(p.collectives[0], 1e9), 7.8e9 / 5, 1e3);
+}
+
 TEST(ProfileQualityTest, FingerprintAndCalibrationRoundTripAndAreStrict) {
   MachineProfile p = FlatProfile();
   p.fingerprint.present = true;
