@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
-#include "planner/profile_quality.h"
 #include "planner/dense_cost.h"
+#include "planner/profile_quality.h"
 
 namespace tessera::planner {
 
@@ -21,8 +21,8 @@ constexpr double kTierWriteBufferBytes = 128.0 * (1 << 20);  // RowDbOptions wri
 // stores, value 260 B) VmHWM after 16 and after 76 steps of 64 distinct batches grows 559 B
 // per row written (docs/PERFORMANCE.md, "The planner's accuracy"); 48 B before undercounted.
 constexpr double kTierMemtableEntryBytes = 290;
-constexpr double kTierBlockBytes = 4096;        // RowDbOptions block_size: one block per miss
-constexpr double kTierDiskOverheadBytes = 24;   // key + SST overhead per row
+constexpr double kTierBlockBytes = 4096;       // RowDbOptions block_size: one block per miss
+constexpr double kTierDiskOverheadBytes = 24;  // key + SST overhead per row
 
 double StateFloats(const StepSettings& s, int64_t cols) {
   return s.row_state_fixed + static_cast<double>(s.row_state_per_col) * cols;
@@ -73,7 +73,8 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
   // Cross-node points exist in the profile (calibrate across hosts): a collective whose group
   // crosses nodes is read from them; otherwise every collective from the same-node points.
   bool has_cross = false;
-  for (const CollectivePoint& c : profile.collectives) has_cross |= c.transport == tr && !c.same_node;
+  for (const CollectivePoint& c : profile.collectives)
+    has_cross |= c.transport == tr && !c.same_node;
   std::vector<CollectiveCost*> cross;  // the costs read from cross-node points
   e.group_link_ &= has_cross;
   e.world_link_ &= has_cross;
@@ -107,7 +108,8 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
     // share its link where the point had the group's own ranks per node.
     const double on_node = std::min(e.t_, r);
     int replica_node_ranks = 0;
-    for (int g = 0; g < e.m_; ++g) replica_node_ranks += world_rank(g, 0) / r == world_rank(0, 0) / r;
+    for (int g = 0; g < e.m_; ++g)
+      replica_node_ranks += world_rank(g, 0) / r == world_rank(0, 0) / r;
     auto share = [&](CollectiveCost* c, int group_node_ranks) {
       if (std::find(cross.begin(), cross.end(), c) == cross.end() || c->bytes_per_s <= 0) return;
       c->bytes_per_s /= std::max(1.0, on_node / std::max(1, group_node_ranks));
@@ -118,30 +120,33 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
     share(&e.ar_replica_, replica_node_ranks);
   }
   {
-    // Ranks computing side by side on one node (compute_slowdown, at their count). A world
-    // across nodes reads it from the cross-node all-reduce at T when the profile has one: that
-    // calibration ran the whole world at once, its ranks spread over the hosts as the run's are
-    // (on a real cluster the same as R ranks of one node; on emulated hosts, which share one
-    // machine's cores, every rank of the world competing).
+    // Ranks computing side by side on one node, each on its own core (compute_slowdown, at
+    // their count, at most the cores the profile's fingerprint names / threads per rank: past
+    // that the ranks share cores, cores_share_). A world across nodes reads it from the
+    // cross-node all-reduce at T when the profile has one: that calibration ran the whole
+    // world at once, its ranks spread over the hosts as the run's are (on a real cluster the
+    // same as R ranks of one node; on emulated hosts, which share one machine's cores, every
+    // rank of the world competing).
+    const int cores = profile.fingerprint.present ? profile.fingerprint.cores : 0;
+    const int threads = std::max(1, in.step.threads > 0 ? in.step.threads : e.dev_->threads);
+    const int on_node = std::min(e.t_, r);
     CollectiveCost node;
     if (!world_same_node && has_cross) {
       TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllReduce, e.t_, false, &node));
     } else {
-      TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllReduce, std::min(e.t_, r), true, &node));
+      const int own = cores > 0 ? std::max(1, std::min(on_node, cores / threads)) : on_node;
+      TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllReduce, own, true, &node));
+      if (cores > 0) e.cores_share_ = std::max(1.0, static_cast<double>(on_node) * threads / cores);
     }
     e.compute_slowdown_ = std::max(1.0, node.compute_slowdown);
-  }
-  {
-    // The collectives' wait (wait_per_compute) where every rank of the node owns its cores (the
-    // profile's fingerprint says how many): the ranks then wait for each other by the plan's own
-    // imbalance, which the step prices by taking every phase at its slowest rank, and by the
-    // scheduler's jitter, at most kMaxWaitPerComputeOwnCores; a larger measured wait is the
-    // load of the minute calibrate ran in. With more ranks x threads than cores (ranks share
-    // cores), the profile's measurement at that world size stands, and so does a cross-node
-    // point's (measured over the links, whose jitter the cores do not bound).
-    const int cores = profile.fingerprint.present ? profile.fingerprint.cores : 0;
-    const int on_node = std::min(e.t_, r) * std::max(1, in.step.threads);
-    if (cores > 0 && on_node <= cores) {
+    // The collectives' wait (wait_per_compute) on a node whose cores the profile knows: the
+    // ranks wait for each other by the plan's own imbalance (each collective's wait at its
+    // slowest rank's compute: CriticalPath) and, when they outnumber the cores, by sharing
+    // them (cores_share_); what is left is the scheduler's jitter, at most
+    // kMaxWaitPerComputeOwnCores. A larger measured wait is the load of the minute calibrate
+    // ran in. A cross-node point keeps its measurement (over the links, whose jitter the cores
+    // do not bound), and so does a profile without a fingerprint.
+    if (cores > 0) {
       for (CollectiveCost* c : {&e.a2a_group_, &e.a2a_intra_, &e.ar_world_, &e.ag_replica_,
                                 &e.ar_replica_, &e.ag_group_}) {
         if (std::find(cross.begin(), cross.end(), c) != cross.end()) continue;
@@ -196,8 +201,8 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
   // table's lookup and its update touches the activations (and their gradients) and the dense
   // weights and gradients; the ranks computing on one node share the LLC.
   const double node_ranks = std::max(1, std::min(e.t_, r));
-  e.warm_room_bytes_ = static_cast<double>(e.dev_->llc_bytes) / node_ranks -
-                       dc.activation_bytes - 2.0 * 4 * static_cast<double>(dc.params);
+  e.warm_room_bytes_ = static_cast<double>(e.dev_->llc_bytes) / node_ranks - dc.activation_bytes -
+                       2.0 * 4 * static_cast<double>(dc.params);
   return e;
 }
 
@@ -351,8 +356,8 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
       const double id_s = ScatterIdSeconds(*dev_, row_bytes);
       d[kLookupS] = n * bags * GatherBagSeconds(*dev_, row_bytes) +
                     owner_ids / GatherRowsPerSec(*dev_, row_bytes, s.hot);
-      d[kUpdateS] = owner_ids * id_s + UpdateRowsSeconds(row_bytes, s.hot, updated_rows,
-                                                         row_bytes + state_floats * 4);
+      d[kUpdateS] = owner_ids * id_s +
+                    UpdateRowsSeconds(row_bytes, s.hot, updated_rows, row_bytes + state_floats * 4);
       // A dynamic table: every id the owner resolves is first a key -> slot probe.
       if (c.dynamic.enabled) d[kLookupS] += owner_ids * KeyProbeSeconds(*dev_);
       if (column_split_adagrad && dev_->search_step_s > 0) {
@@ -417,11 +422,11 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
         // buffer (never flushed), else from the page cache when it fits in half the host memory.
         const bool page_cache = db_bytes < 0.5 * in_->topology.memory.host;
         bool memtable = false;
-        const double db_mem = TierDbMemoryBytes(tab, frac, rows, value_bytes, table_hot, misses,
-                                                &memtable);
+        const double db_mem =
+            TierDbMemoryBytes(tab, frac, rows, value_bytes, table_hot, misses, &memtable);
         d[kTierS] = misses * (memtable && tp.read_memtable_s > 0 ? tp.read_memtable_s
-                              : page_cache                      ? tp.read_cached_s
-                                                                : tp.read_disk_s);
+                              : page_cache                       ? tp.read_cached_s
+                                                                 : tp.read_disk_s);
         d[kTierWriteS] = misses * tp.write_s;
         // Every id the owner looks up first goes through the row cache (TieredRowStore Resolve),
         // and before that through the prefetch of the next batch (TieredRowStore Prefetch, on
@@ -494,155 +499,6 @@ MemoryBreakdown Estimator::FixedMemory() const {
   m.base = static_cast<double>(dev_->base_memory_bytes);
   if (t_ > 1) m.base += static_cast<double>(dev_->comm_memory_bytes);
   return m;
-}
-
-PhaseTimes Estimator::StepFromMaxima(const MetricVec& raw, double world_allreduce_bytes) const {
-  PhaseTimes p;
-  // The ranks' compute, slower when every rank of the node computes at once (the profile's
-  // compute_slowdown at the node's rank count; 1 for one rank).
-  MetricVec mx = raw;
-  for (int k : {kLookupS, kUpdateS, kPackS, kUnpackS, kGradPackS, kTierProbeS}) {
-    mx[k] *= compute_slowdown_;
-  }
-  const double dense_fwd = compute_slowdown_ * dense_fwd_s_;
-  const double dense_bwd = compute_slowdown_ * dense_bwd_s_;
-  const double a2a_lat = n_ > 1 ? a2a_group_.latency_s : 0;
-  const double out_s = n_ > 1 ? a2a_lat + std::max(mx[kOutSend], mx[kOutRecv]) : 0;
-  p.s[kOutputDist] = out_s + mx[kUnpackS];
-  p.s[kBackwardDist] = out_s + mx[kGradPackS];
-  p.s[kLookup] = mx[kLookupS];
-  p.s[kDenseForward] = dense_fwd;
-  p.s[kDenseBackward] = dense_bwd;
-  p.s[kEmbeddingUpdate] = mx[kUpdateS];
-  // Exact sync: one step's three replica collectives (counts and ids all-gathers, gradient
-  // all-reduce); average sync's latencies are per shard in kSyncS.
-  p.s[kReplicaSync] = mx[kSyncS] + (m_ > 1 && in_->step.replica_sync == ReplicaSync::kExact
-                                        ? 2 * ag_replica_.latency_s + ar_replica_.latency_s
-                                        : 0);
-  // Dense all-reduce (world), bucketed: buckets travel during the backward dist and the update
-  // (MPI progresses inside MPI calls) or the whole backward (NCCL); the last bucket is exposed.
-  double ar = 0;
-  if (t_ > 1) {
-    const double bytes = 4.0 * dense_params_;
-    const double f = 2.0 * (t_ - 1) / t_;
-    const double buckets =
-        std::max(1.0, std::ceil(bytes / std::max<int64_t>(1, in_->step.bucket_bytes)));
-    // The profile's all-reduce rate is buffer bytes per second (calibrate); on one node the
-    // ring's 2 (T-1)/T share of them is priced as moved, across nodes (a link-bound cross-node
-    // point) the buffer's bytes at that rate as measured.
-    const double moved = world_link_ ? 1.0 : f;
-    const double full = buckets * ar_world_.latency_s + moved * bytes / ar_world_.bytes_per_s;
-    // Across nodes with both exchanges on the link (cross-node points), the backward dist and
-    // the buckets share its bytes: overlapping them saves no link time.
-    const double window = nccl_ ? dense_bwd + out_s + p.s[kEmbeddingUpdate]
-                          : group_link_ && world_link_ ? 0
-                                                       : out_s;
-    const double last = full / buckets;
-    ar = std::max(last, full - window);
-    ar += ar_world_.latency_s;  // the loss / count all-reduce
-    if (world_allreduce_bytes > 0) {
-      // Data-parallel tables: DataParallelBackward all-reduces their gradient tables inside the
-      // embedding update (blocking, not bucketed or overlapped).
-      // One call of all their bytes: beyond the LLC at the profile's beyond-cache rate.
-      // beyond_llc_bytes_per_s is the slope from calibrate's in-cache call (kInCacheCallBytes)
-      // to its 64 MiB one, so the in-cache rate holds up to that call's size, not the LLC's.
-      const double in_cache = std::min<double>(static_cast<double>(dev_->llc_bytes),
-                                               static_cast<double>(kInCacheCallBytes));
-      p.s[kEmbeddingUpdate] +=
-          ar_world_.latency_s + ar_world_.Transfer(moved * world_allreduce_bytes, in_cache);
-    }
-  }
-  p.s[kDenseAllReduce] = ar;
-  // Input dist: header all-to-all always; the payload hidden behind the previous step's
-  // other collectives (MPI) or its compute (NCCL) when pipelined.
-  if (n_ > 1) {
-    const double payload = a2a_lat + std::max(mx[kInSend], mx[kInRecv]);
-    double exposed = payload;
-    // A sharding group across nodes (cross-node points): its payload shares the link with the
-    // exchanges it would hide behind, which the link's bytes bound, not their overlap.
-    if (in_->step.pipeline && !group_link_) {
-      const double window = nccl_ ? p.total() : 2 * out_s + ar + p.s[kReplicaSync];
-      exposed = std::max(0.0, payload - window);
-    }
-    p.s[kInputDist] = a2a_lat + exposed;
-  }
-  p.s[kInputDist] += mx[kPackS];
-  // Waiting in the blocking collectives for ranks the scheduler took the core from (profile
-  // wait_per_compute): each collective, in the trainer's order, waits its rate x the compute
-  // since the one before it (the update's compute for the last, and the next step's packing).
-  {
-    double since = mx[kPackS];
-    auto wait = [&](const CollectiveCost& c, Phase ph) {
-      p.s[ph] += c.Wait(since);
-      since = 0;
-    };
-    if (n_ > 1) wait(a2a_group_, kInputDist);
-    since += mx[kLookupS];
-    if (n_ > 1) wait(a2a_group_, kOutputDist);
-    since += mx[kUnpackS] + dense_fwd + dense_bwd + mx[kGradPackS];
-    if (n_ > 1) wait(a2a_group_, kBackwardDist);
-    since += mx[kUpdateS];
-    if (m_ > 1 && in_->step.replica_sync == ReplicaSync::kExact) wait(ag_replica_, kReplicaSync);
-    if (t_ > 1 && world_allreduce_bytes > 0) wait(ar_world_, kEmbeddingUpdate);
-    if (t_ > 1) wait(ar_world_, kDenseAllReduce);
-  }
-  // The tier: the training thread probes the next batch's ids (Prefetch); the tier's threads
-  // read the misses during the rest of the step and write the step's evictions back during the
-  // next one (TieredRowStore FinishStep), each exposed only by what outlasts the step.
-  const double rest = p.total() + mx[kTierProbeS];
-  const double reads_exposed = std::max(0.0, mx[kTierS] - rest);
-  const double writes_exposed = std::max(0.0, mx[kTierWriteS] - rest);
-  p.s[kTierMisses] = mx[kTierProbeS] + reads_exposed + writes_exposed;
-  p.background_s = mx[kTierS] - reads_exposed + mx[kTierWriteS] - writes_exposed;
-  return p;
-}
-
-StepEstimate Estimator::Evaluate(const std::vector<TablePlacement>& placement) const {
-  StepEstimate est;
-  std::vector<MetricVec> rank(n_, FixedPerRank());
-  std::vector<MemoryBreakdown> mem(n_, FixedMemory());
-  double world_bytes = 0;
-  auto add_mem = [](MemoryBreakdown& a, const MemoryBreakdown& b) {
-    a.weights += b.weights;
-    a.optimizer_state += b.optimizer_state;
-    a.caches += b.caches;
-    a.comm_buffers += b.comm_buffers;
-    a.activations += b.activations;
-    a.dense += b.dense;
-    a.disk += b.disk;
-  };
-  for (size_t t = 0; t < placement.size(); ++t) {
-    Contribution c = Contribute(static_cast<int>(t), placement[t]);
-    for (int r = 0; r < n_; ++r) {
-      for (int k = 0; k < kNumMetrics; ++k) rank[r][k] += c.uniform[k];
-      add_mem(mem[r], c.uniform_memory);
-    }
-    for (const auto& [r, d] : c.per_rank) {
-      for (int k = 0; k < kNumMetrics; ++k) rank[r][k] += d[k];
-    }
-    for (const auto& [r, m] : c.memory) add_mem(mem[r], m);
-    world_bytes += c.world_allreduce_bytes;
-  }
-  MetricVec mx{};
-  for (int k = 0; k < kNumMetrics; ++k) mx[k] = -1e300;
-  for (int r = 0; r < n_; ++r) {
-    for (int k = 0; k < kNumMetrics; ++k) mx[k] = std::max(mx[k], rank[r][k]);
-  }
-  est.step = StepFromMaxima(mx, world_bytes);
-  double sum = 0, top = 0;
-  for (int r = 0; r < n_; ++r) {
-    PhaseTimes pt = StepFromMaxima(rank[r], world_bytes);
-    est.per_rank.push_back(pt);
-    est.memory.push_back({rank[r][kMemDevice], rank[r][kMemHost], rank[r][kMemDisk]});
-    const double emb = rank[r][kLookupS] + rank[r][kUpdateS] + rank[r][kTierS] +
-                       std::max(rank[r][kInSend], rank[r][kInRecv]) +
-                       2 * std::max(rank[r][kOutSend], rank[r][kOutRecv]);
-    sum += emb;
-    top = std::max(top, emb);
-  }
-  est.memory_detail = std::move(mem);
-  est.imbalance = sum > 0 ? top / (sum / n_) : 1;
-  return est;
 }
 
 }  // namespace tessera::planner

@@ -31,11 +31,12 @@
 //                  rows (with exact replica sync: the union over the replicas) / the update
 //                  rate, the share of their bytes (weights + state) that fits in the LLC the
 //                  dense work leaves (llc_bytes - activations - dense weights and gradients) at
-//                  the warm rate (still cached from the forward's gather); column-split row-wise AdaGrad adds a group all-gather of per-row sums
-//                  and, per updated row, one binary search per column piece over the
-//                  sibling's updated rows (log2 rows steps at the profile's search_step_s);
-//                  data-parallel tables: their own ids, the world's distinct rows, three passes
-//                  over the rows x (dim + 1) gradient table and its world all-reduce (blocking)
+//                  the warm rate (still cached from the forward's gather); column-split row-wise
+//                  AdaGrad adds a group all-gather of per-row sums and, per updated row, one binary
+//                  search per column piece over the sibling's updated rows (log2 rows steps at the
+//                  profile's search_step_s); data-parallel tables: their own ids, the world's
+//                  distinct rows, three passes over the rows x (dim + 1) gradient table and its
+//                  world all-reduce (blocking)
 //   dense all-red  2 (T-1)/T x 4 P bytes over the world, bucketed: overlapped with the backward
 //                  dist and update (MPI) or the whole backward (NCCL), the last bucket exposed
 //   replica sync   exact: 2 all-gathers (counts, ids 8 u (M-1)) and one all-reduce of the
@@ -55,9 +56,12 @@
 // share one node (R ranks per node, world ranks filling nodes in order, the layout deciding
 // which groups are neighbours: Topology) at the same-node points, a group across nodes at the
 // cross-node points (same_node: false, from calibrate across hosts) when the profile has them;
-// a world across nodes also takes compute_slowdown from the cross-node all-reduce at T. The step
-// time is the sum of the phases, each taken at its slowest rank (the collectives synchronise
-// the group), not the sum of a rank's own costs.
+// a world across nodes also takes compute_slowdown from the cross-node all-reduce at T. Ranks x
+// threads beyond the node's cores (the profile fingerprint's) share them: compute x
+// cores_share(). The step time is the critical path (step_model.cc): between two blocking
+// collectives each rank computes; the collective starts when the last rank arrives, so every
+// other rank waits in it for the gap between the slowest rank's compute and its own (the plan's
+// own imbalance, StepEstimate::wait), and it ends with its slowest transfer.
 //
 // Memory per rank (bytes): weights and optimizer state of owned shards (device memory when the
 // ranks compute on cuda, host otherwise), tier caches (slots + 48 bytes bookkeeping; RocksDB as
@@ -149,10 +153,20 @@ struct PhaseTimes {
   double total() const;
 };
 
-// The step at the slowest rank of each phase, with the per-rank detail.
+// The step as the critical path over the ranks, with the per-rank detail.
 struct StepEstimate {
-  PhaseTimes step;                   // the critical path (what the search minimises)
+  // The critical path: per segment between blocking collectives (the trainer's order), the
+  // compute of the rank that arrives last, then each collective at its slowest rank. What the
+  // search minimises (StepFromMaxima gives the same total when each segment's compute differs
+  // between ranks in one metric only, as the step's do: lookup, update).
+  PhaseTimes step;
   std::vector<PhaseTimes> per_rank;  // each rank's own phase costs (explain)
+  // Per rank, the seconds it waits in each phase's collectives for the others: for the rank
+  // that arrives last and the slowest transfer, nothing; for every other rank the gap between
+  // the slowest rank's compute since the previous collective and its own, plus the slowest
+  // rank's part of the call beyond its own. per_rank[r].total() + wait[r].total() is
+  // step.total() for every rank.
+  std::vector<PhaseTimes> wait;
   std::vector<std::array<double, kNumMemKinds>> memory;  // bytes per rank by kind
   std::vector<MemoryBreakdown> memory_detail;
   double imbalance = 1;  // max / mean of per-rank embedding time
@@ -199,8 +213,12 @@ class Estimator {
   MemoryBreakdown FixedMemory() const;
   // The step time from the slowest rank's value of every metric and the data-parallel bytes.
   // The compute metrics and the dense phases are scaled by the profile's compute_slowdown of
-  // the ranks sharing a node.
+  // the ranks computing side by side on a node and by the node's cores_share().
   PhaseTimes StepFromMaxima(const MetricVec& max, double world_allreduce_bytes) const;
+  // How much slower each rank computes because the node's ranks x threads outnumber its cores
+  // (the profile fingerprint's): ranks x threads / cores, at least 1; 1 when the profile has
+  // no fingerprint.
+  double cores_share() const { return cores_share_; }
   // Full evaluation of a complete placement (one entry per table).
   StepEstimate Evaluate(const std::vector<TablePlacement>& placement) const;
 
@@ -230,6 +248,13 @@ class Estimator {
   double TierDbMemoryBytes(const PlanTable& tab, double frac, double rows, double value_bytes,
                            double table_hot, double misses, bool* in_memtable) const;
   double stats_exponent(const PlanTable& tab) const;
+  // StepFromMaxima, and when `collective` is not null the part of each phase spent in its
+  // collectives (transfer, latency, the scheduler's wait), the rest being compute.
+  PhaseTimes StepParts(const MetricVec& raw, double world_allreduce_bytes,
+                       PhaseTimes* collective) const;
+  // est->step, per_rank and wait of the group's ranks with metrics `rank` (step_model.cc).
+  void CriticalPath(const std::vector<MetricVec>& rank, double world_allreduce_bytes,
+                    StepEstimate* est) const;
 
   const PlanInputs* in_ = nullptr;
   const MachineProfile* profile_ = nullptr;
@@ -248,8 +273,9 @@ class Estimator {
   double dense_fwd_s_ = 0, dense_bwd_s_ = 0;
   int64_t dense_params_ = 0;
   double activation_bytes_ = 0;
-  double warm_room_bytes_ = 0;
-  double compute_slowdown_ = 1;  // the node's ranks computing at once (profile)  // llc_bytes less what the dense work touches per step
+  double warm_room_bytes_ = 0;   // llc_bytes less what the dense work touches per step
+  double compute_slowdown_ = 1;  // the node's ranks computing at once, each on its core (profile)
+  double cores_share_ = 1;       // node ranks x threads / cores, at least 1
   int64_t emb_out_dim_ = 0;
 };
 

@@ -91,20 +91,21 @@ std::string ExplainText(const PlanInputs& in, const PlanResult& r,
   }
   absl::StrAppend(
       &s, absl::StrFormat("embedding time per rank: imbalance max/mean %.3f\n", e.imbalance));
-  absl::StrAppend(
-      &s, absl::StrFormat("%6s %10s %10s %10s %9s %9s %9s %9s %9s %9s\n", "rank", "device", "host",
-                          "disk", "in_ms", "lookup", "out_ms", "update", "sync", "tier"));
+  absl::StrAppend(&s, absl::StrFormat("%6s %10s %10s %10s %9s %9s %9s %9s %9s %9s %9s\n", "rank",
+                                      "device", "host", "disk", "in_ms", "lookup", "out_ms",
+                                      "update", "sync", "tier", "wait"));
   const int slow = SlowestRank(e);
   const int rows = std::min<int>(n, kMaxRankRows);
   for (int rk = 0; rk < rows; ++rk) {
     const PhaseTimes& p = e.per_rank[rk];
     absl::StrAppend(
-        &s, absl::StrFormat("%5d%s %10s %10s %10s %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f\n", rk,
+        &s, absl::StrFormat("%5d%s %10s %10s %10s %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f\n", rk,
                             rk == slow ? "*" : " ", FormatBytes(e.memory[rk][kDevice]),
                             FormatBytes(e.memory[rk][kHost]), FormatBytes(e.memory[rk][kDisk]),
                             1e3 * p.s[kInputDist], 1e3 * p.s[kLookup], 1e3 * p.s[kOutputDist],
                             1e3 * p.s[kEmbeddingUpdate], 1e3 * p.s[kReplicaSync],
-                            1e3 * p.s[kTierMisses]));
+                            1e3 * p.s[kTierMisses],
+                            rk < static_cast<int>(e.wait.size()) ? 1e3 * e.wait[rk].total() : 0.0));
   }
   if (n > rows) absl::StrAppend(&s, "  ... ", n - rows, " more ranks (--format json lists all)\n");
   if (slow >= rows) absl::StrAppend(&s, "  slowest rank: ", slow, "\n");
@@ -153,6 +154,7 @@ std::string ExplainJson(const PlanInputs& in, const PlanResult& r,
     const MemoryBreakdown& m = e.memory_detail[rk];
     absl::StrAppend(
         &s, rk ? ", " : "", "{\"rank\": ", rk, ", \"phases\": ", PhasesJson(e.per_rank[rk]),
+        ", \"wait\": ", PhasesJson(rk < e.wait.size() ? e.wait[rk] : PhaseTimes{}),
         ", \"memory\": {\"device\": ", Num(e.memory[rk][kDevice]),
         ", \"host\": ", Num(e.memory[rk][kHost]), ", \"disk\": ", Num(e.memory[rk][kDisk]),
         ", \"weights\": ", Num(m.weights), ", \"optimizer_state\": ", Num(m.optimizer_state),
@@ -215,8 +217,8 @@ std::string ExplainSvg(const PlanInputs& in, const PlanResult& r) {
       "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\" font-size=\"11\">\n"
       "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
       width, height, width, height);
-  absl::StrAppend(&s, absl::StrFormat(
-                          "<text x=\"10\" y=\"18\" font-size=\"13\" font-weight=\"bold\">"
+  absl::StrAppend(
+      &s, absl::StrFormat("<text x=\"10\" y=\"18\" font-size=\"13\" font-weight=\"bold\">"
                           "tessera-plan: %d ranks, group size N = %d, predicted step %.3f ms"
                           "</text>\n",
                           in.topology.world_size, r.group.group_size, 1e3 * e.step.total()));
@@ -244,8 +246,8 @@ std::string ExplainSvg(const PlanInputs& in, const PlanResult& r) {
     absl::StrAppend(&s, absl::StrFormat("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
                                         "stroke=\"black\"/>\n<line x1=\"%.1f\" y1=\"%.1f\" "
                                         "x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n",
-                                        left, y0, left, y0 + chart, left, y0 + chart,
-                                        left + plot_w, y0 + chart));
+                                        left, y0, left, y0 + chart, left, y0 + chart, left + plot_w,
+                                        y0 + chart));
     // Rank labels: every k-th rank so that labels do not overlap (~24 px each).
     const int every = std::max(1, static_cast<int>(std::ceil(24.0 / bar)));
     for (int rk = 0; rk < shown; rk += every) {
@@ -273,11 +275,11 @@ std::string ExplainSvg(const PlanInputs& in, const PlanResult& r) {
     for (int k = 0; k < 4; ++k) {
       const double h = chart * parts[k] / max_ms;
       y -= h;
-      absl::StrAppend(&s, absl::StrFormat("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
-                                          "height=\"%.1f\" fill=\"%s\"><title>rank %d %s: %.3f "
-                                          "ms</title></rect>\n",
-                                          x, y, std::max(0.5, bar - 1), h, colors[k], rk,
-                                          names[k], parts[k]));
+      absl::StrAppend(
+          &s, absl::StrFormat("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
+                              "height=\"%.1f\" fill=\"%s\"><title>rank %d %s: %.3f "
+                              "ms</title></rect>\n",
+                              x, y, std::max(0.5, bar - 1), h, colors[k], rk, names[k], parts[k]));
     }
     const double mh = chart * e.memory[rk][kind] / max_mem;
     absl::StrAppend(&s, absl::StrFormat("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
@@ -309,8 +311,8 @@ std::string ExplainSvg(const PlanInputs& in, const PlanResult& r) {
                                           "height=\"10\" fill=\"%s\"/>\n",
                                           lx, ly - 9, color));
     }
-    absl::StrAppend(&s, absl::StrFormat("<text x=\"%.0f\" y=\"%.0f\">%s</text>\n", lx + 18, ly,
-                                        label));
+    absl::StrAppend(&s,
+                    absl::StrFormat("<text x=\"%.0f\" y=\"%.0f\">%s</text>\n", lx + 18, ly, label));
     lx += w;
   };
   for (int k = 0; k < 4; ++k) legend(colors[k], names[k], false);

@@ -70,8 +70,7 @@ std::vector<MeasuredKey> MeasuredKeys(MachineProfile* p) {
 }
 
 absl::StatusOr<MachineProfile> MedianOfRuns(const std::vector<MachineProfile>& runs,
-                                            double max_spread,
-                                            std::vector<KeyQuality>* qualities) {
+                                            double max_spread, std::vector<KeyQuality>* qualities) {
   if (runs.empty()) return absl::InvalidArgumentError("MedianOfRuns: no runs");
   MachineProfile out = runs.front();
   std::vector<MeasuredKey> keys = MeasuredKeys(&out);
@@ -85,8 +84,8 @@ absl::StatusOr<MachineProfile> MedianOfRuns(const std::vector<MachineProfile>& r
     }
     for (size_t i = 0; i < k.size(); ++i) {
       if (k[i].name != keys[i].name) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("MedianOfRuns: key ", k[i].name, " where the first run has ", keys[i].name));
+        return absl::InvalidArgumentError(absl::StrCat("MedianOfRuns: key ", k[i].name,
+                                                       " where the first run has ", keys[i].name));
       }
       values[i].push_back(*k[i].value);
     }
@@ -168,13 +167,13 @@ std::vector<KeyQuality> ImplausibleKeys(const MachineProfile& p) {
                            c.bytes_per_s / 1e9, copy / 1e9));
     }
     if (c.same_node && c.latency_s > 1e-3) {
-      flag(pre + "latency_s", absl::StrFormat("%.3f ms for one small call on one node",
-                                              1e3 * c.latency_s));
+      flag(pre + "latency_s",
+           absl::StrFormat("%.3f ms for one small call on one node", 1e3 * c.latency_s));
     }
     if (c.beyond_llc_bytes_per_s > 0 &&
         c.beyond_llc_bytes_per_s < kMinBeyondLlcShare * c.bytes_per_s) {
       flag(pre + "beyond_llc_bytes_per_s",
-           absl::StrFormat("%.2f GB/s beyond the cache, under 1/20 of %.2f GB/s in it",
+           absl::StrFormat("%.2f GB/s beyond the cache, under 1/5 of %.2f GB/s in it",
                            c.beyond_llc_bytes_per_s / 1e9, c.bytes_per_s / 1e9));
     }
     if (c.compute_slowdown > c.world_size) {

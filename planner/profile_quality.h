@@ -13,6 +13,7 @@
 // Thread-safety: plain functions on values.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
@@ -44,9 +45,9 @@ struct MeasuredKey {
 // names in the same order). Integral fields (memory bytes) are not listed.
 std::vector<MeasuredKey> MeasuredKeys(MachineProfile* p);
 
-// The per-key median (or best, MeasuredKey::combine) of `runs` (all of the same shape; the first is the template for everything
-// that is not a measured key). `qualities`, when not null, gets every key's spread (wide when
-// above `max_spread`). InvalidArgument when the runs differ in shape.
+// The per-key median (or best, MeasuredKey::combine) of `runs` (all of the same shape; the first is
+// the template for everything that is not a measured key). `qualities`, when not null, gets every
+// key's spread (wide when above `max_spread`). InvalidArgument when the runs differ in shape.
 [[nodiscard]] absl::StatusOr<MachineProfile> MedianOfRuns(const std::vector<MachineProfile>& runs,
                                                           double max_spread,
                                                           std::vector<KeyQuality>* qualities);
@@ -55,7 +56,7 @@ std::vector<MeasuredKey> MeasuredKeys(MachineProfile* p);
 // the streaming copy bandwidth, a collective on one node faster than 4x the copy bandwidth, a
 // wait_per_compute that falls by more than half as ranks are added (from above 0.05), a
 // compute_slowdown above the world size, a same-node latency above 1 ms (shared memory answers
-// in microseconds), an all-reduce's beyond-cache rate under 1/20 of its in-cache rate, a GEMM
+// in microseconds), an all-reduce's beyond-cache rate under 1/5 of its in-cache rate, a GEMM
 // above the profile's peak. Empty when all is plausible.
 std::vector<KeyQuality> ImplausibleKeys(const MachineProfile& p);
 
@@ -68,9 +69,21 @@ std::vector<KeyQuality> ImplausibleKeys(const MachineProfile& p);
 inline constexpr double kMaxWaitPerComputeOwnCores = 0.05;
 
 // An all-reduce's rate beyond the cache is at least this share of its in-cache rate (a quiet
-// 2-core Zen 4 VM measured 0.63 of 2.35 GB/s, the Xeon 0.60 of 3.15; 0.07-0.09 GB/s came from
-// runs where the other processes held the cores). A measured rate under it is refused and
-// calibrate records the bound instead (flagged).
-inline constexpr double kMinBeyondLlcShare = 1.0 / 20;
+// 2-core Zen 4 VM, 2026-12-06, the communicator's scratch reused across calls: 3.5 of 7.8 GB/s;
+// 0.09 GB/s came from runs where the other processes held the cores, and 0.55-0.63 GB/s from
+// calls that page-faulted a fresh 96 MiB each time). A measured rate under it is refused and
+// calibrate records BeyondLlcFallback instead (flagged).
+inline constexpr double kMinBeyondLlcShare = 1.0 / 5;
+// What calibrate records for a refused beyond-cache rate of collective `c` on a device of copy
+// rate `copy_bytes_per_s`: the all-reduce beyond the cache streams every byte of the buffer
+// about 8 times at the copy rate over the node (each of 2 ranks: the chunks exchanged, summed
+// and gathered back, read and written: ~3.5 passes, the ranks sharing the memory bus), so
+// copy / 8 (3.4 GB/s on the Zen 4 VM, where 3.5 was measured), at most the in-cache rate; the
+// share bound when the copy rate is unknown.
+inline double BeyondLlcFallback(const CollectivePoint& c, double copy_bytes_per_s) {
+  const double bound = kMinBeyondLlcShare * c.bytes_per_s;
+  if (copy_bytes_per_s <= 0) return bound;
+  return std::max(bound, std::min(c.bytes_per_s, copy_bytes_per_s / 8));
+}
 
 }  // namespace tessera::planner

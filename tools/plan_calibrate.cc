@@ -7,8 +7,8 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <ctime>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -195,8 +195,8 @@ CpuSample SampleCpu() {
   std::string cpu;
   double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
   if (in >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal) {
-    c.machine_busy_s = (user + nice + system + irq + softirq + steal) /
-                       static_cast<double>(sysconf(_SC_CLK_TCK));
+    c.machine_busy_s =
+        (user + nice + system + irq + softirq + steal) / static_cast<double>(sysconf(_SC_CLK_TCK));
   }
   for (int who : {RUSAGE_SELF, RUSAGE_CHILDREN}) {
     rusage r;
@@ -244,7 +244,8 @@ absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
   p.source = absl::StrCat("measured by `", command, "` (", o.threads, " thread(s) per rank, ",
                           o.cpu_clock ? "CPU-clock" : "wall-clock",
                           " medians; disk reads and collectives wall-clock; each key the median "
-                          "of ", runs, " runs or more)");
+                          "of ",
+                          runs, " runs or more)");
   p.fingerprint = o.fingerprint;
   Stopwatch total;
   // Base memory of a training process (libraries, runtime, BLAS buffers) before any model: this
@@ -397,8 +398,10 @@ absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
       }
       if (absl::StrContains(k.key, absl::StrCat(".", c.world_size, ".beyond_llc_bytes_per_s")) &&
           absl::StrContains(k.key, planner::CollectiveOpName(c.op))) {
+        const planner::DeviceProfile* cpu = med.device("cpu");
         c.beyond_llc_bytes_per_s =
-            std::max(c.beyond_llc_bytes_per_s, planner::kMinBeyondLlcShare * c.bytes_per_s);
+            std::max(c.beyond_llc_bytes_per_s,
+                     planner::BeyondLlcFallback(c, cpu != nullptr ? cpu->copy_bytes_per_s : 0));
       }
     }
   }
@@ -416,10 +419,9 @@ absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
                               med.calibration.seconds, med.calibration.other_cpu_cores,
                               med.calibration.load_average));
   for (const planner::KeyQuality& k : flagged) {
-    Progress(o, absl::StrFormat("FLAGGED %s: spread %.0f%% over %d runs%s", k.key, 100 * k.spread,
-                                k.runs,
-                                k.implausible.empty() ? "" : absl::StrCat("; implausible: ",
-                                                                          k.implausible)));
+    Progress(o, absl::StrFormat(
+                    "FLAGGED %s: spread %.0f%% over %d runs%s", k.key, 100 * k.spread, k.runs,
+                    k.implausible.empty() ? "" : absl::StrCat("; implausible: ", k.implausible)));
   }
   return med;
 }
@@ -440,8 +442,8 @@ int RunPlanCalibrate(int argc, char** argv) {
       std::printf("%s", kUsage);
       return 0;
     }
-    const bool boolean = a == "--no_cuda" || a == "--quiet" || a == "--strict" || a == "--quick" ||
-                         a == "--cache";
+    const bool boolean =
+        a == "--no_cuda" || a == "--quiet" || a == "--strict" || a == "--quick" || a == "--cache";
     if (a.rfind("--", 0) != 0) return Usage("unexpected argument '" + a + "'");
     if (!boolean) {
       if (eq != std::string::npos) {
@@ -557,10 +559,11 @@ int RunPlanCalibrate(int argc, char** argv) {
   }
   std::printf("tessera-plan calibrate: wrote %s (%s)\n", out.c_str(), p->machine.c_str());
   if (!p->calibration.flagged.empty()) {
-    std::printf("tessera-plan calibrate: %d key(s) stayed wide or implausible after %d extra "
-                "run(s) (calibration.flagged in the profile)%s\n",
-                static_cast<int>(p->calibration.flagged.size()), o.extra_runs,
-                strict ? "; --strict: exit status 3" : "");
+    std::printf(
+        "tessera-plan calibrate: %d key(s) stayed wide or implausible after %d extra "
+        "run(s) (calibration.flagged in the profile)%s\n",
+        static_cast<int>(p->calibration.flagged.size()), o.extra_runs,
+        strict ? "; --strict: exit status 3" : "");
     if (strict) return 3;
   }
   return 0;

@@ -5,16 +5,19 @@
 //   all_reduce   the buffer's bytes (floats x 4)
 //   all_gather   the gathered buffer's bytes (world size x each rank's block)
 // latency_s is the time of the call with an 8-byte block; bytes_per_s the slope between that and
-// a 4 MiB buffer (each the fastest of its repetitions, see TimeCollective); wait_per_compute
+// a 4 MiB buffer (each the fastest of its repetitions, see TimeCollective; the 4 MiB call on the
+// thread CPU clock, the least over ranks: CallClock::kCpuLeast); wait_per_compute
 // the small all-reduce's median CPU time unsynchronised after 4 ms of compute, less latency_s,
 // per second of that compute (TimeUnsynced; the same for every op of the world size); the
-// all-reduce's beyond_llc_bytes_per_s the slope from 4 to 64 MiB.
+// all-reduce's beyond_llc_bytes_per_s the slope from 4 to 64 MiB, both calls timed on each
+// rank's thread CPU clock, the least over ranks (CallClock::kCpuLeast: a 64 MiB call outlasts
+// the scheduler's slices, so a process sharing a rank's core interrupts every repetition).
 // Across hosts (a world its launcher spreads over several nodes: tools/launcher_env.h says this
 // node holds fewer ranks than the world) the same points are measured with a 2 MiB large call,
-// each time the median of its calls (not the fastest), and no beyond-cache call (the link, not the cache, bounds them; a 64 MiB all-reduce over a
-// 100 Mbit/s link would take seconds per call), compute_slowdown on the wall clock
-// (ComputeSlowdown), and recorded as same_node: false. Calibrate runs
-// them under CalibrateOptions::cross_host_mpirun with the world spread evenly over the hosts.
+// each time the median of its calls (not the fastest), and no beyond-cache call (the link, not the
+// cache, bounds them; a 64 MiB all-reduce over a 100 Mbit/s link would take seconds per call),
+// compute_slowdown on the wall clock (ComputeSlowdown), and recorded as same_node: false. Calibrate
+// runs them under CalibrateOptions::cross_host_mpirun with the world spread evenly over the hosts.
 #include <time.h>
 #include <unistd.h>
 
@@ -28,8 +31,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "core/status.h"
 #include "core/device.h"
+#include "core/status.h"
 #include "dense/mlp.h"
 #include "sharding/mpi_communicator.h"
 #include "tools/launcher_env.h"
@@ -40,12 +43,31 @@ namespace {
 
 using calibrate_internal::MedianSeconds;
 
-// Mean over ranks of the fastest of at least 10 calls' wall seconds (a barrier before each call);
-// `median`: of their median (across hosts, where the link, not the scheduler, sets the time and
-// the fastest call is the one that caught the shaper's bucket full).
+// How TimeCollective reads a call's time.
+enum class CallClock {
+  kWallFastest,  // wall seconds, each rank's fastest call, the mean over ranks
+  kWallMedian,   // wall seconds, each rank's median call (across hosts, where the link, not the
+                 // scheduler, sets the time and the fastest call is the one that caught the
+                 // shaper's bucket full), the mean over ranks
+  // The calling thread's CPU seconds, each rank's fastest call, the least over ranks: for a
+  // call longer than the scheduler's slices (the beyond-cache all-reduce, 20-120 ms), which
+  // another process on a rank's core interrupts every time. The interrupted rank's CPU clock
+  // stops while it is off its core (its partner's, busy-polling, does not): the least is the
+  // call's own work.
+  kCpuLeast,
+};
+
+// The time of one `call` over at least 10 calls (a barrier before each call), read by `clock`.
 absl::StatusOr<double> TimeCollective(Communicator& comm, double min_seconds,
                                       const std::function<absl::Status()>& call,
-                                      bool median = false) {
+                                      CallClock clock = CallClock::kWallFastest) {
+  const bool median = clock == CallClock::kWallMedian;
+  const bool cpu = clock == CallClock::kCpuLeast;
+  auto thread_cpu = [] {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+  };
   // Every rank must run the same number of repetitions: rank 0 decides by broadcasting.
   std::vector<double> t;
   Stopwatch total;
@@ -55,14 +77,24 @@ absl::StatusOr<double> TimeCollective(Communicator& comm, double min_seconds,
     if (!go) break;
     TESSERA_RETURN_IF_ERROR(comm.Barrier());
     Stopwatch w;
+    const double c0 = cpu ? thread_cpu() : 0;
     TESSERA_RETURN_IF_ERROR(call());
-    if (rep > 0) t.push_back(w.ElapsedSeconds());  // the first call sets up buffers
+    // The first call sets up buffers.
+    if (rep > 0) t.push_back(cpu ? thread_cpu() - c0 : w.ElapsedSeconds());
   }
   // The fastest call: the one every rank ran through without the scheduler handing its core to
   // another job (4 ranks oversubscribe 2 cores, and other engineers' builds share them); a
   // collective waits for its slowest rank, so any interruption of any rank shows up in full.
   std::sort(t.begin(), t.end());
   double med = median ? t[t.size() / 2] : t.front();
+  if (cpu) {
+    const int w = comm.size();
+    std::vector<double> all(w);
+    std::vector<int64_t> counts(w, sizeof(double)), displs(w);
+    for (int r = 0; r < w; ++r) displs[r] = r * static_cast<int64_t>(sizeof(double));
+    TESSERA_RETURN_IF_ERROR(comm.AllGatherV(&med, sizeof(double), all.data(), counts, displs));
+    return *std::min_element(all.begin(), all.end());
+  }
   TESSERA_RETURN_IF_ERROR(comm.AllReduce(&med, 1, ReduceOp::kAvg));
   return med;
 }
@@ -233,7 +265,12 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
         bytes[i] = static_cast<double>(block) * w;
         call = [&] { return comm->AllGatherV(send.data(), block, recv.data(), counts, displs); };
       }
-      TESSERA_ASSIGN_OR_RETURN(t[i], TimeCollective(*comm, seconds_per_point, call, cross));
+      // The 4 MiB call on the CPU clock (on one node): at load it is interrupted as often as
+      // not, and its rate is what the trainer's ranks see on theirs.
+      const CallClock clock = cross    ? CallClock::kWallMedian
+                              : i == 1 ? CallClock::kCpuLeast
+                                       : CallClock::kWallFastest;
+      TESSERA_ASSIGN_OR_RETURN(t[i], TimeCollective(*comm, seconds_per_point, call, clock));
       // The wait (the scheduler's, not the op's: measured once, with the small all-reduce):
       // that call unsynchronised after kGap of compute, per second of compute.
       if (i == 0 && std::string(op) == "all_reduce") {
@@ -267,10 +304,12 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
   double beyond = 0;
   if (!cross) {
     std::vector<float> fl(kHuge / 4, 1.0f);
-    TESSERA_ASSIGN_OR_RETURN(const double t, TimeCollective(*comm, seconds_per_point, [&] {
-                               return comm->AllReduce(fl.data(), static_cast<int64_t>(fl.size()),
-                                                      ReduceOp::kSum);
-                             }));
+    auto huge = [&] {
+      return comm->AllReduce(fl.data(), static_cast<int64_t>(fl.size()), ReduceOp::kSum);
+    };
+    TESSERA_ASSIGN_OR_RETURN(const double t,
+                             TimeCollective(*comm, seconds_per_point, huge, CallClock::kCpuLeast));
+    // large_s[1]: the kLarge all-reduce, on the same clock.
     beyond = static_cast<double>(kHuge - kLarge) / std::max(t - large_s[1], 1e-9);
   }
   for (size_t i = 0; i < lines.size(); ++i) {
@@ -325,8 +364,8 @@ absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(
     std::ifstream in(out);
     if (rc != 0 || !in) {
       return absl::InternalError(absl::StrCat("calibrate: collectives worker at world size ", w,
-                                              across ? " across hosts" : "", " failed (exit status ",
-                                              rc, "): ", cmd));
+                                              across ? " across hosts" : "",
+                                              " failed (exit status ", rc, "): ", cmd));
     }
     std::string op;
     int size;
@@ -375,10 +414,10 @@ absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(
                                   bw / 1e9, wait_per));
     }
     if (across == same_node) {
-      return absl::InternalError(absl::StrCat(
-          "calibrate: the collectives worker at world size ", w, " ran ",
-          same_node ? "on one host where hosts" : "across hosts where one host",
-          " were asked for (the launcher's placement: ", cmd, ")"));
+      return absl::InternalError(
+          absl::StrCat("calibrate: the collectives worker at world size ", w, " ran ",
+                       same_node ? "on one host where hosts" : "across hosts where one host",
+                       " were asked for (the launcher's placement: ", cmd, ")"));
     }
     for (size_t i = first; i < points.size(); ++i) points[i].compute_slowdown = slowdown;
   }

@@ -336,6 +336,78 @@ TEST(EstimatorTest, CollectivesWaitInProportionToTheComputeBeforeThem) {
             d->Evaluate({TableWise(0, one.tables[0].config)}).step.total());
 }
 
+TEST(EstimatorTest, TheFastRankWaitsForTheSlowestAtEachCollective) {
+  // T = 2, both tables table-wise on rank 0 (a deliberately imbalanced plan): rank 0 gathers
+  // and updates the ids of both tables, rank 1 nothing. Rank 1 arrives at the output dist
+  // after its (empty) lookup and waits there for rank 0's, and at the update's collectives
+  // for rank 0's update; rank 0 waits for nobody. Every rank's own time plus its wait is the
+  // step, and the step is the sum of the slowest rank's segments (StepFromMaxima's total).
+  PlanInputs in = SmallInputs({1000, 1000}, 16, /*world=*/2, /*batch=*/100);
+  in.step.row_state_fixed = 0;
+  const MachineProfile flat = FlatProfile();
+  absl::StatusOr<Estimator> est = Estimator::Create(in, flat, 2);
+  ASSERT_TRUE(est.ok()) << est.status();
+  StepEstimate e =
+      est->Evaluate({TableWise(0, in.tables[0].config), TableWise(0, in.tables[1].config)});
+  ASSERT_EQ(e.wait.size(), 2u);
+  const double lookup0 = 2 * 200 / 1e6;  // the group's 200 ids of each table at 1e6/s
+  EXPECT_NEAR(e.per_rank[0].s[kLookup], lookup0, 1e-12);
+  EXPECT_NEAR(e.per_rank[1].s[kLookup], 0, 1e-15);
+  const double update0 = e.per_rank[0].s[kEmbeddingUpdate] - e.per_rank[1].s[kEmbeddingUpdate];
+  EXPECT_GT(update0, 0);
+  // The output dist's own transfer is the same on both ranks (the all-to-all ends with its
+  // slowest side): rank 1's wait there is rank 0's lookup.
+  EXPECT_NEAR(
+      e.wait[1].s[kOutputDist] - (e.per_rank[0].s[kOutputDist] - e.per_rank[1].s[kOutputDist]),
+      lookup0, 1e-12);
+  EXPECT_NEAR(e.wait[1].s[kEmbeddingUpdate], update0, 1e-12);
+  EXPECT_NEAR(e.wait[0].total(), 0, 1e-15);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NEAR(e.per_rank[r].total() + e.wait[r].total(), e.step.total(), 1e-12) << r;
+  }
+  MetricVec mx{};
+  {
+    // The search's objective over the ranks' maxima gives the same step.
+    std::vector<MetricVec> rank(2, est->FixedPerRank());
+    for (int t = 0; t < 2; ++t) {
+      Contribution c = est->Contribute(t, TableWise(0, in.tables[t].config));
+      for (int r = 0; r < 2; ++r) {
+        for (int k = 0; k < kNumMetrics; ++k) rank[r][k] += c.uniform[k];
+      }
+      for (const auto& [r, d] : c.per_rank) {
+        for (int k = 0; k < kNumMetrics; ++k) rank[r][k] += d[k];
+      }
+    }
+    for (int k = 0; k < kNumMetrics; ++k) mx[k] = std::max(rank[0][k], rank[1][k]);
+  }
+  EXPECT_NEAR(est->StepFromMaxima(mx, 0).total(), e.step.total(), 1e-12);
+  EXPECT_NEAR(e.step.s[kLookup], lookup0, 1e-12);
+}
+
+TEST(EstimatorTest, RanksSharingCoresComputeSlower) {
+  // T = 4 on one node of a profile whose fingerprint says 2 cores, 1 thread per rank: the ranks
+  // share the cores two to one, so every compute phase takes twice its time on own cores.
+  PlanInputs in = SmallInputs({1000, 1000, 1000, 1000}, 16, /*world=*/4, /*batch=*/100);
+  in.topology.ranks_per_node = 4;
+  in.step.threads = 1;
+  MachineProfile own = FlatProfile();
+  own.fingerprint.present = true;
+  own.fingerprint.cores = 4;
+  MachineProfile shared = own;
+  shared.fingerprint.cores = 2;
+  absl::StatusOr<Estimator> a = Estimator::Create(in, own, 4);
+  absl::StatusOr<Estimator> b = Estimator::Create(in, shared, 4);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->cores_share(), 1);
+  EXPECT_EQ(b->cores_share(), 2);
+  std::vector<TablePlacement> p;
+  for (int t = 0; t < 4; ++t) p.push_back(TableWise(t, in.tables[t].config));
+  StepEstimate ea = a->Evaluate(p), eb = b->Evaluate(p);
+  EXPECT_GT(ea.step.s[kLookup], 0);
+  EXPECT_NEAR(eb.step.s[kLookup], 2 * ea.step.s[kLookup], 1e-12);
+  EXPECT_NEAR(eb.step.s[kEmbeddingUpdate], 2 * ea.step.s[kEmbeddingUpdate], 1e-12);
+}
+
 TEST(EstimatorTest, DataParallelAllReduceBeyondTheLlcAtItsOwnRate) {
   // The data-parallel table of 100k x 16 (SGD): its gradient table (100k x 17 x 4 = 6.8 MB)
   // is one all-reduce call; with beyond_llc_bytes_per_s 2.5e5 the first 1 MiB (the LLC) moves
@@ -380,8 +452,8 @@ TEST(EstimatorTest, DataParallelAllReduceBeyondTheLlcAtItsOwnRate) {
 TEST(EstimatorTest, TierMemoryIsWhatTheRunAllocates) {
   // One tiered table of 100k rows x 16 (SGD: value 64 bytes), cache 1000 rows, T = 1, B = 100:
   // caches = the row cache's slots (64 + 48 bytes) + the memtable's bucket array (2 MiB) + one
-  // entry (64 + 290 bytes, measured) per row written back: the distinct rows outside the 1000 hottest
-  // among S steps' ids; no block cache while the memtable holds the writes.
+  // entry (64 + 290 bytes, measured) per row written back: the distinct rows outside the 1000
+  // hottest among S steps' ids; no block cache while the memtable holds the writes.
   MachineProfile prof = FlatProfile();
   PlanInputs in = SmallInputs({100000}, 16, 1, 100);
   in.step.row_state_fixed = 0;
@@ -466,8 +538,7 @@ TEST(EstimatorTest, UpdateFindsTheForwardsRowsInTheLlc) {
   absl::StatusOr<Estimator> half = Estimator::Create(in, prof, 1);
   ASSERT_TRUE(half.ok());
   const double w = (static_cast<double>(prof.devices[0].llc_bytes) - act) / (u * 64);
-  EXPECT_NEAR(half->Evaluate({p}).step.s[kEmbeddingUpdate], w * u / 4e6 + (1 - w) * u / 1e6,
-              1e-12);
+  EXPECT_NEAR(half->Evaluate({p}).step.s[kEmbeddingUpdate], w * u / 4e6 + (1 - w) * u / 1e6, 1e-12);
   // Two ranks on the node share the LLC: at T = 2 the owner's rows (the group's 2000 samples')
   // get half of it.
   {
@@ -665,9 +736,8 @@ TEST(EstimatorTest, GroupsAcrossNodesPayTheCrossNodeRate) {
   in.topology.groups_contiguous = false;
   absl::StatusOr<Estimator> est = Estimator::Create(in, one, 2);
   ASSERT_TRUE(est.ok());
-  EXPECT_NEAR(est->Evaluate({TableWise(0, in.tables[0].config),
-                             TableWise(1, in.tables[1].config)})
-                      .step.s[kOutputDist],
+  EXPECT_NEAR(est->Evaluate({TableWise(0, in.tables[0].config), TableWise(1, in.tables[1].config)})
+                  .step.s[kOutputDist],
               bytes2 / 2 / 1e6, 1e-9);
 }
 
@@ -718,13 +788,13 @@ TEST(EstimatorTest, WorldAcrossNodesTakesTheCrossNodeComputeSlowdown) {
   absl::StatusOr<Estimator> slow = Estimator::Create(in, prof, 2);
   absl::StatusOr<Estimator> base = Estimator::Create(in, flat, 2);
   ASSERT_TRUE(slow.ok() && base.ok());
-  EXPECT_NEAR(slow->Evaluate(p).step.s[kDenseForward], 2.0 * base->Evaluate(p).step.s[kDenseForward],
-              1e-12);
+  EXPECT_NEAR(slow->Evaluate(p).step.s[kDenseForward],
+              2.0 * base->Evaluate(p).step.s[kDenseForward], 1e-12);
   in.topology.ranks_per_node = 4;
   absl::StatusOr<Estimator> one_node = Estimator::Create(in, prof, 2);
   ASSERT_TRUE(one_node.ok());
-  EXPECT_NEAR(one_node->Evaluate(p).step.s[kDenseForward],
-              base->Evaluate(p).step.s[kDenseForward], 1e-12);  // 4 on a node: no point has it
+  EXPECT_NEAR(one_node->Evaluate(p).step.s[kDenseForward], base->Evaluate(p).step.s[kDenseForward],
+              1e-12);  // 4 on a node: no point has it
 }
 
 TEST(EstimatorTest, TableRowWiseAcrossNodesPaysTheLinkForTheFarRanks) {

@@ -4,9 +4,9 @@
 // and the estimator's bound on wait_per_compute where the node's ranks own their cores.
 #include "planner/profile_quality.h"
 
+#include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "absl/strings/match.h"
 #include "planner/estimator.h"
 #include "test_inputs.h"
 
@@ -75,7 +75,8 @@ TEST(ProfileQualityTest, CollectivesKeepTheirBestRun) {
   // 5 ms for a small call on one node is refused.
   runs[0].collectives[0].latency_s = 5e-3;
   bool named = false;
-  for (const KeyQuality& k : ImplausibleKeys(runs[0])) named |= absl::StrContains(k.key, "latency_s");
+  for (const KeyQuality& k : ImplausibleKeys(runs[0]))
+    named |= absl::StrContains(k.key, "latency_s");
   EXPECT_TRUE(named);
 }
 
@@ -102,8 +103,8 @@ TEST(ProfileQualityTest, ImplausibleValuesAreNamed) {
   MachineProfile p = FlatProfile();
   EXPECT_TRUE(ImplausibleKeys(p).empty());
   // Cold rows faster than the copy bandwidth.
-  p.devices[0].gather[0].cold_rows_per_s = 2 * p.devices[0].copy_bytes_per_s /
-                                           static_cast<double>(p.devices[0].gather[0].row_bytes);
+  p.devices[0].gather[0].cold_rows_per_s =
+      2 * p.devices[0].copy_bytes_per_s / static_cast<double>(p.devices[0].gather[0].row_bytes);
   // A wait that falls as ranks are added: 1.07 at 2 ranks, 0.003 at 4.
   CollectivePoint two = p.collectives[0], four = p.collectives[0];
   std::vector<CollectivePoint> cols;
@@ -119,6 +120,34 @@ TEST(ProfileQualityTest, ImplausibleValuesAreNamed) {
   EXPECT_THAT(all, HasSubstr("above the copy bandwidth"));
   EXPECT_THAT(all, HasSubstr(".2.wait_per_compute"));
   EXPECT_THAT(all, HasSubstr("falls as ranks are added"));
+}
+
+TEST(ProfileQualityTest, BeyondCacheAllReduceUnderAFifthIsRefusedAndReplacedFromTheCopyRate) {
+  // The Zen 4 VM's all-reduce: 7.8 GB/s in the cache; 3.5 GB/s beyond it is plausible, 1.0 GB/s
+  // (under 1/5) is not. A refused rate is replaced by the copy rate / 8 (27 GB/s: 3.4 GB/s),
+  // at most the in-cache rate, at least the share bound.
+  MachineProfile p = FlatProfile();
+  CollectivePoint ar;
+  ar.op = CollectiveOp::kAllReduce;
+  ar.transport = "mpi";
+  ar.world_size = 2;
+  ar.bytes_per_s = 7.8e9;
+  ar.beyond_llc_bytes_per_s = 3.5e9;
+  p.devices[0].copy_bytes_per_s = 27.2e9;
+  p.collectives = {ar};
+  auto flagged = [&] {
+    for (const KeyQuality& k : ImplausibleKeys(p)) {
+      if (absl::StrContains(k.key, "all_reduce.mpi.2.beyond_llc_bytes_per_s")) return true;
+    }
+    return false;
+  };
+  EXPECT_FALSE(flagged());
+  p.collectives[0].beyond_llc_bytes_per_s = 1.0e9;
+  EXPECT_TRUE(flagged());
+  EXPECT_NEAR(BeyondLlcFallback(p.collectives[0], 27.2e9), 3.4e9, 1e3);
+  EXPECT_NEAR(BeyondLlcFallback(p.collectives[0], 0), 7.8e9 / 5, 1e3);
+  EXPECT_NEAR(BeyondLlcFallback(p.collectives[0], 1e12), 7.8e9, 1e3);
+  EXPECT_NEAR(BeyondLlcFallback(p.collectives[0], 1e9), 7.8e9 / 5, 1e3);
 }
 
 TEST(ProfileQualityTest, FingerprintAndCalibrationRoundTripAndAreStrict) {
@@ -184,7 +213,8 @@ TEST(ProfileQualityTest, FingerprintDifferencesNameTheFields) {
 TEST(ProfileQualityTest, WaitIsBoundedWhereRanksOwnTheirCores) {
   // T = 2 on one node, 1 thread each, wait_per_compute 0.5 (a calibration under load): with a
   // fingerprint of 2 cores the ranks own theirs and the wait is priced at the bound; with 1 core
-  // (ranks share it) the measured 0.5 stands; without a fingerprint, as measured.
+  // the ranks share it: their compute takes twice as long (cores_share 2) and the wait is still
+  // bounded (the sharing is priced, not the minute's load); without a fingerprint, as measured.
   PlanInputs in = SmallInputs({1000, 1000}, 16, /*world=*/2, /*batch=*/100);
   in.step.threads = 1;
   std::vector<TablePlacement> p = {TableWise(0, in.tables[0].config),
@@ -202,7 +232,11 @@ TEST(ProfileQualityTest, WaitIsBoundedWhereRanksOwnTheirCores) {
   loaded.fingerprint.cores = 2;
   EXPECT_NEAR(output_dist(loaded) - none, kMaxWaitPerComputeOwnCores * lookup, 1e-12);
   loaded.fingerprint.cores = 1;
-  EXPECT_NEAR(output_dist(loaded) - none, 0.5 * lookup, 1e-12);
+  EXPECT_NEAR(output_dist(loaded) - none, kMaxWaitPerComputeOwnCores * 2 * lookup, 1e-12);
+  absl::StatusOr<Estimator> shared = Estimator::Create(in, loaded, 2);
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  EXPECT_EQ(shared->cores_share(), 2);
+  EXPECT_NEAR(shared->Evaluate(p).step.s[kLookup], 2 * lookup, 1e-12);
 }
 
 }  // namespace
