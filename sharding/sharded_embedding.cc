@@ -59,10 +59,10 @@ absl::Status CheckDynamicTable(const TableConfig& cfg, const TablePlan& tp,
     return absl::UnimplementedError(
         absl::StrCat(where, ": dynamic tables train on the CPU for now (device: cpu)"));
   }
-  if (cfg.storage.tier != StorageTier::kMemory || cfg.storage.device_cached()) {
+  if (cfg.storage.device_cached()) {
     return absl::UnimplementedError(absl::StrCat(
-        where, ": a sharded dynamic table is in memory for now (storage.tier memory, no "
-        "storage.device_cache_rows)"));
+        where, ": a sharded dynamic table has no device cache yet (storage.device_cache_rows / "
+        "device_cache_bytes)"));
   }
   if (m > 1 && options.replica_sync == ReplicaSync::kAverage &&
       options.sync_rows == SyncRows::kAll) {

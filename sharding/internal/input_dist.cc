@@ -468,7 +468,9 @@ absl::Status InputDist::HintNextRows(bool wait) {
       std::vector<int64_t>& rows = hint_rows_[li];
       const int64_t at = static_cast<int64_t>(rows.size());
       rows.resize(at + nu);
-      TESSERA_RETURN_IF_ERROR(UnpackIds(l_.host, ids, nu, ls.rect.row_begin, rows.data() + at));
+      // A dynamic shard reads ahead by key (DynamicRowStore::Prefetch).
+      TESSERA_RETURN_IF_ERROR(UnpackIds(l_.host, ids, nu, l_.IsDynamic(ls) ? 0 : ls.rect.row_begin,
+                                        rows.data() + at));
     }
   }
   for (size_t li = 0; li < l_.local.size(); ++li) {
