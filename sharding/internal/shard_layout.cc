@@ -1,5 +1,7 @@
 // ShardLayout's helpers: shard stores initialised as slices of the full table, batch checks and
 // the header size of the input dist.
+#include "sharding/internal/shard_layout.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -11,14 +13,13 @@
 #include "embedding/dynamic_row_store.h"
 #include "embedding/row_init.h"
 #include "embedding/tiered_row_store.h"
-#include "sharding/internal/shard_layout.h"
 
 namespace tessera::internal {
 
 // Writes rows [begin, end) x columns [c0, c1) of table t's initial values into `out`
 // (row-major, c1 - c0 wide): the slice of what one rank's InMemoryRowStore would hold.
-void InitSlice(const TableConfig& cfg, uint64_t seed, int t, int64_t begin, int64_t end,
-               int64_t c0, int64_t c1, float* out) {
+void InitSlice(const TableConfig& cfg, uint64_t seed, int t, int64_t begin, int64_t end, int64_t c0,
+               int64_t c1, float* out) {
   std::vector<float> row(cfg.dim);
   for (int64_t r = begin; r < end; ++r) {
     InitRow(cfg.init, seed, static_cast<uint64_t>(t), cfg.num_rows, r, cfg.dim, row.data());
@@ -34,8 +35,7 @@ namespace {
 // rows x columns for cache_bytes, rounded up), the policy, reader threads and prefetch. Shared
 // by static shards (a TieredRowStore) and dynamic ones (a DynamicRowStore over the tier).
 absl::Status SetShardTierStorage(const TableConfig& cfg, int64_t r0, int64_t r1, int64_t c0,
-                                 int64_t c1, int world_rank, int shard,
-                                 TieredRowStoreOptions* so) {
+                                 int64_t c1, int world_rank, int shard, TieredRowStoreOptions* so) {
   const TableStorage& st = cfg.storage;
   if (st.path.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -61,9 +61,10 @@ absl::Status SetShardTierStorage(const TableConfig& cfg, int64_t r0, int64_t r1,
 // The RocksDB tier for one local shard: a TieredRowStore over the shard's own rows whose lazy
 // init is the full table's slice (row_offset, init columns, and the full table's default scale
 // resolved here, since InitRow would otherwise take it from the shard's row count).
-absl::StatusOr<std::unique_ptr<RowStore>> MakeTieredShardStore(
-    const EmbeddingCollectionOptions& o, int t, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
-    int world_rank, int shard) {
+absl::StatusOr<std::unique_ptr<RowStore>> MakeTieredShardStore(const EmbeddingCollectionOptions& o,
+                                                               int t, int64_t r0, int64_t r1,
+                                                               int64_t c0, int64_t c1,
+                                                               int world_rank, int shard) {
   const TableConfig& cfg = o.tables[t];
   TieredRowStoreOptions so;
   TESSERA_RETURN_IF_ERROR(SetShardTierStorage(cfg, r0, r1, c0, c1, world_rank, shard, &so));
@@ -130,9 +131,10 @@ namespace {
 // A dynamic table's shard: a DynamicRowStore of the shard's share of the capacity
 // (sharding/key_routing.h routes the keys to it); with storage.tier rocksdb its slot rows are in
 // the shard's own working database, as a static shard's rows are.
-absl::StatusOr<std::unique_ptr<RowStore>> MakeDynamicShardStore(
-    const EmbeddingCollectionOptions& o, int t, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
-    int world_rank, int shard) {
+absl::StatusOr<std::unique_ptr<RowStore>> MakeDynamicShardStore(const EmbeddingCollectionOptions& o,
+                                                                int t, int64_t r0, int64_t r1,
+                                                                int64_t c0, int64_t c1,
+                                                                int world_rank, int shard) {
   const TableConfig& cfg = o.tables[t];
   DynamicRowStoreOptions d = DynamicTableStoreOptions(cfg, t, o.optimizer, o.seed);
   // The shard's share of the capacity and of the admission counters; the init of the whole
@@ -153,8 +155,7 @@ absl::StatusOr<std::unique_ptr<RowStore>> MakeDynamicShardStore(
   }
   d.name = cfg.name;
   if (cfg.storage.tier == StorageTier::kRocksDb) {
-    TESSERA_RETURN_IF_ERROR(
-        SetShardTierStorage(cfg, r0, r1, c0, c1, world_rank, shard, &d.tier));
+    TESSERA_RETURN_IF_ERROR(SetShardTierStorage(cfg, r0, r1, c0, c1, world_rank, shard, &d.tier));
   }
   TESSERA_ASSIGN_OR_RETURN(auto store, DynamicRowStore::Create(d));
   return std::unique_ptr<RowStore>(std::move(store));
@@ -163,8 +164,8 @@ absl::StatusOr<std::unique_ptr<RowStore>> MakeDynamicShardStore(
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RowStore>> MakeStore(const EmbeddingCollectionOptions& o, int t,
-                                                    int64_t r0, int64_t r1, int64_t c0,
-                                                    int64_t c1, int world_rank, int shard,
+                                                    int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                                                    int world_rank, int shard,
                                                     const DeviceContext& ctx) {
   const TableConfig& cfg = o.tables[t];
   const TableStorage& st = cfg.storage;
@@ -183,8 +184,8 @@ absl::StatusOr<std::unique_ptr<RowStore>> MakeStore(const EmbeddingCollectionOpt
     co.cache_rows =
         std::max<int64_t>(1, static_cast<int64_t>(std::ceil(st.device_cache_rows * row_frac)));
   } else {
-    co.cache_bytes = std::max<int64_t>(
-        1, static_cast<int64_t>(std::ceil(st.device_cache_bytes * cell_frac)));
+    co.cache_bytes =
+        std::max<int64_t>(1, static_cast<int64_t>(std::ceil(st.device_cache_bytes * cell_frac)));
   }
   co.policy = st.policy;
   co.name = absl::StrCat(cfg.name, " shard ", shard);
@@ -192,8 +193,8 @@ absl::StatusOr<std::unique_ptr<RowStore>> MakeStore(const EmbeddingCollectionOpt
   return std::unique_ptr<RowStore>(std::move(cache));
 }
 
-absl::Status ResolveRows(const ShardLayout& l, const LocalShard& ls,
-                         absl::Span<const int64_t> rows, absl::Span<int64_t> slots) {
+absl::Status ResolveRows(const ShardLayout& l, const LocalShard& ls, absl::Span<const int64_t> rows,
+                         absl::Span<int64_t> slots) {
   if (!l.IsDynamic(ls)) return ls.store->Resolve(rows, slots);
   static_cast<const DynamicRowStore*>(ls.store.get())->FindSlots(rows, slots);
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -214,10 +215,10 @@ absl::Status CheckBatch(const ShardLayout& s, const KeyedJagged& batch) {
       batch.offsets.back() != static_cast<int64_t>(batch.values.size()) ||
       (!batch.weights.empty() && batch.weights.size() != batch.values.size())) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "ShardedEmbeddingCollection::Forward: batch of ", batch.num_features,
-        " features (want ", co.num_features, "), ", b, " samples, ", batch.offsets.size(),
-        " offsets (want ", batch.num_bags() + 1, ", from 0 to values.size() = ",
-        batch.values.size(), "), ", batch.weights.size(), " weights (want 0 or values.size())"));
+        "ShardedEmbeddingCollection::Forward: batch of ", batch.num_features, " features (want ",
+        co.num_features, "), ", b, " samples, ", batch.offsets.size(), " offsets (want ",
+        batch.num_bags() + 1, ", from 0 to values.size() = ", batch.values.size(), "), ",
+        batch.weights.size(), " weights (want 0 or values.size())"));
   }
   for (int64_t i = 0; i + 1 < static_cast<int64_t>(batch.offsets.size()); ++i) {
     if (batch.offsets[i + 1] < batch.offsets[i]) {
@@ -232,9 +233,9 @@ absl::Status CheckBatch(const ShardLayout& s, const KeyedJagged& batch) {
       if (static_cast<uint64_t>(batch.values[j]) >= static_cast<uint64_t>(cfg.num_rows)) {
         const int64_t* offs = batch.feature_offsets(f);
         const int64_t sample = std::upper_bound(offs, offs + b + 1, j) - offs - 1;
-        return absl::InvalidArgumentError(absl::StrCat(
-            "table '", cfg.name, "': feature ", f, " sample ", sample, " has id ",
-            batch.values[j], " outside [0, ", cfg.num_rows, ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("table '", cfg.name, "': feature ", f, " sample ", sample, " has id ",
+                         batch.values[j], " outside [0, ", cfg.num_rows, ")"));
       }
     }
   }
