@@ -29,7 +29,8 @@ absl::Status CheckCudaOptions(const ShardedEmbeddingOptions& o) {
   for (const TableConfig& t : o.collection.tables) {
     if (t.storage.tier != StorageTier::kMemory && !t.storage.device_cached()) {
       return absl::UnimplementedError(absl::StrCat(
-          "table '", t.name, "': storage.tier rocksdb with device: cuda shards needs "
+          "table '", t.name,
+          "': storage.tier rocksdb with device: cuda shards needs "
           "storage.device_cache_rows (an HBM cache over each shard's tier); without one the "
           "shards of such a model stay in host memory (trainer/world.cc)"));
     }
@@ -52,23 +53,44 @@ absl::Status CheckDynamicTable(const TableConfig& cfg, const TablePlan& tp,
   if (tp.type == ShardingType::kDataParallel) {
     // Each replica would admit the keys of its own batch: the replicas would hold other keys.
     return absl::InvalidArgumentError(absl::StrCat(
-        where, ": sharding type data_parallel cannot hold it (every rank would admit the keys "
+        where,
+        ": sharding type data_parallel cannot hold it (every rank would admit the keys "
         "of its own batch); shard it table_wise, row_wise, column_wise or grid"));
   }
   if (ctx.is_cuda()) {
     return absl::UnimplementedError(
         absl::StrCat(where, ": dynamic tables train on the CPU for now (device: cpu)"));
   }
-  if (cfg.storage.tier != StorageTier::kMemory || cfg.storage.device_cached()) {
+  if (cfg.storage.device_cached()) {
     return absl::UnimplementedError(absl::StrCat(
-        where, ": a sharded dynamic table is in memory for now (storage.tier memory, no "
-        "storage.device_cache_rows)"));
+        where,
+        ": a sharded dynamic table has no device cache yet (storage.device_cache_rows / "
+        "device_cache_bytes)"));
+  }
+  if (cfg.storage.tier == StorageTier::kRocksDb) {
+    // Over the tier a shard's slots are cache slots: the paths that map slots back to keys
+    // (replicas' sums and syncs, a column-split row-wise AdaGrad update) are in-memory only.
+    bool col_split = false;
+    for (const Shard& sh : tp.shards) col_split |= sh.num_cols() != cfg.dim;
+    const char* why = nullptr;
+    if (m > 1) {
+      why =
+          "over the RocksDB tier it has no replicas yet (sharding.group_size = the world "
+          "size, one sharding group)";
+    } else if (col_split &&
+               options.collection.optimizer.type == RowOptimizerType::kRowWiseAdagrad) {
+      why =
+          "over the RocksDB tier it is not split by columns under rowwise_adagrad yet (use "
+          "table_wise, row_wise or table_row_wise, or storage.tier memory)";
+    }
+    if (why != nullptr) return absl::UnimplementedError(absl::StrCat(where, ": ", why));
   }
   if (m > 1 && options.replica_sync == ReplicaSync::kAverage &&
       options.sync_rows == SyncRows::kAll) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, ": sharding.sync_rows all has no row range to send for it; use sync_rows "
-        "touched"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where,
+                     ": sharding.sync_rows all has no row range to send for it; use sync_rows "
+                     "touched"));
   }
   return absl::OkStatus();
 }
@@ -85,9 +107,9 @@ absl::StatusOr<std::unique_ptr<ShardedEmbeddingCollection>> ShardedEmbeddingColl
     EmbeddingCollectionOptions probe = co;
     for (auto& t : probe.tables) {
       if (t.num_rows <= 0 || t.dim <= 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "table '", t.name, "': num_rows and dim must be positive (got ", t.num_rows, " x ",
-            t.dim, ")"));
+        return absl::InvalidArgumentError(absl::StrCat("table '", t.name,
+                                                       "': num_rows and dim must be positive (got ",
+                                                       t.num_rows, " x ", t.dim, ")"));
       }
       t.num_rows = 1;
     }
@@ -118,8 +140,8 @@ absl::StatusOr<std::unique_ptr<ShardedEmbeddingCollection>> ShardedEmbeddingColl
     TESSERA_ASSIGN_OR_RETURN(s.plan, ValidateShardingPlan(DefaultShardingPlan(co.tables, s.n),
                                                           co.tables, s.n, "default plan"));
   } else {
-    TESSERA_ASSIGN_OR_RETURN(s.plan, ValidateShardingPlan(options.plan, co.tables, s.n,
-                                                          "sharding plan"));
+    TESSERA_ASSIGN_OR_RETURN(s.plan,
+                             ValidateShardingPlan(options.plan, co.tables, s.n, "sharding plan"));
   }
   // 16-bit tables (storage.dtype fp16 / bf16) run the row update of embedding/pooled_lookup.h;
   // the two paths that update rows themselves take fp32 tables only for now.
@@ -170,14 +192,16 @@ absl::StatusOr<std::unique_ptr<ShardedEmbeddingCollection>> ShardedEmbeddingColl
       if (cfg.storage.tier == StorageTier::kRocksDb) {
         // The data-parallel update indexes the all-reduced gradient table by slot (slot == row
         // in memory), and a replicated table gains nothing from a per-rank database.
-        return absl::InvalidArgumentError(absl::StrCat(
-            "table '", cfg.name, "': storage.tier rocksdb is not supported for a data_parallel "
-            "table (replicated on every rank); use storage.tier memory or shard it"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("table '", cfg.name,
+                         "': storage.tier rocksdb is not supported for a data_parallel "
+                         "table (replicated on every rank); use storage.tier memory or shard it"));
       }
       if (cfg.storage.device_cached()) {
         // The data-parallel update indexes its all-reduced gradient table by slot == row.
         return absl::InvalidArgumentError(absl::StrCat(
-            "table '", cfg.name, "': storage.device_cache_rows is not supported for a "
+            "table '", cfg.name,
+            "': storage.device_cache_rows is not supported for a "
             "data_parallel table (replicated on every rank); shard it, or hold it whole"));
       }
       auto store = MakeStore(co, t, 0, cfg.num_rows, 0, cfg.dim, s.world->rank(), 0, ctx);
@@ -254,9 +278,9 @@ absl::StatusOr<std::unique_ptr<ShardedEmbeddingCollection>> ShardedEmbeddingColl
     TESSERA_RETURN_IF_ERROR(s.world->AllReduce(&failed, 1, ReduceOp::kSum));
     if (failed > 0) {
       if (!store_error.ok()) return store_error;
-      return absl::FailedPreconditionError(absl::StrCat(
-          "ShardedEmbeddingCollection::Create: ", failed,
-          " rank(s) could not open their shard stores (see their errors)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("ShardedEmbeddingCollection::Create: ", failed,
+                       " rank(s) could not open their shard stores (see their errors)"));
     }
   } else if (!store_error.ok()) {
     return store_error;
@@ -323,9 +347,9 @@ absl::Status ShardedEmbeddingCollection::Forward(const KeyedJagged& batch, float
   {
     // The local batch's offsets and weights where the kernels run (no copy on the CPU).
     const DeviceContext& ctx = s.layout.ctx;
-    TESSERA_ASSIGN_OR_RETURN(s.step.ctx_offsets, internal::Mirror(ctx, s.step.offsets,
-                                                                  &s.step.offsets_mirror,
-                                                                  "the batch's offsets"));
+    TESSERA_ASSIGN_OR_RETURN(
+        s.step.ctx_offsets,
+        internal::Mirror(ctx, s.step.offsets, &s.step.offsets_mirror, "the batch's offsets"));
     TESSERA_ASSIGN_OR_RETURN(s.step.ctx_id_weights,
                              internal::Mirror(ctx, s.step.id_weights, &s.step.id_weights_mirror,
                                               "the batch's per-id weights"));

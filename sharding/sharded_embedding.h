@@ -226,9 +226,11 @@ class ShardedEmbeddingCollection {
                           const float* state = nullptr);
 
   // Dynamic tables (model.tables[].dynamic; sharding/key_routing.h: a key is routed by a hash
-  // to the shard of its pseudo-row, each shard a DynamicRowStore of its share of the capacity;
-  // with replicas (M > 1) every replica resolves the replica group's lookups, so all hold the
-  // same keys). ReadTable / WriteTable refuse them (their rows are keys).
+  // to the shard of its pseudo-row, each shard a DynamicRowStore of its share of the capacity,
+  // with storage.tier rocksdb over its own working database "<storage.path>/rank<r>-shard<k>"
+  // with its share of the cache, read ahead by key as static tiered shards read rows; with
+  // replicas (M > 1) every replica resolves the replica group's lookups, so all hold the same
+  // keys). ReadTable / WriteTable refuse them (their rows are keys).
   // Training (true, the default) or evaluation (false: no key is admitted; unseen keys pool the
   // zero row). Not collective.
   void SetTraining(bool training);

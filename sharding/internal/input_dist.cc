@@ -398,8 +398,8 @@ absl::Status InputDist::Unpack() {
                              Mirror(l_.ctx, o.slots, &o.slots_mirror, "the owner's slots"));
     TESSERA_ASSIGN_OR_RETURN(o.ctx_offsets,
                              Mirror(l_.ctx, o.offsets, &o.offsets_mirror, "the owner's offsets"));
-    TESSERA_ASSIGN_OR_RETURN(o.ctx_weights, Mirror(l_.ctx, o.weights, &o.weights_mirror,
-                                                   "the owner's per-id weights"));
+    TESSERA_ASSIGN_OR_RETURN(
+        o.ctx_weights, Mirror(l_.ctx, o.weights, &o.weights_mirror, "the owner's per-id weights"));
     if (o.weights.empty()) o.ctx_weights = nullptr;
   }
   // The prefetched payload is unpacked: its buffers can go.
@@ -418,8 +418,7 @@ absl::Status InputDist::ResolveDynamic(size_t li, OwnerIds* o) {
   if (l_.m > 1) {
     Communicator& rep = *l_.replica;
     std::vector<int64_t> counts(l_.m), displs(l_.m);
-    TESSERA_RETURN_IF_ERROR(
-        rep.AllGatherCounts(static_cast<int64_t>(np), absl::MakeSpan(counts)));
+    TESSERA_RETURN_IF_ERROR(rep.AllGatherCounts(static_cast<int64_t>(np), absl::MakeSpan(counts)));
     for (int r = 1; r < l_.m; ++r) displs[r] = displs[r - 1] + counts[r - 1];
     dyn_all_.resize(displs[l_.m - 1] + counts[l_.m - 1]);
     mine = displs[rep.rank()];
@@ -468,7 +467,9 @@ absl::Status InputDist::HintNextRows(bool wait) {
       std::vector<int64_t>& rows = hint_rows_[li];
       const int64_t at = static_cast<int64_t>(rows.size());
       rows.resize(at + nu);
-      TESSERA_RETURN_IF_ERROR(UnpackIds(l_.host, ids, nu, ls.rect.row_begin, rows.data() + at));
+      // A dynamic shard reads ahead by key (DynamicRowStore::Prefetch).
+      TESSERA_RETURN_IF_ERROR(
+          UnpackIds(l_.host, ids, nu, l_.IsDynamic(ls) ? 0 : ls.rect.row_begin, rows.data() + at));
     }
   }
   for (size_t li = 0; li < l_.local.size(); ++li) {

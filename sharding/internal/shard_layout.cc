@@ -1,5 +1,7 @@
 // ShardLayout's helpers: shard stores initialised as slices of the full table, batch checks and
 // the header size of the input dist.
+#include "sharding/internal/shard_layout.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -11,14 +13,13 @@
 #include "embedding/dynamic_row_store.h"
 #include "embedding/row_init.h"
 #include "embedding/tiered_row_store.h"
-#include "sharding/internal/shard_layout.h"
 
 namespace tessera::internal {
 
 // Writes rows [begin, end) x columns [c0, c1) of table t's initial values into `out`
 // (row-major, c1 - c0 wide): the slice of what one rank's InMemoryRowStore would hold.
-void InitSlice(const TableConfig& cfg, uint64_t seed, int t, int64_t begin, int64_t end,
-               int64_t c0, int64_t c1, float* out) {
+void InitSlice(const TableConfig& cfg, uint64_t seed, int t, int64_t begin, int64_t end, int64_t c0,
+               int64_t c1, float* out) {
   std::vector<float> row(cfg.dim);
   for (int64_t r = begin; r < end; ++r) {
     InitRow(cfg.init, seed, static_cast<uint64_t>(t), cfg.num_rows, r, cfg.dim, row.data());
@@ -28,29 +29,51 @@ void InitSlice(const TableConfig& cfg, uint64_t seed, int t, int64_t begin, int6
 
 namespace {
 
-// The RocksDB tier for one local shard: a TieredRowStore over the shard's own rows whose lazy
-// init is the full table's slice (row_offset, init columns, and the full table's default scale
-// resolved here, since InitRow would otherwise take it from the shard's row count).
-absl::StatusOr<std::unique_ptr<RowStore>> MakeTieredShardStore(
-    const EmbeddingCollectionOptions& o, int t, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
-    int world_rank, int shard) {
-  const TableConfig& cfg = o.tables[t];
+// The storage side of one local shard's RocksDB tier: its working database at
+// "<storage.path>/rank<world rank>-shard<k>" (scratch, emptied on open, as the single-process
+// factory's in trainer/stores.cc), its share of the table's cache budget (rows for cache_rows,
+// rows x columns for cache_bytes, rounded up), the policy, reader threads and prefetch. Shared
+// by static shards (a TieredRowStore) and dynamic ones (a DynamicRowStore over the tier).
+absl::Status SetShardTierStorage(const TableConfig& cfg, int64_t r0, int64_t r1, int64_t c0,
+                                 int64_t c1, int world_rank, int shard, TieredRowStoreOptions* so) {
   const TableStorage& st = cfg.storage;
   if (st.path.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "table '", cfg.name, "': storage.tier rocksdb needs storage.path on the sharded path"));
   }
+  so->path = absl::StrCat(st.path, "/rank", world_rank, "-shard", shard);
+  so->discard_existing = true;
+  const double row_frac = static_cast<double>(r1 - r0) / static_cast<double>(cfg.num_rows);
+  const double cell_frac = row_frac * static_cast<double>(c1 - c0) / static_cast<double>(cfg.dim);
+  if (st.cache_rows > 0) {
+    so->cache_rows =
+        std::max<int64_t>(1, static_cast<int64_t>(std::ceil(st.cache_rows * row_frac)));
+  } else {
+    so->cache_bytes =
+        std::max<int64_t>(1, static_cast<int64_t>(std::ceil(st.cache_bytes * cell_frac)));
+  }
+  so->policy = st.policy;
+  so->reader_threads = st.reader_threads;
+  so->prefetch = st.prefetch;
+  return absl::OkStatus();
+}
+
+// The RocksDB tier for one local shard: a TieredRowStore over the shard's own rows whose lazy
+// init is the full table's slice (row_offset, init columns, and the full table's default scale
+// resolved here, since InitRow would otherwise take it from the shard's row count).
+absl::StatusOr<std::unique_ptr<RowStore>> MakeTieredShardStore(const EmbeddingCollectionOptions& o,
+                                                               int t, int64_t r0, int64_t r1,
+                                                               int64_t c0, int64_t c1,
+                                                               int world_rank, int shard) {
+  const TableConfig& cfg = o.tables[t];
   TieredRowStoreOptions so;
-  so.path = absl::StrCat(st.path, "/rank", world_rank, "-shard", shard);
-  // Scratch working database, as the single-process factory (trainer/stores.cc).
-  so.discard_existing = true;
+  TESSERA_RETURN_IF_ERROR(SetShardTierStorage(cfg, r0, r1, c0, c1, world_rank, shard, &so));
   so.num_rows = r1 - r0;
   so.dim = c1 - c0;
   so.state_dim = RowStateDim(o.optimizer.type, c1 - c0);
   so.state_init =
       o.optimizer.type == RowOptimizerType::kRowWiseAdagrad ? o.optimizer.adagrad_initial : 0.0f;
-  so.init = cfg.init;
-  so.init = ResolvedInit(so.init, cfg.num_rows);
+  so.init = ResolvedInit(cfg.init, cfg.num_rows);
   so.seed = o.seed;
   so.table_id = static_cast<uint64_t>(t);
   so.name = absl::StrCat(cfg.name, " shard ", shard);
@@ -60,20 +83,6 @@ absl::StatusOr<std::unique_ptr<RowStore>> MakeTieredShardStore(
     so.init_dim = cfg.dim;
     so.init_col_begin = c0;
   }
-  // The table's cache budget is for the whole table: each shard gets its share (rows for
-  // cache_rows, rows x columns for cache_bytes), rounded up.
-  const double row_frac = static_cast<double>(r1 - r0) / static_cast<double>(cfg.num_rows);
-  const double cell_frac = row_frac * static_cast<double>(c1 - c0) / static_cast<double>(cfg.dim);
-  if (st.cache_rows > 0) {
-    so.cache_rows =
-        std::max<int64_t>(1, static_cast<int64_t>(std::ceil(st.cache_rows * row_frac)));
-  } else {
-    so.cache_bytes =
-        std::max<int64_t>(1, static_cast<int64_t>(std::ceil(st.cache_bytes * cell_frac)));
-  }
-  so.policy = st.policy;
-  so.reader_threads = st.reader_threads;
-  so.prefetch = st.prefetch;
   TESSERA_ASSIGN_OR_RETURN(auto store, TieredRowStore::Open(so));
   return std::unique_ptr<RowStore>(std::move(store));
 }
@@ -120,9 +129,12 @@ absl::StatusOr<std::unique_ptr<RowStore>> MakeBackingStore(const EmbeddingCollec
 namespace {
 
 // A dynamic table's shard: a DynamicRowStore of the shard's share of the capacity
-// (sharding/key_routing.h routes the keys to it).
-absl::StatusOr<std::unique_ptr<RowStore>> MakeDynamicShardStore(
-    const EmbeddingCollectionOptions& o, int t, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+// (sharding/key_routing.h routes the keys to it); with storage.tier rocksdb its slot rows are in
+// the shard's own working database, as a static shard's rows are.
+absl::StatusOr<std::unique_ptr<RowStore>> MakeDynamicShardStore(const EmbeddingCollectionOptions& o,
+                                                                int t, int64_t r0, int64_t r1,
+                                                                int64_t c0, int64_t c1,
+                                                                int world_rank, int shard) {
   const TableConfig& cfg = o.tables[t];
   DynamicRowStoreOptions d = DynamicTableStoreOptions(cfg, t, o.optimizer, o.seed);
   // The shard's share of the capacity and of the admission counters; the init of the whole
@@ -142,6 +154,9 @@ absl::StatusOr<std::unique_ptr<RowStore>> MakeDynamicShardStore(
                                            static_cast<double>(cfg.num_rows))));
   }
   d.name = cfg.name;
+  if (cfg.storage.tier == StorageTier::kRocksDb) {
+    TESSERA_RETURN_IF_ERROR(SetShardTierStorage(cfg, r0, r1, c0, c1, world_rank, shard, &d.tier));
+  }
   TESSERA_ASSIGN_OR_RETURN(auto store, DynamicRowStore::Create(d));
   return std::unique_ptr<RowStore>(std::move(store));
 }
@@ -149,12 +164,12 @@ absl::StatusOr<std::unique_ptr<RowStore>> MakeDynamicShardStore(
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RowStore>> MakeStore(const EmbeddingCollectionOptions& o, int t,
-                                                    int64_t r0, int64_t r1, int64_t c0,
-                                                    int64_t c1, int world_rank, int shard,
+                                                    int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                                                    int world_rank, int shard,
                                                     const DeviceContext& ctx) {
   const TableConfig& cfg = o.tables[t];
   const TableStorage& st = cfg.storage;
-  if (cfg.dynamic.enabled) return MakeDynamicShardStore(o, t, r0, r1, c0, c1);
+  if (cfg.dynamic.enabled) return MakeDynamicShardStore(o, t, r0, r1, c0, c1, world_rank, shard);
   if (!st.device_cached()) return MakeBackingStore(o, t, r0, r1, c0, c1, world_rank, shard, ctx);
   // A device cache over the shard's rows in host memory or the tier. The table's budget is for
   // the whole table: each shard gets its share (rows for device_cache_rows, rows x columns for
@@ -169,8 +184,8 @@ absl::StatusOr<std::unique_ptr<RowStore>> MakeStore(const EmbeddingCollectionOpt
     co.cache_rows =
         std::max<int64_t>(1, static_cast<int64_t>(std::ceil(st.device_cache_rows * row_frac)));
   } else {
-    co.cache_bytes = std::max<int64_t>(
-        1, static_cast<int64_t>(std::ceil(st.device_cache_bytes * cell_frac)));
+    co.cache_bytes =
+        std::max<int64_t>(1, static_cast<int64_t>(std::ceil(st.device_cache_bytes * cell_frac)));
   }
   co.policy = st.policy;
   co.name = absl::StrCat(cfg.name, " shard ", shard);
@@ -178,8 +193,8 @@ absl::StatusOr<std::unique_ptr<RowStore>> MakeStore(const EmbeddingCollectionOpt
   return std::unique_ptr<RowStore>(std::move(cache));
 }
 
-absl::Status ResolveRows(const ShardLayout& l, const LocalShard& ls,
-                         absl::Span<const int64_t> rows, absl::Span<int64_t> slots) {
+absl::Status ResolveRows(const ShardLayout& l, const LocalShard& ls, absl::Span<const int64_t> rows,
+                         absl::Span<int64_t> slots) {
   if (!l.IsDynamic(ls)) return ls.store->Resolve(rows, slots);
   static_cast<const DynamicRowStore*>(ls.store.get())->FindSlots(rows, slots);
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -200,10 +215,10 @@ absl::Status CheckBatch(const ShardLayout& s, const KeyedJagged& batch) {
       batch.offsets.back() != static_cast<int64_t>(batch.values.size()) ||
       (!batch.weights.empty() && batch.weights.size() != batch.values.size())) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "ShardedEmbeddingCollection::Forward: batch of ", batch.num_features,
-        " features (want ", co.num_features, "), ", b, " samples, ", batch.offsets.size(),
-        " offsets (want ", batch.num_bags() + 1, ", from 0 to values.size() = ",
-        batch.values.size(), "), ", batch.weights.size(), " weights (want 0 or values.size())"));
+        "ShardedEmbeddingCollection::Forward: batch of ", batch.num_features, " features (want ",
+        co.num_features, "), ", b, " samples, ", batch.offsets.size(), " offsets (want ",
+        batch.num_bags() + 1, ", from 0 to values.size() = ", batch.values.size(), "), ",
+        batch.weights.size(), " weights (want 0 or values.size())"));
   }
   for (int64_t i = 0; i + 1 < static_cast<int64_t>(batch.offsets.size()); ++i) {
     if (batch.offsets[i + 1] < batch.offsets[i]) {
@@ -218,9 +233,9 @@ absl::Status CheckBatch(const ShardLayout& s, const KeyedJagged& batch) {
       if (static_cast<uint64_t>(batch.values[j]) >= static_cast<uint64_t>(cfg.num_rows)) {
         const int64_t* offs = batch.feature_offsets(f);
         const int64_t sample = std::upper_bound(offs, offs + b + 1, j) - offs - 1;
-        return absl::InvalidArgumentError(absl::StrCat(
-            "table '", cfg.name, "': feature ", f, " sample ", sample, " has id ",
-            batch.values[j], " outside [0, ", cfg.num_rows, ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("table '", cfg.name, "': feature ", f, " sample ", sample, " has id ",
+                         batch.values[j], " outside [0, ", cfg.num_rows, ")"));
       }
     }
   }

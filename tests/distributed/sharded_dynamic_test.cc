@@ -28,6 +28,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/rng.h"
+#include "dynamic_test_util.h"
 #include "gtest/gtest.h"
 #include "mpi_test_main.h"
 #include "sharded_test_util.h"
@@ -38,55 +39,6 @@ namespace {
 using testing::World;
 
 constexpr int kSteps = 6;
-
-// half: the dynamic tables stored as bf16 (users) and fp16 (ads).
-EmbeddingCollectionOptions DynamicModel(RowOptimizerType opt, bool half = false) {
-  EmbeddingCollectionOptions o = testing::SmallModel(opt);
-  // users: 2 features, sum, admitted at the 2nd lookup (no sketch collisions at 2^16 counters),
-  // never evicted; ads: mean, a 50% coin, ttl 2 steps. Capacities far above the keys seen.
-  o.tables[0].num_rows = 4096;
-  o.tables[0].dynamic.enabled = true;
-  o.tables[0].dynamic.min_count = 2;
-  o.tables[0].dynamic.counter_slots = 1 << 16;
-  o.tables[1].num_rows = 2048;
-  o.tables[1].dynamic.enabled = true;
-  o.tables[1].dynamic.probability = 0.5;
-  o.tables[1].dynamic.policy = EvictionPolicy::kTtl;
-  o.tables[1].dynamic.ttl_steps = 2;
-  if (half) {
-    o.tables[0].storage.dtype = RowDtype::kBf16;
-    o.tables[1].storage.dtype = RowDtype::kF16;
-  }
-  return o;
-}
-
-// The global batch of `step` with the dynamic tables' ids turned into raw 64-bit keys (any
-// int64, negative ones included).
-// `empty_rank` >= 0: that rank's local batch of step 3 is empty (it sends and asks for nothing).
-testing::GlobalBatch KeyedBatch(const EmbeddingCollectionOptions& o, int world, int step,
-                                int empty_rank = -1) {
-  testing::GlobalBatch gb = testing::MakeGlobalBatch(o, world, step, step % 2 == 0);
-  if (step == 3 && empty_rank >= 0) {
-    KeyedJagged& e = gb.per_rank[empty_rank];
-    e.batch_size = 0;
-    e.offsets.assign(1, 0);
-    e.values.clear();
-    e.weights.clear();
-    gb.global = testing::Concat(gb.per_rank, o.num_features);
-  }
-  auto keyed = [&](KeyedJagged* k) {
-    for (int t = 0; t < 2; ++t) {
-      for (int f : o.tables[t].features) {
-        for (int64_t j = k->feature_begin(f); j < k->feature_end(f); ++j) {
-          k->values[j] = static_cast<int64_t>(Mix64(static_cast<uint64_t>(k->values[j]) + 99));
-        }
-      }
-    }
-  };
-  for (auto& k : gb.per_rank) keyed(&k);
-  keyed(&gb.global);
-  return gb;
-}
 
 struct Reference {
   std::vector<std::vector<float>> outputs;  // per step, the global batch's
@@ -101,7 +53,7 @@ Reference TrainOne(const EmbeddingCollectionOptions& o, int world, int empty_ran
   if (!c.ok()) return ref;
   const int64_t od = (*c)->output_dim();
   for (int step = 1; step <= kSteps; ++step) {
-    testing::GlobalBatch gb = KeyedBatch(o, world, step, empty_rank);
+    testing::GlobalBatch gb = testing::KeyedBatch(o, world, step, empty_rank);
     ref.outputs.emplace_back(gb.global.batch_size * od);
     EXPECT_TRUE((*c)->Forward(gb.global, ref.outputs.back().data()).ok());
     std::vector<float> g = testing::GlobalGrad(gb.global.batch_size, od, step);
@@ -167,7 +119,7 @@ void ExpectSameBits(const float* got, const float* want, int64_t n, const std::s
 
 void RunCase(const Case& c) {
   SCOPED_TRACE(Name(c));
-  const EmbeddingCollectionOptions o = DynamicModel(c.opt, c.half);
+  const EmbeddingCollectionOptions o = testing::DynamicModel(c.opt, c.half);
   const Reference ref = TrainOne(o, c.ranks, c.empty_rank);
   std::shared_ptr<Communicator> comm = SubWorld(c.ranks);
   if (comm == nullptr) return;
@@ -192,9 +144,9 @@ void RunCase(const Case& c) {
     for (int f : o.tables[t].features) table_of[f] = t;
   }
   for (int step = 1; step <= kSteps; ++step) {
-    testing::GlobalBatch gb = KeyedBatch(o, c.ranks, step, c.empty_rank);
+    testing::GlobalBatch gb = testing::KeyedBatch(o, c.ranks, step, c.empty_rank);
     if (step < kSteps) {
-      model.Prefetch(KeyedBatch(o, c.ranks, step + 1, c.empty_rank).per_rank[me]);
+      model.Prefetch(testing::KeyedBatch(o, c.ranks, step + 1, c.empty_rank).per_rank[me]);
     }
     const int64_t b = gb.per_rank[me].batch_size, before = testing::RowsBefore(gb, me);
     std::vector<float> out(b * od);
@@ -293,7 +245,7 @@ INSTANTIATE_TEST_SUITE_P(Plans, ShardedDynamicTest,
 // group's lookups, so they hold the same keys at every step; after a sync (even steps) the
 // weights of every key are the same on both.
 TEST(ShardedDynamicAverage, ReplicasHoldTheSameKeys) {
-  const EmbeddingCollectionOptions o = DynamicModel(RowOptimizerType::kRowWiseAdagrad);
+  const EmbeddingCollectionOptions o = testing::DynamicModel(RowOptimizerType::kRowWiseAdagrad);
   auto grid = ProcessGrid::Create(World(), ProcessGridOptions{2, GridLayout::kReplicasAdjacent});
   ASSERT_TRUE(grid.ok()) << grid.status();
   ShardedEmbeddingOptions so;
@@ -307,7 +259,7 @@ TEST(ShardedDynamicAverage, ReplicasHoldTheSameKeys) {
   const int64_t od = (*m)->output_dim();
   Communicator& replicas = grid->replica_group();
   for (int step = 1; step <= kSteps; ++step) {
-    testing::GlobalBatch gb = KeyedBatch(o, 4, step);
+    testing::GlobalBatch gb = testing::KeyedBatch(o, 4, step);
     const int64_t b = gb.per_rank[me].batch_size, before = testing::RowsBefore(gb, me);
     std::vector<float> out(b * od);
     ASSERT_TRUE((*m)->Forward(gb.per_rank[me], out.data()).ok());
@@ -334,7 +286,7 @@ TEST(ShardedDynamicAverage, ReplicasHoldTheSameKeys) {
 }
 
 TEST(ShardedDynamicErrors, DataParallelIsRefused) {
-  const EmbeddingCollectionOptions o = DynamicModel(RowOptimizerType::kSgd);
+  const EmbeddingCollectionOptions o = testing::DynamicModel(RowOptimizerType::kSgd);
   auto grid = ProcessGrid::Create(World(), ProcessGridOptions{4, GridLayout::kReplicasAdjacent});
   ASSERT_TRUE(grid.ok());
   ShardedEmbeddingOptions so;

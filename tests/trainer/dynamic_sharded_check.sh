@@ -10,6 +10,10 @@
 #   3. reshard 1 -> 4: a one-process checkpoint at step 8 restored on 4 ranks (1x4, and 2x2
 #      replicas)
 #      exports the one-process model byte for byte; 4 ranks then train on from it.
+#   4. over the RocksDB tier: both dynamic tables in each rank's shard databases with caches
+#      smaller than the keys they hold: 2 ranks for 16 steps export run 1's model byte for byte,
+#      uninterrupted and resumed from the tiered step-8 checkpoint, and that checkpoint reshards
+#      into one process (in memory) as run 2's did.
 # Usage: dynamic_sharded_check.sh <build/bin> <source dir>   (KEEP=1 keeps the work directory)
 set -euo pipefail
 BIN=$1
@@ -84,3 +88,17 @@ done
 run 4 one2four4 12 --set sharding.group_size=4
 grep -q "dynamic_table" "$W/one2four4/metrics.jsonl" || { echo "FAIL: no dynamic stats"; exit 1; }
 echo "ok: 4 ranks trained on from the resharded checkpoint"
+# 4. Over the RocksDB tier (shard databases under output.dir/tables).
+tier=(--set model.tables.0.storage.tier=rocksdb --set model.tables.0.storage.cache_rows=300
+      --set model.tables.1.storage.tier=rocksdb --set model.tables.1.storage.cache_rows=300)
+run 2 tier 16 "${tier[@]}"
+same tier full "2 ranks, dynamic tables over the tier == in memory"
+ls -d "$W/tier"/tables/*/rank1-shard* > /dev/null 2>&1 || {
+  echo "FAIL: no shard databases under $W/tier/tables"; ls -R "$W/tier" | head -20; exit 1; }
+run 2 tierpart 8 "${tier[@]}"
+mkdir -p "$W/tier2one"
+cp -r "$W/tierpart/checkpoints" "$W/tier2one/checkpoints"
+run 2 tierpart 16 "${tier[@]}"
+same tierpart full "2 ranks over the tier resumed at step 8 == uninterrupted in memory"
+run 1 tier2one 8
+same tier2one ref8 "tiered 2-rank checkpoint resharded into one process in memory"
