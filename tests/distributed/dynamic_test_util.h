@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "core/rng.h"
 #include "sharded_test_util.h"
@@ -55,6 +56,19 @@ inline GlobalBatch KeyedBatch(const EmbeddingCollectionOptions& o, int world, in
   for (auto& k : gb.per_rank) keyed(&k);
   keyed(&gb.global);
   return gb;
+}
+
+// Every counter of `got` equals `want`'s (decisions, not sums: exactly).
+inline void ExpectSameStats(const DynamicTableStats& got, const DynamicTableStats& want,
+                            const std::string& what) {
+  EXPECT_EQ(got.steps, want.steps) << what;
+  EXPECT_EQ(got.capacity, want.capacity) << what;
+  EXPECT_EQ(got.occupancy, want.occupancy) << what;
+  EXPECT_EQ(got.admissions, want.admissions) << what;
+  EXPECT_EQ(got.evictions, want.evictions) << what;
+  EXPECT_EQ(got.refused, want.refused) << what;
+  EXPECT_EQ(got.lookups, want.lookups) << what;
+  EXPECT_EQ(got.unadmitted_lookups, want.unadmitted_lookups) << what;
 }
 
 }  // namespace tessera::testing

@@ -93,18 +93,6 @@ std::shared_ptr<Communicator> SubWorld(int ranks) {
   return std::shared_ptr<Communicator>(std::move(*sub));
 }
 
-void ExpectSameStats(const DynamicTableStats& got, const DynamicTableStats& want,
-                     const std::string& what) {
-  EXPECT_EQ(got.steps, want.steps) << what;
-  EXPECT_EQ(got.capacity, want.capacity) << what;
-  EXPECT_EQ(got.occupancy, want.occupancy) << what;
-  EXPECT_EQ(got.admissions, want.admissions) << what;
-  EXPECT_EQ(got.evictions, want.evictions) << what;
-  EXPECT_EQ(got.refused, want.refused) << what;
-  EXPECT_EQ(got.lookups, want.lookups) << what;
-  EXPECT_EQ(got.unadmitted_lookups, want.unadmitted_lookups) << what;
-}
-
 // got[i] == want[i] as bits for i < n (stride 1), else ADD_FAILURE naming the first few.
 void ExpectSameBits(const float* got, const float* want, int64_t n, const std::string& what) {
   int bad = 0;
@@ -179,7 +167,7 @@ void RunCase(const Case& c) {
     EXPECT_EQ(got->last_step, want.last_step) << what;
     auto stats = model.DynamicStats(t);
     ASSERT_TRUE(stats.ok()) << stats.status();
-    ExpectSameStats(*stats, ref.stats[t], what);
+    testing::ExpectSameStats(*stats, ref.stats[t], what);
     ASSERT_EQ(got->weights.size(), want.weights.size());
     const auto* gw = reinterpret_cast<const float*>(got->weights.data());
     const auto* rw = reinterpret_cast<const float*>(want.weights.data());

@@ -111,11 +111,7 @@ void ExpectSameTable(const DynamicTableState& got, const DynamicTableState& want
   EXPECT_EQ(got.state, want.state) << what;
   EXPECT_EQ(got.lookups, want.lookups) << what;
   EXPECT_EQ(got.last_step, want.last_step) << what;
-  EXPECT_EQ(got.stats.admissions, want.stats.admissions) << what;
-  EXPECT_EQ(got.stats.evictions, want.stats.evictions) << what;
-  EXPECT_EQ(got.stats.refused, want.stats.refused) << what;
-  EXPECT_EQ(got.stats.lookups, want.stats.lookups) << what;
-  EXPECT_EQ(got.stats.unadmitted_lookups, want.stats.unadmitted_lookups) << what;
+  testing::ExpectSameStats(got.stats, want.stats, what);
 }
 
 void ExpectSameRun(const Trained& tier, const Trained& mem) {
