@@ -15,12 +15,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-TablePlacement TableWise(int rank, const TableConfig& t) {
-  TableOption o;
-  o.type = ShardingType::kTableWise;
-  return MakePlacement(o, {rank}, t);
-}
-
 MachineProfile WithWait(double wait) {
   MachineProfile p = FlatProfile();
   for (CollectivePoint& c : p.collectives) c.wait_per_compute = wait;

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "planner/estimator.h"
 #include "planner/inputs.h"
 #include "planner/profile.h"
 
@@ -77,6 +78,13 @@ inline PlanInputs SmallInputs(const std::vector<int64_t>& rows, int64_t dim, int
   in.step.batch_per_rank = batch;
   in.step.pipeline = false;
   return in;
+}
+
+// Table t placed whole on `rank`.
+inline TablePlacement TableWise(int rank, const TableConfig& t) {
+  TableOption o;
+  o.type = ShardingType::kTableWise;
+  return MakePlacement(o, {rank}, t);
 }
 
 }  // namespace tessera::planner
