@@ -82,8 +82,8 @@ absl::StatusOr<std::vector<std::unique_ptr<RowStore>>> CreateTableStores(
 namespace {
 
 absl::StatusOr<std::unique_ptr<DeviceRowCache>> WrapInDeviceCache(const Config& config, int t,
-                                                                   std::unique_ptr<RowStore> store,
-                                                                   const DeviceContext& ctx) {
+                                                                  std::unique_ptr<RowStore> store,
+                                                                  const DeviceContext& ctx) {
   const TableConfig& table = config.model.tables[t];
   DeviceRowCacheOptions o;
   o.ctx = ctx;
@@ -228,6 +228,8 @@ std::vector<TierTableMetrics> CollectShardTierMetrics(Model& model) {
   }
   for (const auto& ls : c.local_shards()) {
     auto* tiered = dynamic_cast<TieredRowStore*>(ls.store);
+    // A dynamic shard over the tier: its TieredRowStore holds the slot rows.
+    if (auto* d = dynamic_cast<DynamicRowStore*>(ls.store)) tiered = d->tier();
     if (tiered == nullptr || entry[ls.table] < 0) continue;
     AddTierMetrics(tiered->metrics(), &out[entry[ls.table]].metrics);
   }
@@ -245,6 +247,7 @@ void AddTierMetrics(const TieredRowStoreMetrics& b, TieredRowStoreMetrics* a) {
   a->rows_initialized += b.rows_initialized;
   a->rows_written += b.rows_written;
   a->evictions += b.evictions;
+  a->rows_deleted += b.rows_deleted;
   a->read_seconds += b.read_seconds;
   a->prefetch_stall_seconds += b.prefetch_stall_seconds;
   a->write_stall_seconds += b.write_stall_seconds;

@@ -71,8 +71,9 @@ std::vector<TierTableMetrics> CollectTierMetrics(Model& model);
 
 // A sharded model: one entry per RocksDB-tier table of the config, in table order, on every rank
 // (a rank owning no shard of a table gets zeros), each the sum of this rank's shard stores of
-// that table (counters and the cache_rows / resident_rows / sst_bytes / memtable_bytes gauges).
-// Empty for a single-process model. Not collective; sum over ranks for the whole table.
+// that table (counters and the cache_rows / resident_rows / sst_bytes / memtable_bytes gauges;
+// a dynamic table's shards their tiers). Empty for a single-process model. Not collective; sum
+// over ranks for the whole table.
 std::vector<TierTableMetrics> CollectShardTierMetrics(Model& model);
 
 // Adds `b`'s counters and gauges into `a`.
@@ -85,11 +86,11 @@ struct TierRates {
   double rows_written_per_step = 0;  // rows written to RocksDB (write-back, flush)
   double misses_per_step = 0;
   double prefetch_stall_ms_per_step = 0;
-  double read_ms_per_step = 0;       // synchronous miss reads in Resolve
-  double sync_reads_per_step = 0;    // misses Resolve read from RocksDB itself (stalls)
-  double prefetch_used_per_step = 0; // misses served from prefetch staging
+  double read_ms_per_step = 0;        // synchronous miss reads in Resolve
+  double sync_reads_per_step = 0;     // misses Resolve read from RocksDB itself (stalls)
+  double prefetch_used_per_step = 0;  // misses served from prefetch staging
   double write_stall_ms_per_step = 0;
-  int64_t disk_bytes = 0;            // SST files now (rocksdb.total-sst-files-size)
+  int64_t disk_bytes = 0;  // SST files now (rocksdb.total-sst-files-size)
 };
 TierRates TierRatesBetween(const TieredRowStoreMetrics& before, const TieredRowStoreMetrics& after,
                            int64_t steps);
