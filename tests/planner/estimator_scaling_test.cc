@@ -148,20 +148,9 @@ TEST(EstimatorTest, ComputeSlowsDownWhenTheNodesRanksComputeAtOnce) {
   EXPECT_EQ(s1->Evaluate(q).step.total(), f1->Evaluate(q).step.total());
 }
 
+// FlatProfile with cross-node points at 1e5 bytes/s, no latency.
 MachineProfile TwoScopeProfile(double cross_slowdown = 0) {
-  MachineProfile p = FlatProfile();
-  std::vector<CollectivePoint> all;
-  for (const CollectivePoint& c : p.collectives) {
-    all.push_back(c);
-    if (c.world_size > 4) continue;
-    CollectivePoint x = c;
-    x.same_node = false;
-    x.bytes_per_s = 1e5;
-    x.compute_slowdown = cross_slowdown;
-    all.push_back(x);
-  }
-  p.collectives = all;
-  return p;
+  return WithCrossNodePoints(FlatProfile(), 1e5, 0, cross_slowdown);
 }
 
 TEST(EstimatorTest, GroupsAcrossNodesPayTheCrossNodeRate) {

@@ -138,8 +138,8 @@ TEST(ProfileTest, PackRateAndSearchStepAreOptionalAndRoundTrip) {
   ASSERT_TRUE(q.ok()) << q.status();
   EXPECT_EQ(q->devices[0].pack_bytes_per_s, 1.25e10);
   EXPECT_EQ(MachineProfileToYaml(*q), yaml);
-  absl::StatusOr<MachineProfile> bad = ParseMachineProfile(
-      Replace(yaml, "pack_bytes_per_s: 1.25e+10", "pack_bytes_per_s: -1"), "c");
+  absl::StatusOr<MachineProfile> bad =
+      ParseMachineProfile(Replace(yaml, "pack_bytes_per_s: 1.25e+10", "pack_bytes_per_s: -1"), "c");
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("pack_bytes_per_s: must be >= 0"));
   // search_step_s the same way.
@@ -207,8 +207,10 @@ TEST(ProfileTest, WarmUpdateRateIsOptionalAndRoundTrips) {
   // Halfway between 64 and 512 bytes: the mean of 0.25 and 0.5 us per row.
   EXPECT_DOUBLE_EQ(ScatterUpdateWarmRowsPerSec(q->devices[0], 288), 1.0 / 0.375e-6);
   // Not a gather key.
-  absl::StatusOr<MachineProfile> bad = ParseMachineProfile(
-      Replace(yaml, "cold_rows_per_s: 1e+06, bag_s: 0}", "cold_rows_per_s: 1e+06, bag_s: 0, warm_rows_per_s: 1}"), "x");
+  absl::StatusOr<MachineProfile> bad =
+      ParseMachineProfile(Replace(yaml, "cold_rows_per_s: 1e+06, bag_s: 0}",
+                                  "cold_rows_per_s: 1e+06, bag_s: 0, warm_rows_per_s: 1}"),
+                          "x");
   EXPECT_FALSE(bad.ok());
 }
 
@@ -333,19 +335,7 @@ TEST(ProfileTest, Collectives) {
 TEST(ProfileTest, CrossNodePointsRoundTripBesideSameNodeOnes) {
   // calibrate across hosts adds same_node: false points at the sizes it measured on one host:
   // the file keeps both, sorted same-node first, and each scope reads its own.
-  MachineProfile p = FlatProfile(1e-5);
-  std::vector<CollectivePoint> all;
-  for (const CollectivePoint& c : p.collectives) {
-    all.push_back(c);
-    if (c.world_size > 4) continue;
-    CollectivePoint x = c;
-    x.same_node = false;
-    x.latency_s = 1e-4;
-    x.bytes_per_s = 1e5;
-    x.compute_slowdown = 2;
-    all.push_back(x);
-  }
-  p.collectives = all;
+  MachineProfile p = WithCrossNodePoints(FlatProfile(1e-5), 1e5, 1e-4, 2);
   const std::string yaml = MachineProfileToYaml(p);
   absl::StatusOr<MachineProfile> q = ParseMachineProfile(yaml, "cross");
   ASSERT_TRUE(q.ok()) << q.status() << "\n" << yaml;

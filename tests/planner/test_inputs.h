@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "planner/estimator.h"
@@ -78,6 +79,25 @@ inline PlanInputs SmallInputs(const std::vector<int64_t>& rows, int64_t dim, int
   in.step.batch_per_rank = batch;
   in.step.pipeline = false;
   return in;
+}
+
+// `p` with a cross-node point (same_node false: `bytes_per_s`, `latency_s`, `compute_slowdown`)
+// after each collective point of a world size up to 4, as calibrate across hosts adds them.
+inline MachineProfile WithCrossNodePoints(MachineProfile p, double bytes_per_s, double latency_s,
+                                          double compute_slowdown) {
+  std::vector<CollectivePoint> all;
+  for (const CollectivePoint& c : p.collectives) {
+    all.push_back(c);
+    if (c.world_size > 4) continue;
+    CollectivePoint x = c;
+    x.same_node = false;
+    x.bytes_per_s = bytes_per_s;
+    x.latency_s = latency_s;
+    x.compute_slowdown = compute_slowdown;
+    all.push_back(x);
+  }
+  p.collectives = std::move(all);
+  return p;
 }
 
 // Table t placed whole on `rank`.
