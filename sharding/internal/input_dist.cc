@@ -52,8 +52,7 @@ void InputDist::BucketIds(const KeyedJagged& batch) {
     const auto& route = l_.routes[t];
     if (route.data_parallel) continue;
     const auto& feats = co.tables[t].features;
-    const bool single_block = route.bounds.size() == 2;
-    const int64_t capacity = co.tables[t].num_rows;
+    const int64_t num_rows = co.tables[t].num_rows;
     for (size_t fi = 0; fi < feats.size(); ++fi) {
       const int f = feats[fi];
       const int64_t* offs = batch.feature_offsets(f);
@@ -61,12 +60,7 @@ void InputDist::BucketIds(const KeyedJagged& batch) {
         for (int64_t j = offs[bag]; j < offs[bag + 1]; ++j) {
           const int64_t id = batch.values[j];
           // A dynamic table's key goes where its pseudo-row would (sharding/key_routing.h).
-          const int64_t row = route.dynamic && !single_block ? DynamicKeyRow(id, capacity) : id;
-          const size_t blk = single_block
-                                 ? 0
-                                 : std::upper_bound(route.bounds.begin(), route.bounds.end(), row) -
-                                       route.bounds.begin() - 1;
-          for (int ri : route.block_requests[blk]) {
+          for (int ri : route.block_requests[route.BlockOf(id, num_rows)]) {
             RequestIds& r = ids_[ri];
             auto [it, fresh] = r.uid_index.try_emplace(id, static_cast<int32_t>(r.uids.size()));
             if (fresh) r.uids.push_back(id);

@@ -87,10 +87,8 @@ void OutputDist::RouteRowsBack(const KeyedJagged& local) {
     for (size_t fi = 0; fi < feats.size(); ++fi) {
       for (int64_t j = local.feature_begin(feats[fi]); j < local.feature_end(feats[fi]); ++j) {
         // The block the input dist routed the key to (InputDist::BucketIds).
-        const int64_t row = DynamicKeyRow(local.values[j], co.tables[t].num_rows);
         const int32_t blk =
-            static_cast<int32_t>(std::upper_bound(route.bounds.begin(), route.bounds.end(), row) -
-                                 route.bounds.begin() - 1);
+            static_cast<int32_t>(route.BlockOf(local.values[j], co.tables[t].num_rows));
         block_of_[j] = blk;
         for (int ri : route.block_requests[blk]) ++rb_count_[ri][fi];
       }

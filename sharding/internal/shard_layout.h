@@ -7,6 +7,7 @@
 // Private to sharding/.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "embedding/pooled_lookup.h"
 #include "embedding/row_store.h"
 #include "sharding/internal/ctx_array.h"
+#include "sharding/key_routing.h"
 #include "sharding/sharded_embedding.h"
 
 namespace tessera::internal {
@@ -51,6 +53,14 @@ struct TableRoute {
   std::vector<int64_t> bounds;                   // row-block boundaries, from 0 to num_rows
   std::vector<std::vector<int>> block_requests;  // per row block: requests covering it
   std::vector<int> requests;                     // all requests of the table, in shard order
+  // The row block id `id` of this table goes to: its row's (a dynamic table's key: its
+  // pseudo-row DynamicKeyRow(id, num_rows)) place in `bounds`. The input dist and the returned
+  // rows' pooling (OutputDist) route the same way through it.
+  size_t BlockOf(int64_t id, int64_t num_rows) const {
+    if (bounds.size() == 2) return 0;
+    const int64_t row = dynamic ? DynamicKeyRow(id, num_rows) : id;
+    return std::upper_bound(bounds.begin(), bounds.end(), row) - bounds.begin() - 1;
+  }
 };
 
 struct ShardLayout {
@@ -67,7 +77,7 @@ struct ShardLayout {
   // their gradients): `group` itself on the CPU; on CUDA a StagedCommunicator over a duplicate
   // of it or an NCCL communicator (ShardedEmbeddingOptions::transport).
   std::shared_ptr<Communicator> payload;
-  int n = 1, m = 1, me = 0;        // group size N, sharding groups M, this rank's shard rank
+  int n = 1, m = 1, me = 0;  // group size N, sharding groups M, this rank's shard rank
   // The world rank of (sharding group g, shard rank s) at [g * n + s] (ProcessGrid's layout).
   std::vector<int> world_rank_of;
   RowOptimizerOptions update_opt;  // the optimizer as applied here (average mode: divisor c)
@@ -165,8 +175,8 @@ absl::StatusOr<std::unique_ptr<RowStore>> MakeStore(const EmbeddingCollectionOpt
 // The slots of local shard `ls`'s rows after this step's Resolve: RowStore::Resolve, or for a
 // dynamic shard (rows are keys) DynamicRowStore::FindSlots, which counts and admits nothing
 // again; every row must hold a slot (Internal naming the table and key otherwise).
-absl::Status ResolveRows(const ShardLayout& l, const LocalShard& ls,
-                         absl::Span<const int64_t> rows, absl::Span<int64_t> slots);
+absl::Status ResolveRows(const ShardLayout& l, const LocalShard& ls, absl::Span<const int64_t> rows,
+                         absl::Span<int64_t> slots);
 // InvalidArgument naming the table, feature, sample and id for a malformed batch.
 absl::Status CheckBatch(const ShardLayout& l, const KeyedJagged& batch);
 
