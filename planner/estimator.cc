@@ -139,6 +139,7 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
       if (cores > 0) e.cores_share_ = std::max(1.0, static_cast<double>(on_node) * threads / cores);
     }
     e.compute_slowdown_ = std::max(1.0, node.compute_slowdown);
+    e.gemm_slowdown_ = std::max(1.0, node.gemm_slowdown);
     // The collectives' wait (wait_per_compute) on a node whose cores the profile knows: the
     // ranks wait for each other by the plan's own imbalance (each collective's wait at its
     // slowest rank's compute: CriticalPath) and, when they outnumber the cores, by sharing

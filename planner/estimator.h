@@ -49,9 +49,9 @@
 //                  the previous step and written back by its writer thread during the next one:
 //                  only what outlasts the rest of the step is exposed, the rest is background
 //                  (the CPU clock's); the training thread's prefetch probes every id (hit_s)
-// The ranks' compute (lookup, update, packing, dense) is multiplied by the profile's
-// compute_slowdown at the node's rank count (ranks computing side by side share the LLC and
-// the memory bus). Every collective also pays its latency (profile alpha at that communicator
+// The ranks' compute is multiplied by the profile's slowdowns at the node's rank count (ranks
+// computing side by side share the LLC and the memory bus): compute_slowdown for the row work
+// (lookup, update, packing), gemm_slowdown for the dense phases. Every collective also pays its latency (profile alpha at that communicator
 // size). Each collective is priced at the profile's points of its scope: a group whose ranks
 // share one node (R ranks per node, world ranks filling nodes in order, the layout deciding
 // which groups are neighbours: Topology) at the same-node points, a group across nodes at the
@@ -212,8 +212,8 @@ class Estimator {
   MetricVec FixedPerRank() const;
   MemoryBreakdown FixedMemory() const;
   // The step time from the slowest rank's value of every metric and the data-parallel bytes.
-  // The compute metrics and the dense phases are scaled by the profile's compute_slowdown of
-  // the ranks computing side by side on a node and by the node's cores_share().
+  // The compute metrics and the dense phases are scaled by the profile's compute_slowdown and
+  // gemm_slowdown of the ranks computing side by side on a node and by the node's cores_share().
   PhaseTimes StepFromMaxima(const MetricVec& max, double world_allreduce_bytes) const;
   // How much slower each rank computes because the node's ranks x threads outnumber its cores
   // (the profile fingerprint's): ranks x threads / cores, at least 1; 1 when the profile has
@@ -275,6 +275,7 @@ class Estimator {
   double activation_bytes_ = 0;
   double warm_room_bytes_ = 0;   // llc_bytes less what the dense work touches per step
   double compute_slowdown_ = 1;  // the node's ranks computing at once, each on its core (profile)
+  double gemm_slowdown_ = 1;     // the same for the dense phases' GEMMs
   double cores_share_ = 1;       // node ranks x threads / cores, at least 1
   int64_t emb_out_dim_ = 0;
 };

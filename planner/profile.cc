@@ -267,6 +267,7 @@ absl::StatusOr<MachineProfile> ParseRoot(const YAML::Node& root, const std::stri
     TESSERA_ASSIGN_OR_RETURN(pt.bytes_per_s, c.GetPositive("bytes_per_s"));
     TESSERA_ASSIGN_OR_RETURN(pt.wait_per_compute, c.GetNonNegativeOr("wait_per_compute", 0.0));
     TESSERA_ASSIGN_OR_RETURN(pt.compute_slowdown, c.GetNonNegativeOr("compute_slowdown", 0.0));
+    TESSERA_ASSIGN_OR_RETURN(pt.gemm_slowdown, c.GetNonNegativeOr("gemm_slowdown", 0.0));
     TESSERA_ASSIGN_OR_RETURN(pt.beyond_llc_bytes_per_s,
                              c.GetNonNegativeOr("beyond_llc_bytes_per_s", 0.0));
     TESSERA_RETURN_IF_ERROR(c.Done());
@@ -443,6 +444,9 @@ std::string MachineProfileToYaml(const MachineProfile& p) {
     }
     if (c.compute_slowdown > 0) {
       e << YAML::Key << "compute_slowdown" << YAML::Value << c.compute_slowdown;
+    }
+    if (c.gemm_slowdown > 0) {
+      e << YAML::Key << "gemm_slowdown" << YAML::Value << c.gemm_slowdown;
     }
     if (c.beyond_llc_bytes_per_s > 0) {
       e << YAML::Key << "beyond_llc_bytes_per_s" << YAML::Value << c.beyond_llc_bytes_per_s;

@@ -145,8 +145,14 @@ struct CollectivePoint {
   // Optional (0 when absent: 1): how much slower a rank's compute runs when every rank of this
   // world size computes at once on the node than alone (shared LLC and memory bandwidth, vCPUs
   // that are one core's hyperthreads); the same for every op of the world size (it is the
-  // node's, not the op's). The estimator scales the ranks' compute phases by it.
+  // node's, not the op's). The estimator scales the ranks' memory-bound compute phases by it
+  // (lookup, update, packing, the tier's probes): calibrate times random 256-byte row reads.
   double compute_slowdown = 0;
+  // Optional (0 when absent: compute_slowdown): the same for the dense phases, whose GEMMs
+  // mostly run in the core's own caches (calibrate times a Linear forward). On the Zen 4 VM the
+  // two differ: the dense phases at T = 2 ran 0.98-1.08x their T = 1 times while one kernel of
+  // both kinds measured up to 1.29x.
+  double gemm_slowdown = 0;
 };
 
 // RocksDB tier cost per row (embedding + optimizer state value), by value size.
@@ -227,6 +233,7 @@ struct CollectiveCost {
   double wait_per_compute = 0;
   double beyond_llc_bytes_per_s = 0;  // interpolated as bytes_per_s; 0: bytes_per_s
   double compute_slowdown = 1;        // interpolated as latency_s, held beyond; 1 when absent
+  double gemm_slowdown = 1;           // the same; compute_slowdown where absent
   // The wait of one call after `compute_s` of compute on each rank.
   double Wait(double compute_s) const { return wait_per_compute * compute_s; }
   // Seconds to move `bytes` in one call (no latency): up to `llc_bytes` at bytes_per_s, the

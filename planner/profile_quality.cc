@@ -57,6 +57,7 @@ std::vector<MeasuredKey> MeasuredKeys(MachineProfile* p) {
     add(pre + "wait_per_compute", &c.wait_per_compute, part, 0.02);
     add(pre + "beyond_llc_bytes_per_s", &c.beyond_llc_bytes_per_s, part, 0, C::kHighest);
     add(pre + "compute_slowdown", &c.compute_slowdown, part);
+    add(pre + "gemm_slowdown", &c.gemm_slowdown, part);
   }
   for (TierPoint& t : p->tier) {
     const std::string pre = absl::StrCat("tier[", t.value_bytes, "].");
@@ -176,10 +177,13 @@ std::vector<KeyQuality> ImplausibleKeys(const MachineProfile& p) {
            absl::StrFormat("%.2f GB/s beyond the cache, under 1/5 of %.2f GB/s in it",
                            c.beyond_llc_bytes_per_s / 1e9, c.bytes_per_s / 1e9));
     }
-    if (c.compute_slowdown > c.world_size) {
-      flag(pre + "compute_slowdown",
-           absl::StrFormat("%.2f: more than the %d ranks running one after the other",
-                           c.compute_slowdown, c.world_size));
+    for (const auto& [name, v] : {std::pair<const char*, double>{"compute_slowdown",
+                                                                  c.compute_slowdown},
+                                  {"gemm_slowdown", c.gemm_slowdown}}) {
+      if (v > c.world_size) {
+        flag(pre + name, absl::StrFormat("%.2f: more than the %d ranks running one after the other",
+                                         v, c.world_size));
+      }
     }
     series[{static_cast<int>(c.op), c.transport, c.same_node}].push_back(&c);
   }

@@ -28,6 +28,15 @@ double Interp(const std::vector<P>& pts, double x, X xf, Y yf) {
   return yf(pts.back());
 }
 
+// A point's compute slowdowns: 1 where not measured; the GEMMs' is the rows' where absent (a
+// profile from before the two were told apart).
+double RowSlowdown(const CollectivePoint* p) {
+  return p->compute_slowdown > 0 ? p->compute_slowdown : 1.0;
+}
+double GemmSlowdown(const CollectivePoint* p) {
+  return p->gemm_slowdown > 0 ? p->gemm_slowdown : RowSlowdown(p);
+}
+
 // Blends hot and cold rates by time per row.
 double BlendRate(const std::vector<RowRatePoint>& pts, int64_t row_bytes, double hot) {
   hot = std::clamp(hot, 0.0, 1.0);
@@ -62,12 +71,12 @@ absl::StatusOr<CollectiveCost> CollectiveFrom(const std::vector<const Collective
     out.bytes_per_s = last->bytes_per_s;
     out.wait_per_compute = last->wait_per_compute;
     out.beyond_llc_bytes_per_s = last->beyond_llc_bytes_per_s;
-    out.compute_slowdown = last->compute_slowdown > 0 ? last->compute_slowdown : 1;
+    out.compute_slowdown = RowSlowdown(last);
+    out.gemm_slowdown = GemmSlowdown(last);
     return out;
   }
-  out.compute_slowdown = Interp(by_size, x, lx, [](const CollectivePoint* p) {
-    return p->compute_slowdown > 0 ? p->compute_slowdown : 1.0;
-  });
+  out.compute_slowdown = Interp(by_size, x, lx, RowSlowdown);
+  out.gemm_slowdown = Interp(by_size, x, lx, GemmSlowdown);
   out.latency_s = Interp(by_size, x, lx, [](const CollectivePoint* p) { return p->latency_s; });
   out.wait_per_compute =
       Interp(by_size, x, lx, [](const CollectivePoint* p) { return p->wait_per_compute; });

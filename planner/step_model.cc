@@ -40,12 +40,13 @@ PhaseTimes Estimator::StepParts(const MetricVec& raw, double world_allreduce_byt
   PhaseTimes p;
   PhaseTimes coll;  // the part of each phase spent in its collectives (not compute)
   // The ranks' compute, slower when every rank of the node computes at once (the profile's
-  // compute_slowdown at the node's rank count; 1 for one rank) and when they share cores.
+  // compute_slowdown for the row work and gemm_slowdown for the dense phases, at the node's rank
+  // count; 1 for one rank) and when they share cores.
   const double slow = compute_slowdown_ * cores_share_;
   MetricVec mx = raw;
   for (int k : {kLookupS, kUpdateS, kPackS, kUnpackS, kGradPackS, kTierProbeS}) mx[k] *= slow;
-  const double dense_fwd = slow * dense_fwd_s_;
-  const double dense_bwd = slow * dense_bwd_s_;
+  const double dense_fwd = gemm_slowdown_ * cores_share_ * dense_fwd_s_;
+  const double dense_bwd = gemm_slowdown_ * cores_share_ * dense_bwd_s_;
   const double a2a_lat = n_ > 1 ? a2a_group_.latency_s : 0;
   const double out_s = n_ > 1 ? a2a_lat + std::max(mx[kOutSend], mx[kOutRecv]) : 0;
   p.s[kOutputDist] = out_s + mx[kUnpackS];

@@ -135,15 +135,23 @@ absl::StatusOr<double> TimeUnsynced(Communicator& comm, double compute_s,
 }
 
 // What a rank's compute slows down by when every rank of the node computes at once (shared LLC
-// and memory bandwidth, vCPUs that may be one core's hyperthreads): one kernel of the step's
-// kinds, a Linear forward at a bench layer shape (2048 x 512 -> 256, compute-bound) and 16k
-// random 256-byte row reads over 64 MiB (memory-bound), timed on the thread's CPU clock, median
-// of kReps, first by rank 0 alone (the others sleep) and then by every rank together (the
-// slowest rank's median): together / alone, at least 1. `wall`: on the wall clock instead (the
-// cross-host measurement: there the ranks of emulated hosts share one machine's cores, which a
-// thread's CPU clock does not see; on real hosts with a core per rank the two agree).
-absl::StatusOr<double> ComputeSlowdown(Communicator& comm, bool wall) {
-  constexpr int kReps = 41;
+// and memory bandwidth, vCPUs that may be one core's hyperthreads), for the step's two kinds of
+// compute apart: a Linear forward at a bench layer shape (2048 x 512 -> 256, compute-bound, the
+// dense phases: `gemm`) and 16k random 256-byte row reads over 64 MiB (memory-bound, the
+// lookup, update and packing: `rows`). Each kind in kRounds rounds, a round timing it alone
+// (rank round % size runs kReps times while the others sleep) and then on every rank together
+// (the slowest rank's median), on the thread's CPU clock: the round's together / alone, and the
+// median over the rounds, at least 1. The rounds alternate the two kinds, so a minute's drift in
+// the machine's speed (a VM's neighbours; 1.01-1.29 between calibrations minutes apart on the
+// Zen 4 VM when both kinds ran as one kernel, once) falls on both sides of every ratio.
+// `wall`: on the wall clock instead (the cross-host measurement: there the ranks of emulated
+// hosts share one machine's cores, which a thread's CPU clock does not see; on real hosts with
+// a core per rank the two agree).
+struct Slowdowns {
+  double rows = 1, gemm = 1;
+};
+absl::StatusOr<Slowdowns> ComputeSlowdown(Communicator& comm, bool wall) {
+  constexpr int kReps = 9, kRounds = 7;
   constexpr int64_t kB = 2048, kIn = 512, kOut = 256, kRows = (int64_t{64} << 20) / 256;
   std::vector<float> x(kB * kIn, 0.01f), w(kOut * kIn, 0.02f), b(kOut, 0.0f), y(kB * kOut);
   std::vector<float> table(kRows * 64, 1.0f), acc(64, 0.0f);
@@ -153,51 +161,70 @@ absl::StatusOr<double> ComputeSlowdown(Communicator& comm, bool wall) {
     h ^= h << 13, h ^= h >> 7, h ^= h << 17;
     id = static_cast<int64_t>(h % kRows);
   }
-  auto thread_cpu = [wall] {
+  auto clock = [wall] {
     timespec ts;
     clock_gettime(wall ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID, &ts);
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
   };
   const DeviceContext ctx = DeviceContext::Cpu();
-  auto kernel = [&]() -> absl::StatusOr<double> {
-    const double t0 = thread_cpu();
-    TESSERA_RETURN_IF_ERROR(LinearForward(ctx, x.data(), w.data(), b.data(), kB, kIn, kOut,
-                                          Activation::kRelu, y.data()));
-    for (int64_t id : ids) {
-      const float* row = table.data() + id * 64;
-      for (int j = 0; j < 64; ++j) acc[j] += row[j];
+  auto kernel = [&](bool gemm) -> absl::StatusOr<double> {
+    const double t0 = clock();
+    if (gemm) {
+      TESSERA_RETURN_IF_ERROR(LinearForward(ctx, x.data(), w.data(), b.data(), kB, kIn, kOut,
+                                            Activation::kRelu, y.data()));
+    } else {
+      for (int64_t id : ids) {
+        const float* row = table.data() + id * 64;
+        for (int j = 0; j < 64; ++j) acc[j] += row[j];
+      }
     }
-    return thread_cpu() - t0;
+    return clock() - t0;
   };
-  auto median = [&](int reps) -> absl::StatusOr<double> {
+  auto median = [&](bool gemm, int reps) -> absl::StatusOr<double> {
     std::vector<double> t;
     for (int i = 0; i < reps; ++i) {
-      TESSERA_ASSIGN_OR_RETURN(double s, kernel());
+      TESSERA_ASSIGN_OR_RETURN(double s, kernel(gemm));
       t.push_back(s);
     }
     std::sort(t.begin(), t.end());
     return t[t.size() / 2];
   };
-  TESSERA_RETURN_IF_ERROR(median(3).status());  // first touch
-  // Alone: rank 0 runs while the others sleep (a barrier would busy-poll their cores).
-  double alone = 0;
-  TESSERA_RETURN_IF_ERROR(comm.Barrier());
-  if (comm.rank() == 0) {
-    TESSERA_ASSIGN_OR_RETURN(alone, median(kReps));
-  } else {
-    TESSERA_ASSIGN_OR_RETURN(double one, kernel());
-    usleep(static_cast<useconds_t>(std::min(5.0, 3 * kReps * one) * 1e6));
-  }
-  TESSERA_RETURN_IF_ERROR(comm.Barrier());
-  TESSERA_ASSIGN_OR_RETURN(double together, median(kReps));
-  TESSERA_RETURN_IF_ERROR(comm.AllReduce(&alone, 1, ReduceOp::kSum));  // rank 0's
   const int n = comm.size();
-  std::vector<double> all(n);
   std::vector<int64_t> counts(n, 8), displs(n);
   for (int r = 0; r < n; ++r) displs[r] = 8 * r;
-  TESSERA_RETURN_IF_ERROR(comm.AllGatherV(&together, 8, all.data(), counts, displs));
-  together = *std::max_element(all.begin(), all.end());
-  return alone > 0 ? std::max(1.0, together / alone) : 1.0;
+  auto ratio = [&](bool gemm, int round) -> absl::StatusOr<double> {
+    // Alone: one rank runs while the others sleep (a barrier would busy-poll their cores).
+    const int solo = round % n;
+    double alone = 0;
+    TESSERA_RETURN_IF_ERROR(comm.Barrier());
+    if (comm.rank() == solo) {
+      TESSERA_ASSIGN_OR_RETURN(alone, median(gemm, kReps));
+    } else {
+      TESSERA_ASSIGN_OR_RETURN(double one, kernel(gemm));
+      usleep(static_cast<useconds_t>(std::min(5.0, 3 * kReps * one) * 1e6));
+    }
+    TESSERA_RETURN_IF_ERROR(comm.Barrier());
+    TESSERA_ASSIGN_OR_RETURN(double together, median(gemm, kReps));
+    TESSERA_RETURN_IF_ERROR(comm.AllReduce(&alone, 1, ReduceOp::kSum));  // the solo rank's
+    std::vector<double> all(n);
+    TESSERA_RETURN_IF_ERROR(comm.AllGatherV(&together, 8, all.data(), counts, displs));
+    together = *std::max_element(all.begin(), all.end());
+    return alone > 0 ? together / alone : 1.0;
+  };
+  TESSERA_RETURN_IF_ERROR(median(true, 3).status());  // first touch
+  TESSERA_RETURN_IF_ERROR(median(false, 3).status());
+  std::vector<double> rows, gemm;
+  for (int round = 0; round < kRounds; ++round) {
+    TESSERA_ASSIGN_OR_RETURN(double g, ratio(true, round));
+    TESSERA_ASSIGN_OR_RETURN(double r, ratio(false, round));
+    gemm.push_back(g);
+    rows.push_back(r);
+  }
+  auto med = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return std::max(1.0, v[v.size() / 2]);
+  };
+  return Slowdowns{med(rows), med(gemm)};
 }
 
 }  // namespace
@@ -316,8 +343,8 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
     out << lines[i] << " " << per << " " << (i == 1 ? beyond : 0.0) << "\n";
   }
   out << "memory " << mpi_bytes << "\n";
-  TESSERA_ASSIGN_OR_RETURN(const double slowdown, ComputeSlowdown(*comm, cross));
-  out << "compute_slowdown " << w << " " << slowdown << "\n";
+  TESSERA_ASSIGN_OR_RETURN(const Slowdowns slowdown, ComputeSlowdown(*comm, cross));
+  out << "compute_slowdown " << w << " " << slowdown.rows << " " << slowdown.gemm << "\n";
   if (comm->rank() == 0) {
     std::ofstream f(out_path);
     f << out.str();
@@ -371,7 +398,7 @@ absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(
     int size;
     double latency, bw, wait_per, beyond;
     size_t first = points.size();
-    double slowdown = 0;
+    double slowdown = 0, gemm_slowdown = 0;
     bool same_node = true;
     while (in >> op) {
       if (op == "scope") {
@@ -381,10 +408,10 @@ absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(
         continue;
       }
       if (op == "compute_slowdown") {
-        in >> size >> slowdown;
-        Progress(o, absl::StrFormat("collectives: world %d: compute %.3fx slower with every rank "
-                                    "busy than alone",
-                                    size, slowdown));
+        in >> size >> slowdown >> gemm_slowdown;
+        Progress(o, absl::StrFormat("collectives: world %d: with every rank busy, row reads "
+                                    "%.3fx and GEMMs %.3fx slower than alone",
+                                    size, slowdown, gemm_slowdown));
         continue;
       }
       if (op == "memory") {
@@ -419,7 +446,10 @@ absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(
                        same_node ? "on one host where hosts" : "across hosts where one host",
                        " were asked for (the launcher's placement: ", cmd, ")"));
     }
-    for (size_t i = first; i < points.size(); ++i) points[i].compute_slowdown = slowdown;
+    for (size_t i = first; i < points.size(); ++i) {
+      points[i].compute_slowdown = slowdown;
+      points[i].gemm_slowdown = gemm_slowdown;
+    }
   }
   std::sort(points.begin(), points.end(), [](const auto& a, const auto& b) {
     return std::make_tuple(static_cast<int>(a.op), a.transport, a.world_size, !a.same_node) <

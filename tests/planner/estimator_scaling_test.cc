@@ -148,6 +148,34 @@ TEST(EstimatorTest, ComputeSlowsDownWhenTheNodesRanksComputeAtOnce) {
   EXPECT_EQ(s1->Evaluate(q).step.total(), f1->Evaluate(q).step.total());
 }
 
+TEST(EstimatorTest, DensePhasesTakeTheGemmSlowdownAndRowWorkTheRowsOne) {
+  // compute_slowdown 1.5 and gemm_slowdown 1.1 at world size 2: at T = 2 the lookup and the
+  // update take 1.5x, the dense forward and backward 1.1x.
+  MachineProfile prof = FlatProfile();
+  for (CollectivePoint& c : prof.collectives) {
+    c.compute_slowdown = c.world_size == 2 ? 1.5 : 0;
+    c.gemm_slowdown = c.world_size == 2 ? 1.1 : 0;
+  }
+  PlanInputs in = SmallInputs({1000, 1000}, 16, 2, 100);
+  in.topology.ranks_per_node = 2;
+  in.dense.bottom_mlp = {64};
+  absl::StatusOr<Estimator> slow = Estimator::Create(in, prof, 2);
+  const MachineProfile flat_prof = FlatProfile();
+  absl::StatusOr<Estimator> flat = Estimator::Create(in, flat_prof, 2);
+  ASSERT_TRUE(slow.ok() && flat.ok());
+  std::vector<TablePlacement> p = {TableWise(0, in.tables[0].config),
+                                   TableWise(1, in.tables[1].config)};
+  const StepEstimate a = slow->Evaluate(p), b = flat->Evaluate(p);
+  for (Phase ph : {kLookup, kEmbeddingUpdate}) {
+    ASSERT_GT(b.step.s[ph], 0) << PhaseName(ph);
+    EXPECT_NEAR(a.step.s[ph], 1.5 * b.step.s[ph], 1e-12) << PhaseName(ph);
+  }
+  for (Phase ph : {kDenseForward, kDenseBackward}) {
+    ASSERT_GT(b.step.s[ph], 0) << PhaseName(ph);
+    EXPECT_NEAR(a.step.s[ph], 1.1 * b.step.s[ph], 1e-12) << PhaseName(ph);
+  }
+}
+
 // FlatProfile with cross-node points at 1e5 bytes/s, no latency.
 MachineProfile TwoScopeProfile(double cross_slowdown = 0) {
   return WithCrossNodePoints(FlatProfile(), 1e5, 0, cross_slowdown);

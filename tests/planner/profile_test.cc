@@ -6,9 +6,11 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/match.h"
 #include "core/hardware.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "planner/profile_quality.h"
 #include "planner/shipped_profiles.h"
 #include "test_inputs.h"
 
@@ -118,6 +120,41 @@ TEST(ProfileTest, WaitPerComputeIsOptionalAndRoundTrips) {
   EXPECT_DOUBLE_EQ(at2->wait_per_compute, 0.25);
   EXPECT_DOUBLE_EQ(at2->Wait(0.004), 0.001);
   EXPECT_EQ(CollectiveAt(*q, CollectiveOp::kAllToAll, "mpi", 4)->wait_per_compute, 0);
+}
+
+TEST(ProfileTest, GemmSlowdownIsOptionalAndFallsBackToTheRowsOne) {
+  // Absent: the GEMMs slow down as the row reads do (profiles from before the two were told
+  // apart), 1 where neither is given; present: its own, interpolated by world size as
+  // compute_slowdown is, and written back; above the world size: flagged as implausible.
+  MachineProfile p = FlatProfile(1e-5);
+  for (CollectivePoint& c : p.collectives) c.compute_slowdown = c.world_size == 2 ? 1.3 : 0;
+  absl::StatusOr<MachineProfile> absent = ParseMachineProfile(MachineProfileToYaml(p), "a");
+  ASSERT_TRUE(absent.ok()) << absent.status();
+  absl::StatusOr<CollectiveCost> at2 = CollectiveAt(*absent, CollectiveOp::kAllReduce, "mpi", 2);
+  ASSERT_TRUE(at2.ok());
+  EXPECT_DOUBLE_EQ(at2->compute_slowdown, 1.3);
+  EXPECT_DOUBLE_EQ(at2->gemm_slowdown, 1.3);
+  EXPECT_DOUBLE_EQ(CollectiveAt(*absent, CollectiveOp::kAllReduce, "mpi", 4)->gemm_slowdown, 1);
+  for (CollectivePoint& c : p.collectives) c.gemm_slowdown = c.world_size == 2 ? 1.05 : 0;
+  const std::string yaml = MachineProfileToYaml(p);
+  EXPECT_THAT(yaml, HasSubstr("gemm_slowdown: 1.05"));
+  absl::StatusOr<MachineProfile> q = ParseMachineProfile(yaml, "b");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(MachineProfileToYaml(*q), yaml);
+  at2 = CollectiveAt(*q, CollectiveOp::kAllReduce, "mpi", 2);
+  ASSERT_TRUE(at2.ok());
+  EXPECT_DOUBLE_EQ(at2->compute_slowdown, 1.3);
+  EXPECT_DOUBLE_EQ(at2->gemm_slowdown, 1.05);
+  absl::StatusOr<MachineProfile> bad =
+      ParseMachineProfile(Replace(yaml, "gemm_slowdown: 1.05", "gemm_slowdown: -1"), "c");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("gemm_slowdown: must be >= 0"));
+  for (CollectivePoint& c : p.collectives) c.gemm_slowdown = c.world_size == 2 ? 2.5 : 0;
+  bool flagged = false;
+  for (const KeyQuality& k : ImplausibleKeys(p)) {
+    flagged |= absl::StrContains(k.key, ".2.gemm_slowdown");
+  }
+  EXPECT_TRUE(flagged);
 }
 
 TEST(ProfileTest, PackRateAndSearchStepAreOptionalAndRoundTrip) {
