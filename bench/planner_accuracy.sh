@@ -7,7 +7,7 @@
 #
 #   bench/planner_accuracy.sh [build/bin] [out.jsonl]
 #   REPS=3 STEPS=12 WARMUP=4 PROFILE=planner/profiles/cpu_2core_measured.yaml CASES="small-1 ..."
-#   WAIT=measure|rep|profile
+#   WAIT=measure|rep|profile EXTRA_CASES="name|ranks|config|flags;..."
 #
 # Measured step: by default the CPU milliseconds per step (all threads of a rank, the largest
 # rank), which on a quiet machine is the wall time of one thread per core; on this shared
@@ -59,6 +59,12 @@ ALL_CASES=(
 )
 # PLANNER: the planner's own plan for the config on 2 ranks from PROFILE (tessera-plan; its
 # data.batch_size is per rank, as the bench's and the trainer's).
+# EXTRA_CASES: more cases in the same form, separated by ';' (configs that are not in the
+# repository: EXTRA_CASES="mine-1|1|/path/mine.yaml|;mine-2|2|/path/mine.yaml|PLANNER").
+if [[ -n "${EXTRA_CASES:-}" ]]; then
+  IFS=';' read -r -a extra_cases <<< "$EXTRA_CASES"
+  ALL_CASES+=("${extra_cases[@]}")
+fi
 plan_for() {
   local config=$1 np=$2 out=$3
   "$BIN/tessera-plan" --config "$config" --world_size "$np" --profile "$PROFILE" \
