@@ -10,7 +10,8 @@
 // unique slots stays on the device: kernels read it, so the backward queues without waiting for
 // the host. Several tables of one dim share one pass (FusedBackwardUpdateTablesCuda): the table
 // index sits above the slot bits of the key, and the update kernel decodes it.
-// Dedup and bucketisation reuse the key-sort machinery with ids or owner ranks as keys.
+// Dedup and bucketisation reuse the key-sort machinery with ids or owner ranks as keys
+// (id_preprocess_cuda.cu).
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/cuda_context.h"
 #include "core/cuda_status_cuda.h"
+#include "embedding/internal/cuda_workspace_access.cuh"
 #include "embedding/internal/lookup_cuda_common.h"
 #include "embedding/internal/pooled_lookup_kernels.h"
 #include "embedding/internal/row_update_lanes.h"
@@ -308,224 +310,19 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// ---- Dedup and bucketisation -----------------------------------------------------------------
-
-// keys[i] = (value(ids[i]) << pos_bits) | i, value = the id itself or its bucket.
-__global__ void IdKeysKernel(const int64_t* __restrict__ ids, int64_t n, int pos_bits, bool check,
-                             int num_buckets, int64_t rows_per_bucket, bool modulo,
-                             Key* __restrict__ keys, int64_t* counters) {
-  int64_t max_v = 0, bad = kNoBad;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t v = ids[i];
-    if (num_buckets > 0) {
-      v = modulo ? v % num_buckets : v / rows_per_bucket;
-      v = min(max(v, int64_t{0}), static_cast<int64_t>(num_buckets - 1));
-    } else if (check) {
-      if (v < 0) {
-        bad = min(bad, i);
-        v = 0;
-      }
-      max_v = max(max_v, v);
-    }
-    keys[i] = (static_cast<Key>(v) << pos_bits) | static_cast<Key>(i);
-  }
-  if (check) ReportSlots(max_v, bad, counters);
-}
-
-__global__ void DedupScatterKernel(const Key* __restrict__ keys, const int* __restrict__ heads,
-                                   const int* __restrict__ run_ids, int64_t n, int pos_bits,
-                                   int64_t* __restrict__ unique, int64_t* __restrict__ inverse,
-                                   int64_t* __restrict__ num_unique) {
-  const Key mask = (Key{1} << pos_bits) - 1;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t u = run_ids[i] - 1;
-    inverse[keys[i] & mask] = u;
-    if (heads[i]) unique[u] = static_cast<int64_t>(keys[i] >> pos_bits);
-    if (i == n - 1) *num_unique = run_ids[i];
-  }
-}
-
-__global__ void BucketScatterKernel(const Key* __restrict__ keys, const int64_t* __restrict__ ids,
-                                    int64_t n, int pos_bits, int num_buckets,
-                                    int64_t rows_per_bucket, bool modulo,
-                                    int64_t* __restrict__ local_ids,
-                                    int64_t* __restrict__ positions,
-                                    int64_t* __restrict__ bucket_offsets) {
-  const Key mask = (Key{1} << pos_bits) - 1;
-  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
-       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t pos = static_cast<int64_t>(keys[k] & mask);
-    const int64_t owner = static_cast<int64_t>(keys[k] >> pos_bits);
-    const int64_t id = ids[pos];
-    positions[k] = pos;
-    local_ids[k] = modulo ? id / num_buckets : id - owner * rows_per_bucket;
-    // Bucket offsets: bucket b starts at the first k whose owner is >= b.
-    const int64_t prev = k == 0 ? -1 : static_cast<int64_t>(keys[k - 1] >> pos_bits);
-    for (int64_t b = prev + 1; b <= owner; ++b) bucket_offsets[b] = k;
-    if (k == n - 1) {
-      for (int64_t b = owner + 1; b <= num_buckets; ++b) bucket_offsets[b] = n;
-    }
-  }
-}
-
 }  // namespace
 
 // ---- Host side -------------------------------------------------------------------------------
 
-// Friend of CudaEmbeddingWorkspace: the routines that use its buffers.
-struct CudaWorkspaceAccess {
-  // Sorts ws->keys_[0, n) by bits [begin_bit, end_bit) (stable); the result is in ws->keys_.
-  static absl::Status SortKeys(const DeviceContext& ctx, CudaEmbeddingWorkspace* ws, int64_t n,
-                               int begin_bit, int end_bit) {
-    if (end_bit <= begin_bit || n <= 1) return absl::OkStatus();
-    cub::DoubleBuffer<Key> db(ws->keys_, ws->keys_alt_);
-    size_t bytes = ws->cap_sort_;
-    TESSERA_CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortKeys(
-        ws->sort_temp_, bytes, db, static_cast<int>(n), begin_bit, end_bit, ComputeStream(ctx)));
-    if (db.Current() != ws->keys_) std::swap(ws->keys_, ws->keys_alt_);
-    return absl::OkStatus();
-  }
-
-  // Flags run starts of equal keys >> pos_bits and scans them into run_ids_ (1-based run ids).
-  static absl::Status Runs(const DeviceContext& ctx, CudaEmbeddingWorkspace* ws, int64_t n,
-                           int pos_bits) {
-    RunHeadsKernel<<<GridFor(n, kThreads), kThreads, 0, ComputeStream(ctx)>>>(ws->keys_, n,
-                                                                              pos_bits, ws->heads_);
-    TESSERA_CUDA_LAUNCH_RETURN_IF_ERROR("RunHeadsKernel");
-    size_t bytes = ws->cap_scan_;
-    return CudaStatus(cub::DeviceScan::InclusiveSum(ws->scan_temp_, bytes, ws->heads_, ws->run_ids_,
-                                                    static_cast<int>(n), ComputeStream(ctx)),
-                      "cub::DeviceScan::InclusiveSum");
-  }
-
-  // The CUB temp-storage sizes are host-side queries: asked only when n outgrows the count they
-  // were last asked for, and then for half as much again, so a step whose id count did not grow
-  // asks nothing (before: two queries per table per step). CUB's sizes grow with the item count
-  // (tile state per tile of items); were one smaller for fewer items, CUB would report the short
-  // buffer as an error, not overrun it.
-  static absl::Status Reserve(const DeviceContext& ctx, CudaEmbeddingWorkspace* ws, int64_t n,
-                              int64_t dim) {
-    if (n > ws->temp_sized_for_) {
-      const int64_t m = std::min<int64_t>(std::max<int64_t>(n, ws->temp_sized_for_ * 3 / 2),
-                                          (int64_t{1} << 31) - 1);
-      ws->sort_bytes_ = SortTempBytes(m);
-      ws->scan_bytes_ = ScanTempBytes(m);
-      ws->temp_sized_for_ = m;
-    }
-    return ws->Reserve(n, dim, ws->sort_bytes_, ws->scan_bytes_);
-  }
-
-  static size_t SortTempBytes(int64_t n) {
-    size_t bytes = 0;
-    cub::DoubleBuffer<Key> db(nullptr, nullptr);
-    cub::DeviceRadixSort::SortKeys(nullptr, bytes, db, static_cast<int>(n), 0, 64);
-    return bytes;
-  }
-  static size_t ScanTempBytes(int64_t n) {
-    size_t bytes = 0;
-    cub::DeviceScan::InclusiveSum(nullptr, bytes, static_cast<int*>(nullptr),
-                                  static_cast<int*>(nullptr), static_cast<int>(n));
-    return bytes;
-  }
-
-  // Resets counters to {0, 0, kNoBad}.
-  static absl::Status ResetCounters(const DeviceContext& ctx, CudaEmbeddingWorkspace* ws) {
-    static const int64_t kInit[3] = {0, 0, kNoBad};
-    return CudaStatus(cudaMemcpyAsync(ws->counters_, kInit, sizeof(kInit), cudaMemcpyHostToDevice,
-                                      ComputeStream(ctx)),
-                      "cudaMemcpyAsync(counters)");
-  }
-  static absl::Status ReadCounters(const DeviceContext& ctx, CudaEmbeddingWorkspace* ws,
-                                   int64_t out[3]) {
-    return CudaCopyToHost(ctx, out, ws->counters_, 3 * sizeof(int64_t));
-  }
-
-  // poolings and slot_bases: per source (empty: `pooling` and 0 for all).
-  static absl::Status Aggregate(const DeviceContext& ctx, absl::Span<const BagGradients> sources,
-                                absl::Span<const int64_t> num_ids, int64_t dim, PoolingMode pooling,
-                                int slot_bits, CudaEmbeddingWorkspace* ws,
-                                absl::Span<const PoolingMode> poolings = {},
-                                absl::Span<const int64_t> slot_bases = {});
-  static absl::Status Dedup(const DeviceContext& ctx, const int64_t* ids, int64_t n, int id_bits,
-                            CudaEmbeddingWorkspace* ws, int64_t* unique, int64_t* inverse,
-                            int64_t* num_unique);
-  static absl::Status Bucketize(const DeviceContext& ctx, const BucketizeArgs& a,
-                                CudaEmbeddingWorkspace* ws);
-};
-
-// ---- CudaEmbeddingWorkspace ------------------------------------------------------------------
-
-CudaEmbeddingWorkspace::~CudaEmbeddingWorkspace() {
-  // Stream-ordered frees: safe while kernels that use the buffers are still queued.
-  for (void* p :
-       {static_cast<void*>(keys_), static_cast<void*>(keys_alt_), static_cast<void*>(heads_),
-        static_cast<void*>(run_ids_), static_cast<void*>(grad_rows_), static_cast<void*>(scales_),
-        static_cast<void*>(unique_slots_), static_cast<void*>(run_starts_),
-        static_cast<void*>(piece_scan_), static_cast<void*>(row_grads_), sort_temp_, scan_temp_,
-        static_cast<void*>(counters_)}) {
-    (void)CudaFreeAsync(ctx_, p);
-  }
-}
-
-absl::Status CudaEmbeddingWorkspace::Grow(void** ptr, size_t* capacity, size_t bytes) {
-  if (*ptr != nullptr && *capacity >= bytes) return absl::OkStatus();
-  TESSERA_RETURN_IF_ERROR(CudaFreeAsync(ctx_, *ptr));
-  *ptr = nullptr;
-  *capacity = 0;
-  TESSERA_ASSIGN_OR_RETURN(*ptr, CudaMallocAsync(ctx_, bytes));
-  *capacity = bytes;
-  return absl::OkStatus();
-}
-
-absl::Status CudaEmbeddingWorkspace::Reserve(int64_t n, int64_t dim, size_t sort_temp_bytes,
-                                             size_t scan_temp_bytes) {
-  if (counters_ == nullptr) {
-    TESSERA_ASSIGN_OR_RETURN(void* c, CudaMallocAsync(ctx_, 4 * sizeof(int64_t)));
-    counters_ = static_cast<int64_t*>(c);
-  }
-  if (static_cast<size_t>(n) > cap_ids_) {
-    // Grow by half again, so a slowly growing batch does not reallocate every step. The +1
-    // covers run_starts' end entry.
-    const size_t cap = std::max<size_t>(static_cast<size_t>(n), cap_ids_ + cap_ids_ / 2);
-    void** arrays[] = {
-        reinterpret_cast<void**>(&keys_),         reinterpret_cast<void**>(&keys_alt_),
-        reinterpret_cast<void**>(&heads_),        reinterpret_cast<void**>(&run_ids_),
-        reinterpret_cast<void**>(&grad_rows_),    reinterpret_cast<void**>(&scales_),
-        reinterpret_cast<void**>(&unique_slots_), reinterpret_cast<void**>(&run_starts_),
-        reinterpret_cast<void**>(&piece_scan_)};
-    const size_t elem_bytes[] = {sizeof(Key),     sizeof(Key),     sizeof(int),
-                                 sizeof(int),     sizeof(float*),  sizeof(float),
-                                 sizeof(int64_t), sizeof(int64_t), sizeof(int)};
-    constexpr int kArrays = sizeof(elem_bytes) / sizeof(elem_bytes[0]);
-    static_assert(kArrays == sizeof(arrays) / sizeof(arrays[0]));
-    cap_ids_ = 0;
-    for (int i = 0; i < kArrays; ++i) {
-      TESSERA_RETURN_IF_ERROR(CudaFreeAsync(ctx_, *arrays[i]));
-      *arrays[i] = nullptr;
-    }
-    for (int i = 0; i < kArrays; ++i) {
-      TESSERA_ASSIGN_OR_RETURN(*arrays[i], CudaMallocAsync(ctx_, elem_bytes[i] * (cap + 1)));
-    }
-    cap_ids_ = cap;
-  }
-  void* rg = row_grads_;
-  // Row gradients [n, dim], then the partials of long runs' extra pieces: at most
-  // ceil(n / kChunkEntries) of them (a run of L entries has ceil(L / 256) - 1), [that, dim].
-  const int64_t floats = (n + (n + kChunkEntries - 1) / kChunkEntries) * dim;
-  TESSERA_RETURN_IF_ERROR(Grow(&rg, &cap_floats_, sizeof(float) * std::max<int64_t>(1, floats)));
-  row_grads_ = static_cast<float*>(rg);
-  TESSERA_RETURN_IF_ERROR(Grow(&sort_temp_, &cap_sort_, std::max<size_t>(1, sort_temp_bytes)));
-  TESSERA_RETURN_IF_ERROR(Grow(&scan_temp_, &cap_scan_, std::max<size_t>(1, scan_temp_bytes)));
-  return absl::OkStatus();
-}
-
-absl::StatusOr<int64_t> CudaEmbeddingWorkspace::NumUniqueOnHost() {
-  int64_t n = 0;
-  if (counters_ == nullptr) return n;
-  TESSERA_RETURN_IF_ERROR(CudaCopyToHost(ctx_, &n, counters_, sizeof(n)));
-  return n;
+absl::Status CudaWorkspaceAccess::Runs(const DeviceContext& ctx, CudaEmbeddingWorkspace* ws,
+                                       int64_t n, int pos_bits) {
+  RunHeadsKernel<<<GridFor(n, kThreads), kThreads, 0, ComputeStream(ctx)>>>(ws->keys_, n, pos_bits,
+                                                                            ws->heads_);
+  TESSERA_CUDA_LAUNCH_RETURN_IF_ERROR("RunHeadsKernel");
+  size_t bytes = ws->cap_scan_;
+  return CudaStatus(cub::DeviceScan::InclusiveSum(ws->scan_temp_, bytes, ws->heads_, ws->run_ids_,
+                                                  static_cast<int>(n), ComputeStream(ctx)),
+                    "cub::DeviceScan::InclusiveSum");
 }
 
 // ---- Backward --------------------------------------------------------------------------------
@@ -668,79 +465,6 @@ absl::Status CudaWorkspaceAccess::Aggregate(const DeviceContext& ctx,
   return absl::OkStatus();
 }
 
-absl::Status CudaWorkspaceAccess::Dedup(const DeviceContext& ctx, const int64_t* ids, int64_t n,
-                                        int id_bits, CudaEmbeddingWorkspace* ws, int64_t* unique,
-                                        int64_t* inverse, int64_t* num_unique) {
-  TESSERA_RETURN_IF_ERROR(CheckContext(ctx, "DedupIdsCuda"));
-  constexpr const char* kOp = "DedupIdsCuda";
-  if (ws == nullptr || num_unique == nullptr || n < 0 || n >= (int64_t{1} << 31) ||
-      (n > 0 && (ids == nullptr || unique == nullptr || inverse == nullptr))) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kOp, ": null pointer or n = ", n, " outside [0, 2^31)"));
-  }
-  TESSERA_RETURN_IF_ERROR(Reserve(ctx, ws, n, 0));
-  TESSERA_RETURN_IF_ERROR(ResetCounters(ctx, ws));
-  if (n == 0) return CudaMemsetAsync(ctx, num_unique, 0, sizeof(int64_t));
-  const int pos_bits = BitWidth(static_cast<uint64_t>(n - 1));
-  const bool check = id_bits <= 0;
-  IdKeysKernel<<<GridFor(n, kThreads), kThreads, 0, ComputeStream(ctx)>>>(
-      ids, n, pos_bits, check, 0, 0, false, ws->keys_, ws->counters_);
-  TESSERA_CUDA_LAUNCH_RETURN_IF_ERROR("IdKeysKernel");
-  if (check) {
-    int64_t c[3];
-    TESSERA_RETURN_IF_ERROR(ReadCounters(ctx, ws, c));
-    if (c[2] != kNoBad) {
-      int64_t id = 0;
-      TESSERA_RETURN_IF_ERROR(CudaCopyToHost(ctx, &id, ids + c[2], sizeof(id)));
-      return absl::InvalidArgumentError(
-          absl::StrCat(kOp, ": ids[", c[2], "] = ", id, " is negative"));
-    }
-    id_bits = BitWidth(static_cast<uint64_t>(c[1]));
-  }
-  if (pos_bits + id_bits > 64) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kOp, ": ids of ", id_bits, " bits and ", n, " ids exceed a 64-bit key"));
-  }
-  TESSERA_RETURN_IF_ERROR(SortKeys(ctx, ws, n, pos_bits, pos_bits + id_bits));
-  TESSERA_RETURN_IF_ERROR(Runs(ctx, ws, n, pos_bits));
-  DedupScatterKernel<<<GridFor(n, kThreads), kThreads, 0, ComputeStream(ctx)>>>(
-      ws->keys_, ws->heads_, ws->run_ids_, n, pos_bits, unique, inverse, num_unique);
-  TESSERA_CUDA_LAUNCH_RETURN_IF_ERROR("DedupScatterKernel");
-  return absl::OkStatus();
-}
-
-absl::Status CudaWorkspaceAccess::Bucketize(const DeviceContext& ctx, const BucketizeArgs& a,
-                                            CudaEmbeddingWorkspace* ws) {
-  TESSERA_RETURN_IF_ERROR(CheckContext(ctx, "BucketizeIdsCuda"));
-  constexpr const char* kOp = "BucketizeIdsCuda";
-  if (ws == nullptr || a.bucket_offsets == nullptr || a.num_buckets < 1 || a.n < 0 ||
-      a.n >= (int64_t{1} << 31) || (!a.modulo && a.rows_per_bucket < 1) ||
-      (a.n > 0 && (a.ids == nullptr || a.local_ids == nullptr || a.positions == nullptr))) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kOp, ": null pointer, n = ", a.n, ", num_buckets = ", a.num_buckets,
-                     " or rows_per_bucket = ", a.rows_per_bucket, " out of range"));
-  }
-  TESSERA_RETURN_IF_ERROR(Reserve(ctx, ws, a.n, 0));
-  if (a.n == 0) {
-    return CudaMemsetAsync(ctx, a.bucket_offsets, 0, sizeof(int64_t) * (a.num_buckets + 1));
-  }
-  const int pos_bits = BitWidth(static_cast<uint64_t>(a.n - 1));
-  const int owner_bits = BitWidth(static_cast<uint64_t>(a.num_buckets - 1));
-  if (pos_bits + owner_bits > 64) {
-    return absl::InvalidArgumentError(absl::StrCat(kOp, ": too many ids and buckets"));
-  }
-  IdKeysKernel<<<GridFor(a.n, kThreads), kThreads, 0, ComputeStream(ctx)>>>(
-      a.ids, a.n, pos_bits, false, a.num_buckets, a.rows_per_bucket, a.modulo, ws->keys_,
-      ws->counters_);
-  TESSERA_CUDA_LAUNCH_RETURN_IF_ERROR("IdKeysKernel");
-  TESSERA_RETURN_IF_ERROR(SortKeys(ctx, ws, a.n, pos_bits, pos_bits + owner_bits));
-  BucketScatterKernel<<<GridFor(a.n, kThreads), kThreads, 0, ComputeStream(ctx)>>>(
-      ws->keys_, a.ids, a.n, pos_bits, a.num_buckets, a.rows_per_bucket, a.modulo, a.local_ids,
-      a.positions, a.bucket_offsets);
-  TESSERA_CUDA_LAUNCH_RETURN_IF_ERROR("BucketScatterKernel");
-  return absl::OkStatus();
-}
-
 // ---- Public entry points ---------------------------------------------------------------------
 
 absl::Status AggregateRowGradientsCuda(const DeviceContext& ctx,
@@ -833,17 +557,6 @@ absl::Status FusedBackwardUpdateTablesCuda(const DeviceContext& ctx,
                                            ws->last_num_ids(), ws->row_grads(), group.args,
                                            HostAdamCorrections(group.args), tables);
   return CudaLaunchStatus("UpdateRowsKernel");
-}
-
-absl::Status DedupIdsCuda(const DeviceContext& ctx, const int64_t* ids, int64_t n, int id_bits,
-                          CudaEmbeddingWorkspace* ws, int64_t* unique, int64_t* inverse,
-                          int64_t* num_unique) {
-  return CudaWorkspaceAccess::Dedup(ctx, ids, n, id_bits, ws, unique, inverse, num_unique);
-}
-
-absl::Status BucketizeIdsCuda(const DeviceContext& ctx, const BucketizeArgs& args,
-                              CudaEmbeddingWorkspace* ws) {
-  return CudaWorkspaceAccess::Bucketize(ctx, args, ws);
 }
 
 // The dispatching entry points' CUDA halves without a public twin (pooled_lookup.cc).
