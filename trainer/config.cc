@@ -19,6 +19,7 @@
 #include "trainer/internal/config_reader.h"
 #include "trainer/internal/config_storage.h"
 #include "trainer/internal/config_dynamic.h"
+#include "trainer/internal/config_override.h"
 #include "trainer/internal/config_tables.h"
 #include "trainer/presets.h"
 
@@ -507,67 +508,6 @@ absl::Status ParseRest(const ConfigReader& r, const YAML::Node& root, const std:
   return ResolveExisting(r, sh, p, "plan", dir, &c->sharding.plan);
 }
 
-// Applies one "a.b.c=value" override to the tree. `key_out` gets the key in message form
-// ("model.tables[0].rows") so later errors about it can name the override.
-absl::Status ApplyOverride(const std::string& source, const std::string& text, YAML::Node* root,
-                           std::string* key_out) {
-  auto bad = [&](absl::string_view problem) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": override '", EscapeBytes(text, 200), "': ", problem));
-  };
-  size_t eq = text.find('=');
-  if (eq == std::string::npos || eq == 0) return bad("expected dotted.key=value");
-  std::string key = text.substr(0, eq);
-  const std::string value_text = text.substr(eq + 1);
-  // Accept both model.tables.0.rows and model.tables[0].rows.
-  for (char& ch : key)
-    if (ch == '[') ch = '.';
-  key.erase(std::remove(key.begin(), key.end(), ']'), key.end());
-  std::vector<std::string> parts = absl::StrSplit(key, '.');
-  for (const std::string& part : parts)
-    if (part.empty()) return bad("empty key segment");
-  YAML::Node value;
-  try {
-    value = value_text.empty() ? YAML::Node(std::string()) : YAML::Load(value_text);
-  } catch (const YAML::Exception& e) {
-    return bad(absl::StrCat("the value is not valid YAML: ", EscapeBytes(e.msg, 200)));
-  }
-  YAML::Node cur;
-  cur.reset(*root);  // rebind, never assign: Node::operator= copies into the referenced node
-  std::string norm;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    const std::string& part = parts[i];
-    const bool last = i + 1 == parts.size();
-    if (cur.IsSequence()) {
-      size_t index;
-      if (!absl::SimpleAtoi(part, &index) || index >= cur.size())
-        return bad(absl::StrCat("'", EscapeBytes(norm, 200), "' is a list of ", cur.size(),
-                                " entries; expected an index below that, got '",
-                                EscapeBytes(part), "'"));
-      absl::StrAppend(&norm, "[", index, "]");
-      if (last) {
-        cur[index] = value;
-      } else {
-        YAML::Node next = cur[index];
-        cur.reset(next);
-      }
-      continue;
-    }
-    // An absent section (undefined) is created, like a null one.
-    if (cur.IsDefined() && !cur.IsMap() && !cur.IsNull())
-      return bad(absl::StrCat("'", EscapeBytes(norm, 200), "' is a value, not a section"));
-    norm = internal::JoinKey(norm, part);
-    if (last) {
-      cur[part] = value;
-    } else {
-      YAML::Node next = cur[part];
-      cur.reset(next);
-    }
-  }
-  *key_out = norm;
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::string& source_name,
@@ -589,7 +529,7 @@ absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::stri
     std::vector<std::pair<std::string, std::string>> applied;
     for (const std::string& o : overrides) {
       std::string key;
-      TESSERA_RETURN_IF_ERROR(ApplyOverride(source_name, o, &root, &key));
+      TESSERA_RETURN_IF_ERROR(internal::ApplyConfigOverride(source_name, o, &root, &key));
       applied.emplace_back(key, o);
     }
     ConfigReader r(source_name, std::move(applied), internal::ConfigSchema());
