@@ -119,26 +119,35 @@ TEST(EstimatorTest, RanksSharingCoresComputeSlower) {
   EXPECT_NEAR(eb.step.s[kEmbeddingUpdate], 2 * ea.step.s[kEmbeddingUpdate], 1e-12);
 }
 
+// Two tables table-wise on the 2 ranks of one node, a bottom MLP: the step from `prof` and from
+// FlatProfile() (no slowdowns) in *slow and *flat.
+void StepsAtTwoRanks(const MachineProfile& prof, StepEstimate* slow, StepEstimate* flat) {
+  PlanInputs in = SmallInputs({1000, 1000}, 16, 2, 100);
+  in.topology.ranks_per_node = 2;
+  in.dense.bottom_mlp = {64};
+  absl::StatusOr<Estimator> s = Estimator::Create(in, prof, 2);
+  const MachineProfile flat_prof = FlatProfile();
+  absl::StatusOr<Estimator> f = Estimator::Create(in, flat_prof, 2);
+  ASSERT_TRUE(s.ok() && f.ok());
+  std::vector<TablePlacement> p = {TableWise(0, in.tables[0].config),
+                                   TableWise(1, in.tables[1].config)};
+  *slow = s->Evaluate(p);
+  *flat = f->Evaluate(p);
+}
+
 TEST(EstimatorTest, ComputeSlowsDownWhenTheNodesRanksComputeAtOnce) {
   // compute_slowdown 1.5 at world size 2: at T = 2 on one node every compute phase (lookup,
   // update, dense) takes 1.5x; the exchanges do not; at T = 1 nothing changes.
   MachineProfile prof = FlatProfile();
   for (CollectivePoint& c : prof.collectives) c.compute_slowdown = c.world_size == 2 ? 1.5 : 0;
-  PlanInputs in = SmallInputs({1000, 1000}, 16, 2, 100);
-  in.topology.ranks_per_node = 2;
-  in.dense.bottom_mlp = {64};
-  absl::StatusOr<Estimator> slow = Estimator::Create(in, prof, 2);
-  const MachineProfile flat_prof = FlatProfile();
-  absl::StatusOr<Estimator> flat = Estimator::Create(in, flat_prof, 2);
-  ASSERT_TRUE(slow.ok() && flat.ok());
-  std::vector<TablePlacement> p = {TableWise(0, in.tables[0].config),
-                                   TableWise(1, in.tables[1].config)};
-  const StepEstimate a = slow->Evaluate(p), b = flat->Evaluate(p);
+  StepEstimate a, b;
+  ASSERT_NO_FATAL_FAILURE(StepsAtTwoRanks(prof, &a, &b));
   for (Phase ph : {kLookup, kEmbeddingUpdate, kDenseForward, kDenseBackward}) {
     ASSERT_GT(b.step.s[ph], 0) << PhaseName(ph);
     EXPECT_NEAR(a.step.s[ph], 1.5 * b.step.s[ph], 1e-12) << PhaseName(ph);
   }
   EXPECT_NEAR(a.step.s[kOutputDist], b.step.s[kOutputDist], 1e-12);
+  const MachineProfile flat_prof = FlatProfile();
   PlanInputs one = SmallInputs({1000, 1000}, 16, 1, 100);
   absl::StatusOr<Estimator> s1 = Estimator::Create(one, prof, 1);
   absl::StatusOr<Estimator> f1 = Estimator::Create(one, flat_prof, 1);
@@ -156,16 +165,8 @@ TEST(EstimatorTest, DensePhasesTakeTheGemmSlowdownAndRowWorkTheRowsOne) {
     c.compute_slowdown = c.world_size == 2 ? 1.5 : 0;
     c.gemm_slowdown = c.world_size == 2 ? 1.1 : 0;
   }
-  PlanInputs in = SmallInputs({1000, 1000}, 16, 2, 100);
-  in.topology.ranks_per_node = 2;
-  in.dense.bottom_mlp = {64};
-  absl::StatusOr<Estimator> slow = Estimator::Create(in, prof, 2);
-  const MachineProfile flat_prof = FlatProfile();
-  absl::StatusOr<Estimator> flat = Estimator::Create(in, flat_prof, 2);
-  ASSERT_TRUE(slow.ok() && flat.ok());
-  std::vector<TablePlacement> p = {TableWise(0, in.tables[0].config),
-                                   TableWise(1, in.tables[1].config)};
-  const StepEstimate a = slow->Evaluate(p), b = flat->Evaluate(p);
+  StepEstimate a, b;
+  ASSERT_NO_FATAL_FAILURE(StepsAtTwoRanks(prof, &a, &b));
   for (Phase ph : {kLookup, kEmbeddingUpdate}) {
     ASSERT_GT(b.step.s[ph], 0) << PhaseName(ph);
     EXPECT_NEAR(a.step.s[ph], 1.5 * b.step.s[ph], 1e-12) << PhaseName(ph);
