@@ -51,8 +51,8 @@
 //                  (the CPU clock's); the training thread's prefetch probes every id (hit_s)
 // The ranks' compute is multiplied by the profile's slowdowns at the node's rank count (ranks
 // computing side by side share the LLC and the memory bus): compute_slowdown for the row work
-// (lookup, update, packing), gemm_slowdown for the dense phases. Every collective also pays its latency (profile alpha at that communicator
-// size). Each collective is priced at the profile's points of its scope: a group whose ranks
+// (lookup, update, packing), gemm_slowdown for the dense phases. Every collective also pays its
+// latency (profile alpha at that communicator size). Each collective is priced at the profile's points of its scope: a group whose ranks
 // share one node (R ranks per node, world ranks filling nodes in order, the layout deciding
 // which groups are neighbours: Topology) at the same-node points, a group across nodes at the
 // cross-node points (same_node: false, from calibrate across hosts) when the profile has them;

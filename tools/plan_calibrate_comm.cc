@@ -180,14 +180,17 @@ absl::StatusOr<Slowdowns> ComputeSlowdown(Communicator& comm, bool wall) {
     }
     return clock() - t0;
   };
+  auto mid = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
   auto median = [&](bool gemm, int reps) -> absl::StatusOr<double> {
     std::vector<double> t;
     for (int i = 0; i < reps; ++i) {
       TESSERA_ASSIGN_OR_RETURN(double s, kernel(gemm));
       t.push_back(s);
     }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
+    return mid(std::move(t));
   };
   const int n = comm.size();
   std::vector<int64_t> counts(n, 8), displs(n);
@@ -220,11 +223,7 @@ absl::StatusOr<Slowdowns> ComputeSlowdown(Communicator& comm, bool wall) {
     gemm.push_back(g);
     rows.push_back(r);
   }
-  auto med = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return std::max(1.0, v[v.size() / 2]);
-  };
-  return Slowdowns{med(rows), med(gemm)};
+  return Slowdowns{std::max(1.0, mid(rows)), std::max(1.0, mid(gemm))};
 }
 
 }  // namespace
