@@ -176,6 +176,7 @@ EOF
 --mca plm_rsh_agent $state/rsh
 --mca plm_rsh_no_tree_spawn 1
 --mca btl tcp,vader,self
+--bind-to none
 --mca mpi_yield_when_idle 1
 --mca btl_tcp_if_include 198.18.$net.0/24
 --mca oob_tcp_if_include 198.19.$net.0/24

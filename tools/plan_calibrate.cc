@@ -529,6 +529,11 @@ int RunPlanCalibrate(int argc, char** argv) {
     // the worker reports what the MPI runtime added (comm_memory_bytes).
     const int64_t before_mpi = ResidentBytes();
     if (!MpiInitialize(&argc, &argv).ok()) return 1;
+    // The threads per rank the profile is for (its kernels then run as the trainer's ranks
+    // do): left at the core count, the co-running GEMM ran on 2 OpenBLAS threads per rank,
+    // so alone it had both cores and together 4 ranks x 2 threads shared them, and the
+    // cross-host GEMM slowdown of 4 ranks on 2 cores came out 3.7-4.1 (the step's: 2.1).
+    SetNumThreads(std::max(1, o.threads));
     absl::Status st = RunCollectivesWorker(worker_out, o.seconds_per_point, before_mpi);
     if (!st.ok())
       std::fprintf(stderr, "tessera-plan calibrate: %s\n", std::string(st.message()).c_str());
@@ -548,6 +553,9 @@ int RunPlanCalibrate(int argc, char** argv) {
   if (o.seconds_per_point != CalibrateOptions().seconds_per_point) {
     o.worker_argv.insert(o.worker_argv.begin() + 2,
                          absl::StrCat("--seconds_per_point=", o.seconds_per_point));
+  }
+  if (o.threads != CalibrateOptions().threads) {
+    o.worker_argv.insert(o.worker_argv.begin() + 2, absl::StrCat("--threads=", o.threads));
   }
   const std::string command = absl::StrJoin(words, " ");
   absl::StatusOr<planner::MachineProfile> p = Calibrate(o, command);

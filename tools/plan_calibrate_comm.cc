@@ -146,7 +146,7 @@ absl::StatusOr<double> TimeUnsynced(Communicator& comm, double compute_s,
 // Zen 4 VM when both kinds ran as one kernel, once) falls on both sides of every ratio.
 // `wall`: on the wall clock instead (the cross-host measurement: there the ranks of emulated
 // hosts share one machine's cores, which a thread's CPU clock does not see; on real hosts with
-// a core per rank the two agree).
+// a core per rank the two agree), each rank's runs totalled and the ranks averaged.
 struct Slowdowns {
   double rows = 1, gemm = 1;
 };
@@ -184,11 +184,21 @@ absl::StatusOr<Slowdowns> ComputeSlowdown(Communicator& comm, bool wall) {
     std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
     return v[v.size() / 2];
   };
+  // One rank's time per kernel over `reps` runs: the median run on the CPU clock; on the wall
+  // clock the runs' total / reps, because ranks that share a core are time-sliced in slices as
+  // long as a run (a few ms): a run's wall time is 1x-3x its share, and the median of such runs,
+  // then the slowest rank's, measured 3.7x for 4 ranks on 2 cores where the step's dense phases
+  // ran 2.1x (docs/PERFORMANCE.md "Across emulated hosts"). A total averages the slices out.
   auto median = [&](bool gemm, int reps) -> absl::StatusOr<double> {
     std::vector<double> t;
     for (int i = 0; i < reps; ++i) {
       TESSERA_ASSIGN_OR_RETURN(double s, kernel(gemm));
       t.push_back(s);
+    }
+    if (wall) {
+      double sum = 0;
+      for (double s : t) sum += s;
+      return sum / reps;
     }
     return mid(std::move(t));
   };
@@ -211,7 +221,16 @@ absl::StatusOr<Slowdowns> ComputeSlowdown(Communicator& comm, bool wall) {
     TESSERA_RETURN_IF_ERROR(comm.AllReduce(&alone, 1, ReduceOp::kSum));  // the solo rank's
     std::vector<double> all(n);
     TESSERA_RETURN_IF_ERROR(comm.AllGatherV(&together, 8, all.data(), counts, displs));
-    together = *std::max_element(all.begin(), all.end());
+    // The slowest rank's on the CPU clock (contention); on the wall clock the ranks' mean: the
+    // ranks that share cores take turns, and which one ran last is the scheduler's pick, not a
+    // slower rank (the step's own imbalance is priced by the critical path).
+    if (wall) {
+      double sum = 0;
+      for (double a : all) sum += a;
+      together = sum / n;
+    } else {
+      together = *std::max_element(all.begin(), all.end());
+    }
     return alone > 0 ? together / alone : 1.0;
   };
   TESSERA_RETURN_IF_ERROR(median(true, 3).status());  // first touch
