@@ -131,8 +131,8 @@ struct CalibrateOptions {
 
 // A calibration of about half a minute on 2 cores for `sharding.profile: auto`'s first use
 // (trainer/auto_plan.h): dims 16, 64 and 256 over a 128 MiB table, 0.05 s per point, 3 runs
-// (1 extra), collectives at 2 ranks (when the machine has 2 cores or more), one tier size of 50k rows, the
-// GEMM shapes of `configs` only.
+// (1 extra), collectives at 2 ranks (when the machine has 2 cores or more), one tier size of
+// 50k rows, the GEMM shapes of `configs` only.
 CalibrateOptions QuickCalibrateOptions(const std::vector<std::string>& configs);
 
 // Runs every measurement and returns the profile (machine, date and source filled in;

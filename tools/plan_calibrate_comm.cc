@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <numeric>
 #include <sstream>
 #include <tuple>
 
@@ -185,22 +186,17 @@ absl::StatusOr<Slowdowns> ComputeSlowdown(Communicator& comm, bool wall) {
     return v[v.size() / 2];
   };
   // One rank's time per kernel over `reps` runs: the median run on the CPU clock; on the wall
-  // clock the runs' total / reps, because ranks that share a core are time-sliced in slices as
-  // long as a run (a few ms): a run's wall time is 1x-3x its share, and the median of such runs,
-  // then the slowest rank's, measured 3.7x for 4 ranks on 2 cores where the step's dense phases
-  // ran 2.1x (docs/PERFORMANCE.md "Across emulated hosts"). A total averages the slices out.
-  auto median = [&](bool gemm, int reps) -> absl::StatusOr<double> {
+  // clock the runs' mean, because ranks that share a core are time-sliced in slices as long as
+  // a run (a few ms): a run's wall time is 1x-3x its share, and the median of such runs, then
+  // the slowest rank's, measured 3.7x for 4 ranks on 2 cores where the step's dense phases ran
+  // 2.1x (docs/PERFORMANCE.md "Across emulated hosts"). A mean averages the slices out.
+  auto per_run = [&](bool gemm, int reps) -> absl::StatusOr<double> {
     std::vector<double> t;
     for (int i = 0; i < reps; ++i) {
       TESSERA_ASSIGN_OR_RETURN(double s, kernel(gemm));
       t.push_back(s);
     }
-    if (wall) {
-      double sum = 0;
-      for (double s : t) sum += s;
-      return sum / reps;
-    }
-    return mid(std::move(t));
+    return wall ? std::accumulate(t.begin(), t.end(), 0.0) / reps : mid(std::move(t));
   };
   const int n = comm.size();
   std::vector<int64_t> counts(n, 8), displs(n);
@@ -211,30 +207,25 @@ absl::StatusOr<Slowdowns> ComputeSlowdown(Communicator& comm, bool wall) {
     double alone = 0;
     TESSERA_RETURN_IF_ERROR(comm.Barrier());
     if (comm.rank() == solo) {
-      TESSERA_ASSIGN_OR_RETURN(alone, median(gemm, kReps));
+      TESSERA_ASSIGN_OR_RETURN(alone, per_run(gemm, kReps));
     } else {
       TESSERA_ASSIGN_OR_RETURN(double one, kernel(gemm));
       usleep(static_cast<useconds_t>(std::min(5.0, 3 * kReps * one) * 1e6));
     }
     TESSERA_RETURN_IF_ERROR(comm.Barrier());
-    TESSERA_ASSIGN_OR_RETURN(double together, median(gemm, kReps));
+    TESSERA_ASSIGN_OR_RETURN(double together, per_run(gemm, kReps));
     TESSERA_RETURN_IF_ERROR(comm.AllReduce(&alone, 1, ReduceOp::kSum));  // the solo rank's
     std::vector<double> all(n);
     TESSERA_RETURN_IF_ERROR(comm.AllGatherV(&together, 8, all.data(), counts, displs));
     // The slowest rank's on the CPU clock (contention); on the wall clock the ranks' mean: the
     // ranks that share cores take turns, and which one ran last is the scheduler's pick, not a
     // slower rank (the step's own imbalance is priced by the critical path).
-    if (wall) {
-      double sum = 0;
-      for (double a : all) sum += a;
-      together = sum / n;
-    } else {
-      together = *std::max_element(all.begin(), all.end());
-    }
+    together = wall ? std::accumulate(all.begin(), all.end(), 0.0) / n
+                    : *std::max_element(all.begin(), all.end());
     return alone > 0 ? together / alone : 1.0;
   };
-  TESSERA_RETURN_IF_ERROR(median(true, 3).status());  // first touch
-  TESSERA_RETURN_IF_ERROR(median(false, 3).status());
+  TESSERA_RETURN_IF_ERROR(per_run(true, 3).status());  // first touch
+  TESSERA_RETURN_IF_ERROR(per_run(false, 3).status());
   std::vector<double> rows, gemm;
   for (int round = 0; round < kRounds; ++round) {
     TESSERA_ASSIGN_OR_RETURN(double g, ratio(true, round));
