@@ -50,19 +50,27 @@ DenseCost ComputeDenseCost(const DeviceProfile& d, const DenseShape& ds, int64_t
   } else {
     const int64_t dim = bottom_out + emb_out_dim;
     inter_dim = dim;
+    const int64_t r = ds.dcn_low_rank;
+    const CrossPoint* timed = NearestCrossPoint(d, b, dim, r);
     for (int l = 0; l < ds.dcn_num_layers; ++l) {
-      if (ds.dcn_low_rank > 0) {
-        LinearCost(d, b, dim, ds.dcn_low_rank, &fwd, &bwd);
-        LinearCost(d, b, ds.dcn_low_rank, dim, &fwd, &bwd);
-        params += 2 * dim * ds.dcn_low_rank + dim;
+      params += r > 0 ? 2 * dim * r + dim : dim * dim + dim;
+      if (timed != nullptr) {
+        // The layer timed whole (calibrate): its GEMM flops at the nearest cross shape's rates.
+        const double flops = CrossLayerFlops(b, dim, r);
+        fwd += flops / timed->forward_flops_per_s;
+        bwd += 2 * flops / timed->backward_flops_per_s;
       } else {
-        LinearCost(d, b, dim, dim, &fwd, &bwd);
-        params += dim * dim + dim;
+        if (r > 0) {
+          LinearCost(d, b, dim, r, &fwd, &bwd);
+          LinearCost(d, b, r, dim, &fwd, &bwd);
+        } else {
+          LinearCost(d, b, dim, dim, &fwd, &bwd);
+        }
+        // x0 * (W x + b) + x and its gradient: passes over [b, dim] of their own (not Linear's).
+        const double cross = 3.0 * b * dim * 4 / d.copy_bytes_per_s;
+        fwd += cross;
+        bwd += cross;
       }
-      // x0 * (W x + b) + x and its gradient: passes over [b, dim] of their own (not Linear's).
-      const double cross = 3.0 * b * dim * 4 / d.copy_bytes_per_s;
-      fwd += cross;
-      bwd += cross;
       act += 3.0 * b * dim * 4;
     }
   }

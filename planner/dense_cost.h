@@ -7,7 +7,9 @@
 //     and its gradient (3 B out x 4 bytes at the copy rate) and one launch overhead per GEMM
 //   dot interaction over F + 1 vectors of d: forward Z = E E^T (shape (F+1, F+1, d)), backward
 //     (dZ + dZ^T) E (shape (F+1, d, F+1)), the same flops; plus the packing of the triangle
-//   DCNv2: per cross layer a Linear dim -> dim (or dim -> r -> dim when low-rank)
+//   DCNv2: per cross layer its GEMM flops at the profile's nearest cross point's rates (the layer
+//     timed whole); without cross points a Linear dim -> dim (or dim -> r -> dim when low-rank)
+//     plus the combine passes at the copy rate
 //   dense optimizer: read-modify-write of weights, gradients and state at the copy rate
 // Thread-safety: a pure function.
 #pragma once

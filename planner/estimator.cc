@@ -49,6 +49,15 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
                                                    "' device, which the ranks compute on"));
   }
   e.table_kind_ = in.step.device == "cuda" ? kDevice : kHost;
+  if (profile.tier.empty()) {
+    for (const PlanTable& t : in.tables) {
+      if (t.storage_fixed && t.config.storage.tier == StorageTier::kRocksDb) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            in.source, ": table '", t.config.name, "' is on the RocksDB tier, but the profile (",
+            profile.machine, ") has no tier points (calibrated with --tier_dims \"\")"));
+      }
+    }
+  }
   const std::string& tr = in.topology.transport;
   e.nccl_ = tr == "nccl";
   // Which node each rank of sharding group 0 and of replica group 0 sits on, by the layout

@@ -196,6 +196,7 @@ class Estimator {
   int group_size() const { return n_; }
   int replicas() const { return m_; }
   const PlanInputs& inputs() const { return *in_; }
+  const MachineProfile& profile() const { return *profile_; }
   MemKind table_kind() const { return table_kind_; }
   int node_ranks() const { return node_ranks_; }
   // The node of group rank `r` (by the topology's ranks per node and layout).

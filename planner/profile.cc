@@ -198,6 +198,25 @@ absl::StatusOr<DeviceProfile> ReadDevice(const YAML::Node& n, const std::string&
     d.gemm.push_back(g);
   }
   TESSERA_ASSIGN_OR_RETURN(d.gemm_peak_flops_per_s, r.GetPositive("gemm_peak_flops_per_s"));
+  if (n["cross"]) {
+    TESSERA_ASSIGN_OR_RETURN(YAML::Node cross, r.Node("cross"));
+    if (!cross.IsSequence()) return r.Error(cross, r.Key("cross"), "must be a list");
+    for (size_t i = 0; i < cross.size(); ++i) {
+      MapReader p(cross[i], source, absl::StrCat(r.Key("cross"), "[", i, "]"));
+      TESSERA_RETURN_IF_ERROR(p.CheckMap());
+      CrossPoint c;
+      TESSERA_ASSIGN_OR_RETURN(c.batch, p.Get<int64_t>("batch"));
+      TESSERA_ASSIGN_OR_RETURN(c.dim, p.Get<int64_t>("dim"));
+      TESSERA_ASSIGN_OR_RETURN(c.rank, p.Get<int64_t>("rank"));
+      TESSERA_ASSIGN_OR_RETURN(c.forward_flops_per_s, p.GetPositive("forward_flops_per_s"));
+      TESSERA_ASSIGN_OR_RETURN(c.backward_flops_per_s, p.GetPositive("backward_flops_per_s"));
+      TESSERA_RETURN_IF_ERROR(p.Done());
+      if (c.batch <= 0 || c.dim <= 0 || c.rank < 0) {
+        return p.Error(cross[i], p.Key("batch"), "batch and dim must be positive, rank >= 0");
+      }
+      d.cross.push_back(c);
+    }
+  }
   TESSERA_ASSIGN_OR_RETURN(d.gemm_fused_passes, r.GetBoolOr("gemm_fused_passes", false));
   TESSERA_ASSIGN_OR_RETURN(d.launch_overhead_s, r.GetNonNegative("launch_overhead_s"));
   TESSERA_ASSIGN_OR_RETURN(double base, r.GetNonNegative("base_memory_bytes"));
@@ -284,7 +303,10 @@ absl::StatusOr<MachineProfile> ParseRoot(const YAML::Node& root, const std::stri
     }
     p.collectives.push_back(pt);
   }
-  TESSERA_ASSIGN_OR_RETURN(YAML::Node tier, r.List("tier"));
+  // The tier may be empty (`tier: []`, calibrate --tier_dims ""): the planner then keeps every
+  // table off it and refuses a config that puts one there (Estimator::Create).
+  TESSERA_ASSIGN_OR_RETURN(YAML::Node tier, r.Node("tier"));
+  if (!tier.IsSequence()) return r.Error(tier, r.Key("tier"), "must be a list (empty: no tier points)");
   for (size_t i = 0; i < tier.size(); ++i) {
     MapReader t(tier[i], source, absl::StrCat("tier[", i, "]"));
     TESSERA_RETURN_IF_ERROR(t.CheckMap());
@@ -423,6 +445,17 @@ std::string MachineProfileToYaml(const MachineProfile& p) {
     }
     e << YAML::EndSeq;
     e << YAML::Key << "gemm_peak_flops_per_s" << YAML::Value << d.gemm_peak_flops_per_s;
+    if (!d.cross.empty()) {
+      e << YAML::Key << "cross" << YAML::Value << YAML::BeginSeq;
+      for (const CrossPoint& c : d.cross) {
+        e << YAML::Flow << YAML::BeginMap << YAML::Key << "batch" << YAML::Value << c.batch
+          << YAML::Key << "dim" << YAML::Value << c.dim << YAML::Key << "rank" << YAML::Value
+          << c.rank << YAML::Key << "forward_flops_per_s" << YAML::Value << c.forward_flops_per_s
+          << YAML::Key << "backward_flops_per_s" << YAML::Value << c.backward_flops_per_s
+          << YAML::EndMap;
+      }
+      e << YAML::EndSeq;
+    }
     if (d.gemm_fused_passes) {
       e << YAML::Key << "gemm_fused_passes" << YAML::Value << true;
     }

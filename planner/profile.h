@@ -52,6 +52,21 @@ struct GemmPoint {
   double flops_per_s = 0;  // 2 m n k / seconds
 };
 
+// One DCNv2 cross layer x_{l+1} = x0 * (W x_l + b) + x_l timed whole (CrossLayerForward /
+// CrossLayerBackward: its GEMMs and its combine passes, which are not a Linear layer's), by shape:
+// batch rows, dim, rank (0: full-rank W [dim, dim]; else U [dim, rank] V [rank, dim]). Rates
+// over the layer's GEMM flops (CrossLayerFlops): full 2 b d^2 forward, twice that backward;
+// low rank 4 b d r forward, twice that backward.
+struct CrossPoint {
+  int64_t batch = 0, dim = 0, rank = 0;
+  double forward_flops_per_s = 0;
+  double backward_flops_per_s = 0;
+};
+// The forward GEMM flops of one cross layer of that shape (the backward's are twice).
+inline double CrossLayerFlops(int64_t batch, int64_t dim, int64_t rank) {
+  return rank > 0 ? 4.0 * batch * dim * rank : 2.0 * batch * dim * dim;
+}
+
 struct DeviceProfile {
   std::string kind;             // "cpu" or "cuda"
   std::string name;             // e.g. "AMD EPYC 9R14 (2 cores)", "NVIDIA H200"
@@ -93,6 +108,9 @@ struct DeviceProfile {
   std::vector<RowRatePoint> scatter_update;  // sorted by row_bytes
   std::vector<GemmPoint> gemm;               // forward shapes of the models calibrated for
   double gemm_peak_flops_per_s = 0;          // best GEMM rate seen (fallback for other shapes)
+  // Optional (empty when absent: a cross layer is priced as a Linear dim -> dim, or dim -> r ->
+  // dim, plus its combine passes at copy_bytes_per_s): cross layers timed whole, by shape.
+  std::vector<CrossPoint> cross;
   // Optional (false when absent): the gemm points were timed through the trainer's Linear layer
   // (LinearForward / LinearBackward: the GEMMs with the fused bias + ReLU pass, and in the
   // backward the ReLU mask and the bias gradient), as tessera-plan calibrate measures them; the
@@ -218,6 +236,11 @@ double ScatterUpdateWarmRowsPerSec(const DeviceProfile& d, int64_t row_bytes);
 // priced at the rate of a square one of the same m n k); ties go to the point listed first.
 // gemm_peak_flops_per_s when the table is empty.
 double GemmFlopsPerSec(const DeviceProfile& d, int64_t m, int64_t n, int64_t k);
+// The cross point nearest to (batch, dim, rank) by the same log distance (rank 0 counts as
+// rank = dim, and a full-rank shape only matches full-rank points when the profile has one, and
+// likewise low rank); nullptr when the profile has no cross points.
+const CrossPoint* NearestCrossPoint(const DeviceProfile& d, int64_t batch, int64_t dim,
+                                    int64_t rank);
 // The point for (op, transport) at world_size, interpolated between measured sizes and
 // extrapolated linearly in log2(world_size) beyond the largest one (latency grows, bandwidth is
 // held at the largest size's); NotFound naming the op and transport when no point of them

@@ -43,6 +43,11 @@ std::vector<MeasuredKey> MeasuredKeys(MachineProfile* p) {
       add(absl::StrCat(pre, "gemm[", g.m, "x", g.n, "x", g.k, "].flops_per_s"), &g.flops_per_s,
           part);
     }
+    for (CrossPoint& c : d.cross) {
+      const std::string g = absl::StrCat(pre, "cross[", c.batch, "x", c.dim, "r", c.rank, "].");
+      add(g + "forward_flops_per_s", &c.forward_flops_per_s, part);
+      add(g + "backward_flops_per_s", &c.backward_flops_per_s, part);
+    }
     add(pre + "gemm_peak_flops_per_s", &d.gemm_peak_flops_per_s, part);
     add(pre + "launch_overhead_s", &d.launch_overhead_s, part, 1e-6);
   }

@@ -155,6 +155,26 @@ double GemmFlopsPerSec(const DeviceProfile& d, int64_t m, int64_t n, int64_t k) 
   return best->flops_per_s;
 }
 
+const CrossPoint* NearestCrossPoint(const DeviceProfile& d, int64_t batch, int64_t dim,
+                                    int64_t rank) {
+  auto ln = [](int64_t x) { return std::log(static_cast<double>(std::max<int64_t>(1, x))); };
+  bool same_kind = false;
+  for (const CrossPoint& c : d.cross) same_kind |= (c.rank > 0) == (rank > 0);
+  const CrossPoint* best = nullptr;
+  double best_dist = 1e300;
+  for (const CrossPoint& c : d.cross) {
+    if (same_kind && (c.rank > 0) != (rank > 0)) continue;
+    const double a = ln(c.batch) - ln(batch), b = ln(c.dim) - ln(dim);
+    const double r = ln(c.rank > 0 ? c.rank : c.dim) - ln(rank > 0 ? rank : dim);
+    const double dist = a * a + b * b + r * r;
+    if (dist < best_dist) {
+      best_dist = dist;
+      best = &c;
+    }
+  }
+  return best;
+}
+
 absl::StatusOr<CollectiveCost> CollectiveAt(const MachineProfile& p, CollectiveOp op,
                                             const std::string& transport, int world_size) {
   std::vector<const CollectivePoint*> pts;

@@ -309,7 +309,9 @@ absl::StatusOr<GroupPlan> SearchGroup(const Estimator& est, const SearchOptions&
   ctx.world_size = in.topology.world_size;
   ctx.node_ranks = est.node_ranks();
   ctx.disk_available = in.topology.memory.disk > 0;
-  ctx.tier_allowed = est.table_kind() == kHost;
+  // No tier points (calibrated without the tier): no table goes there (a fixed one is refused
+  // by Estimator::Create).
+  ctx.tier_allowed = est.table_kind() == kHost && !est.profile().tier.empty();
   std::vector<std::vector<TableOption>> opts(num_tables);
   std::vector<double> cost(num_tables);
   for (int t = 0; t < num_tables; ++t) {

@@ -68,11 +68,17 @@ KeyedJagged MakeBatch(int64_t rows, int64_t batch, int64_t pooling, bool hot, do
   return kj;
 }
 
+// plan_calibrate_internal.h
+absl::Status Sync(const DeviceContext& ctx) {
+  return ctx.is_cuda() ? CudaSynchronize(ctx) : absl::OkStatus();
+}
+
 }  // namespace calibrate_internal
 
 namespace {
 
 using calibrate_internal::IntervalTimer;
+using calibrate_internal::Sync;
 using calibrate_internal::MedianSeconds;
 using calibrate_internal::EvictCaches;
 using calibrate_internal::MakeBatch;
@@ -97,10 +103,6 @@ absl::StatusOr<std::unique_ptr<SparseArch>> MakeTable(int64_t rows, int64_t dim,
   }
   TESSERA_ASSIGN_OR_RETURN(auto local, EmbeddingCollection::Create(eo, ctx));
   return std::unique_ptr<SparseArch>(std::make_unique<LocalSparseArch>(std::move(local)));
-}
-
-absl::Status Sync(const DeviceContext& ctx) {
-  return ctx.is_cuda() ? CudaSynchronize(ctx) : absl::OkStatus();
 }
 
 
@@ -400,150 +402,6 @@ absl::Status MeasureSearch(const CalibrateOptions& o, const DeviceContext& ctx,
 }
 
 
-using Shape = std::tuple<int64_t, int64_t, int64_t>;
-
-// (batch, in, out) of every Linear layer of the configs' dense arch, and (batch, F, d) of their
-// dot interactions in `dots`.
-absl::StatusOr<std::set<Shape>> LayerShapes(const CalibrateOptions& o, std::set<Shape>* dots) {
-  std::set<Shape> shapes;
-  for (const std::string& path : o.configs) {
-    TESSERA_ASSIGN_OR_RETURN(Config c, LoadConfig(path));
-    DenseArchOptions da = DenseOptionsFromConfig(c);
-    TESSERA_ASSIGN_OR_RETURN(auto arch, DenseArch::Create(da, DeviceContext::Cpu()));
-    const int64_t b = c.data.batch_size;
-    if (da.interaction == InteractionType::kDot)
-      dots->insert({b, da.num_embeddings, da.embedding_dim});
-    int64_t in = da.num_dense;
-    for (int64_t w : da.bottom_mlp) {
-      shapes.insert({b, in, w});
-      in = w;
-    }
-    in = arch->interaction_dim();
-    for (int64_t w : da.top_mlp) {
-      shapes.insert({b, in, w});
-      in = w;
-    }
-  }
-  if (shapes.empty()) shapes.insert({2048, 256, 512});
-  return shapes;
-}
-
-// Forward, input-gradient and weight-gradient GEMM rates of each layer shape through
-// LinearForward / LinearBackward (ReLU layers: the trainer's fused bias + activation passes).
-absl::Status MeasureGemm(const CalibrateOptions& o, const DeviceContext& ctx,
-                         planner::DeviceProfile* d) {
-  std::set<Shape> dots;
-  TESSERA_ASSIGN_OR_RETURN(auto shapes, LayerShapes(o, &dots));
-  // Forward points first, then the input- and weight-gradient points: GemmFlopsPerSec takes the
-  // first point nearest in m n k, and the three shapes of one layer have the same product.
-  std::vector<planner::GemmPoint> fwd_points, dx_points, dw_points;
-  for (const auto& [b, in, out] : shapes) {
-    TESSERA_ASSIGN_OR_RETURN(Buffer x, Buffer::Allocate(ctx.device, DType::kF32, {b, in}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer w, Buffer::Allocate(ctx.device, DType::kF32, {out, in}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer bias, Buffer::Allocate(ctx.device, DType::kF32, {out}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer y, Buffer::Allocate(ctx.device, DType::kF32, {b, out}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer dy, Buffer::Allocate(ctx.device, DType::kF32, {b, out}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer dw, Buffer::Allocate(ctx.device, DType::kF32, {out, in}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer db, Buffer::Allocate(ctx.device, DType::kF32, {out}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer dx, Buffer::Allocate(ctx.device, DType::kF32, {b, in}));
-    if (!ctx.is_cuda()) {
-      for (Buffer* buf : {&x, &w, &bias, &dy}) {
-        float* p = buf->data<float>();
-        for (int64_t i = 0; i < buf->numel(); ++i) p[i] = 0.01f * static_cast<float>((i % 13) - 6);
-      }
-    }
-    const Activation act = Activation::kRelu;
-    auto fwd = [&]() -> absl::StatusOr<double> {
-      IntervalTimer t(o.cpu_clock && !ctx.is_cuda());
-      TESSERA_RETURN_IF_ERROR(LinearForward(ctx, x.data<float>(), w.data<float>(),
-                                            bias.data<float>(), b, in, out, act, y.data<float>()));
-      TESSERA_RETURN_IF_ERROR(Sync(ctx));
-      return t.Seconds();
-    };
-    auto bwd = [&](bool with_dx) -> absl::StatusOr<double> {
-      IntervalTimer t(o.cpu_clock && !ctx.is_cuda());
-      TESSERA_RETURN_IF_ERROR(LinearBackward(
-          ctx, x.data<float>(), w.data<float>(), y.data<float>(), dy.data<float>(), b, in, out, act,
-          dw.data<float>(), db.data<float>(), with_dx ? dx.data<float>() : nullptr));
-      TESSERA_RETURN_IF_ERROR(Sync(ctx));
-      return t.Seconds();
-    };
-    const double flops = 2.0 * b * in * out;
-    TESSERA_ASSIGN_OR_RETURN(double tf, MedianSeconds(o.seconds_per_point / 2, fwd));
-    TESSERA_ASSIGN_OR_RETURN(double tw,
-                             MedianSeconds(o.seconds_per_point / 2, [&] { return bwd(false); }));
-    TESSERA_ASSIGN_OR_RETURN(double twx,
-                             MedianSeconds(o.seconds_per_point / 2, [&] { return bwd(true); }));
-    // dx alone: the difference, floored at a tenth of the weight-gradient time (noise).
-    const double tx = std::max(twx - tw, 0.1 * tw);
-    fwd_points.push_back({b, out, in, flops / tf});  // forward: y[b, out] = x[b, in] W^T
-    dx_points.push_back({b, in, out, flops / tx});   // input gradient: dx[b, in] = dz[b, out] W
-    dw_points.push_back({out, in, b, flops / tw});   // weight gradient: dW[out, in] = dz^T x
-    Progress(
-        o, absl::StrFormat("%s linear %dx%dx%d: fwd %.1f, dx %.1f, dW+db %.1f GFLOP/s", d->kind, b,
-                           in, out, flops / tf / 1e9, flops / tx / 1e9, flops / tw / 1e9));
-  }
-  // The dot interaction: per sample a (F + 1) x (F + 1) x d product (the estimator prices it as
-  // 2 b (F + 1)^2 d flops at the rate of shape (F + 1, F + 1, d)), its backward the same flops at
-  // shape (F + 1, d, F + 1).
-  for (const auto& [b, f, dim] : dots) {
-    const int64_t v = f + 1, out_dim = DotInteractionOutputDim(f, dim);
-    TESSERA_ASSIGN_OR_RETURN(Buffer bottom, Buffer::Allocate(ctx.device, DType::kF32, {b, dim}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer emb, Buffer::Allocate(ctx.device, DType::kF32, {b, f * dim}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer y, Buffer::Allocate(ctx.device, DType::kF32, {b, out_dim}));
-    if (!ctx.is_cuda()) {
-      for (Buffer* buf : {&bottom, &emb}) {
-        float* p = buf->data<float>();
-        for (int64_t i = 0; i < buf->numel(); ++i) p[i] = 0.01f * static_cast<float>((i % 7) - 3);
-      }
-    }
-    TESSERA_ASSIGN_OR_RETURN(
-        double t, MedianSeconds(o.seconds_per_point / 2, [&]() -> absl::StatusOr<double> {
-          IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
-          TESSERA_RETURN_IF_ERROR(DotInteractionForward(
-              ctx, bottom.data<float>(), emb.data<float>(), b, f, dim, y.data<float>()));
-          TESSERA_RETURN_IF_ERROR(Sync(ctx));
-          return w.Seconds();
-        }));
-    // Backward: d_emb = (dZ + dZ^T) E per sample, a (F + 1) x d x (F + 1) product, recorded at
-    // that shape (m = F + 1, n = d, k = F + 1) with the same 2 b (F + 1)^2 d flops.
-    TESSERA_ASSIGN_OR_RETURN(Buffer dy, Buffer::Allocate(ctx.device, DType::kF32, {b, out_dim}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer dbottom, Buffer::Allocate(ctx.device, DType::kF32, {b, dim}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer demb, Buffer::Allocate(ctx.device, DType::kF32, {b, f * dim}));
-    if (!ctx.is_cuda()) {
-      float* p = dy.data<float>();
-      for (int64_t i = 0; i < dy.numel(); ++i) p[i] = 0.01f * static_cast<float>((i % 5) - 2);
-    }
-    TESSERA_ASSIGN_OR_RETURN(
-        double tb, MedianSeconds(o.seconds_per_point / 2, [&]() -> absl::StatusOr<double> {
-          IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
-          TESSERA_RETURN_IF_ERROR(
-              DotInteractionBackward(ctx, bottom.data<float>(), emb.data<float>(), dy.data<float>(),
-                                     b, f, dim, dbottom.data<float>(), demb.data<float>()));
-          TESSERA_RETURN_IF_ERROR(Sync(ctx));
-          return w.Seconds();
-        }));
-    const double flops = 2.0 * b * v * v * dim;
-    fwd_points.push_back({v, v, dim, flops / t});
-    dx_points.push_back({v, dim, v, flops / tb});
-    Progress(o, absl::StrFormat(
-                    "%s dot interaction batch %d, %d x %d x %d: %.1f GFLOP/s (%.3f ms), "
-                    "backward %.1f GFLOP/s (%.3f ms)",
-                    d->kind, b, v, v, dim, flops / t / 1e9, 1e3 * t, flops / tb / 1e9, 1e3 * tb));
-  }
-  std::vector<planner::GemmPoint> points = std::move(fwd_points);
-  points.insert(points.end(), dx_points.begin(), dx_points.end());
-  points.insert(points.end(), dw_points.begin(), dw_points.end());
-  // Timed through LinearForward / LinearBackward and the dot interaction's own kernels: the
-  // bias + ReLU passes are inside the rates (DeviceProfile::gemm_fused_passes).
-  d->gemm_fused_passes = true;
-  d->gemm_peak_flops_per_s = 0;
-  for (const auto& p : points)
-    d->gemm_peak_flops_per_s = std::max(d->gemm_peak_flops_per_s, p.flops_per_s);
-  d->gemm = std::move(points);
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 namespace calibrate_internal {
@@ -565,7 +423,7 @@ absl::StatusOr<planner::DeviceProfile> MeasureDevice(const CalibrateOptions& o,
   d.llc_bytes = LlcBytes(o, ctx);
   Progress(o, absl::StrFormat("%s last-level cache %.1f MiB", d.kind, d.llc_bytes / 1048576.0));
   TESSERA_RETURN_IF_ERROR(MeasureRowRates(o, ctx, &d));
-  TESSERA_RETURN_IF_ERROR(MeasureGemm(o, ctx, &d));
+  TESSERA_RETURN_IF_ERROR(MeasureDense(o, ctx, &d));
   return d;
 }
 

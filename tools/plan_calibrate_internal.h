@@ -1,6 +1,7 @@
 // The steps of `tessera-plan calibrate` (tools/plan_calibrate.h), one file each:
 //   plan_calibrate.cc        the subcommand (arguments, file), orchestration, machine description
-//   plan_calibrate_device.cc copy, per-call overhead, gather / scatter-update, GEMM
+//   plan_calibrate_device.cc copy, per-call overhead, gather / scatter-update
+//   plan_calibrate_dense.cc  GEMM by layer shape, dot interaction, DCNv2 cross layers
 //   plan_calibrate_pack.cc   the input dist's id packing
 //   plan_calibrate_comm.cc   collectives (mpirun workers)
 //   plan_calibrate_tier.cc   RocksDB tier
@@ -57,11 +58,19 @@ inline absl::StatusOr<double> MedianSeconds(double min_seconds,
   return t[t.size() / 2];
 }
 
+// Waits for the device's queued work (CUDA); nothing on the CPU.
+absl::Status Sync(const DeviceContext& ctx);
+
 // A progress line on stderr when o.verbose.
 void Progress(const CalibrateOptions& o, const std::string& line);
 
-// Copy bandwidth, per-call overhead, gather / scatter-update and GEMM rates of one device
-// (plan_calibrate_device.cc).
+// GEMM rates of the configs' Linear and dot-interaction shapes and their cross layers timed
+// whole (d->gemm, gemm_peak_flops_per_s, gemm_fused_passes, cross; plan_calibrate_dense.cc).
+absl::Status MeasureDense(const CalibrateOptions& o, const DeviceContext& ctx,
+                          planner::DeviceProfile* d);
+
+// Copy bandwidth, per-call overhead, gather / scatter-update rates (plan_calibrate_device.cc)
+// and MeasureDense's.
 absl::StatusOr<planner::DeviceProfile> MeasureDevice(const CalibrateOptions& o,
                                                      const DeviceContext& ctx,
                                                      const std::string& name, int64_t memory_bytes);

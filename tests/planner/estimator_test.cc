@@ -485,6 +485,40 @@ TEST(EstimatorTest, FusedLinearPassesAreNotPricedTwice) {
               3.0 * 1000 * (512 + 64) * 4 / d.copy_bytes_per_s, 1e-12);
 }
 
+// A profile with cross points prices each cross layer whole at the nearest point's rates (its
+// GEMM flops: 2 b d^2 forward, twice that backward); without them as a Linear d -> d plus the
+// combine passes.
+TEST(EstimatorTest, CrossLayersAtTheirTimedRates) {
+  PlanInputs in = SmallInputs({1000}, 16, 1, 1000);
+  in.dense.num_dense = 13;
+  in.dense.bottom_mlp = {16};
+  in.dense.top_mlp = {};
+  in.dense.interaction = Interaction::kDcn;
+  MachineProfile prof = FlatProfile();
+  DeviceProfile& d = prof.devices[0];
+  d.gemm = {{1000, 16, 13, 1e11}};
+  d.gemm_peak_flops_per_s = 1e11;
+  d.gemm_fused_passes = true;
+  d.launch_overhead_s = 0;
+  in.dense.dcn_num_layers = 0;
+  absl::StatusOr<Estimator> none = Estimator::Create(in, prof, 1);
+  ASSERT_TRUE(none.ok());
+  in.dense.dcn_num_layers = 3;
+  absl::StatusOr<Estimator> linear = Estimator::Create(in, prof, 1);
+  ASSERT_TRUE(linear.ok());
+  const double dim = 16 + 16, flops = 2.0 * 1000 * dim * dim;
+  EXPECT_NEAR(linear->dense_forward_s() - none->dense_forward_s(),
+              3 * (flops / 1e11 + 3.0 * 1000 * dim * 4 / d.copy_bytes_per_s), 1e-12);
+  d.cross = {{2048, 32, 0, 5e10, 4e10}, {2048, 256, 64, 1e12, 1e12}};
+  absl::StatusOr<Estimator> timed = Estimator::Create(in, prof, 1);
+  ASSERT_TRUE(timed.ok());
+  EXPECT_NEAR(timed->dense_forward_s() - none->dense_forward_s(), 3 * flops / 5e10, 1e-12);
+  // The same parameters (the same optimizer pass): only the layers' own time differs.
+  EXPECT_NEAR(timed->dense_backward_s() - linear->dense_backward_s(),
+              3 * (2 * flops / 4e10 - 2 * flops / 1e11 - 3.0 * 1000 * dim * 4 / d.copy_bytes_per_s),
+              1e-12);
+}
+
 TEST(EstimatorTest, CommunicatorMemoryOnlyWithPeers) {
   MachineProfile prof = FlatProfile();
   prof.devices[0].comm_memory_bytes = 20 << 20;

@@ -270,6 +270,52 @@ TEST(ProfileTest, BeyondLlcRateIsOptionalAndSplitsTheBytes) {
   EXPECT_DOUBLE_EQ(f->Transfer(3e6, 1e6), 3.0);
 }
 
+TEST(ProfileTest, CrossPointsAreOptionalRoundTripAndMatchTheirKind) {
+  MachineProfile p = FlatProfile();
+  EXPECT_THAT(MachineProfileToYaml(p), Not(HasSubstr("cross:")));
+  EXPECT_EQ(NearestCrossPoint(p.devices[0], 2048, 432, 0), nullptr);
+  p.devices[0].cross = {{2048, 432, 0, 7e10, 6e10}, {2048, 3456, 512, 9e10, 8e10}};
+  const std::string yaml = MachineProfileToYaml(p);
+  absl::StatusOr<MachineProfile> q = ParseMachineProfile(yaml, "c");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(MachineProfileToYaml(*q), yaml);
+  const DeviceProfile& d = q->devices[0];
+  ASSERT_EQ(d.cross.size(), 2u);
+  EXPECT_EQ(d.cross[1].rank, 512);
+  EXPECT_EQ(d.cross[1].backward_flops_per_s, 8e10);
+  // A full-rank shape near the low-rank point's dim still takes the full-rank point, and a
+  // low-rank shape the low-rank one.
+  EXPECT_EQ(NearestCrossPoint(d, 4096, 3000, 0), &d.cross[0]);
+  EXPECT_EQ(NearestCrossPoint(d, 1024, 432, 64), &d.cross[1]);
+  // Only full-rank points: a low-rank shape takes the nearest of them.
+  DeviceProfile full = d;
+  full.cross.pop_back();
+  EXPECT_EQ(NearestCrossPoint(full, 1024, 432, 64), &full.cross[0]);
+  // Each point's rates are calibrate's measured keys.
+  std::vector<std::string> names;
+  for (const MeasuredKey& k : MeasuredKeys(&*q)) names.push_back(k.name);
+  EXPECT_THAT(names, ::testing::Contains("cpu.cross[2048x3456r512].backward_flops_per_s"));
+  absl::StatusOr<MachineProfile> bad =
+      ParseMachineProfile(Replace(yaml, "rank: 512", "rank: -1"), "c.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("cross[1]"));
+}
+
+// calibrate --tier_dims "" writes `tier: []`, which reads back (the planner keeps tables off the
+// tier: search_test); `tier` itself stays required.
+TEST(ProfileTest, EmptyTierListReadsBack) {
+  MachineProfile p = FlatProfile();
+  p.tier.clear();
+  const std::string yaml = MachineProfileToYaml(p);
+  absl::StatusOr<MachineProfile> q = ParseMachineProfile(yaml, "t");
+  ASSERT_TRUE(q.ok()) << q.status() << "\n" << yaml;
+  EXPECT_TRUE(q->tier.empty());
+  ASSERT_THAT(yaml, HasSubstr("tier:\n  []"));
+  absl::StatusOr<MachineProfile> bad = ParseMachineProfile(Replace(yaml, "tier:\n  []", ""), "t.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("tier: missing"));
+}
+
 TEST(ProfileTest, BadFilesNameFileAndKey) {
   const std::string good = MachineProfileToYaml(FlatProfile());
   struct Case {

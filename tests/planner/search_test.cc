@@ -152,6 +152,26 @@ TEST(SearchTest, TierWhenMemoryIsShort) {
   EXPECT_EQ(ShardingPlanToYaml(*back), ShardingPlanToYaml(r->plan));
 }
 
+// A profile without tier points (calibrate --tier_dims ""): no table goes to the tier, so the
+// same inputs do not fit; a config that fixes a table there is refused naming it.
+TEST(SearchTest, NoTierPointsNoTier) {
+  MachineProfile prof = FlatProfile();
+  prof.tier.clear();
+  PlanInputs in = SmallInputs({10000000, 10}, 64, 2, 64);
+  in.topology.memory.host = int64_t{1} << 30;
+  in.topology.memory.disk = int64_t{100} << 30;
+  absl::StatusOr<PlanResult> r = PlanSharding(in, prof, PlannerOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  in.topology.memory.host = int64_t{64} << 30;
+  in.tables[0].storage_fixed = true;
+  in.tables[0].config.storage.tier = StorageTier::kRocksDb;
+  r = PlanSharding(in, prof, PlannerOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("table 't0' is on the RocksDB tier"));
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("no tier points"));
+}
+
 TEST(SearchTest, BadInputsNameTheTable) {
   MachineProfile prof = FlatProfile();
   PlanInputs in = SmallInputs({100, 0}, 8, 2);

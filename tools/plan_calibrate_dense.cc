@@ -1,0 +1,241 @@
+// GEMM and cross-layer rates of `tessera-plan calibrate` (tools/plan_calibrate.h): every Linear
+// layer shape, dot interaction and DCNv2 cross layer of the configs calibrated for, timed
+// through the trainer's own kernels (LinearForward / LinearBackward, DotInteractionForward /
+// Backward, CrossNetwork), so their fused passes are inside the rates.
+
+#include <algorithm>
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "core/buffer.h"
+#include "core/status.h"
+#include "dense/cross_network.h"
+#include "dense/dense_arch.h"
+#include "dense/interaction.h"
+#include "dense/mlp.h"
+#include "tools/plan_calibrate_internal.h"
+#include "trainer/config.h"
+#include "trainer/model.h"
+
+namespace tessera {
+namespace calibrate_internal {
+namespace {
+
+using Shape = std::tuple<int64_t, int64_t, int64_t>;
+
+// (batch, in, out) of every Linear layer of the configs' dense arch, (batch, F, d) of their
+// dot interactions in `dots` and (batch, dim, low rank) of their cross layers in `crosses`.
+absl::StatusOr<std::set<Shape>> LayerShapes(const CalibrateOptions& o, std::set<Shape>* dots,
+                                            std::set<Shape>* crosses) {
+  std::set<Shape> shapes;
+  for (const std::string& path : o.configs) {
+    TESSERA_ASSIGN_OR_RETURN(Config c, LoadConfig(path));
+    DenseArchOptions da = DenseOptionsFromConfig(c);
+    TESSERA_ASSIGN_OR_RETURN(auto arch, DenseArch::Create(da, DeviceContext::Cpu()));
+    const int64_t b = c.data.batch_size;
+    if (da.interaction == InteractionType::kDot)
+      dots->insert({b, da.num_embeddings, da.embedding_dim});
+    if (da.interaction == InteractionType::kDcn)
+      crosses->insert({b, arch->interaction_dim(), da.dcn_low_rank});
+    int64_t in = da.num_dense;
+    for (int64_t w : da.bottom_mlp) {
+      shapes.insert({b, in, w});
+      in = w;
+    }
+    in = arch->interaction_dim();
+    for (int64_t w : da.top_mlp) {
+      shapes.insert({b, in, w});
+      in = w;
+    }
+  }
+  if (shapes.empty()) shapes.insert({2048, 256, 512});
+  return shapes;
+}
+
+// Forward, input-gradient and weight-gradient GEMM rates of each layer shape through
+// LinearForward / LinearBackward (ReLU layers: the trainer's fused bias + activation passes).
+absl::Status MeasureGemm(const CalibrateOptions& o, const DeviceContext& ctx,
+                         planner::DeviceProfile* d, std::set<Shape>* crosses) {
+  std::set<Shape> dots;
+  TESSERA_ASSIGN_OR_RETURN(auto shapes, LayerShapes(o, &dots, crosses));
+  // Forward points first, then the input- and weight-gradient points: GemmFlopsPerSec takes the
+  // first point nearest in m n k, and the three shapes of one layer have the same product.
+  std::vector<planner::GemmPoint> fwd_points, dx_points, dw_points;
+  for (const auto& [b, in, out] : shapes) {
+    TESSERA_ASSIGN_OR_RETURN(Buffer x, Buffer::Allocate(ctx.device, DType::kF32, {b, in}));
+    TESSERA_ASSIGN_OR_RETURN(Buffer w, Buffer::Allocate(ctx.device, DType::kF32, {out, in}));
+    TESSERA_ASSIGN_OR_RETURN(Buffer bias, Buffer::Allocate(ctx.device, DType::kF32, {out}));
+    TESSERA_ASSIGN_OR_RETURN(Buffer y, Buffer::Allocate(ctx.device, DType::kF32, {b, out}));
+    TESSERA_ASSIGN_OR_RETURN(Buffer dy, Buffer::Allocate(ctx.device, DType::kF32, {b, out}));
+    TESSERA_ASSIGN_OR_RETURN(Buffer dw, Buffer::Allocate(ctx.device, DType::kF32, {out, in}));
+    TESSERA_ASSIGN_OR_RETURN(Buffer db, Buffer::Allocate(ctx.device, DType::kF32, {out}));
+    TESSERA_ASSIGN_OR_RETURN(Buffer dx, Buffer::Allocate(ctx.device, DType::kF32, {b, in}));
+    if (!ctx.is_cuda()) {
+      for (Buffer* buf : {&x, &w, &bias, &dy}) {
+        float* p = buf->data<float>();
+        for (int64_t i = 0; i < buf->numel(); ++i) p[i] = 0.01f * static_cast<float>((i % 13) - 6);
+      }
+    }
+    const Activation act = Activation::kRelu;
+    auto fwd = [&]() -> absl::StatusOr<double> {
+      IntervalTimer t(o.cpu_clock && !ctx.is_cuda());
+      TESSERA_RETURN_IF_ERROR(LinearForward(ctx, x.data<float>(), w.data<float>(),
+                                            bias.data<float>(), b, in, out, act, y.data<float>()));
+      TESSERA_RETURN_IF_ERROR(Sync(ctx));
+      return t.Seconds();
+    };
+    auto bwd = [&](bool with_dx) -> absl::StatusOr<double> {
+      IntervalTimer t(o.cpu_clock && !ctx.is_cuda());
+      TESSERA_RETURN_IF_ERROR(LinearBackward(
+          ctx, x.data<float>(), w.data<float>(), y.data<float>(), dy.data<float>(), b, in, out, act,
+          dw.data<float>(), db.data<float>(), with_dx ? dx.data<float>() : nullptr));
+      TESSERA_RETURN_IF_ERROR(Sync(ctx));
+      return t.Seconds();
+    };
+    const double flops = 2.0 * b * in * out;
+    TESSERA_ASSIGN_OR_RETURN(double tf, MedianSeconds(o.seconds_per_point / 2, fwd));
+    TESSERA_ASSIGN_OR_RETURN(double tw,
+                             MedianSeconds(o.seconds_per_point / 2, [&] { return bwd(false); }));
+    TESSERA_ASSIGN_OR_RETURN(double twx,
+                             MedianSeconds(o.seconds_per_point / 2, [&] { return bwd(true); }));
+    // dx alone: the difference, floored at a tenth of the weight-gradient time (noise).
+    const double tx = std::max(twx - tw, 0.1 * tw);
+    fwd_points.push_back({b, out, in, flops / tf});  // forward: y[b, out] = x[b, in] W^T
+    dx_points.push_back({b, in, out, flops / tx});   // input gradient: dx[b, in] = dz[b, out] W
+    dw_points.push_back({out, in, b, flops / tw});   // weight gradient: dW[out, in] = dz^T x
+    Progress(
+        o, absl::StrFormat("%s linear %dx%dx%d: fwd %.1f, dx %.1f, dW+db %.1f GFLOP/s", d->kind, b,
+                           in, out, flops / tf / 1e9, flops / tx / 1e9, flops / tw / 1e9));
+  }
+  // The dot interaction: per sample a (F + 1) x (F + 1) x d product (the estimator prices it as
+  // 2 b (F + 1)^2 d flops at the rate of shape (F + 1, F + 1, d)), its backward the same flops at
+  // shape (F + 1, d, F + 1).
+  for (const auto& [b, f, dim] : dots) {
+    const int64_t v = f + 1, out_dim = DotInteractionOutputDim(f, dim);
+    TESSERA_ASSIGN_OR_RETURN(Buffer bottom, Buffer::Allocate(ctx.device, DType::kF32, {b, dim}));
+    TESSERA_ASSIGN_OR_RETURN(Buffer emb, Buffer::Allocate(ctx.device, DType::kF32, {b, f * dim}));
+    TESSERA_ASSIGN_OR_RETURN(Buffer y, Buffer::Allocate(ctx.device, DType::kF32, {b, out_dim}));
+    if (!ctx.is_cuda()) {
+      for (Buffer* buf : {&bottom, &emb}) {
+        float* p = buf->data<float>();
+        for (int64_t i = 0; i < buf->numel(); ++i) p[i] = 0.01f * static_cast<float>((i % 7) - 3);
+      }
+    }
+    TESSERA_ASSIGN_OR_RETURN(
+        double t, MedianSeconds(o.seconds_per_point / 2, [&]() -> absl::StatusOr<double> {
+          IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
+          TESSERA_RETURN_IF_ERROR(DotInteractionForward(
+              ctx, bottom.data<float>(), emb.data<float>(), b, f, dim, y.data<float>()));
+          TESSERA_RETURN_IF_ERROR(Sync(ctx));
+          return w.Seconds();
+        }));
+    // Backward: d_emb = (dZ + dZ^T) E per sample, a (F + 1) x d x (F + 1) product, recorded at
+    // that shape (m = F + 1, n = d, k = F + 1) with the same 2 b (F + 1)^2 d flops.
+    TESSERA_ASSIGN_OR_RETURN(Buffer dy, Buffer::Allocate(ctx.device, DType::kF32, {b, out_dim}));
+    TESSERA_ASSIGN_OR_RETURN(Buffer dbottom, Buffer::Allocate(ctx.device, DType::kF32, {b, dim}));
+    TESSERA_ASSIGN_OR_RETURN(Buffer demb, Buffer::Allocate(ctx.device, DType::kF32, {b, f * dim}));
+    if (!ctx.is_cuda()) {
+      float* p = dy.data<float>();
+      for (int64_t i = 0; i < dy.numel(); ++i) p[i] = 0.01f * static_cast<float>((i % 5) - 2);
+    }
+    TESSERA_ASSIGN_OR_RETURN(
+        double tb, MedianSeconds(o.seconds_per_point / 2, [&]() -> absl::StatusOr<double> {
+          IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
+          TESSERA_RETURN_IF_ERROR(
+              DotInteractionBackward(ctx, bottom.data<float>(), emb.data<float>(), dy.data<float>(),
+                                     b, f, dim, dbottom.data<float>(), demb.data<float>()));
+          TESSERA_RETURN_IF_ERROR(Sync(ctx));
+          return w.Seconds();
+        }));
+    const double flops = 2.0 * b * v * v * dim;
+    fwd_points.push_back({v, v, dim, flops / t});
+    dx_points.push_back({v, dim, v, flops / tb});
+    Progress(o, absl::StrFormat(
+                    "%s dot interaction batch %d, %d x %d x %d: %.1f GFLOP/s (%.3f ms), "
+                    "backward %.1f GFLOP/s (%.3f ms)",
+                    d->kind, b, v, v, dim, flops / t / 1e9, 1e3 * t, flops / tb / 1e9, 1e3 * tb));
+  }
+  std::vector<planner::GemmPoint> points = std::move(fwd_points);
+  points.insert(points.end(), dx_points.begin(), dx_points.end());
+  points.insert(points.end(), dw_points.begin(), dw_points.end());
+  // Timed through LinearForward / LinearBackward and the dot interaction's own kernels: the
+  // bias + ReLU passes are inside the rates (DeviceProfile::gemm_fused_passes).
+  d->gemm_fused_passes = true;
+  d->gemm_peak_flops_per_s = 0;
+  for (const auto& p : points)
+    d->gemm_peak_flops_per_s = std::max(d->gemm_peak_flops_per_s, p.flops_per_s);
+  d->gemm = std::move(points);
+  return absl::OkStatus();
+}
+
+
+// Cross layers timed whole, one CrossNetwork layer at each shape: its forward (the GEMM and the
+// combine pass x0 * inner + x) and backward (the column pass, dW, dx), rates over the layer's
+// GEMM flops (planner::CrossLayerFlops). Without a DCNv2 config among those calibrated for, two
+// default shapes: a full-rank layer of the 26 Kaggle features at dim 16 (dim 432) and a low-rank
+// one of the MLPerf DCNv2 reference (dim 3456 = 27 x 128, rank 512), both at batch 2048; the
+// planner prices other shapes at the nearest point's rate.
+absl::Status MeasureCross(const CalibrateOptions& o, const DeviceContext& ctx,
+                          std::set<Shape> crosses, planner::DeviceProfile* d) {
+  // CrossNetwork runs on the CPU only (dense/cross_network.h): a GPU profile keeps the Linear
+  // pricing of its cross layers.
+  if (ctx.is_cuda()) return absl::OkStatus();
+  if (crosses.empty()) crosses = {{2048, 432, 0}, {2048, 3456, 512}};
+  for (const auto& [b, dim, rank] : crosses) {
+    CrossNetworkOptions co;
+    co.in_dim = dim;
+    co.num_layers = 1;
+    co.low_rank = rank;
+    TESSERA_ASSIGN_OR_RETURN(auto net, CrossNetwork::Create("calibrate_cross", co, ctx));
+    net->Init(5);
+    TESSERA_ASSIGN_OR_RETURN(Buffer x0, Buffer::Allocate(ctx.device, DType::kF32, {b, dim}));
+    TESSERA_ASSIGN_OR_RETURN(Buffer dy0, Buffer::Allocate(ctx.device, DType::kF32, {b, dim}));
+    TESSERA_ASSIGN_OR_RETURN(Buffer dy, Buffer::Allocate(ctx.device, DType::kF32, {b, dim}));
+    TESSERA_ASSIGN_OR_RETURN(Buffer dx0, Buffer::Allocate(ctx.device, DType::kF32, {b, dim}));
+    {
+      float* p = x0.data<float>();
+      float* g = dy0.data<float>();
+      for (int64_t i = 0; i < x0.numel(); ++i) {
+        p[i] = 0.01f * static_cast<float>((i % 7) - 3);
+        g[i] = 0.01f * static_cast<float>((i % 5) - 2);
+      }
+    }
+    const float* y = nullptr;
+    auto fwd = [&]() -> absl::StatusOr<double> {
+      IntervalTimer t(o.cpu_clock);
+      TESSERA_RETURN_IF_ERROR(net->Forward(x0.data<float>(), b, &y));
+      return t.Seconds();
+    };
+    auto bwd = [&]() -> absl::StatusOr<double> {
+      // Backward overwrites dy: a fresh copy, untimed.
+      std::copy_n(dy0.data<float>(), dy0.numel(), dy.data<float>());
+      IntervalTimer t(o.cpu_clock);
+      TESSERA_RETURN_IF_ERROR(net->Backward(dy.data<float>(), dx0.data<float>()));
+      return t.Seconds();
+    };
+    TESSERA_ASSIGN_OR_RETURN(double tf, MedianSeconds(o.seconds_per_point / 2, fwd));
+    TESSERA_ASSIGN_OR_RETURN(double tb, MedianSeconds(o.seconds_per_point / 2, bwd));
+    const double flops = planner::CrossLayerFlops(b, dim, rank);
+    d->cross.push_back({b, dim, rank, flops / tf, 2 * flops / tb});
+    Progress(o, absl::StrFormat("%s cross layer %dx%d rank %d: fwd %.1f GFLOP/s (%.3f ms), "
+                                "bwd %.1f GFLOP/s (%.3f ms)",
+                                d->kind, b, dim, rank, flops / tf / 1e9, 1e3 * tf,
+                                2 * flops / tb / 1e9, 1e3 * tb));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// plan_calibrate_internal.h
+absl::Status MeasureDense(const CalibrateOptions& o, const DeviceContext& ctx,
+                          planner::DeviceProfile* d) {
+  std::set<Shape> crosses;
+  TESSERA_RETURN_IF_ERROR(MeasureGemm(o, ctx, d, &crosses));
+  return MeasureCross(o, ctx, std::move(crosses), d);
+}
+
+}  // namespace calibrate_internal
+}  // namespace tessera
