@@ -87,6 +87,7 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
   std::vector<CollectiveCost*> cross;  // the costs read from cross-node points
   e.group_link_ &= has_cross;
   e.world_link_ &= has_cross;
+  e.replica_link_ = !replica_same_node && has_cross;
   auto get = [&](CollectiveOp op, int size, bool same, CollectiveCost* out) -> absl::Status {
     if (size <= 1) {
       *out = CollectiveCost{};
@@ -380,36 +381,49 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
         d[kSyncS] +=
             ag_group_.latency_s + touched_group * 4 * (col_pieces - 1) / ag_group_.bytes_per_s;
       }
+      double sync_buffer = 0;  // the replica all-reduce's buffer, kept across steps
       if (m_ > 1) {
         const double mm = m_;
+        // The all-reduce of the buffer is priced per call in StepParts (kSyncBytes).
         if (st.replica_sync == ReplicaSync::kExact) {
           const double ag = 8 * touched_group * (mm - 1);
-          const double ar = 2 * (mm - 1) / mm * frac * s.distinct_global * cols * 4;
-          d[kSyncS] += ag / ag_replica_.bytes_per_s + ar / ar_replica_.bytes_per_s;
-          // the exact sync's own work: sort + unique of the M replicas' ids, the gradients
-          // placed into the union's buffer and copied back (4 bytes each way per value).
-          d[kSyncS] += mm * touched_group * id_s +
-                       2 * frac * s.distinct_global * cols * 4 / dev_->copy_bytes_per_s;
+          const double union_bytes = frac * s.distinct_global * cols * 4;
+          d[kSyncS] += ag / ag_replica_.bytes_per_s;
+          d[kSyncBytes] += union_bytes;
+          sync_buffer = union_bytes;
+          // the exact sync's own work: sort + unique of the M replicas' ids, the union's buffer
+          // zeroed, the gradients placed into it and copied back (4 bytes each per value).
+          d[kSyncS] += mm * touched_group * id_s + 3 * union_bytes / dev_->copy_bytes_per_s;
         } else {
+          // Every k-th step: the union of the replicas' rows touched since the last sync (an
+          // id all-gather, then sort + unique; sync_rows all: every row, no ids), each synced
+          // row's weights and state gathered into the buffer and, averaged, its weights
+          // scattered back, its state snapshot taken and the previous sync's state average
+          // applied: rows visited one by one, at the gather's cold rate unless the shard fits
+          // the LLC (replica_sync.cc AverageSync).
           const double k = static_cast<double>(st.sync_every);
-          double ar, ag = 0;
-          if (st.sync_all_rows) {
-            ar = 2 * (mm - 1) / mm * rows * value_bytes;
-          } else {
-            ag = 8 * frac * s.distinct_sync * (mm - 1);
-            ar = 2 * (mm - 1) / mm * frac * s.distinct_sync * value_bytes;
-          }
-          d[kSyncS] += (ag / ag_replica_.bytes_per_s + ar / ar_replica_.bytes_per_s +
-                        2 * ag_replica_.latency_s) /
-                       k;
+          const double synced = st.sync_all_rows ? rows : frac * s.distinct_sync;
+          const bool in_llc = rows * value_bytes <= static_cast<double>(dev_->llc_bytes);
+          const double hot = in_llc ? 1.0 : 0.0;
+          const int64_t state_bytes = static_cast<int64_t>(state_floats * 4);
+          double t = 2 * ag_replica_.latency_s;
+          if (!st.sync_all_rows) t += 8 * synced * (mm - 1) / ag_replica_.bytes_per_s;
+          if (!st.sync_all_rows) t += mm * synced * id_s;
+          t += synced / GatherRowsPerSec(*dev_, static_cast<int64_t>(value_bytes), hot) +
+               synced / GatherRowsPerSec(*dev_, row_bytes, hot);
+          if (state_bytes > 0) t += 2 * synced / GatherRowsPerSec(*dev_, state_bytes, hot);
+          d[kSyncS] += t / k;
+          d[kSyncBytes] += synced * value_bytes / k;
+          // The buffer, and the delayed state average and its snapshot.
+          sync_buffer = synced * (value_bytes + 2.0 * state_bytes);
         }
       }
       MemoryBreakdown mem;
       // The owner's buffers: ids received (twice when pipelined: the next batch is packed),
       // partial sums sent and gradients received, gradient aggregation of the touched rows.
       const double pipe = st.pipeline ? 2 : 1;
-      mem.comm_buffers =
-          pipe * n * in_bytes + 2 * n * out_bytes + touched_group * cols * 4 + owner_ids * 8;
+      mem.comm_buffers = pipe * n * in_bytes + 2 * n * out_bytes + touched_group * cols * 4 +
+                         owner_ids * 8 + sync_buffer;
       if (o.tiered) {
         int64_t cache_rows;
         if (o.cache_rows_fixed > 0) {

@@ -117,7 +117,11 @@ enum Metric {
   kTierS,       // tier reads (prefetchable)
   kTierWriteS,  // tier write-back (the writer thread, during the next step)
   kTierProbeS,  // tier prefetch on the training thread: every id probed in the row cache
-  kSyncS,       // replica sync + column-split AdaGrad all-gathers
+  kSyncS,       // replica sync + column-split AdaGrad all-gathers (not the all-reduce below)
+  // The replica all-reduce's buffer bytes per step (exact: the union's gradients; average: the
+  // synced rows' weights and state / sync_every), all of a rank's shards in one call: priced
+  // once per call in StepParts (beyond llc_bytes at the beyond-cache rate).
+  kSyncBytes,
   kPackS,       // input dist packing (PackInput), on the critical path
   kUnpackS,     // output dist: received partial sums added into the output (requester side)
   kGradPackS,   // backward dist: the output gradient packed per owner (requester side)
@@ -197,6 +201,11 @@ class Estimator {
   int replicas() const { return m_; }
   const PlanInputs& inputs() const { return *in_; }
   const MachineProfile& profile() const { return *profile_; }
+  // Seconds per byte of the replica all-reduce's buffer (the search's per-rank score; 0 for
+  // M = 1).
+  double sync_seconds_per_byte() const {
+    return m_ > 1 && ar_replica_.bytes_per_s > 0 ? 1.0 / ar_replica_.bytes_per_s : 0;
+  }
   MemKind table_kind() const { return table_kind_; }
   int node_ranks() const { return node_ranks_; }
   // The node of group rank `r` (by the topology's ranks per node and layout).
@@ -266,7 +275,7 @@ class Estimator {
   bool group_same_node_ = true, replica_same_node_ = true;
   // The sharding group's all-to-alls / the world's all-reduce priced at cross-node points: on
   // the links, where overlapping transfers share the bytes (no pipelining gain).
-  bool group_link_ = false, world_link_ = false;
+  bool group_link_ = false, world_link_ = false, replica_link_ = false;
   MemKind table_kind_ = kHost;
   bool nccl_ = false;
   CollectiveCost a2a_group_, a2a_intra_, ar_world_, ag_replica_, ar_replica_, ag_group_;

@@ -44,9 +44,11 @@ constexpr double kRmsWeight = 1e-3;
 // Up to this group size a one-shard option is tried on every rank.
 constexpr int kTryEveryRank = 16;
 
-double Score(const MetricVec& d) {
+// `sync_s_per_byte`: Estimator::sync_seconds_per_byte (the replica all-reduce's buffer).
+double Score(const MetricVec& d, double sync_s_per_byte) {
   return d[kLookupS] + d[kUpdateS] + d[kTierS] + d[kTierWriteS] + d[kTierProbeS] + d[kSyncS] +
-         std::max(d[kInSend], d[kInRecv]) + 2 * std::max(d[kOutSend], d[kOutRecv]);
+         d[kSyncBytes] * sync_s_per_byte + std::max(d[kInSend], d[kInRecv]) +
+         2 * std::max(d[kOutSend], d[kOutRecv]);
 }
 
 class SearchState {
@@ -78,7 +80,7 @@ class SearchState {
         sumsq_[k] += d_[r][k] * d_[r][k] - old * old;
         trees_[k].Set(r, d_[r][k]);
       }
-      score_[r] = Score(d_[r]);
+      score_[r] = Score(d_[r], est_.sync_seconds_per_byte());
     }
   }
 
@@ -322,7 +324,7 @@ absl::StatusOr<GroupPlan> SearchGroup(const Estimator& est, const SearchOptions&
           in.tables[t].fixed_type, "' with storage as configured"));
     }
     Contribution c = est.Contribute(t, MakePlacement(TableOption{}, {0}, in.tables[t].config));
-    cost[t] = c.per_rank.empty() ? 0 : Score(c.per_rank.front().second);
+    cost[t] = c.per_rank.empty() ? 0 : Score(c.per_rank.front().second, est.sync_seconds_per_byte());
   }
   std::vector<int> order(num_tables);
   std::iota(order.begin(), order.end(), 0);

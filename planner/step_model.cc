@@ -57,10 +57,24 @@ PhaseTimes Estimator::StepParts(const MetricVec& raw, double world_allreduce_byt
   p.s[kDenseBackward] = dense_bwd;
   p.s[kEmbeddingUpdate] = mx[kUpdateS];
   // Exact sync: one step's three replica collectives (counts and ids all-gathers, gradient
-  // all-reduce); average sync's latencies are per shard in kSyncS.
-  p.s[kReplicaSync] = mx[kSyncS] + (m_ > 1 && in_->step.replica_sync == ReplicaSync::kExact
-                                        ? 2 * ag_replica_.latency_s + ar_replica_.latency_s
-                                        : 0);
+  // all-reduce); average sync's all-gather latencies are per shard in kSyncS. The all-reduce:
+  // one call of all the rank's shards' buffer (kSyncBytes), every step (exact) or every k-th
+  // (average), beyond the LLC at the beyond-cache rate; on one node the ring's 2 (M-1)/M share
+  // of the buffer moved, across nodes (a link-bound cross-node point) the buffer at its rate.
+  const bool exact = in_->step.replica_sync == ReplicaSync::kExact;
+  p.s[kReplicaSync] = mx[kSyncS] + (m_ > 1 && exact ? 2 * ag_replica_.latency_s : 0);
+  if (m_ > 1 && (exact || mx[kSyncBytes] > 0)) {
+    const double k = exact ? 1.0 : static_cast<double>(std::max<int64_t>(1, in_->step.sync_every));
+    const double call = mx[kSyncBytes] * k;
+    const double moved = replica_link_ ? 1.0 : 2.0 * (m_ - 1) / m_;
+    const double in_cache = std::min<double>(static_cast<double>(dev_->llc_bytes),
+                                             static_cast<double>(kInCacheCallBytes));
+    p.s[kReplicaSync] +=
+        (ar_replica_.latency_s +
+         (call > 0 && ar_replica_.bytes_per_s > 0 ? ar_replica_.Transfer(moved * call, in_cache)
+                                                   : 0)) /
+        k;
+  }
   coll.s[kReplicaSync] = p.s[kReplicaSync];
   // Dense all-reduce (world), bucketed: buckets travel during the backward dist and the update
   // (MPI progresses inside MPI calls) or the whole backward (NCCL); the last bucket is exposed.

@@ -193,9 +193,9 @@ TEST(EstimatorTest, ReplicaSyncExactByHand) {
   const double u_group = ExpectedDistinct(100, 1000, 1.05);
   const double u_global = ExpectedDistinct(200, 1000, 1.05);
   // All-gather of the touched ids 8 u (M - 1), all-reduce 2 (M-1)/M x U x d x 4, and the
-  // union's gradients copied in and out (2 x U x d x 4 at 1e9 B/s).
+  // union's buffer zeroed and its gradients copied in and out (3 x U x d x 4 at 1e9 B/s).
   EXPECT_NEAR(e.step.s[kReplicaSync],
-              (8 * u_group + u_global * 16 * 4) / 1e6 + 2 * u_global * 16 * 4 / 1e9, 1e-9);
+              (8 * u_group + u_global * 16 * 4) / 1e6 + 3 * u_global * 16 * 4 / 1e9, 1e-9);
   // No peers in a group of one: no exchange, only the unpack into the output (free here).
   EXPECT_NEAR(e.step.s[kOutputDist], 0, 1e-12);
   // Every replica updates the union's rows.
@@ -269,8 +269,38 @@ TEST(EstimatorTest, ExactSyncPaysThreeReplicaCollectivesPerStep) {
   StepEstimate e = est->Evaluate(p);
   const double u_group = ExpectedDistinct(100, 1000, 1.05);
   const double u_global = ExpectedDistinct(200, 1000, 1.05);
-  const double per_table = (8 * u_group + u_global * 16 * 4) / 1e6 + 2 * u_global * 64 / 1e9;
+  const double per_table = (8 * u_group + u_global * 16 * 4) / 1e6 + 3 * u_global * 64 / 1e9;
   EXPECT_NEAR(e.step.s[kReplicaSync], 3e-3 + 3 * per_table, 1e-9);
+}
+
+// Average sync, sync_rows all, k = 4: every 4th step each row's weights and state (16 x 4 + 4
+// bytes) gathered into the buffer, the weights scattered back, the state snapshot taken and the
+// delayed state average applied (4 row visits at 1e6 rows/s), and one all-reduce of all the
+// rank's shards' buffers: beyond the 1 MiB LLC at the beyond-cache rate.
+TEST(EstimatorTest, AverageSyncByHand) {
+  MachineProfile prof = FlatProfile();
+  for (CollectivePoint& c : prof.collectives) c.beyond_llc_bytes_per_s = 5e5;
+  PlanInputs in = SmallInputs({50000, 50000}, 16, /*world=*/2, 100);
+  in.step.replica_sync = ReplicaSync::kAverage;
+  in.step.sync_every = 4;
+  in.step.sync_all_rows = true;
+  absl::StatusOr<Estimator> est = Estimator::Create(in, prof, 1);
+  ASSERT_TRUE(est.ok());
+  StepEstimate e =
+      est->Evaluate({TableWise(0, in.tables[0].config), TableWise(0, in.tables[1].config)});
+  const double rows = 100000, call = rows * 68, in_cache = 1 << 20;
+  const double visits = 4 * rows / 1e6;
+  const double all_reduce = in_cache / 1e6 + (call - in_cache) / 5e5;
+  EXPECT_NEAR(e.step.s[kReplicaSync], (visits + all_reduce) / 4, 1e-9);
+  // The buffer and the delayed state average and its snapshot stay allocated: 68 + 2 x 4 bytes
+  // per row, where exact mode keeps the union's gradients.
+  in.step.replica_sync = ReplicaSync::kExact;
+  absl::StatusOr<Estimator> exact = Estimator::Create(in, prof, 1);
+  ASSERT_TRUE(exact.ok());
+  StepEstimate x =
+      exact->Evaluate({TableWise(0, in.tables[0].config), TableWise(0, in.tables[1].config)});
+  EXPECT_NEAR(e.memory_detail[0].comm_buffers - x.memory_detail[0].comm_buffers,
+              rows * (68 + 8) - ExpectedDistinct(200, 50000, 1.05) * 2 * 64, 1e-3);
 }
 
 TEST(EstimatorTest, DataParallelTableUpdatedAndAllReducedInTheUpdate) {
