@@ -44,7 +44,10 @@ PhaseTimes Estimator::StepParts(const MetricVec& raw, double world_allreduce_byt
   // count; 1 for one rank) and when they share cores.
   const double slow = compute_slowdown_ * cores_share_;
   MetricVec mx = raw;
-  for (int k : {kLookupS, kUpdateS, kPackS, kUnpackS, kGradPackS, kTierProbeS}) mx[k] *= slow;
+  // The replica sync's own work (sorts, row visits, copies) is compute too; the small id
+  // all-gathers priced in kSyncS go along.
+  for (int k : {kLookupS, kUpdateS, kPackS, kUnpackS, kGradPackS, kTierProbeS, kSyncS})
+    mx[k] *= slow;
   const double dense_fwd = gemm_slowdown_ * cores_share_ * dense_fwd_s_;
   const double dense_bwd = gemm_slowdown_ * cores_share_ * dense_bwd_s_;
   const double a2a_lat = n_ > 1 ? a2a_group_.latency_s : 0;

@@ -301,6 +301,15 @@ TEST(EstimatorTest, AverageSyncByHand) {
       exact->Evaluate({TableWise(0, in.tables[0].config), TableWise(0, in.tables[1].config)});
   EXPECT_NEAR(e.memory_detail[0].comm_buffers - x.memory_detail[0].comm_buffers,
               rows * (68 + 8) - ExpectedDistinct(200, 50000, 1.05) * 2 * 64, 1e-3);
+  // Ranks computing side by side at twice the time (compute_slowdown 2 at world 2): the row
+  // visits are compute and take twice as long; the all-reduce keeps its measured rate.
+  for (CollectivePoint& c : prof.collectives) c.compute_slowdown = 2;
+  in.step.replica_sync = ReplicaSync::kAverage;
+  absl::StatusOr<Estimator> slow = Estimator::Create(in, prof, 1);
+  ASSERT_TRUE(slow.ok());
+  StepEstimate sl =
+      slow->Evaluate({TableWise(0, in.tables[0].config), TableWise(0, in.tables[1].config)});
+  EXPECT_NEAR(sl.step.s[kReplicaSync], (2 * visits + all_reduce) / 4, 1e-9);
 }
 
 TEST(EstimatorTest, DataParallelTableUpdatedAndAllReducedInTheUpdate) {
