@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
@@ -196,6 +197,24 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
     }
   }
 
+  // Which tables stay in the LLC between lookups (the cached gather rates): the tables compete
+  // for it, the smaller first; a table is in while the running total of table bytes, smallest
+  // first, is within llc_bytes.
+  {
+    std::vector<size_t> order(in.tables.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    auto table_bytes = [&](size_t i) {
+      return static_cast<double>(in.tables[i].config.num_rows) * in.tables[i].config.dim * 4;
+    };
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t c) { return table_bytes(a) < table_bytes(c); });
+    double used = 0;
+    for (size_t i : order) {
+      used += table_bytes(i);
+      e.stats_[i].in_llc = used <= static_cast<double>(e.dev_->llc_bytes);
+    }
+  }
+
   // Dense model, per rank (B samples): dense_cost.h.
   int64_t features = 0;
   e.emb_out_dim_ = 0;
@@ -249,6 +268,15 @@ double Estimator::stats_exponent(const PlanTable& tab) const {
   return tab.measured.empty() ? tab.zipf_exponent : 1.05;
 }
 
+double Estimator::LookupSeconds(const TableStats& s, int64_t row_bytes, double bags,
+                                double ids) const {
+  if (s.in_llc) {
+    const double cached = GatherCachedSeconds(*dev_, row_bytes, bags, ids);
+    if (cached >= 0) return cached;
+  }
+  return bags * GatherBagSeconds(*dev_, row_bytes) + ids / GatherRowsPerSec(*dev_, row_bytes, s.hot);
+}
+
 double Estimator::UpdateRowsSeconds(int64_t row_bytes, double hot, double rows,
                                     double bytes_per_row) const {
   const double cached = rows / ScatterUpdateRowsPerSec(*dev_, row_bytes, hot);
@@ -289,8 +317,7 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
     // Stored bytes per row: 2 per weight for a 16-bit table (storage.dtype).
     const double row_bytes = static_cast<double>(c.dim * RowDtypeBytes(c.storage.dtype));
     MetricVec& u = out.uniform;
-    u[kLookupS] = bags * GatherBagSeconds(*dev_, full_row_bytes) +
-                  s.ids_local / GatherRowsPerSec(*dev_, full_row_bytes, s.hot);
+    u[kLookupS] = LookupSeconds(s, full_row_bytes, bags, s.ids_local);
     // Every rank aggregates its ids, then updates the rows the world touched.
     u[kUpdateS] = s.ids_local * ScatterIdSeconds(*dev_, full_row_bytes) +
                   UpdateRowsSeconds(full_row_bytes, s.hot, s.distinct_global,
@@ -365,8 +392,7 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
       // The owner pools every bag of the group's N B samples (row pieces return a partial sum
       // of each bag) and sorts every id it received before updating each distinct row once.
       const double id_s = ScatterIdSeconds(*dev_, row_bytes);
-      d[kLookupS] = n * bags * GatherBagSeconds(*dev_, row_bytes) +
-                    owner_ids / GatherRowsPerSec(*dev_, row_bytes, s.hot);
+      d[kLookupS] = LookupSeconds(s, row_bytes, n * bags, owner_ids);
       d[kUpdateS] = owner_ids * id_s +
                     UpdateRowsSeconds(row_bytes, s.hot, updated_rows, row_bytes + state_floats * 4);
       // A dynamic table: every id the owner resolves is first a key -> slot probe.

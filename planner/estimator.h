@@ -246,7 +246,12 @@ class Estimator {
     double distinct_sync = 0;    // among k steps of the world (average, touched)
     double hot = 1;              // hot/cold blend of the gather and update rates
     double exponent = 1.05;
+    bool in_llc = false;         // the table stays in the LLC (smallest tables first)
   };
+  // The pooled lookup of `bags` bags holding `ids` ids of a table at row_bytes: a table within
+  // the LLC at the profile's cached gather rates when it has them, else bags x bag_s + ids at
+  // the hot/cold blended rate.
+  double LookupSeconds(const TableStats& s, int64_t row_bytes, double bags, double ids) const;
   double A2aSeconds(double bytes, bool intra) const;
   double PackSeconds(double bytes) const;
   // The update of `rows` distinct rows of `row_bytes` (+ state: `bytes_per_row` in all): the

@@ -137,6 +137,11 @@ absl::StatusOr<std::vector<RowRatePoint>> ReadRowRates(MapReader& r, const std::
     TESSERA_ASSIGN_OR_RETURN(pt.cold_rows_per_s, p.GetPositive("cold_rows_per_s"));
     TESSERA_ASSIGN_OR_RETURN(double x, p.GetNonNegative(extra));
     (extra == "bag_s" ? pt.bag_s : pt.id_s) = x;
+    if (extra == "bag_s") {
+      TESSERA_ASSIGN_OR_RETURN(pt.cached_bag_s, p.GetNonNegativeOr("cached_bag_s", 0.0));
+      TESSERA_ASSIGN_OR_RETURN(pt.cached_rows_per_s,
+                               p.GetNonNegativeOr("cached_rows_per_s", 0.0));
+    }
     if (extra == "id_s") {
       TESSERA_ASSIGN_OR_RETURN(pt.warm_rows_per_s, p.GetNonNegativeOr("warm_rows_per_s", 0.0));
     }
@@ -406,6 +411,10 @@ std::string MachineProfileToYaml(const MachineProfile& p) {
         << (gather ? "bag_s" : "id_s") << YAML::Value << (gather ? r.bag_s : r.id_s);
       if (!gather && r.warm_rows_per_s > 0) {
         e << YAML::Key << "warm_rows_per_s" << YAML::Value << r.warm_rows_per_s;
+      }
+      if (gather && r.cached_rows_per_s > 0) {
+        e << YAML::Key << "cached_bag_s" << YAML::Value << r.cached_bag_s << YAML::Key
+          << "cached_rows_per_s" << YAML::Value << r.cached_rows_per_s;
       }
       e << YAML::EndMap;
     }

@@ -44,6 +44,12 @@ struct RowRatePoint {
   // multi-hot Zipf run, no cache eviction between Forward and BackwardUpdate), as they are in
   // training when the dense work between the two leaves them in the LLC (estimator.h).
   double warm_rows_per_s = 0;
+  // gather only, optional (0 when absent: the hot rate and bag_s): a table that fits in the LLC
+  // and stays there between lookups (no eviction), uniform ids: seconds per bag and ids per
+  // second from one-id and multi-id bags (calibrate). The estimator prices a table no larger
+  // than llc_bytes with them.
+  double cached_bag_s = 0;
+  double cached_rows_per_s = 0;
 };
 
 // One measured GEMM shape (C[m x n] = A[m x k] B[k x n], fp32 unless dtype says otherwise).
@@ -231,6 +237,9 @@ double PackIdSeconds(const DeviceProfile& d, double distinct, int64_t row_bytes)
 // scatter_update warm_rows_per_s at `row_bytes` (interpolated by time per row); 0 when any point
 // lacks it.
 double ScatterUpdateWarmRowsPerSec(const DeviceProfile& d, int64_t row_bytes);
+// The gather of a table cached in the LLC: seconds for `bags` bags of `ids` ids in all at
+// row_bytes, interpolated between the points by time per row; < 0 when a point lacks the rates.
+double GatherCachedSeconds(const DeviceProfile& d, int64_t row_bytes, double bags, double ids);
 // GEMM rate of shape (m, n, k): the rate of the measured point nearest in shape, distance
 // sqrt((ln m - ln m')^2 + (ln n - ln n')^2 + (ln k - ln k')^2) (so a thin n = 1 layer is not
 // priced at the rate of a square one of the same m n k); ties go to the point listed first.

@@ -31,6 +31,10 @@ std::vector<MeasuredKey> MeasuredKeys(MachineProfile* p) {
       // The per-bag / per-id splits are differences of two runs: a floor of 10 ns keeps a split
       // near 0 from reading as wide.
       add(g + "bag_s", &r.bag_s, part, 1e-8);
+      if (r.cached_rows_per_s > 0) {
+        add(g + "cached_bag_s", &r.cached_bag_s, part, 1e-8);
+        add(g + "cached_rows_per_s", &r.cached_rows_per_s, part);
+      }
     }
     for (RowRatePoint& r : d.scatter_update) {
       const std::string g = absl::StrCat(pre, "scatter_update[", r.row_bytes, "].");

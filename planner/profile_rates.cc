@@ -127,6 +127,19 @@ double PackIdSeconds(const DeviceProfile& d, double distinct, int64_t row_bytes)
   return d.pack_id_s + x * (d.pack_hot_id_s - d.pack_id_s);
 }
 
+double GatherCachedSeconds(const DeviceProfile& d, int64_t row_bytes, double bags, double ids) {
+  if (d.gather.empty()) return -1;
+  for (const RowRatePoint& p : d.gather) {
+    if (p.cached_rows_per_s <= 0) return -1;
+  }
+  auto x = [](const RowRatePoint& p) { return static_cast<double>(p.row_bytes); };
+  const double bag = Interp(d.gather, static_cast<double>(row_bytes), x,
+                            [](const RowRatePoint& p) { return p.cached_bag_s; });
+  const double per_id = Interp(d.gather, static_cast<double>(row_bytes), x,
+                               [](const RowRatePoint& p) { return 1.0 / p.cached_rows_per_s; });
+  return bags * bag + ids * per_id;
+}
+
 double ScatterUpdateWarmRowsPerSec(const DeviceProfile& d, int64_t row_bytes) {
   if (d.scatter_update.empty()) return 0;
   for (const RowRatePoint& p : d.scatter_update) {

@@ -125,10 +125,11 @@ struct CallTimes {
 };
 // `evict_update` false: no eviction between the Forward and its BackwardUpdate (the update
 // finds the rows the forward gathered still cached, as in training when little runs between).
+// `evict_forward` false: none before the Forward either (a table that stays in the LLC).
 absl::StatusOr<CallTimes> TimeCalls(const CalibrateOptions& o, const DeviceContext& ctx,
                                     SparseArch& table, int64_t rows, int64_t dim, int64_t pooling,
                                     bool hot, float* out, const float* grad,
-                                    bool evict_update = true) {
+                                    bool evict_update = true, bool evict_forward = true) {
   // The batches cycled (o.distinct_batches), each made when first used: a short point uses a
   // few of them (a 32-id batch of 64k ids takes longer to draw than to time).
   const size_t num_batches = static_cast<size_t>(std::max(1, o.distinct_batches));
@@ -146,7 +147,7 @@ absl::StatusOr<CallTimes> TimeCalls(const CalibrateOptions& o, const DeviceConte
                                   i + 100 * static_cast<uint64_t>(dim) + 7919 * pooling));
     }
     const KeyedJagged& kj = batches[i];
-    EvictCaches(o, ctx, &flush);
+    if (evict_forward) EvictCaches(o, ctx, &flush);
     IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
     TESSERA_RETURN_IF_ERROR(table.Forward(kj, out));
     TESSERA_RETURN_IF_ERROR(Sync(ctx));
@@ -227,6 +228,29 @@ absl::Status MeasureRowRates(const CalibrateOptions& o, const DeviceContext& ctx
     gather.bag_s = bag;
     gather.hot_rows_per_s = 1.0 / id_hot;
     gather.cold_rows_per_s = ids1 / std::max(c1.fwd - b * bag, 0.1 * c1.fwd);
+    // Cached: a table of at most a quarter of the LLC, uniform ids, never evicted (a small
+    // table of a model, which stays in the LLC between steps): one-id and P-id bags, split as
+    // above. CPU only (a GPU's L2 is not measured).
+    double cached_bag = 0, cached_id = 0;
+    if (!ctx.is_cuda() && d->llc_bytes > 0) {
+      int64_t small = 1;
+      while (small * 2 * dim * 4 <= d->llc_bytes / 4 && small * 2 <= rows) small *= 2;
+      TESSERA_ASSIGN_OR_RETURN(auto cached, MakeTable(small, dim, ctx));
+      TESSERA_ASSIGN_OR_RETURN(CallTimes k1, TimeCalls(o, ctx, *cached, small, dim, p1, false,
+                                                       out.data<float>(), grad.data<float>(),
+                                                       false, false));
+      TESSERA_ASSIGN_OR_RETURN(CallTimes kp, TimeCalls(o, ctx, *cached, small, dim, p, false,
+                                                       out.data<float>(), grad.data<float>(),
+                                                       false, false));
+      cached_id = (kp.fwd - k1.fwd) / (b * (p - p1));
+      cached_bag = (k1.fwd - ids1 * cached_id) / b;
+      if (!(cached_id > 0) || !(cached_bag > 0)) {
+        cached_bag = 0;
+        cached_id = k1.fwd / ids1;
+      }
+      gather.cached_bag_s = cached_bag;
+      gather.cached_rows_per_s = 1.0 / cached_id;
+    }
     // u1 = p1 B x + D1 y, uDup = P B x + DDup y (x = id_s, y = seconds per distinct row).
     const double det = ids1 * dup.distinct - p * b * h1.distinct;
     double id_s = det != 0 ? (h1.bwd * dup.distinct - dup.bwd * h1.distinct) / det : -1;
@@ -244,11 +268,13 @@ absl::Status MeasureRowRates(const CalibrateOptions& o, const DeviceContext& ctx
     update.warm_rows_per_s = std::max(update.warm_rows_per_s, update.hot_rows_per_s);
     Progress(o, absl::StrFormat(
                     "%s dim %d (table %d rows, %.0f MiB): gather %.0f ns/bag + %.1f ns/id "
-                    "(zipf) %.1f (uniform); update %.1f ns/id + %.1f ns/row (zipf) %.1f "
+                    "(zipf) %.1f (uniform), %.0f ns/bag + %.1f ns/id (in the LLC); update "
+                    "%.1f ns/id + %.1f ns/row (zipf) %.1f "
                     "(uniform), %.1f (zipf %d, rows cached from the forward); distinct per "
                     "batch %.0f / %.0f / %.0f (zipf 1, uniform 1, zipf %d)",
                     d->kind, dim, rows, rows * dim * 4 / 1048576.0, 1e9 * bag, 1e9 * id_hot,
-                    1e9 / gather.cold_rows_per_s, 1e9 * id_s, 1e9 * row_hot,
+                    1e9 / gather.cold_rows_per_s, 1e9 * cached_bag, 1e9 * cached_id,
+                    1e9 * id_s, 1e9 * row_hot,
                     1e9 / update.cold_rows_per_s, 1e9 / update.warm_rows_per_s, p, h1.distinct,
                     c1.distinct, hp.distinct, p));
     d->gather.push_back(gather);

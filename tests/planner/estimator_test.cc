@@ -558,6 +558,25 @@ TEST(EstimatorTest, CrossLayersAtTheirTimedRates) {
               1e-12);
 }
 
+// Tables that stay in the LLC (smallest first, while their running total fits) gather at the
+// profile's cached rates; the rest at bag_s and the hot/cold rates.
+TEST(EstimatorTest, TablesWithinTheLlcGatherAtTheCachedRates) {
+  MachineProfile prof = FlatProfile();  // llc 1 MiB; gather 1e6 rows/s, bag_s 0
+  for (RowRatePoint& g : prof.devices[0].gather) {
+    g.cached_bag_s = 1e-7;
+    g.cached_rows_per_s = 1e7;
+  }
+  // 16-dim rows: 64 B; 10000 rows = 640 KB each: the first fits, both (1.28 MB) do not.
+  PlanInputs in = SmallInputs({10000, 10000, 100000}, 16, 1, 100);
+  absl::StatusOr<Estimator> est = Estimator::Create(in, prof, 1);
+  ASSERT_TRUE(est.ok());
+  std::vector<TablePlacement> p;
+  for (int t = 0; t < 3; ++t) p.push_back(TableWise(0, in.tables[t].config));
+  StepEstimate e = est->Evaluate(p);
+  // 100 bags of one id each: cached 100 x (100 ns + 100 ns); otherwise 100 x 1 us.
+  EXPECT_NEAR(e.step.s[kLookup], 100 * 2e-7 + 2 * 100 * 1e-6, 1e-12);
+}
+
 TEST(EstimatorTest, CommunicatorMemoryOnlyWithPeers) {
   MachineProfile prof = FlatProfile();
   prof.devices[0].comm_memory_bytes = 20 << 20;

@@ -270,6 +270,29 @@ TEST(ProfileTest, BeyondLlcRateIsOptionalAndSplitsTheBytes) {
   EXPECT_DOUBLE_EQ(f->Transfer(3e6, 1e6), 3.0);
 }
 
+TEST(ProfileTest, CachedGatherRatesAreOptionalRoundTripAndInterpolate) {
+  MachineProfile p = FlatProfile();
+  EXPECT_THAT(MachineProfileToYaml(p), Not(HasSubstr("cached_rows_per_s")));
+  EXPECT_LT(GatherCachedSeconds(p.devices[0], 64, 10, 100), 0);
+  p.devices[0].gather[0].cached_bag_s = 1e-8;
+  p.devices[0].gather[0].cached_rows_per_s = 1e8;
+  EXPECT_LT(GatherCachedSeconds(p.devices[0], 64, 10, 100), 0);  // on every point or none
+  p.devices[0].gather[1].cached_bag_s = 3e-8;
+  p.devices[0].gather[1].cached_rows_per_s = 2.5e7;
+  const std::string yaml = MachineProfileToYaml(p);
+  EXPECT_THAT(yaml, HasSubstr("cached_bag_s: 1e-08, cached_rows_per_s: 1e+08"));
+  absl::StatusOr<MachineProfile> q = ParseMachineProfile(yaml, "g");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(MachineProfileToYaml(*q), yaml);
+  // At 64 bytes: 10 bags x 10 ns + 100 ids x 10 ns; halfway to 512 bytes: 20 ns and 25 ns.
+  EXPECT_NEAR(GatherCachedSeconds(q->devices[0], 64, 10, 100), 1.1e-6, 1e-15);
+  EXPECT_NEAR(GatherCachedSeconds(q->devices[0], 288, 10, 100), 10 * 2e-8 + 100 * 2.5e-8, 1e-15);
+  // An update point with the keys is refused (gather only).
+  absl::StatusOr<MachineProfile> bad =
+      ParseMachineProfile(Replace(yaml, "id_s: 0}", "id_s: 0, cached_bag_s: 1}"), "x");
+  EXPECT_FALSE(bad.ok());
+}
+
 TEST(ProfileTest, CrossPointsAreOptionalRoundTripAndMatchTheirKind) {
   MachineProfile p = FlatProfile();
   EXPECT_THAT(MachineProfileToYaml(p), Not(HasSubstr("cross:")));
