@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -124,6 +125,18 @@ class MapReader {
 };
 
 // `extra`: the per-table key beyond the rates (gather: bag_s, scatter_update: id_s).
+// Each item of `list` (the value of `key` under r) as a map, through `read` (its reader, named
+// key[i], and its node); the first error stops.
+absl::Status EachMap(MapReader& r, const std::string& key, const YAML::Node& list,
+                     const std::function<absl::Status(MapReader&, const YAML::Node&)>& read) {
+  for (size_t i = 0; i < list.size(); ++i) {
+    MapReader p(list[i], r.source(), absl::StrCat(r.Key(key), "[", i, "]"));
+    TESSERA_RETURN_IF_ERROR(p.CheckMap());
+    TESSERA_RETURN_IF_ERROR(read(p, list[i]));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<RowRatePoint>> ReadRowRates(MapReader& r, const std::string& key,
                                                        const std::string& extra) {
   TESSERA_ASSIGN_OR_RETURN(YAML::Node list, r.List(key));
@@ -188,39 +201,39 @@ absl::StatusOr<DeviceProfile> ReadDevice(const YAML::Node& n, const std::string&
   TESSERA_ASSIGN_OR_RETURN(d.gather, ReadRowRates(r, "gather", "bag_s"));
   TESSERA_ASSIGN_OR_RETURN(d.scatter_update, ReadRowRates(r, "scatter_update", "id_s"));
   TESSERA_ASSIGN_OR_RETURN(YAML::Node gemm, r.List("gemm"));
-  for (size_t i = 0; i < gemm.size(); ++i) {
-    MapReader p(gemm[i], source, absl::StrCat(r.Key("gemm"), "[", i, "]"));
-    TESSERA_RETURN_IF_ERROR(p.CheckMap());
-    GemmPoint g;
-    TESSERA_ASSIGN_OR_RETURN(g.m, p.Get<int64_t>("m"));
-    TESSERA_ASSIGN_OR_RETURN(g.n, p.Get<int64_t>("n"));
-    TESSERA_ASSIGN_OR_RETURN(g.k, p.Get<int64_t>("k"));
-    TESSERA_ASSIGN_OR_RETURN(g.flops_per_s, p.GetPositive("flops_per_s"));
-    TESSERA_RETURN_IF_ERROR(p.Done());
-    if (g.m <= 0 || g.n <= 0 || g.k <= 0) {
-      return p.Error(gemm[i], p.Key("m"), "m, n and k must be positive");
-    }
-    d.gemm.push_back(g);
-  }
+  TESSERA_RETURN_IF_ERROR(
+      EachMap(r, "gemm", gemm, [&](MapReader& p, const YAML::Node& item) -> absl::Status {
+        GemmPoint g;
+        TESSERA_ASSIGN_OR_RETURN(g.m, p.Get<int64_t>("m"));
+        TESSERA_ASSIGN_OR_RETURN(g.n, p.Get<int64_t>("n"));
+        TESSERA_ASSIGN_OR_RETURN(g.k, p.Get<int64_t>("k"));
+        TESSERA_ASSIGN_OR_RETURN(g.flops_per_s, p.GetPositive("flops_per_s"));
+        TESSERA_RETURN_IF_ERROR(p.Done());
+        if (g.m <= 0 || g.n <= 0 || g.k <= 0) {
+          return p.Error(item, p.Key("m"), "m, n and k must be positive");
+        }
+        d.gemm.push_back(g);
+        return absl::OkStatus();
+      }));
   TESSERA_ASSIGN_OR_RETURN(d.gemm_peak_flops_per_s, r.GetPositive("gemm_peak_flops_per_s"));
   if (n["cross"]) {
     TESSERA_ASSIGN_OR_RETURN(YAML::Node cross, r.Node("cross"));
     if (!cross.IsSequence()) return r.Error(cross, r.Key("cross"), "must be a list");
-    for (size_t i = 0; i < cross.size(); ++i) {
-      MapReader p(cross[i], source, absl::StrCat(r.Key("cross"), "[", i, "]"));
-      TESSERA_RETURN_IF_ERROR(p.CheckMap());
-      CrossPoint c;
-      TESSERA_ASSIGN_OR_RETURN(c.batch, p.Get<int64_t>("batch"));
-      TESSERA_ASSIGN_OR_RETURN(c.dim, p.Get<int64_t>("dim"));
-      TESSERA_ASSIGN_OR_RETURN(c.rank, p.Get<int64_t>("rank"));
-      TESSERA_ASSIGN_OR_RETURN(c.forward_flops_per_s, p.GetPositive("forward_flops_per_s"));
-      TESSERA_ASSIGN_OR_RETURN(c.backward_flops_per_s, p.GetPositive("backward_flops_per_s"));
-      TESSERA_RETURN_IF_ERROR(p.Done());
-      if (c.batch <= 0 || c.dim <= 0 || c.rank < 0) {
-        return p.Error(cross[i], p.Key("batch"), "batch and dim must be positive, rank >= 0");
-      }
-      d.cross.push_back(c);
-    }
+    TESSERA_RETURN_IF_ERROR(
+        EachMap(r, "cross", cross, [&](MapReader& p, const YAML::Node& item) -> absl::Status {
+          CrossPoint c;
+          TESSERA_ASSIGN_OR_RETURN(c.batch, p.Get<int64_t>("batch"));
+          TESSERA_ASSIGN_OR_RETURN(c.dim, p.Get<int64_t>("dim"));
+          TESSERA_ASSIGN_OR_RETURN(c.rank, p.Get<int64_t>("rank"));
+          TESSERA_ASSIGN_OR_RETURN(c.forward_flops_per_s, p.GetPositive("forward_flops_per_s"));
+          TESSERA_ASSIGN_OR_RETURN(c.backward_flops_per_s, p.GetPositive("backward_flops_per_s"));
+          TESSERA_RETURN_IF_ERROR(p.Done());
+          if (c.batch <= 0 || c.dim <= 0 || c.rank < 0) {
+            return p.Error(item, p.Key("batch"), "batch and dim must be positive, rank >= 0");
+          }
+          d.cross.push_back(c);
+          return absl::OkStatus();
+        }));
   }
   TESSERA_ASSIGN_OR_RETURN(d.gemm_fused_passes, r.GetBoolOr("gemm_fused_passes", false));
   TESSERA_ASSIGN_OR_RETURN(d.launch_overhead_s, r.GetNonNegative("launch_overhead_s"));
