@@ -425,16 +425,16 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
           // id all-gather, then sort + unique; sync_rows all: every row, no ids), each synced
           // row's weights and state gathered into the buffer and, averaged, its weights
           // scattered back, its state snapshot taken and the previous sync's state average
-          // applied: rows visited one by one, at the gather's cold rate unless the shard fits
-          // the LLC (replica_sync.cc AverageSync).
+          // applied: rows visited one by one, at the gather's cold rate unless the table stays
+          // in the LLC (TableStats::in_llc; replica_sync.cc AverageSync).
           const double k = static_cast<double>(st.sync_every);
           const double synced = st.sync_all_rows ? rows : frac * s.distinct_sync;
-          const bool in_llc = rows * value_bytes <= static_cast<double>(dev_->llc_bytes);
-          const double hot = in_llc ? 1.0 : 0.0;
+          const double hot = s.in_llc ? 1.0 : 0.0;
           const int64_t state_bytes = static_cast<int64_t>(state_floats * 4);
           double t = 2 * ag_replica_.latency_s;
-          if (!st.sync_all_rows) t += 8 * synced * (mm - 1) / ag_replica_.bytes_per_s;
-          if (!st.sync_all_rows) t += mm * synced * id_s;
+          if (!st.sync_all_rows) {
+            t += 8 * synced * (mm - 1) / ag_replica_.bytes_per_s + mm * synced * id_s;
+          }
           t += synced / GatherRowsPerSec(*dev_, static_cast<int64_t>(value_bytes), hot) +
                synced / GatherRowsPerSec(*dev_, row_bytes, hot);
           if (state_bytes > 0) t += 2 * synced / GatherRowsPerSec(*dev_, state_bytes, hot);

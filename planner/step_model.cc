@@ -72,11 +72,9 @@ PhaseTimes Estimator::StepParts(const MetricVec& raw, double world_allreduce_byt
     const double moved = replica_link_ ? 1.0 : 2.0 * (m_ - 1) / m_;
     const double in_cache = std::min<double>(static_cast<double>(dev_->llc_bytes),
                                              static_cast<double>(kInCacheCallBytes));
-    p.s[kReplicaSync] +=
-        (ar_replica_.latency_s +
-         (call > 0 && ar_replica_.bytes_per_s > 0 ? ar_replica_.Transfer(moved * call, in_cache)
-                                                   : 0)) /
-        k;
+    const double transfer =
+        ar_replica_.bytes_per_s > 0 ? ar_replica_.Transfer(moved * call, in_cache) : 0;
+    p.s[kReplicaSync] += (ar_replica_.latency_s + transfer) / k;
   }
   coll.s[kReplicaSync] = p.s[kReplicaSync];
   // Dense all-reduce (world), bucketed: buckets travel during the backward dist and the update

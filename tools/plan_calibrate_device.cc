@@ -12,8 +12,6 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <set>
-#include <tuple>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -25,15 +23,10 @@
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "core/status.h"
-#include "dense/dense_arch.h"
-#include "dense/interaction.h"
-#include "dense/mlp.h"
 #include "embedding/embedding_collection.h"
 #include "io/zipf.h"
 #include "tools/plan_calibrate_internal.h"
-#include "trainer/config.h"
 #include "trainer/cuda_sparse_arch.h"
-#include "trainer/model.h"
 #include "trainer/sparse_arch.h"
 
 namespace tessera {

@@ -379,8 +379,8 @@ absl::Status ReplicaSyncPhase::AverageSync(const InputDist& in) {
     total +=
         static_cast<int64_t>(unions[q].size()) * (local[q].width + local[q].store->state_dim());
   }
-  // Kept across syncs: a fresh buffer faults in every page each sync (mlperf-mini's 209 MB at
-  // N = 1, M = 2: ~100 ms of page clearing per sync on a 2-core Xeon).
+  // Kept across syncs: a fresh buffer faults in every page each sync (mlperf-mini at N = 1,
+  // M = 2, k = 8, 209 MB: the steady sync 377 -> 300 ms on a 2-core Xeon, tessera-bench --trace).
   std::vector<float>& buf = sync_buf_;
   buf.resize(total);
   // The gathered rows in ctx's memory: buf itself on the CPU.
