@@ -129,7 +129,8 @@ struct CalibrateOptions {
   int extra_runs = 2;
 };
 
-// A calibration of about half a minute on 2 cores for `sharding.profile: auto`'s first use
+// A calibration of under a minute on 2 cores (38-50 s on an Intel Xeon VM) for
+// `sharding.profile: auto`'s first use
 // (trainer/auto_plan.h): dims 16, 64 and 256 over a 128 MiB table, 0.05 s per point, 3 runs
 // (1 extra), collectives at 2 ranks (when the machine has 2 cores or more), one tier size of
 // 50k rows, the GEMM shapes of `configs` only.
