@@ -86,44 +86,57 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
   for (const CollectivePoint& c : profile.collectives)
     has_cross |= c.transport == tr && !c.same_node;
   std::vector<CollectiveCost*> cross;  // the costs read from cross-node points
+  // ... and from same-node points measured while the other hosts ran theirs (groups > 1)
+  std::vector<CollectiveCost*> across_launcher;
   e.group_link_ &= has_cross;
   e.world_link_ &= has_cross;
   e.replica_link_ = !replica_same_node && has_cross;
-  auto get = [&](CollectiveOp op, int size, bool same, CollectiveCost* out) -> absl::Status {
+  // `groups`: how many groups of `size` run the op at once (sharding groups: M, replica groups:
+  // N). A profile's points measured with groups at once (calibrate across hosts) are read where
+  // the run's match; a same-node point measured while the other hosts ran theirs only for a
+  // world across nodes.
+  auto get = [&](CollectiveOp op, int size, bool same, CollectiveCost* out,
+                 int groups = 1) -> absl::Status {
     if (size <= 1) {
       *out = CollectiveCost{};
       return absl::OkStatus();
     }
-    absl::StatusOr<CollectiveCost> c = CollectiveAtScope(profile, op, tr, size, same);
+    if (same && world_same_node) groups = 1;
+    absl::StatusOr<CollectiveCost> c = CollectiveAtScope(profile, op, tr, size, same, groups);
     if (!c.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(in.source, ": profile '", profile.machine, "': ", c.status().message()));
     }
     *out = *c;
     if (!same && has_cross) cross.push_back(out);
+    if (same && c->groups > 1) across_launcher.push_back(out);
     return absl::OkStatus();
   };
-  TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllToAll, e.n_, group_same_node, &e.a2a_group_));
+  TESSERA_RETURN_IF_ERROR(
+      get(CollectiveOp::kAllToAll, e.n_, group_same_node, &e.a2a_group_, e.m_));
   TESSERA_RETURN_IF_ERROR(
       get(CollectiveOp::kAllToAll, std::max(2, e.node_ranks_), true, &e.a2a_intra_));
   if (e.n_ <= 1) e.a2a_intra_ = CollectiveCost{};
   TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllReduce, e.t_, world_same_node, &e.ar_world_));
-  TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllGather, e.m_, replica_same_node, &e.ag_replica_));
-  TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllReduce, e.m_, replica_same_node, &e.ar_replica_));
-  TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllGather, e.n_, group_same_node, &e.ag_group_));
+  TESSERA_RETURN_IF_ERROR(
+      get(CollectiveOp::kAllGather, e.m_, replica_same_node, &e.ag_replica_, e.n_));
+  TESSERA_RETURN_IF_ERROR(
+      get(CollectiveOp::kAllReduce, e.m_, replica_same_node, &e.ar_replica_, e.n_));
+  TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllGather, e.n_, group_same_node, &e.ag_group_, e.m_));
   {
     // Groups that run at once share the link: a cross-node point at size W was measured with
-    // the W ranks alone on the links, spread evenly over the calibration's hosts (as many per
-    // host as a group of the run has per node, for a run over as many nodes); in the run every
-    // group of a kind runs its collective at the same time, so the node's min(T, R) ranks
-    // share its link where the point had the group's own ranks per node.
+    // its groups (CollectivePoint::groups; one: the W ranks alone) on the links, spread evenly
+    // over the calibration's hosts (as many per host as a group of the run has per node, for a
+    // run over as many nodes); in the run every group of a kind runs its collective at the same
+    // time, so the node's min(T, R) ranks share its link where the point had its groups' ranks
+    // per node.
     const double on_node = std::min(e.t_, r);
     int replica_node_ranks = 0;
     for (int g = 0; g < e.m_; ++g)
       replica_node_ranks += world_rank(g, 0) / r == world_rank(0, 0) / r;
     auto share = [&](CollectiveCost* c, int group_node_ranks) {
       if (std::find(cross.begin(), cross.end(), c) == cross.end() || c->bytes_per_s <= 0) return;
-      c->bytes_per_s /= std::max(1.0, on_node / std::max(1, group_node_ranks));
+      c->bytes_per_s /= std::max(1.0, on_node / std::max(1, group_node_ranks) / c->groups);
     };
     share(&e.a2a_group_, e.node_ranks_);
     share(&e.ag_group_, e.node_ranks_);
@@ -156,12 +169,17 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
     // slowest rank's compute: CriticalPath) and, when they outnumber the cores, by sharing
     // them (cores_share_); what is left is the scheduler's jitter, at most
     // kMaxWaitPerComputeOwnCores. A larger measured wait is the load of the minute calibrate
-    // ran in. A cross-node point keeps its measurement (over the links, whose jitter the cores
-    // do not bound), and so does a profile without a fingerprint.
+    // ran in. A point measured across hosts keeps its measurement (over the links, whose jitter
+    // the cores do not bound; on emulated hosts, the waits of ranks that outnumber the machine's
+    // cores), and so does a profile without a fingerprint.
     if (cores > 0) {
       for (CollectiveCost* c : {&e.a2a_group_, &e.a2a_intra_, &e.ar_world_, &e.ag_replica_,
                                 &e.ar_replica_, &e.ag_group_}) {
         if (std::find(cross.begin(), cross.end(), c) != cross.end()) continue;
+        if (std::find(across_launcher.begin(), across_launcher.end(), c) !=
+            across_launcher.end()) {
+          continue;
+        }
         c->wait_per_compute = std::min(c->wait_per_compute, kMaxWaitPerComputeOwnCores);
       }
     }

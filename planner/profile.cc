@@ -307,16 +307,19 @@ absl::StatusOr<MachineProfile> ParseRoot(const YAML::Node& root, const std::stri
     TESSERA_ASSIGN_OR_RETURN(pt.gemm_slowdown, c.GetNonNegativeOr("gemm_slowdown", 0.0));
     TESSERA_ASSIGN_OR_RETURN(pt.beyond_llc_bytes_per_s,
                              c.GetNonNegativeOr("beyond_llc_bytes_per_s", 0.0));
+    TESSERA_ASSIGN_OR_RETURN(const double groups, c.GetNonNegativeOr("groups", 1.0));
+    if (groups < 1 || groups != std::floor(groups) || groups > 1e6) {
+      return c.Error(cols[i]["groups"], c.Key("groups"),
+                     absl::StrCat("must be a whole number >= 1 (got ", groups, ")"));
+    }
+    pt.groups = static_cast<int>(groups);
     TESSERA_RETURN_IF_ERROR(c.Done());
     if (!p.collectives.empty()) {
       const CollectivePoint& b = p.collectives.back();
-      auto key = [](const CollectivePoint& x) {
-        return std::make_tuple(static_cast<int>(x.op), x.transport, x.world_size, !x.same_node);
-      };
-      if (!(key(b) < key(pt))) {
+      if (!CollectivePointLess(b, pt)) {
         return c.Error(cols[i], c.Key("world_size"),
                        "collectives must be sorted by (op, transport, world_size, same_node "
-                       "first) without repeats");
+                       "first, groups) without repeats");
       }
     }
     p.collectives.push_back(pt);
@@ -368,6 +371,12 @@ absl::StatusOr<CollectiveOp> ParseCollectiveOp(const std::string& name) {
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown collective '", name, "' (expected all_to_all, all_reduce, all_gather)"));
+}
+
+bool CollectivePointLess(const CollectivePoint& a, const CollectivePoint& b) {
+  return std::make_tuple(static_cast<int>(a.op), a.transport, a.world_size, !a.same_node,
+                         a.groups) <
+         std::make_tuple(static_cast<int>(b.op), b.transport, b.world_size, !b.same_node, b.groups);
 }
 
 const DeviceProfile* MachineProfile::device(const std::string& kind) const {
@@ -506,6 +515,7 @@ std::string MachineProfileToYaml(const MachineProfile& p) {
     if (c.beyond_llc_bytes_per_s > 0) {
       e << YAML::Key << "beyond_llc_bytes_per_s" << YAML::Value << c.beyond_llc_bytes_per_s;
     }
+    if (c.groups > 1) e << YAML::Key << "groups" << YAML::Value << c.groups;
     e << YAML::EndMap;
   }
   e << YAML::EndSeq;

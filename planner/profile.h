@@ -177,7 +177,19 @@ struct CollectivePoint {
   // two differ: the dense phases at T = 2 ran 0.98-1.08x their T = 1 times while one kernel of
   // both kinds measured up to 1.29x.
   double gemm_slowdown = 0;
+  // Optional (1 when absent): how many groups of world_size ranks ran the op at once while it
+  // was measured. Calibrate across hosts splits its whole world into such groups (strided: each
+  // group spread over the hosts, as a run's cross-host sharding or replica groups; contiguous:
+  // each on one host while the other hosts run theirs), because a run's groups of one kind run
+  // their collectives side by side: they share the links and, on emulated hosts, the cores, and
+  // the call ends with the slowest group. The estimator reads the point whose groups are
+  // nearest the run's (CollectiveAtScope).
+  int groups = 1;
 };
+
+// The order of MachineProfile::collectives: (op, transport, world_size, same_node first,
+// groups).
+bool CollectivePointLess(const CollectivePoint& a, const CollectivePoint& b);
 
 // RocksDB tier cost per row (embedding + optimizer state value), by value size.
 struct TierPoint {
@@ -253,7 +265,7 @@ const CrossPoint* NearestCrossPoint(const DeviceProfile& d, int64_t batch, int64
 // The point for (op, transport) at world_size, interpolated between measured sizes and
 // extrapolated linearly in log2(world_size) beyond the largest one (latency grows, bandwidth is
 // held at the largest size's); NotFound naming the op and transport when no point of them
-// exists.
+// exists. Reads the points measured alone (CollectivePoint::groups 1) where there are any.
 // The all-reduce's in-cache calibration call (tools/plan_calibrate_comm.cc): bytes_per_s is the
 // slope from an 8-byte call to this one, beyond_llc_bytes_per_s the slope from this one to a
 // 64 MiB call, so the in-cache rate holds up to this size (or llc_bytes when smaller).
@@ -266,6 +278,7 @@ struct CollectiveCost {
   double beyond_llc_bytes_per_s = 0;  // interpolated as bytes_per_s; 0: bytes_per_s
   double compute_slowdown = 1;        // interpolated as latency_s, held beyond; 1 when absent
   double gemm_slowdown = 1;           // the same; compute_slowdown where absent
+  int groups = 1;                     // CollectivePoint::groups of the points read (the least)
   // The wait of one call after `compute_s` of compute on each rank.
   double Wait(double compute_s) const { return wait_per_compute * compute_s; }
   // Seconds to move `bytes` in one call (no latency): up to `llc_bytes` at bytes_per_s, the
@@ -278,10 +291,12 @@ struct CollectiveCost {
 absl::StatusOr<CollectiveCost> CollectiveAt(const MachineProfile& p, CollectiveOp op,
                                             const std::string& transport, int world_size);
 // The same over the points whose same_node equals `same_node` only (all points of the op and
-// transport when none has it): intra-node vs cross-node rates of one communicator size.
+// transport when none has it): intra-node vs cross-node rates of one communicator size. Of the
+// points of one size measured with different CollectivePoint::groups, the one with the most
+// groups up to `groups` (the run's groups of that kind running the op at once), else the fewest.
 absl::StatusOr<CollectiveCost> CollectiveAtScope(const MachineProfile& p, CollectiveOp op,
                                                  const std::string& transport, int world_size,
-                                                 bool same_node);
+                                                 bool same_node, int groups = 1);
 TierPoint TierAt(const MachineProfile& p, int64_t value_bytes);
 
 }  // namespace tessera::planner

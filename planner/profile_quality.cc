@@ -10,6 +10,17 @@
 
 namespace tessera::planner {
 
+namespace {
+
+// "collectives.<op>.<transport>.<world size>[.cross_node][.groups<G>]." : a point's keys.
+std::string CollectiveKeyPrefix(const CollectivePoint& c) {
+  return absl::StrCat("collectives.", CollectiveOpName(c.op), ".", c.transport, ".", c.world_size,
+                      c.same_node ? "" : ".cross_node",
+                      c.groups > 1 ? absl::StrCat(".groups", c.groups) : "", ".");
+}
+
+}  // namespace
+
 std::vector<MeasuredKey> MeasuredKeys(MachineProfile* p) {
   std::vector<MeasuredKey> k;
   using C = MeasuredKey::Combine;
@@ -57,8 +68,7 @@ std::vector<MeasuredKey> MeasuredKeys(MachineProfile* p) {
   }
   for (CollectivePoint& c : p->collectives) {
     const std::string part = absl::StrCat("collectives.", c.world_size);
-    const std::string pre = absl::StrCat("collectives.", CollectiveOpName(c.op), ".", c.transport,
-                                         ".", c.world_size, c.same_node ? "" : ".cross_node", ".");
+    const std::string pre = CollectiveKeyPrefix(c);
     // Latencies of a few microseconds: a floor of 2 us.
     add(pre + "latency_s", &c.latency_s, part, 2e-6, C::kLowest);
     add(pre + "bytes_per_s", &c.bytes_per_s, part, 0, C::kHighest);
@@ -166,11 +176,10 @@ std::vector<KeyQuality> ImplausibleKeys(const MachineProfile& p) {
       }
     }
   }
-  // Per (op, transport, same_node): the points by world size.
-  std::map<std::tuple<int, std::string, bool>, std::vector<const CollectivePoint*>> series;
+  // Per (op, transport, same_node, groups): the points by world size.
+  std::map<std::tuple<int, std::string, bool, int>, std::vector<const CollectivePoint*>> series;
   for (const CollectivePoint& c : p.collectives) {
-    const std::string pre = absl::StrCat("collectives.", CollectiveOpName(c.op), ".", c.transport,
-                                         ".", c.world_size, c.same_node ? "" : ".cross_node", ".");
+    const std::string pre = CollectiveKeyPrefix(c);
     if (c.same_node && copy > 0 && c.bytes_per_s > 4 * copy) {
       flag(pre + "bytes_per_s",
            absl::StrFormat("%.1f GB/s on one node, above 4x the copy bandwidth (%.1f GB/s)",
@@ -189,12 +198,12 @@ std::vector<KeyQuality> ImplausibleKeys(const MachineProfile& p) {
     for (const auto& [name, v] : {std::pair<const char*, double>{"compute_slowdown",
                                                                   c.compute_slowdown},
                                   {"gemm_slowdown", c.gemm_slowdown}}) {
-      if (v > c.world_size) {
+      if (v > c.world_size * c.groups) {
         flag(pre + name, absl::StrFormat("%.2f: more than the %d ranks running one after the other",
-                                         v, c.world_size));
+                                         v, c.world_size * c.groups));
       }
     }
-    series[{static_cast<int>(c.op), c.transport, c.same_node}].push_back(&c);
+    series[{static_cast<int>(c.op), c.transport, c.same_node, c.groups}].push_back(&c);
   }
   for (const auto& [key, pts] : series) {
     for (size_t i = 1; i < pts.size(); ++i) {
@@ -202,8 +211,7 @@ std::vector<KeyQuality> ImplausibleKeys(const MachineProfile& p) {
       const CollectivePoint& b = *pts[i];
       // More ranks can only add ranks to wait for.
       if (a.wait_per_compute > 0.05 && b.wait_per_compute < 0.5 * a.wait_per_compute) {
-        flag(absl::StrCat("collectives.", CollectiveOpName(a.op), ".", a.transport, ".",
-                          a.world_size, a.same_node ? "" : ".cross_node", ".wait_per_compute"),
+        flag(CollectiveKeyPrefix(a) + "wait_per_compute",
              absl::StrFormat("%.3f at %d ranks but %.3f at %d: a wait that falls as ranks are "
                              "added is the load of the moment",
                              a.wait_per_compute, a.world_size, b.wait_per_compute, b.world_size));

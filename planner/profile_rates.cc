@@ -190,10 +190,14 @@ const CrossPoint* NearestCrossPoint(const DeviceProfile& d, int64_t batch, int64
 
 absl::StatusOr<CollectiveCost> CollectiveAt(const MachineProfile& p, CollectiveOp op,
                                             const std::string& transport, int world_size) {
-  std::vector<const CollectivePoint*> pts;
+  // The points measured alone (groups 1) when there are any.
+  std::vector<const CollectivePoint*> pts, alone;
   for (const CollectivePoint& c : p.collectives) {
-    if (c.op == op && c.transport == transport) pts.push_back(&c);
+    if (c.op != op || c.transport != transport) continue;
+    pts.push_back(&c);
+    if (c.groups <= 1) alone.push_back(&c);
   }
+  if (!alone.empty()) pts = std::move(alone);
   if (pts.empty()) {
     return absl::NotFoundError(absl::StrCat("the profile has no ", CollectiveOpName(op),
                                             " point for transport '", transport, "'"));
@@ -203,13 +207,34 @@ absl::StatusOr<CollectiveCost> CollectiveAt(const MachineProfile& p, CollectiveO
 
 absl::StatusOr<CollectiveCost> CollectiveAtScope(const MachineProfile& p, CollectiveOp op,
                                                  const std::string& transport, int world_size,
-                                                 bool same_node) {
+                                                 bool same_node, int groups) {
+  // Per world size (the points come sorted by it, then by groups), the point with the most
+  // groups up to `groups`, else the first (the fewest).
   std::vector<const CollectivePoint*> pts;
   for (const CollectivePoint& c : p.collectives) {
-    if (c.op == op && c.transport == transport && c.same_node == same_node) pts.push_back(&c);
+    if (c.op != op || c.transport != transport || c.same_node != same_node) continue;
+    if (!pts.empty() && pts.back()->world_size == c.world_size) {
+      if (c.groups <= groups) pts.back() = &c;
+      continue;
+    }
+    pts.push_back(&c);
   }
   if (pts.empty()) return CollectiveAt(p, op, transport, world_size);
-  return CollectiveFrom(pts, world_size);
+  absl::StatusOr<CollectiveCost> out = CollectiveFrom(pts, world_size);
+  if (out.ok()) {
+    // The groups of the points read: those at the sizes around world_size.
+    out->groups = 0;
+    for (size_t i = 0; i < pts.size(); ++i) {
+      const bool below = pts[i]->world_size <= world_size;
+      const bool next = i + 1 == pts.size() || pts[i + 1]->world_size > world_size;
+      const bool above_prev = i == 0 || pts[i - 1]->world_size < world_size;
+      if ((below && next) || (!below && above_prev)) {
+        out->groups = out->groups == 0 ? pts[i]->groups : std::min(out->groups, pts[i]->groups);
+      }
+    }
+    out->groups = std::max(1, out->groups);
+  }
+  return out;
 }
 
 TierPoint TierAt(const MachineProfile& p, int64_t value_bytes) {

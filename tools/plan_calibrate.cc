@@ -283,6 +283,10 @@ absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
       TESSERA_ASSIGN_OR_RETURN(r.tier, calibrate_internal::MeasureTier(o));
     } else {  // "collectives.W"
       CalibrateOptions ow = o;
+      // The cross-host world whose groups the smaller world sizes are measured as.
+      for (int w : o.world_sizes) {
+        if (o.hosts >= 2 && w % o.hosts == 0) ow.cross_world = std::max(ow.cross_world, w);
+      }
       ow.world_sizes = {std::atoi(part.c_str() + std::strlen("collectives."))};
       int64_t mem = 0;
       TESSERA_ASSIGN_OR_RETURN(r.collectives, calibrate_internal::MeasureCollectives(ow, &mem));
@@ -343,10 +347,7 @@ absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
       for (planner::CollectivePoint& c : med.collectives) m.collectives.push_back(c);
       for (planner::TierPoint& t : med.tier) m.tier.push_back(t);
     }
-    std::sort(m.collectives.begin(), m.collectives.end(), [](const auto& a, const auto& b) {
-      return std::make_tuple(static_cast<int>(a.op), a.transport, a.world_size, !a.same_node) <
-             std::make_tuple(static_cast<int>(b.op), b.transport, b.world_size, !b.same_node);
-    });
+    std::sort(m.collectives.begin(), m.collectives.end(), planner::CollectivePointLess);
     for (planner::DeviceProfile& d : m.devices) d.comm_memory_bytes = comm_memory;
     for (planner::KeyQuality& k : q) {
       if (k.wide) flagged.push_back(k);
@@ -431,6 +432,8 @@ absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
 int RunPlanCalibrate(int argc, char** argv) {
   CalibrateOptions o;
   std::string out, worker_out;
+  int worker_groups = 1;
+  bool worker_strided = true;
   bool have_configs = false, strict = false, cache = false;
   std::vector<std::string> words = {"tessera-plan calibrate"};
   // --quick first: the short set, which the other flags then adjust.
@@ -457,7 +460,9 @@ int RunPlanCalibrate(int argc, char** argv) {
         return Usage(a + " needs a value");
       }
     }
-    if (a != "--collectives_worker") words.push_back(boolean ? a : a + " " + v);
+    if (a != "--collectives_worker" && a != "--collectives_groups") {
+      words.push_back(boolean ? a : a + " " + v);
+    }
     bool ok = true;
     if (a == "--out") {
       out = v;
@@ -519,6 +524,12 @@ int RunPlanCalibrate(int argc, char** argv) {
       o.verbose = false;
     } else if (a == "--collectives_worker") {
       worker_out = v;
+    } else if (a == "--collectives_groups") {
+      // Internal (MeasureCollectives' jobs): G:strided or G:contiguous.
+      const std::vector<std::string> g = absl::StrSplit(v, ':');
+      ok = g.size() == 2 && absl::SimpleAtoi(g[0], &worker_groups) && worker_groups >= 1 &&
+           (g[1] == "strided" || g[1] == "contiguous");
+      if (ok) worker_strided = g[1] == "strided";
     } else {
       return Usage("unknown flag " + a);
     }
@@ -534,7 +545,8 @@ int RunPlanCalibrate(int argc, char** argv) {
     // so alone it had both cores and together 4 ranks x 2 threads shared them, and the
     // cross-host GEMM slowdown of 4 ranks on 2 cores came out 3.7-4.1 (the step's: 2.1).
     SetNumThreads(std::max(1, o.threads));
-    absl::Status st = RunCollectivesWorker(worker_out, o.seconds_per_point, before_mpi);
+    absl::Status st = RunCollectivesWorker(worker_out, o.seconds_per_point, before_mpi,
+                                           worker_groups, worker_strided);
     if (!st.ok())
       std::fprintf(stderr, "tessera-plan calibrate: %s\n", std::string(st.message()).c_str());
     (void)MpiFinalize();

@@ -95,8 +95,14 @@ struct CalibrateOptions {
   // `<cross_host_mpirun> -np W --map-by ppr:W/hosts:node <worker_argv>` (the world spread evenly
   // over the hosts, as both process-grid layouts spread a group that crosses them). Empty or
   // hosts < 2: none. Default: "", 0.
+  // A W below the largest such world size X is measured as a run with X ranks runs its groups
+  // of W: X ranks split into X / W groups calling at once (profile groups: X / W), strided over
+  // the hosts (each group across them); and, where W fits on one host, also contiguous (each
+  // group on one host, every host busy: the same-node point of a run across hosts).
   std::string cross_host_mpirun;
   int hosts = 0;
+  // Set by Calibrate for a collectives part of one world size: X above (0: none).
+  int cross_world = 0;
   // RocksDB tier points: value sizes are dim x 4 + 4 (row-wise AdaGrad state) for these dims.
   // Empty: no tier points. Default: 16, 64, 128.
   std::vector<int64_t> tier_dims = {16, 64, 128};
@@ -151,7 +157,12 @@ CalibrateOptions QuickCalibrateOptions(const std::vector<std::string>& configs);
 // to a rank, the largest over the ranks of VmRSS after a round of small collectives and of VmHWM
 // after the large ones less the worker's own buffers, each minus `rss_before_mpi` (VmRSS before
 // MPI_Init). Collective over the MPI world.
+// `groups` > 1: the world is split into that many groups (`strided`: rank r in group r % groups;
+// else contiguous blocks) that measure their collectives at once, each call started together
+// (a world barrier before it) and read as the slowest group's; the compute slowdowns are the
+// whole world's.
 [[nodiscard]] absl::Status RunCollectivesWorker(const std::string& out_path,
-                                                double seconds_per_point, int64_t rss_before_mpi);
+                                                double seconds_per_point, int64_t rss_before_mpi,
+                                                int groups = 1, bool strided = true);
 
 }  // namespace tessera

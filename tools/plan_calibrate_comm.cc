@@ -8,7 +8,8 @@
 // a 4 MiB buffer (each the fastest of its repetitions, see TimeCollective; the 4 MiB call on the
 // thread CPU clock, the least over ranks: CallClock::kCpuLeast); wait_per_compute
 // the small all-reduce's median CPU time unsynchronised after 4 ms of compute, less latency_s,
-// per second of that compute (TimeUnsynced; the same for every op of the world size); the
+// per second of that compute (TimeUnsynced; the same for every op of the world size; across
+// hosts the call's wall time, the mean of the fastest 90%, per wall second of the compute); the
 // all-reduce's beyond_llc_bytes_per_s the slope from 4 to 64 MiB, both calls timed on each
 // rank's thread CPU clock, the least over ranks (CallClock::kCpuLeast: a 64 MiB call outlasts
 // the scheduler's slices, so a process sharing a rank's core interrupts every repetition).
@@ -58,8 +59,21 @@ enum class CallClock {
   kCpuLeast,
 };
 
+// The largest of every rank's `v` in `comm`.
+absl::StatusOr<double> SlowestOver(Communicator& comm, double v) {
+  const int w = comm.size();
+  if (w == 1) return v;
+  std::vector<double> all(w);
+  std::vector<int64_t> counts(w, sizeof(double)), displs(w);
+  for (int r = 0; r < w; ++r) displs[r] = r * static_cast<int64_t>(sizeof(double));
+  TESSERA_RETURN_IF_ERROR(comm.AllGatherV(&v, sizeof(double), all.data(), counts, displs));
+  return *std::max_element(all.begin(), all.end());
+}
+
 // The time of one `call` over at least 10 calls (a barrier before each call), read by `clock`.
-absl::StatusOr<double> TimeCollective(Communicator& comm, double min_seconds,
+// `comm` is the call's group; `sync` the world whose groups call at once (the barrier and the
+// repetitions are the world's, and the time the slowest group's).
+absl::StatusOr<double> TimeCollective(Communicator& sync, Communicator& comm, double min_seconds,
                                       const std::function<absl::Status()>& call,
                                       CallClock clock = CallClock::kWallFastest) {
   const bool median = clock == CallClock::kWallMedian;
@@ -74,9 +88,9 @@ absl::StatusOr<double> TimeCollective(Communicator& comm, double min_seconds,
   Stopwatch total;
   for (int rep = 0;; ++rep) {
     int64_t go = rep < 10 || (total.ElapsedSeconds() < min_seconds && rep < 2000) ? 1 : 0;
-    TESSERA_RETURN_IF_ERROR(comm.Broadcast(&go, sizeof(go), 0));
+    TESSERA_RETURN_IF_ERROR(sync.Broadcast(&go, sizeof(go), 0));
     if (!go) break;
-    TESSERA_RETURN_IF_ERROR(comm.Barrier());
+    TESSERA_RETURN_IF_ERROR(sync.Barrier());
     Stopwatch w;
     const double c0 = cpu ? thread_cpu() : 0;
     TESSERA_RETURN_IF_ERROR(call());
@@ -94,10 +108,11 @@ absl::StatusOr<double> TimeCollective(Communicator& comm, double min_seconds,
     std::vector<int64_t> counts(w, sizeof(double)), displs(w);
     for (int r = 0; r < w; ++r) displs[r] = r * static_cast<int64_t>(sizeof(double));
     TESSERA_RETURN_IF_ERROR(comm.AllGatherV(&med, sizeof(double), all.data(), counts, displs));
-    return *std::min_element(all.begin(), all.end());
+    med = *std::min_element(all.begin(), all.end());
+  } else {
+    TESSERA_RETURN_IF_ERROR(comm.AllReduce(&med, 1, ReduceOp::kAvg));
   }
-  TESSERA_RETURN_IF_ERROR(comm.AllReduce(&med, 1, ReduceOp::kAvg));
-  return med;
+  return SlowestOver(sync, med);
 }
 
 // The median CPU seconds of `call` (the slowest rank's median) when every rank comes to it from
@@ -106,33 +121,49 @@ absl::StatusOr<double> TimeCollective(Communicator& comm, double min_seconds,
 // calls. The median, not the mean: a call that waited for a rank the scheduler gave to another
 // process (other engineers' builds, bench/busy_core.sh) is the load of that moment; the mean
 // of such calls made one 2-rank profile 1.07 (and 0.79) where a quiet machine gives 0.01.
-absl::StatusOr<double> TimeUnsynced(Communicator& comm, double compute_s,
-                                    const std::function<absl::Status()>& call) {
+// `wall` (a world across hosts): the call on the wall clock and the mean of the calls' fastest
+// 90%: on emulated hosts, whose ranks outnumber the machine's cores, a rank that computed its
+// share waits for a peer the scheduler has not yet given its slice, a wait the CPU clock does
+// not see (the poller yields its core) and that is the run's, not a passing load's (on real
+// hosts with a core per rank the two clocks agree).
+struct Unsynced {
+  double call_s = 0;     // the call's time, as above
+  double compute_s = 0;  // the compute before it on the same clock (wall: its mean)
+};
+absl::StatusOr<Unsynced> TimeUnsynced(Communicator& sync, double compute_s,
+                                      const std::function<absl::Status()>& call, bool wall) {
   const double kComputeS = compute_s;
   constexpr int kCalls = 250;
-  auto cpu_now = [] {
+  auto now = [](clockid_t id) {
     timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    clock_gettime(id, &ts);
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
   };
-  TESSERA_RETURN_IF_ERROR(comm.Barrier());
+  const clockid_t call_clock = wall ? CLOCK_MONOTONIC : CLOCK_PROCESS_CPUTIME_ID;
+  TESSERA_RETURN_IF_ERROR(sync.Barrier());
   std::vector<double> per_call;
+  double computed = 0;
   volatile double sink = 0;
   for (int i = 0; i < kCalls; ++i) {
-    const double until = cpu_now() + kComputeS;
-    while (cpu_now() < until) sink = sink + 1.0;
-    const double t0 = cpu_now();
+    const double c0 = now(call_clock);
+    const double until = now(CLOCK_PROCESS_CPUTIME_ID) + kComputeS;
+    while (now(CLOCK_PROCESS_CPUTIME_ID) < until) sink = sink + 1.0;
+    const double t0 = now(call_clock);
+    computed += t0 - c0;
     TESSERA_RETURN_IF_ERROR(call());
-    per_call.push_back(cpu_now() - t0);
+    per_call.push_back(now(call_clock) - t0);
   }
   std::sort(per_call.begin(), per_call.end());
-  double mean = per_call[per_call.size() / 2];
-  const int w = comm.size();
-  std::vector<double> all(w);
-  std::vector<int64_t> counts(w, 8), displs(w);
-  for (int r = 0; r < w; ++r) displs[r] = 8 * r;
-  TESSERA_RETURN_IF_ERROR(comm.AllGatherV(&mean, 8, all.data(), counts, displs));
-  return *std::max_element(all.begin(), all.end());
+  Unsynced u;
+  u.call_s = per_call[per_call.size() / 2];
+  u.compute_s = kComputeS;
+  if (wall) {
+    const size_t n = per_call.size() * 9 / 10;
+    u.call_s = std::accumulate(per_call.begin(), per_call.begin() + n, 0.0) / n;
+    TESSERA_ASSIGN_OR_RETURN(u.compute_s, SlowestOver(sync, computed / kCalls));
+  }
+  TESSERA_ASSIGN_OR_RETURN(u.call_s, SlowestOver(sync, u.call_s));
+  return u;
 }
 
 // What a rank's compute slows down by when every rank of the node computes at once (shared LLC
@@ -239,14 +270,43 @@ absl::StatusOr<Slowdowns> ComputeSlowdown(Communicator& comm, bool wall) {
 }  // namespace
 
 absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_per_point,
-                                  int64_t rss_before_mpi) {
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, CreateMpiWorldCommunicator());
+                                  int64_t rss_before_mpi, int groups, bool strided) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> world, CreateMpiWorldCommunicator());
+  // The groups that call at once (one: the world), and whether a group spans nodes: the ranks'
+  // nodes told apart by the first world rank on each (the launcher places a node's ranks
+  // together: --map-by ppr:N:node).
+  groups = std::max(1, groups);
+  if (world->size() % groups != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("calibrate worker: ", groups,
+                                                   " groups do not divide ", world->size(),
+                                                   " ranks"));
+  }
+  std::unique_ptr<Communicator> split;
+  if (groups > 1) {
+    const int per = world->size() / groups;
+    const int color = strided ? world->rank() % groups : world->rank() / per;
+    TESSERA_ASSIGN_OR_RETURN(split, world->Split(color, world->rank()));
+  }
+  Communicator* comm = split ? split.get() : world.get();
   const int w = comm->size();
-  const bool cross = LauncherLocalSize() < w;
+  bool cross = LauncherLocalSize() < w;
+  if (split) {
+    std::vector<int64_t> nodes(w), c(w, 8), d(w);
+    for (int i = 0; i < w; ++i) d[i] = 8 * i;
+    const int64_t node = world->rank() - LauncherLocalRank();
+    TESSERA_RETURN_IF_ERROR(comm->AllGatherV(&node, 8, nodes.data(), c, d));
+    cross = std::any_of(nodes.begin(), nodes.end(), [&](int64_t n) { return n != nodes[0]; });
+  }
+  // A world across nodes is timed on the wall clock, each call's median (`link`), also where
+  // its groups stay on one node: the emulated hosts share one machine's cores, which a thread's
+  // CPU clock does not see, and on real hosts the two agree. A group across nodes (`cross`) has
+  // a 2 MiB large call and no beyond-cache call: the link, not the cache, bounds it.
+  const bool link = LauncherLocalSize() < world->size();
   const int64_t kSmall = 8, kHuge = int64_t{64} << 20;
   const int64_t kLarge = cross ? int64_t{2} << 20 : planner::kInCacheCallBytes;
   std::ostringstream out;
   if (cross) out << "scope cross_node\n";
+  if (groups > 1) out << "groups " << groups << "\n";
   // What MPI added: VmRSS after one small call of each collective (the shared-memory segments
   // and the progress engine touched), before any large buffer exists.
   int64_t mpi_bytes = 0;
@@ -266,9 +326,8 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
         mpi_bytes = std::max<int64_t>(0, kb * 1024 - rss_before_mpi);
       }
     }
-    std::vector<int64_t> all(w);
-    TESSERA_RETURN_IF_ERROR(comm->AllGatherV(&mpi_bytes, 8, all.data(), c, d));
-    mpi_bytes = *std::max_element(all.begin(), all.end());
+    TESSERA_ASSIGN_OR_RETURN(const double most, SlowestOver(*world, static_cast<double>(mpi_bytes)));
+    mpi_bytes = static_cast<int64_t>(most);
   }
   // All-to-all: `block` bytes to every rank (own block included, as the trainer's calls do).
   int64_t buffers = 0;  // the largest bytes of this worker's own buffers alive at once
@@ -303,15 +362,16 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
       }
       // The 4 MiB call on the CPU clock (on one node): at load it is interrupted as often as
       // not, and its rate is what the trainer's ranks see on theirs.
-      const CallClock clock = cross    ? CallClock::kWallMedian
+      const CallClock clock = link     ? CallClock::kWallMedian
                               : i == 1 ? CallClock::kCpuLeast
                                        : CallClock::kWallFastest;
-      TESSERA_ASSIGN_OR_RETURN(t[i], TimeCollective(*comm, seconds_per_point, call, clock));
+      TESSERA_ASSIGN_OR_RETURN(t[i],
+                               TimeCollective(*world, *comm, seconds_per_point, call, clock));
       // The wait (the scheduler's, not the op's: measured once, with the small all-reduce):
       // that call unsynchronised after kGap of compute, per second of compute.
       if (i == 0 && std::string(op) == "all_reduce") {
-        TESSERA_ASSIGN_OR_RETURN(const double wait, TimeUnsynced(*comm, kGap, call));
-        per = std::max(0.0, wait - t[0]) / kGap;
+        TESSERA_ASSIGN_OR_RETURN(const Unsynced u, TimeUnsynced(*world, kGap, call, link));
+        per = std::max(0.0, u.call_s - t[0]) / u.compute_s;
       }
     }
     const double latency = t[0];
@@ -328,11 +388,9 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
     while (std::getline(st, line)) {
       if (line.rfind("VmHWM:", 0) == 0) hwm = std::strtoll(line.c_str() + 6, nullptr, 10) * 1024;
     }
-    std::vector<int64_t> c(w, 8), d(w), all(w);
-    for (int i = 0; i < w; ++i) d[i] = 8 * i;
-    int64_t large = std::max<int64_t>(0, hwm - rss_before_mpi - buffers);
-    TESSERA_RETURN_IF_ERROR(comm->AllGatherV(&large, 8, all.data(), c, d));
-    mpi_bytes = std::max(mpi_bytes, *std::max_element(all.begin(), all.end()));
+    const int64_t large = std::max<int64_t>(0, hwm - rss_before_mpi - buffers);
+    TESSERA_ASSIGN_OR_RETURN(const double most, SlowestOver(*world, static_cast<double>(large)));
+    mpi_bytes = std::max(mpi_bytes, static_cast<int64_t>(most));
   }
   // Beyond the cache (after the memory figure, which is the trainer's buffers' regime): the
   // all-reduce of kHuge bytes, its slope from the kLarge point (all_reduce only: the one
@@ -343,8 +401,10 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
     auto huge = [&] {
       return comm->AllReduce(fl.data(), static_cast<int64_t>(fl.size()), ReduceOp::kSum);
     };
-    TESSERA_ASSIGN_OR_RETURN(const double t,
-                             TimeCollective(*comm, seconds_per_point, huge, CallClock::kCpuLeast));
+    TESSERA_ASSIGN_OR_RETURN(
+        const double t,
+        TimeCollective(*world, *comm, seconds_per_point, huge,
+                       link ? CallClock::kWallMedian : CallClock::kCpuLeast));
     // large_s[1]: the kLarge all-reduce, on the same clock.
     beyond = static_cast<double>(kHuge - kLarge) / std::max(t - large_s[1], 1e-9);
   }
@@ -352,14 +412,14 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
     out << lines[i] << " " << per << " " << (i == 1 ? beyond : 0.0) << "\n";
   }
   out << "memory " << mpi_bytes << "\n";
-  TESSERA_ASSIGN_OR_RETURN(const Slowdowns slowdown, ComputeSlowdown(*comm, cross));
+  TESSERA_ASSIGN_OR_RETURN(const Slowdowns slowdown, ComputeSlowdown(*world, link));
   out << "compute_slowdown " << w << " " << slowdown.rows << " " << slowdown.gemm << "\n";
-  if (comm->rank() == 0) {
+  if (world->rank() == 0) {
     std::ofstream f(out_path);
     f << out.str();
     if (!f) return absl::InternalError(absl::StrCat("calibrate worker: cannot write ", out_path));
   }
-  return comm->Barrier();
+  return world->Barrier();
 }
 
 namespace calibrate_internal {
@@ -377,22 +437,47 @@ absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   }
-  // (world size, across hosts): every world size on this host, then across the hosts.
-  std::vector<std::pair<int, bool>> jobs;
+  // The jobs: every world size on this host, then across the hosts (alone, or as the groups of
+  // the cross-host world X: strided across the hosts and, where a group fits on one, contiguous;
+  // CalibrateOptions::cross_host_mpirun).
+  struct Job {
+    int w;
+    bool across;      // under the cross-host launcher
+    int groups;       // groups of w calling at once (the launcher starts w x groups ranks)
+    bool strided;     // groups across the hosts (else each on one host)
+    bool same_node;   // the scope the points must come out with
+  };
+  std::vector<Job> jobs;
+  const bool hosts = !o.cross_host_mpirun.empty() && o.hosts >= 2;
+  const int x = std::max(o.cross_world, 0);
   for (int w : o.world_sizes) {
-    jobs.push_back({w, false});
-    if (!o.cross_host_mpirun.empty() && o.hosts >= 2 && w % o.hosts == 0) jobs.push_back({w, true});
+    jobs.push_back({w, false, 1, true, true});
+    if (!hosts || w % o.hosts != 0) continue;
+    const bool grouped = x > w && x % w == 0;
+    jobs.push_back({w, true, grouped ? x / w : 1, true, false});
+    if (grouped && (x / o.hosts) % w == 0) jobs.push_back({w, true, x / w, false, true});
   }
-  for (const auto& [w, across] : jobs) {
-    const std::string out =
-        absl::StrCat(o.scratch_dir, "/collectives-", w, across ? "-cross" : "", ".txt");
+  for (const Job& job : jobs) {
+    const int w = job.w;
+    const bool across = job.across;
+    const std::string out = absl::StrCat(o.scratch_dir, "/collectives-", w, across ? "-hosts" : "",
+                                         job.groups > 1 ? absl::StrCat("-g", job.groups) : "",
+                                         job.strided ? "" : "-contiguous", ".txt");
     std::remove(out.c_str());
-    std::vector<std::string> args = {o.mpirun, "-np", std::to_string(w), "--oversubscribe"};
+    const int np = w * job.groups;
+    std::vector<std::string> args = {o.mpirun, "-np", std::to_string(np), "--oversubscribe"};
     if (across) {
-      args = {o.cross_host_mpirun, "-np", std::to_string(w), "--map-by",
-              absl::StrCat("ppr:", w / o.hosts, ":node")};
+      args = {o.cross_host_mpirun, "-np", std::to_string(np), "--map-by",
+              absl::StrCat("ppr:", np / o.hosts, ":node")};
     }
-    for (const std::string& a : o.worker_argv) args.push_back("'" + a + "'");
+    for (size_t i = 0; i < o.worker_argv.size(); ++i) {
+      // The groups flag goes before the worker flag, whose value (the output file) comes last.
+      if (job.groups > 1 && i + 1 == o.worker_argv.size()) {
+        args.push_back(absl::StrCat("'--collectives_groups=", job.groups,
+                                    job.strided ? ":strided" : ":contiguous", "'"));
+      }
+      args.push_back("'" + o.worker_argv[i] + "'");
+    }
     args.push_back("'" + out + "'");
     const std::string cmd = absl::StrJoin(args, " ") + " 1>&2";
     Progress(o, absl::StrCat("collectives: ", cmd));
@@ -409,11 +494,16 @@ absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(
     size_t first = points.size();
     double slowdown = 0, gemm_slowdown = 0;
     bool same_node = true;
+    int groups = 1;
     while (in >> op) {
       if (op == "scope") {
         std::string scope;
         in >> scope;
         same_node = scope != "cross_node";
+        continue;
+      }
+      if (op == "groups") {
+        in >> groups;
         continue;
       }
       if (op == "compute_slowdown") {
@@ -443,27 +533,27 @@ absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(
       p.bytes_per_s = bw;
       p.wait_per_compute = wait_per;
       p.beyond_llc_bytes_per_s = beyond;
+      p.groups = groups;
       points.push_back(p);
-      Progress(o, absl::StrFormat("collectives: %s world %d%s: latency %.1f us, %.3f GB/s, "
+      Progress(o, absl::StrFormat("collectives: %s world %d%s%s: latency %.1f us, %.3f GB/s, "
                                   "unsynchronised wait %.3f x compute",
-                                  op, size, same_node ? "" : " across hosts", latency * 1e6,
-                                  bw / 1e9, wait_per));
+                                  op, size, same_node ? "" : " across hosts",
+                                  groups > 1 ? absl::StrCat(", ", groups, " groups at once") : "",
+                                  latency * 1e6, bw / 1e9, wait_per));
     }
-    if (across == same_node) {
-      return absl::InternalError(
-          absl::StrCat("calibrate: the collectives worker at world size ", w, " ran ",
-                       same_node ? "on one host where hosts" : "across hosts where one host",
-                       " were asked for (the launcher's placement: ", cmd, ")"));
+    if (job.same_node != same_node || groups != job.groups) {
+      return absl::InternalError(absl::StrCat(
+          "calibrate: the collectives worker at world size ", w, " ran ",
+          same_node ? "on one host" : "across hosts", " in ", groups, " group(s) where ",
+          job.same_node ? "one host" : "hosts", " and ", job.groups,
+          " group(s) were asked for (the launcher's placement: ", cmd, ")"));
     }
     for (size_t i = first; i < points.size(); ++i) {
       points[i].compute_slowdown = slowdown;
       points[i].gemm_slowdown = gemm_slowdown;
     }
   }
-  std::sort(points.begin(), points.end(), [](const auto& a, const auto& b) {
-    return std::make_tuple(static_cast<int>(a.op), a.transport, a.world_size, !a.same_node) <
-           std::make_tuple(static_cast<int>(b.op), b.transport, b.world_size, !b.same_node);
-  });
+  std::sort(points.begin(), points.end(), planner::CollectivePointLess);
   return points;
 }
 

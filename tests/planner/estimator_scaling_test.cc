@@ -3,6 +3,7 @@
 // each rank waits for the slowest at every collective, ranks sharing cores compute slower,
 // groups, replica syncs and the dense all-reduce that cross the link pay its measured rate, the
 // world across nodes its compute slowdown.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -259,6 +260,64 @@ TEST(EstimatorTest, ReplicaSyncAcrossNodesPaysTheCrossNodeRate) {
   EXPECT_NEAR(c, 20 * a, 1e-9 * c);
   EXPECT_TRUE(adjacent->replica_same_node());
   EXPECT_FALSE(contiguous->replica_same_node());
+}
+
+TEST(EstimatorTest, PointsOfGroupsAtOnceAreReadForRunsOfAsManyGroups) {
+  // Calibrate across 2 hosts x 2 measures the size-2 collectives as 2 groups at once: strided
+  // (each across the hosts; the link shared as in the run) and contiguous (each on one host
+  // while the other host runs its own). T = 4 on 2 nodes of 2, N = 2 replicas_adjacent: the
+  // sharding groups {0, 2} and {1, 3} cross the link, the replica groups {0, 1} and {2, 3} stay
+  // on a node, and both kinds run 2 groups at once.
+  MachineProfile prof = TwoScopeProfile();
+  std::vector<CollectivePoint> extra;
+  for (const CollectivePoint& c : prof.collectives) {
+    if (c.world_size != 2) continue;
+    CollectivePoint g = c;
+    g.groups = 2;
+    g.bytes_per_s = c.same_node ? 0.25e6 : 0.4e5;  // the slowest group's, both running
+    extra.push_back(g);
+  }
+  for (const CollectivePoint& g : extra) prof.collectives.push_back(g);
+  std::sort(prof.collectives.begin(), prof.collectives.end(), CollectivePointLess);
+  ASSERT_TRUE(ParseMachineProfile(MachineProfileToYaml(prof), "groups").ok());
+  PlanInputs in = SmallInputs({1000, 1000}, 16, 4, 100);
+  in.topology.ranks_per_node = 2;
+  in.step.replica_sync = ReplicaSync::kExact;
+  const std::vector<TablePlacement> p = {TableWise(0, in.tables[0].config),
+                                         TableWise(1, in.tables[1].config)};
+  auto step = [&](const MachineProfile& m, const PlanInputs& inputs) {
+    absl::StatusOr<Estimator> est = Estimator::Create(inputs, m, 2);
+    EXPECT_TRUE(est.ok()) << est.status();
+    return est->Evaluate(p).step;
+  };
+  const PhaseTimes alone = step(TwoScopeProfile(), in), grouped = step(prof, in);
+  // The dists: the grouped point's rate as measured (its 2 groups are the run's 2 on each
+  // node), where the lone point's is halved for the second group: 0.4e5 against 0.5e5.
+  const double bytes2 = 2.0 * 100 * 16 * 4;
+  EXPECT_NEAR(grouped.s[kOutputDist] + grouped.s[kBackwardDist], bytes2 / 0.4e5, 1e-9);
+  EXPECT_NEAR(alone.s[kOutputDist] + alone.s[kBackwardDist], bytes2 / 0.5e5, 1e-9);
+  // The replica sync's all-gather and all-reduce on a node: 4x slower with the other host busy.
+  MachineProfile free_comm = FlatProfile();
+  for (CollectivePoint& x : free_comm.collectives) x.bytes_per_s = 1e18;
+  const double k = step(free_comm, in).s[kReplicaSync];
+  ASSERT_GT(alone.s[kReplicaSync] - k, 0);
+  EXPECT_NEAR(grouped.s[kReplicaSync] - k, 4 * (alone.s[kReplicaSync] - k), 1e-9);
+  // One node of 4 (no world across nodes): the same-node groups point, measured while another
+  // host ran, is not this run's; nor is a group point for a run of one group (N = T = 4).
+  in.topology.ranks_per_node = 4;
+  EXPECT_NEAR(step(prof, in).s[kReplicaSync], step(TwoScopeProfile(), in).s[kReplicaSync], 1e-12);
+  absl::StatusOr<CollectiveCost> one =
+      CollectiveAtScope(prof, CollectiveOp::kAllToAll, "mpi", 2, false, 1);
+  absl::StatusOr<CollectiveCost> two =
+      CollectiveAtScope(prof, CollectiveOp::kAllToAll, "mpi", 2, false, 2);
+  absl::StatusOr<CollectiveCost> many =
+      CollectiveAtScope(prof, CollectiveOp::kAllToAll, "mpi", 2, false, 8);
+  ASSERT_TRUE(one.ok() && two.ok() && many.ok());
+  EXPECT_EQ(one->groups, 1);
+  EXPECT_DOUBLE_EQ(one->bytes_per_s, 1e5);
+  EXPECT_EQ(two->groups, 2);
+  EXPECT_DOUBLE_EQ(two->bytes_per_s, 0.4e5);
+  EXPECT_EQ(many->groups, 2);  // the most groups measured
 }
 
 TEST(EstimatorTest, WorldAcrossNodesTakesTheCrossNodeComputeSlowdown) {

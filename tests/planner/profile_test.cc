@@ -465,6 +465,27 @@ TEST(ProfileTest, CrossNodePointsRoundTripBesideSameNodeOnes) {
     EXPECT_DOUBLE_EQ(across->latency_s, 1e-4) << ws;
     EXPECT_DOUBLE_EQ(across->compute_slowdown, 2) << ws;
   }
+  // groups (calibrate across hosts: groups of the size measured at once) round-trips, sorts
+  // after the lone point of its scope, and must be a whole number >= 1.
+  MachineProfile g = p;
+  CollectivePoint at_once = g.collectives[1];
+  at_once.groups = 2;
+  g.collectives.insert(g.collectives.begin() + 2, at_once);
+  const std::string gy = MachineProfileToYaml(g);
+  EXPECT_THAT(gy, HasSubstr("groups: 2"));
+  absl::StatusOr<MachineProfile> gq = ParseMachineProfile(gy, "groups");
+  ASSERT_TRUE(gq.ok()) << gq.status();
+  EXPECT_EQ(gq->collectives[2].groups, 2);
+  EXPECT_EQ(MachineProfileToYaml(*gq), gy);
+  for (const char* bad : {"groups: 0", "groups: 1.5"}) {
+    std::string text = gy;
+    text.replace(text.find("groups: 2"), 9, bad);
+    absl::StatusOr<MachineProfile> r = ParseMachineProfile(text, "g.yaml");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("collectives[2].groups")) << bad;
+  }
+  std::swap(g.collectives[1], g.collectives[2]);
+  EXPECT_FALSE(ParseMachineProfile(MachineProfileToYaml(g), "unsorted").ok());
   // Out of order (a cross-node point before the same-node one of its size): refused.
   std::swap(p.collectives[0], p.collectives[1]);
   absl::StatusOr<MachineProfile> bad = ParseMachineProfile(MachineProfileToYaml(p), "unsorted");
