@@ -303,6 +303,7 @@ absl::StatusOr<MachineProfile> ParseRoot(const YAML::Node& root, const std::stri
     TESSERA_ASSIGN_OR_RETURN(pt.latency_s, c.GetNonNegative("latency_s"));
     TESSERA_ASSIGN_OR_RETURN(pt.bytes_per_s, c.GetPositive("bytes_per_s"));
     TESSERA_ASSIGN_OR_RETURN(pt.wait_per_compute, c.GetNonNegativeOr("wait_per_compute", 0.0));
+    TESSERA_ASSIGN_OR_RETURN(pt.wait_cap_s, c.GetNonNegativeOr("wait_cap_s", 0.0));
     TESSERA_ASSIGN_OR_RETURN(pt.compute_slowdown, c.GetNonNegativeOr("compute_slowdown", 0.0));
     TESSERA_ASSIGN_OR_RETURN(pt.gemm_slowdown, c.GetNonNegativeOr("gemm_slowdown", 0.0));
     TESSERA_ASSIGN_OR_RETURN(pt.beyond_llc_bytes_per_s,
@@ -506,6 +507,7 @@ std::string MachineProfileToYaml(const MachineProfile& p) {
     if (c.wait_per_compute > 0) {
       e << YAML::Key << "wait_per_compute" << YAML::Value << c.wait_per_compute;
     }
+    if (c.wait_cap_s > 0) e << YAML::Key << "wait_cap_s" << YAML::Value << c.wait_cap_s;
     if (c.compute_slowdown > 0) {
       e << YAML::Key << "compute_slowdown" << YAML::Value << c.compute_slowdown;
     }

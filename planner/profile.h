@@ -17,6 +17,7 @@
 // Thread-safety: plain values; const access from any thread.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -162,6 +163,12 @@ struct CollectivePoint {
   // rank; a large share when the ranks share cores with other jobs. A call after c seconds of
   // compute costs latency_s + bytes / bytes_per_s + wait_per_compute x c.
   double wait_per_compute = 0;
+  // Optional (0 when absent: no bound): the wait of one call after a long compute (calibrate
+  // across hosts: 16 ms), recorded where it is less than wait_per_compute x that compute: a wait
+  // that the scheduler's slices bound (ranks that outnumber the cores wait for a peer's next
+  // slice, however long they computed) rather than one that grows with the compute. A call
+  // waits min(wait_per_compute x c, wait_cap_s).
+  double wait_cap_s = 0;
   // Optional (0 when absent: bytes_per_s throughout): the rate of a call's bytes beyond the
   // device's llc_bytes (bytes_per_s is measured with a 4 MiB buffer, which stays in cache; a
   // buffer larger than the cache moves at memory speed, several times slower).
@@ -275,12 +282,16 @@ struct CollectiveCost {
   double bytes_per_s = 0;
   // CollectivePoint::wait_per_compute, interpolated as latency_s, held beyond.
   double wait_per_compute = 0;
+  double wait_cap_s = 0;  // CollectivePoint::wait_cap_s, interpolated as latency_s; 0: none
   double beyond_llc_bytes_per_s = 0;  // interpolated as bytes_per_s; 0: bytes_per_s
   double compute_slowdown = 1;        // interpolated as latency_s, held beyond; 1 when absent
   double gemm_slowdown = 1;           // the same; compute_slowdown where absent
   int groups = 1;                     // CollectivePoint::groups of the points read (the least)
   // The wait of one call after `compute_s` of compute on each rank.
-  double Wait(double compute_s) const { return wait_per_compute * compute_s; }
+  double Wait(double compute_s) const {
+    const double w = wait_per_compute * compute_s;
+    return wait_cap_s > 0 ? std::min(w, wait_cap_s) : w;
+  }
   // Seconds to move `bytes` in one call (no latency): up to `llc_bytes` at bytes_per_s, the
   // rest at beyond_llc_bytes_per_s when given.
   double Transfer(double bytes, double llc_bytes) const {

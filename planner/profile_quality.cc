@@ -10,16 +10,11 @@
 
 namespace tessera::planner {
 
-namespace {
-
-// "collectives.<op>.<transport>.<world size>[.cross_node][.groups<G>]." : a point's keys.
 std::string CollectiveKeyPrefix(const CollectivePoint& c) {
   return absl::StrCat("collectives.", CollectiveOpName(c.op), ".", c.transport, ".", c.world_size,
                       c.same_node ? "" : ".cross_node",
                       c.groups > 1 ? absl::StrCat(".groups", c.groups) : "", ".");
 }
-
-}  // namespace
 
 std::vector<MeasuredKey> MeasuredKeys(MachineProfile* p) {
   std::vector<MeasuredKey> k;
@@ -74,6 +69,7 @@ std::vector<MeasuredKey> MeasuredKeys(MachineProfile* p) {
     add(pre + "bytes_per_s", &c.bytes_per_s, part, 0, C::kHighest);
     // A quiet machine's wait is ~0.01 of compute: differences below 0.02 do not matter.
     add(pre + "wait_per_compute", &c.wait_per_compute, part, 0.02);
+    add(pre + "wait_cap_s", &c.wait_cap_s, part, 1e-4);
     add(pre + "beyond_llc_bytes_per_s", &c.beyond_llc_bytes_per_s, part, 0, C::kHighest);
     add(pre + "compute_slowdown", &c.compute_slowdown, part);
     add(pre + "gemm_slowdown", &c.gemm_slowdown, part);

@@ -22,6 +22,10 @@
 
 namespace tessera::planner {
 
+// "collectives.<op>.<transport>.<world size>[.cross_node][.groups<G>].": the prefix of a
+// collective point's measured keys.
+std::string CollectiveKeyPrefix(const CollectivePoint& c);
+
 // One measured value of a profile, by a stable name:
 //   cpu.copy_bytes_per_s, cpu.gather[64].hot_rows_per_s, cpu.gemm[2048x256x512].flops_per_s,
 //   collectives.all_reduce.mpi.2.latency_s, tier[516].read_disk_s, ...

@@ -70,6 +70,7 @@ absl::StatusOr<CollectiveCost> CollectiveFrom(const std::vector<const Collective
     out.latency_s = last->latency_s + std::max(0.0, slope) * (x - lx(last));
     out.bytes_per_s = last->bytes_per_s;
     out.wait_per_compute = last->wait_per_compute;
+    out.wait_cap_s = last->wait_cap_s;
     out.beyond_llc_bytes_per_s = last->beyond_llc_bytes_per_s;
     out.compute_slowdown = RowSlowdown(last);
     out.gemm_slowdown = GemmSlowdown(last);
@@ -80,6 +81,13 @@ absl::StatusOr<CollectiveCost> CollectiveFrom(const std::vector<const Collective
   out.latency_s = Interp(by_size, x, lx, [](const CollectivePoint* p) { return p->latency_s; });
   out.wait_per_compute =
       Interp(by_size, x, lx, [](const CollectivePoint* p) { return p->wait_per_compute; });
+  // A bound where every size has one (a 0 anywhere: none).
+  bool capped = true;
+  for (const CollectivePoint* p : by_size) capped = capped && p->wait_cap_s > 0;
+  if (capped) {
+    out.wait_cap_s =
+        Interp(by_size, x, lx, [](const CollectivePoint* p) { return p->wait_cap_s; });
+  }
   // Given at every size or at none (a 0 anywhere: bytes_per_s throughout).
   bool beyond = true;
   for (const CollectivePoint* p : by_size) beyond = beyond && p->beyond_llc_bytes_per_s > 0;

@@ -395,12 +395,10 @@ absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
   for (planner::KeyQuality& k : flagged) {
     if (k.implausible.empty()) continue;
     for (planner::CollectivePoint& c : med.collectives) {
-      if (absl::StrContains(k.key, absl::StrCat(".", c.world_size, ".wait_per_compute")) &&
-          absl::StrContains(k.key, planner::CollectiveOpName(c.op))) {
+      if (k.key == planner::CollectiveKeyPrefix(c) + "wait_per_compute") {
         c.wait_per_compute = std::min(c.wait_per_compute, planner::kMaxWaitPerComputeOwnCores);
       }
-      if (absl::StrContains(k.key, absl::StrCat(".", c.world_size, ".beyond_llc_bytes_per_s")) &&
-          absl::StrContains(k.key, planner::CollectiveOpName(c.op))) {
+      if (k.key == planner::CollectiveKeyPrefix(c) + "beyond_llc_bytes_per_s") {
         const planner::DeviceProfile* cpu = med.device("cpu");
         c.beyond_llc_bytes_per_s =
             std::max(c.beyond_llc_bytes_per_s,

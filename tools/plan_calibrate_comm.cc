@@ -9,13 +9,15 @@
 // thread CPU clock, the least over ranks: CallClock::kCpuLeast); wait_per_compute
 // the small all-reduce's median CPU time unsynchronised after 4 ms of compute, less latency_s,
 // per second of that compute (TimeUnsynced; the same for every op of the world size; across
-// hosts the call's wall time, the mean of the fastest 90%, per wall second of the compute); the
+// hosts the call's wall time, the mean of the fastest 90%, per wall second of the compute, and
+// wait_cap_s the wait after 16 ms of compute where it is less than that rate gives); the
 // all-reduce's beyond_llc_bytes_per_s the slope from 4 to 64 MiB, both calls timed on each
 // rank's thread CPU clock, the least over ranks (CallClock::kCpuLeast: a 64 MiB call outlasts
 // the scheduler's slices, so a process sharing a rank's core interrupts every repetition).
 // Across hosts (a world its launcher spreads over several nodes: tools/launcher_env.h says this
 // node holds fewer ranks than the world) the same points are measured with a 2 MiB large call,
-// each time the median of its calls (not the fastest), and no beyond-cache call (the link, not the
+// each time the median of its calls as the world's slowest rank left each (not the fastest), and
+// no beyond-cache call (the link, not the
 // cache, bounds them; a 64 MiB all-reduce over a 100 Mbit/s link would take seconds per call),
 // compute_slowdown on the wall clock (ComputeSlowdown), and recorded as same_node: false. Calibrate
 // runs them under CalibrateOptions::cross_host_mpirun with the world spread evenly over the hosts.
@@ -48,9 +50,9 @@ using calibrate_internal::MedianSeconds;
 // How TimeCollective reads a call's time.
 enum class CallClock {
   kWallFastest,  // wall seconds, each rank's fastest call, the mean over ranks
-  kWallMedian,   // wall seconds, each rank's median call (across hosts, where the link, not the
-                 // scheduler, sets the time and the fastest call is the one that caught the
-                 // shaper's bucket full), the mean over ranks
+  kWallMedian,   // wall seconds, each call's slowest rank over the world, the median call
+                 // (across hosts, where the link, not the scheduler, sets the time and the
+                 // fastest call is the one that caught the shaper's bucket full)
   // The calling thread's CPU seconds, each rank's fastest call, the least over ranks: for a
   // call longer than the scheduler's slices (the beyond-cache all-reduce, 20-120 ms), which
   // another process on a rank's core interrupts every time. The interrupted rank's CPU clock
@@ -100,8 +102,23 @@ absl::StatusOr<double> TimeCollective(Communicator& sync, Communicator& comm, do
   // The fastest call: the one every rank ran through without the scheduler handing its core to
   // another job (4 ranks oversubscribe 2 cores, and other engineers' builds share them); a
   // collective waits for its slowest rank, so any interruption of any rank shows up in full.
+  if (median) {
+    // Each call's time as the last rank of the world leaves it (a group that finished early
+    // waits for the others at the next world-wide call), the median over the calls.
+    const int w = sync.size();
+    const int64_t n = static_cast<int64_t>(t.size());
+    std::vector<double> all(static_cast<size_t>(n) * w);
+    std::vector<int64_t> counts(w, n * 8), displs(w);
+    for (int r = 0; r < w; ++r) displs[r] = r * n * 8;
+    TESSERA_RETURN_IF_ERROR(sync.AllGatherV(t.data(), n * 8, all.data(), counts, displs));
+    for (int64_t i = 0; i < n; ++i) {
+      for (int r = 0; r < w; ++r) t[i] = std::max(t[i], all[r * n + i]);
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  }
   std::sort(t.begin(), t.end());
-  double med = median ? t[t.size() / 2] : t.front();
+  double med = t.front();
   if (cpu) {
     const int w = comm.size();
     std::vector<double> all(w);
@@ -131,9 +148,10 @@ struct Unsynced {
   double compute_s = 0;  // the compute before it on the same clock (wall: its mean)
 };
 absl::StatusOr<Unsynced> TimeUnsynced(Communicator& sync, double compute_s,
-                                      const std::function<absl::Status()>& call, bool wall) {
+                                      const std::function<absl::Status()>& call, bool wall,
+                                      int calls = 250) {
   const double kComputeS = compute_s;
-  constexpr int kCalls = 250;
+  const int kCalls = calls;
   auto now = [](clockid_t id) {
     timespec ts;
     clock_gettime(id, &ts);
@@ -332,7 +350,7 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
   // All-to-all: `block` bytes to every rank (own block included, as the trainer's calls do).
   int64_t buffers = 0;  // the largest bytes of this worker's own buffers alive at once
   constexpr double kGap = 4e-3;
-  double per = 0;
+  double per = 0, cap = 0;
   std::vector<std::string> lines;
   std::vector<double> large_s;  // per op, the kLarge call's seconds
   for (const char* op : {"all_to_all", "all_reduce", "all_gather"}) {
@@ -372,6 +390,13 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
       if (i == 0 && std::string(op) == "all_reduce") {
         TESSERA_ASSIGN_OR_RETURN(const Unsynced u, TimeUnsynced(*world, kGap, call, link));
         per = std::max(0.0, u.call_s - t[0]) / u.compute_s;
+        if (link) {
+          // After 4x the compute: a wait that does not grow with it is bounded (wait_cap_s).
+          TESSERA_ASSIGN_OR_RETURN(const Unsynced l,
+                                   TimeUnsynced(*world, 4 * kGap, call, link, 60));
+          const double wait_long = std::max(0.0, l.call_s - t[0]);
+          if (wait_long < per * l.compute_s) cap = wait_long;
+        }
       }
     }
     const double latency = t[0];
@@ -408,6 +433,7 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
     // large_s[1]: the kLarge all-reduce, on the same clock.
     beyond = static_cast<double>(kHuge - kLarge) / std::max(t - large_s[1], 1e-9);
   }
+  if (cap > 0) out << "wait_cap " << cap << "\n";
   for (size_t i = 0; i < lines.size(); ++i) {
     out << lines[i] << " " << per << " " << (i == 1 ? beyond : 0.0) << "\n";
   }
@@ -495,6 +521,7 @@ absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(
     double slowdown = 0, gemm_slowdown = 0;
     bool same_node = true;
     int groups = 1;
+    double wait_cap = 0;
     while (in >> op) {
       if (op == "scope") {
         std::string scope;
@@ -504,6 +531,10 @@ absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(
       }
       if (op == "groups") {
         in >> groups;
+        continue;
+      }
+      if (op == "wait_cap") {
+        in >> wait_cap;
         continue;
       }
       if (op == "compute_slowdown") {
@@ -532,14 +563,18 @@ absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(
       p.latency_s = latency;
       p.bytes_per_s = bw;
       p.wait_per_compute = wait_per;
+      p.wait_cap_s = wait_cap;
       p.beyond_llc_bytes_per_s = beyond;
       p.groups = groups;
       points.push_back(p);
       Progress(o, absl::StrFormat("collectives: %s world %d%s%s: latency %.1f us, %.3f GB/s, "
-                                  "unsynchronised wait %.3f x compute",
+                                  "unsynchronised wait %.3f x compute%s",
                                   op, size, same_node ? "" : " across hosts",
                                   groups > 1 ? absl::StrCat(", ", groups, " groups at once") : "",
-                                  latency * 1e6, bw / 1e9, wait_per));
+                                  latency * 1e6, bw / 1e9, wait_per,
+                                  wait_cap > 0 ? absl::StrFormat(", at most %.2f ms",
+                                                                 1e3 * wait_cap)
+                                               : ""));
     }
     if (job.same_node != same_node || groups != job.groups) {
       return absl::InternalError(absl::StrCat(

@@ -14,6 +14,7 @@
 #      byte-identical to the run never interrupted; and 2 hosts -> one process (resharded) ->
 #      2 hosts: each run resumes from the previous one's checkpoint, and the chain ends
 #      byte-identical to the same chain on one host (4 ranks -> one process -> 4 ranks).
+#   4. The calibrate worker's groups at once across the hosts (strided and contiguous).
 # Skips (exit 77) where scripts/cluster.sh cannot make namespaces (not root, no ip netns).
 # Usage: cluster_check.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
@@ -141,6 +142,26 @@ done
   cmp -s "$tmp/reshard-across/model.safetensors" "$tmp/reshard-local4/model.safetensors"
 check "reshard chain across hosts == the same chain on one host, byte for byte" $? \
   "the exported models differ"
+
+# 4. Calibrate across the hosts measures a world size below the cross-host world as that world's
+# groups calling at once (tools/plan_calibrate_comm.cc): strided, each group spans the hosts
+# (cross-node points of 2 groups); contiguous, each group on one host while the other runs its
+# own (same-node points of 2 groups, with the beyond-cache all-reduce).
+worker() {  # split, output
+  bash "$cluster" mpirun -np 4 --map-by ppr:2:node "$build/bin/tessera-plan" calibrate \
+    --seconds_per_point=0.02 --collectives_groups="2:$1" --collectives_worker "$2"
+}
+worker strided "$tmp/g-strided.txt" > "$tmp/g-strided.log" 2>&1 &&
+  grep -qx "scope cross_node" "$tmp/g-strided.txt" && grep -qx "groups 2" "$tmp/g-strided.txt" &&
+  grep -qE "^all_to_all 2 " "$tmp/g-strided.txt"
+check "calibrate worker: 2 groups of 2 across the hosts at once" $? \
+  "$(cat "$tmp/g-strided.txt" "$tmp/g-strided.log" 2>/dev/null | tail -8)"
+worker contiguous "$tmp/g-contiguous.txt" > "$tmp/g-contiguous.log" 2>&1 &&
+  ! grep -q "scope" "$tmp/g-contiguous.txt" && grep -qx "groups 2" "$tmp/g-contiguous.txt" &&
+  awk '$1 == "all_reduce" && $2 == 2 && $6 > 0 {found = 1} END {exit !found}' \
+    "$tmp/g-contiguous.txt"
+check "calibrate worker: 2 groups of 2, each on one host, at once" $? \
+  "$(cat "$tmp/g-contiguous.txt" "$tmp/g-contiguous.log" 2>/dev/null | tail -8)"
 
 bash "$cluster" stats
 echo "$passed passed, $failed failed"

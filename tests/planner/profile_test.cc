@@ -120,6 +120,22 @@ TEST(ProfileTest, WaitPerComputeIsOptionalAndRoundTrips) {
   EXPECT_DOUBLE_EQ(at2->wait_per_compute, 0.25);
   EXPECT_DOUBLE_EQ(at2->Wait(0.004), 0.001);
   EXPECT_EQ(CollectiveAt(*q, CollectiveOp::kAllToAll, "mpi", 4)->wait_per_compute, 0);
+  // wait_cap_s bounds it (a wait the scheduler's slices bound), where every size has one.
+  MachineProfile capped = *q;
+  for (CollectivePoint& c : capped.collectives) {
+    if (c.op == CollectiveOp::kAllToAll) c.wait_cap_s = 0.002;
+  }
+  const std::string cy = MachineProfileToYaml(capped);
+  EXPECT_THAT(cy, HasSubstr("wait_cap_s: 0.002"));
+  absl::StatusOr<MachineProfile> cq = ParseMachineProfile(cy, "capped");
+  ASSERT_TRUE(cq.ok()) << cq.status();
+  EXPECT_EQ(MachineProfileToYaml(*cq), cy);
+  absl::StatusOr<CollectiveCost> c2 = CollectiveAt(*cq, CollectiveOp::kAllToAll, "mpi", 2);
+  ASSERT_TRUE(c2.ok());
+  EXPECT_DOUBLE_EQ(c2->Wait(0.004), 0.001);  // under the bound
+  EXPECT_DOUBLE_EQ(c2->Wait(0.1), 0.002);    // 0.025 without it
+  capped.collectives[2].wait_cap_s = 0;      // all_to_all at 8 without one: no bound
+  EXPECT_DOUBLE_EQ(CollectiveAt(capped, CollectiveOp::kAllToAll, "mpi", 2)->Wait(0.1), 0.025);
 }
 
 TEST(ProfileTest, GemmSlowdownIsOptionalAndFallsBackToTheRowsOne) {
