@@ -16,8 +16,8 @@
 // the scheduler's slices, so a process sharing a rank's core interrupts every repetition).
 // Across hosts (a world its launcher spreads over several nodes: tools/launcher_env.h says this
 // node holds fewer ranks than the world) the same points are measured with a 2 MiB large call,
-// each time the median of its calls as the world's slowest rank left each (not the fastest), and
-// no beyond-cache call (the link, not the
+// each time the median of its calls, each call the slowest group's mean over its ranks (not the
+// fastest), and no beyond-cache call (the link, not the
 // cache, bounds them; a 64 MiB all-reduce over a 100 Mbit/s link would take seconds per call),
 // compute_slowdown on the wall clock (ComputeSlowdown), and recorded as same_node: false. Calibrate
 // runs them under CalibrateOptions::cross_host_mpirun with the world spread evenly over the hosts.
@@ -50,9 +50,9 @@ using calibrate_internal::MedianSeconds;
 // How TimeCollective reads a call's time.
 enum class CallClock {
   kWallFastest,  // wall seconds, each rank's fastest call, the mean over ranks
-  kWallMedian,   // wall seconds, each call's slowest rank over the world, the median call
-                 // (across hosts, where the link, not the scheduler, sets the time and the
-                 // fastest call is the one that caught the shaper's bucket full)
+  kWallMedian,   // wall seconds, each call's mean over its group's ranks, the slowest group's,
+                 // the median call (across hosts, where the link, not the scheduler, sets the
+                 // time and the fastest call is the one that caught the shaper's bucket full)
   // The calling thread's CPU seconds, each rank's fastest call, the least over ranks: for a
   // call longer than the scheduler's slices (the beyond-cache all-reduce, 20-120 ms), which
   // another process on a rank's core interrupts every time. The interrupted rank's CPU clock
@@ -103,10 +103,12 @@ absl::StatusOr<double> TimeCollective(Communicator& sync, Communicator& comm, do
   // another job (4 ranks oversubscribe 2 cores, and other engineers' builds share them); a
   // collective waits for its slowest rank, so any interruption of any rank shows up in full.
   if (median) {
-    // Each call's time as the last rank of the world leaves it (a group that finished early
-    // waits for the others at the next world-wide call), the median over the calls.
+    // Each call's time: its group's ranks' mean (a rank that leaves early goes on computing),
+    // the slowest group's (a group that finished early waits for the others at the next
+    // world-wide call); the median over the calls.
     const int w = sync.size();
     const int64_t n = static_cast<int64_t>(t.size());
+    TESSERA_RETURN_IF_ERROR(comm.AllReduce(t.data(), n, ReduceOp::kAvg));
     std::vector<double> all(static_cast<size_t>(n) * w);
     std::vector<int64_t> counts(w, n * 8), displs(w);
     for (int r = 0; r < w; ++r) displs[r] = r * n * 8;
