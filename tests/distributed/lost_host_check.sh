@@ -25,7 +25,8 @@
 #   a 10 s peer timeout to keep it short); 20 events at random points with the default
 #   timeout for the full check (scripts/lost_host_loop.sh). PEER_TIMEOUT_S "" = the config
 #   default (30 s).
-# Env: LIMIT (seconds, default 60), STEPS (of the run, default 200: 5-60 s of training on the
+# Env: LIMIT (seconds, default 60), START_LIMIT (seconds a launch may take to start training,
+# default 120), STEPS (of the run, default 200: 5-60 s of training on the
 # 2 cores, with their load; a checkpoint every 20), KEEP_TMP=1 keeps the logs.
 # Exit 77 where scripts/cluster.sh cannot make namespaces.
 set -uo pipefail
@@ -108,10 +109,20 @@ complete_ckpt() {  # every part of checkpoint $1/checkpoints/$2 is there
 
 # started LOG: waits until the run in the background has started training (rank 0's "training
 # ... on 4 rank(s)" line, after MPI, the world, the watchdog and any resume are up); false when
-# the job ended first.
+# the job ended first. A launch that has not started training after START_LIMIT seconds (default
+# 120; 2-10 s here) is a hang of its own: the check fails naming it, with the log's tail and
+# the ranks each host still runs, rather than running into ctest's timeout (which kills this
+# script before its cleanup).
 started() {
+  local deadline=$(( $(now_ms) + ${START_LIMIT:-120} * 1000 ))
   while ! grep -qs "info: training" "$1"; do
     kill -0 "$job" 2> /dev/null || return 1
+    if [ "$(now_ms)" -gt "$deadline" ]; then
+      check "started $(basename "$1")" 1 "no training after ${START_LIMIT:-120} s; ranks on \
+host 0: $(ranks_in 0 | wc -l), host 1: $(ranks_in 1 | wc -l); log: $(tail -8 "$1")"
+      echo "$passed passed, $failed failed"
+      exit 1
+    fi
     sleep 0.1
   done
 }
