@@ -85,7 +85,8 @@ constexpr char kUsage[] =
     "profile's calibration.flagged and at the end (--strict: exit status 3). --quick: the short\n"
     "set `sharding.profile: auto` calibrates with (3 dims, 2 ranks, one tier size; ~1 min).\n"
     "--hosts H --cross_host_mpirun CMD: also each world size's collectives across H hosts\n"
-    "(CMD -np W --map-by ppr:W/H:node ...; profile same_node: false; docs/CLUSTER.md).\n"
+    "(CMD -np W --map-by ppr:W/H:node ...; profile same_node: false; docs/CLUSTER.md); a W\n"
+    "below the largest cross-host one as that world's groups of W calling at once (groups).\n"
     "--cache: write this machine's profile where `sharding.profile: auto` finds it\n"
     "($XDG_CACHE_HOME/tessera or ~/.cache/tessera, by the machine's fingerprint).\n";
 
