@@ -86,8 +86,6 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
   for (const CollectivePoint& c : profile.collectives)
     has_cross |= c.transport == tr && !c.same_node;
   std::vector<CollectiveCost*> cross;  // the costs read from cross-node points
-  // ... and from same-node points measured while the other hosts ran theirs (groups > 1)
-  std::vector<CollectiveCost*> across_launcher;
   e.group_link_ &= has_cross;
   e.world_link_ &= has_cross;
   e.replica_link_ = !replica_same_node && has_cross;
@@ -109,7 +107,6 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
     }
     *out = *c;
     if (!same && has_cross) cross.push_back(out);
-    if (same && c->groups > 1) across_launcher.push_back(out);
     return absl::OkStatus();
   };
   TESSERA_RETURN_IF_ERROR(
@@ -175,11 +172,8 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
     if (cores > 0) {
       for (CollectiveCost* c : {&e.a2a_group_, &e.a2a_intra_, &e.ar_world_, &e.ag_replica_,
                                 &e.ar_replica_, &e.ag_group_}) {
-        if (std::find(cross.begin(), cross.end(), c) != cross.end()) continue;
-        if (std::find(across_launcher.begin(), across_launcher.end(), c) !=
-            across_launcher.end()) {
-          continue;
-        }
+        // (groups > 1: measured under the cross-host launcher, on a node or across)
+        if (c->groups > 1 || std::find(cross.begin(), cross.end(), c) != cross.end()) continue;
         c->wait_per_compute = std::min(c->wait_per_compute, kMaxWaitPerComputeOwnCores);
       }
     }

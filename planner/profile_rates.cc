@@ -74,7 +74,18 @@ absl::StatusOr<CollectiveCost> CollectiveFrom(const std::vector<const Collective
     out.beyond_llc_bytes_per_s = last->beyond_llc_bytes_per_s;
     out.compute_slowdown = RowSlowdown(last);
     out.gemm_slowdown = GemmSlowdown(last);
+    out.groups = last->groups;
     return out;
+  }
+  // The groups of the points read: the one at world_size, or the lesser of the two around it
+  // (the ends held, as Interp holds them).
+  {
+    auto hi = std::find_if(by_size.begin(), by_size.end(),
+                           [&](const CollectivePoint* p) { return p->world_size >= world_size; });
+    if (hi == by_size.end()) --hi;
+    out.groups = (*hi)->groups;
+    if (hi != by_size.begin() && (*hi)->world_size > world_size)
+      out.groups = std::min(out.groups, (*(hi - 1))->groups);
   }
   out.compute_slowdown = Interp(by_size, x, lx, RowSlowdown);
   out.gemm_slowdown = Interp(by_size, x, lx, GemmSlowdown);
@@ -228,21 +239,7 @@ absl::StatusOr<CollectiveCost> CollectiveAtScope(const MachineProfile& p, Collec
     pts.push_back(&c);
   }
   if (pts.empty()) return CollectiveAt(p, op, transport, world_size);
-  absl::StatusOr<CollectiveCost> out = CollectiveFrom(pts, world_size);
-  if (out.ok()) {
-    // The groups of the points read: those at the sizes around world_size.
-    out->groups = 0;
-    for (size_t i = 0; i < pts.size(); ++i) {
-      const bool below = pts[i]->world_size <= world_size;
-      const bool next = i + 1 == pts.size() || pts[i + 1]->world_size > world_size;
-      const bool above_prev = i == 0 || pts[i - 1]->world_size < world_size;
-      if ((below && next) || (!below && above_prev)) {
-        out->groups = out->groups == 0 ? pts[i]->groups : std::min(out->groups, pts[i]->groups);
-      }
-    }
-    out->groups = std::max(1, out->groups);
-  }
-  return out;
+  return CollectiveFrom(pts, world_size);
 }
 
 TierPoint TierAt(const MachineProfile& p, int64_t value_bytes) {

@@ -61,14 +61,20 @@ enum class CallClock {
   kCpuLeast,
 };
 
+// Every rank's `n` values of `v`, rank by rank.
+absl::StatusOr<std::vector<double>> FromEveryRank(Communicator& comm, const double* v,
+                                                  int64_t n = 1) {
+  const int w = comm.size();
+  std::vector<double> all(static_cast<size_t>(n) * w);
+  std::vector<int64_t> counts(w, n * 8), displs(w);
+  for (int r = 0; r < w; ++r) displs[r] = r * n * 8;
+  TESSERA_RETURN_IF_ERROR(comm.AllGatherV(v, n * 8, all.data(), counts, displs));
+  return all;
+}
+
 // The largest of every rank's `v` in `comm`.
 absl::StatusOr<double> SlowestOver(Communicator& comm, double v) {
-  const int w = comm.size();
-  if (w == 1) return v;
-  std::vector<double> all(w);
-  std::vector<int64_t> counts(w, sizeof(double)), displs(w);
-  for (int r = 0; r < w; ++r) displs[r] = r * static_cast<int64_t>(sizeof(double));
-  TESSERA_RETURN_IF_ERROR(comm.AllGatherV(&v, sizeof(double), all.data(), counts, displs));
+  TESSERA_ASSIGN_OR_RETURN(const std::vector<double> all, FromEveryRank(comm, &v));
   return *std::max_element(all.begin(), all.end());
 }
 
@@ -106,15 +112,11 @@ absl::StatusOr<double> TimeCollective(Communicator& sync, Communicator& comm, do
     // Each call's time: its group's ranks' mean (a rank that leaves early goes on computing),
     // the slowest group's (a group that finished early waits for the others at the next
     // world-wide call); the median over the calls.
-    const int w = sync.size();
     const int64_t n = static_cast<int64_t>(t.size());
     TESSERA_RETURN_IF_ERROR(comm.AllReduce(t.data(), n, ReduceOp::kAvg));
-    std::vector<double> all(static_cast<size_t>(n) * w);
-    std::vector<int64_t> counts(w, n * 8), displs(w);
-    for (int r = 0; r < w; ++r) displs[r] = r * n * 8;
-    TESSERA_RETURN_IF_ERROR(sync.AllGatherV(t.data(), n * 8, all.data(), counts, displs));
+    TESSERA_ASSIGN_OR_RETURN(const std::vector<double> all, FromEveryRank(sync, t.data(), n));
     for (int64_t i = 0; i < n; ++i) {
-      for (int r = 0; r < w; ++r) t[i] = std::max(t[i], all[r * n + i]);
+      for (int r = 0; r < sync.size(); ++r) t[i] = std::max(t[i], all[r * n + i]);
     }
     std::sort(t.begin(), t.end());
     return t[t.size() / 2];
@@ -122,11 +124,7 @@ absl::StatusOr<double> TimeCollective(Communicator& sync, Communicator& comm, do
   std::sort(t.begin(), t.end());
   double med = t.front();
   if (cpu) {
-    const int w = comm.size();
-    std::vector<double> all(w);
-    std::vector<int64_t> counts(w, sizeof(double)), displs(w);
-    for (int r = 0; r < w; ++r) displs[r] = r * static_cast<int64_t>(sizeof(double));
-    TESSERA_RETURN_IF_ERROR(comm.AllGatherV(&med, sizeof(double), all.data(), counts, displs));
+    TESSERA_ASSIGN_OR_RETURN(const std::vector<double> all, FromEveryRank(comm, &med));
     med = *std::min_element(all.begin(), all.end());
   } else {
     TESSERA_RETURN_IF_ERROR(comm.AllReduce(&med, 1, ReduceOp::kAvg));
@@ -250,8 +248,6 @@ absl::StatusOr<Slowdowns> ComputeSlowdown(Communicator& comm, bool wall) {
     return wall ? std::accumulate(t.begin(), t.end(), 0.0) / reps : mid(std::move(t));
   };
   const int n = comm.size();
-  std::vector<int64_t> counts(n, 8), displs(n);
-  for (int r = 0; r < n; ++r) displs[r] = 8 * r;
   auto ratio = [&](bool gemm, int round) -> absl::StatusOr<double> {
     // Alone: one rank runs while the others sleep (a barrier would busy-poll their cores).
     const int solo = round % n;
@@ -266,8 +262,7 @@ absl::StatusOr<Slowdowns> ComputeSlowdown(Communicator& comm, bool wall) {
     TESSERA_RETURN_IF_ERROR(comm.Barrier());
     TESSERA_ASSIGN_OR_RETURN(double together, per_run(gemm, kReps));
     TESSERA_RETURN_IF_ERROR(comm.AllReduce(&alone, 1, ReduceOp::kSum));  // the solo rank's
-    std::vector<double> all(n);
-    TESSERA_RETURN_IF_ERROR(comm.AllGatherV(&together, 8, all.data(), counts, displs));
+    TESSERA_ASSIGN_OR_RETURN(const std::vector<double> all, FromEveryRank(comm, &together));
     // The slowest rank's on the CPU clock (contention); on the wall clock the ranks' mean: the
     // ranks that share cores take turns, and which one ran last is the scheduler's pick, not a
     // slower rank (the step's own imbalance is priced by the critical path).
@@ -311,11 +306,9 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
   const int w = comm->size();
   bool cross = LauncherLocalSize() < w;
   if (split) {
-    std::vector<int64_t> nodes(w), c(w, 8), d(w);
-    for (int i = 0; i < w; ++i) d[i] = 8 * i;
-    const int64_t node = world->rank() - LauncherLocalRank();
-    TESSERA_RETURN_IF_ERROR(comm->AllGatherV(&node, 8, nodes.data(), c, d));
-    cross = std::any_of(nodes.begin(), nodes.end(), [&](int64_t n) { return n != nodes[0]; });
+    const double node = world->rank() - LauncherLocalRank();
+    TESSERA_ASSIGN_OR_RETURN(const std::vector<double> nodes, FromEveryRank(*comm, &node));
+    cross = std::any_of(nodes.begin(), nodes.end(), [&](double n) { return n != nodes[0]; });
   }
   // A world across nodes is timed on the wall clock, each call's median (`link`), also where
   // its groups stay on one node: the emulated hosts share one machine's cores, which a thread's
