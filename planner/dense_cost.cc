@@ -1,6 +1,13 @@
 // The dense model's cost (dense_cost.h).
 #include "planner/dense_cost.h"
 
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
 namespace tessera::planner {
 
 namespace {
@@ -22,8 +29,57 @@ void LinearCost(const DeviceProfile& d, int64_t b, int64_t in, int64_t out, doub
 
 }  // namespace
 
-DenseCost ComputeDenseCost(const DeviceProfile& d, const DenseShape& ds, int64_t b,
-                           int64_t features, int64_t emb_out_dim) {
+std::string DenseShapeKey(const DenseShape& ds, int64_t features, int64_t emb_out_dim) {
+  std::string key = absl::StrCat(ds.interaction == Interaction::kDot ? "dot" : "dcn", " bottom ",
+                                 ds.num_dense, "-", absl::StrJoin(ds.bottom_mlp, "-"), " f",
+                                 features, " d", ds.embedding_dim, " e", emb_out_dim);
+  if (ds.interaction == Interaction::kDcn) {
+    absl::StrAppend(&key, " cross ", ds.dcn_num_layers, "r", ds.dcn_low_rank);
+  }
+  absl::StrAppend(&key, " top ", absl::StrJoin(ds.top_mlp, "-"));
+  return key;
+}
+
+void DenseArchScale(const DeviceProfile& d, const std::string& key, double* forward,
+                    double* backward) {
+  *forward = *backward = 1;
+  // The same shape: its own point (the nearest batch when several).
+  const DenseArchPoint* exact = nullptr;
+  for (const DenseArchPoint& a : d.dense_arch) {
+    if (a.shape == key && (exact == nullptr || a.batch > exact->batch)) exact = &a;
+  }
+  if (exact != nullptr) {
+    *forward = exact->forward_scale;
+    *backward = exact->backward_scale;
+    return;
+  }
+  // Another shape: the median of the points of its interaction kind (DCNv2's cross layers are
+  // timed whole already, DLRM's layers one by one), else of all points.
+  const std::string kind = key.substr(0, key.find(' '));
+  std::vector<double> f, b;
+  for (const DenseArchPoint& a : d.dense_arch) {
+    if (a.shape.substr(0, a.shape.find(' ')) != kind) continue;
+    f.push_back(a.forward_scale);
+    b.push_back(a.backward_scale);
+  }
+  if (f.empty()) {
+    for (const DenseArchPoint& a : d.dense_arch) {
+      f.push_back(a.forward_scale);
+      b.push_back(a.backward_scale);
+    }
+  }
+  if (f.empty()) return;
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  };
+  *forward = median(f);
+  *backward = median(b);
+}
+
+DenseCost LayerModelDenseCost(const DeviceProfile& d, const DenseShape& ds, int64_t b,
+                              int64_t features, int64_t emb_out_dim) {
   const int64_t f = features;
   double fwd = 0, bwd = 0, act = 0;
   int64_t params = 0;
@@ -82,13 +138,23 @@ DenseCost ComputeDenseCost(const DeviceProfile& d, const DenseShape& ds, int64_t
     act += 2.0 * b * w * 4;
     prev = w;
   }
-  // Dense optimizer: read-modify-write of weights, gradients and state.
-  bwd += params * 4.0 * (3 + 2 * ds.optimizer_state_floats) / d.copy_bytes_per_s;
   DenseCost c;
   c.forward_s = fwd;
   c.backward_s = bwd;
   c.params = params;
   c.activation_bytes = act;
+  return c;
+}
+
+DenseCost ComputeDenseCost(const DeviceProfile& d, const DenseShape& ds, int64_t b,
+                           int64_t features, int64_t emb_out_dim) {
+  DenseCost c = LayerModelDenseCost(d, ds, b, features, emb_out_dim);
+  double fwd_scale = 1, bwd_scale = 1;
+  DenseArchScale(d, DenseShapeKey(ds, features, emb_out_dim), &fwd_scale, &bwd_scale);
+  c.forward_s *= fwd_scale;
+  c.backward_s *= bwd_scale;
+  // Dense optimizer: read-modify-write of weights, gradients and state.
+  c.backward_s += c.params * 4.0 * (3 + 2 * ds.optimizer_state_floats) / d.copy_bytes_per_s;
   return c;
 }
 

@@ -10,11 +10,15 @@
 //   DCNv2: per cross layer its GEMM flops at the profile's nearest cross point's rates (the layer
 //     timed whole); without cross points a Linear dim -> dim (or dim -> r -> dim when low-rank)
 //     plus the combine passes at the copy rate
+//   the arch timed whole: forward and backward times the profile's dense_arch scale for the
+//     shape (measured / this layer model, DenseArchPoint), the median scale of the points of the
+//     same interaction kind for a shape not calibrated, 1 without points
 //   dense optimizer: read-modify-write of weights, gradients and state at the copy rate
 // Thread-safety: a pure function.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "planner/inputs.h"
 #include "planner/profile.h"
@@ -32,5 +36,18 @@ struct DenseCost {
 // output's width per sample (sum over features of their table's dim); `b`: samples per rank.
 DenseCost ComputeDenseCost(const DeviceProfile& d, const DenseShape& ds, int64_t b,
                            int64_t features, int64_t emb_out_dim);
+
+// The layer model alone (what calibrate compares the arch timed whole with): the arch's forward
+// and backward from the GEMM, cross and copy rates, no dense_arch scale, no optimizer.
+DenseCost LayerModelDenseCost(const DeviceProfile& d, const DenseShape& ds, int64_t b,
+                              int64_t features, int64_t emb_out_dim);
+
+// The dense_arch key of a shape: interaction, bottom MLP, features, d, pooled width, cross
+// layers, top MLP ("dot bottom 13-512-256-64 f8 d64 e512 top 512-256-1").
+std::string DenseShapeKey(const DenseShape& ds, int64_t features, int64_t emb_out_dim);
+
+// The forward and backward scales ComputeDenseCost applies for `key` (see above).
+void DenseArchScale(const DeviceProfile& d, const std::string& key, double* forward,
+                    double* backward);
 
 }  // namespace tessera::planner

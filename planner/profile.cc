@@ -236,6 +236,24 @@ absl::StatusOr<DeviceProfile> ReadDevice(const YAML::Node& n, const std::string&
         }));
   }
   TESSERA_ASSIGN_OR_RETURN(d.gemm_fused_passes, r.GetBoolOr("gemm_fused_passes", false));
+  if (n["dense_arch"]) {
+    TESSERA_ASSIGN_OR_RETURN(YAML::Node arch, r.Node("dense_arch"));
+    if (!arch.IsSequence()) return r.Error(arch, r.Key("dense_arch"), "must be a list");
+    TESSERA_RETURN_IF_ERROR(
+        EachMap(r, "dense_arch", arch, [&](MapReader& p, const YAML::Node& item) -> absl::Status {
+          DenseArchPoint a;
+          TESSERA_ASSIGN_OR_RETURN(a.shape, p.Get<std::string>("shape"));
+          TESSERA_ASSIGN_OR_RETURN(a.batch, p.Get<int64_t>("batch"));
+          TESSERA_ASSIGN_OR_RETURN(a.forward_scale, p.GetPositive("forward_scale"));
+          TESSERA_ASSIGN_OR_RETURN(a.backward_scale, p.GetPositive("backward_scale"));
+          TESSERA_RETURN_IF_ERROR(p.Done());
+          if (a.shape.empty() || a.batch <= 0) {
+            return p.Error(item, p.Key("shape"), "shape must be non-empty and batch positive");
+          }
+          d.dense_arch.push_back(a);
+          return absl::OkStatus();
+        }));
+  }
   TESSERA_ASSIGN_OR_RETURN(d.launch_overhead_s, r.GetNonNegative("launch_overhead_s"));
   TESSERA_ASSIGN_OR_RETURN(double base, r.GetNonNegative("base_memory_bytes"));
   d.base_memory_bytes = static_cast<int64_t>(base);
@@ -490,6 +508,16 @@ std::string MachineProfileToYaml(const MachineProfile& p) {
     }
     if (d.gemm_fused_passes) {
       e << YAML::Key << "gemm_fused_passes" << YAML::Value << true;
+    }
+    if (!d.dense_arch.empty()) {
+      e << YAML::Key << "dense_arch" << YAML::Value << YAML::BeginSeq;
+      for (const DenseArchPoint& a : d.dense_arch) {
+        e << YAML::Flow << YAML::BeginMap << YAML::Key << "shape" << YAML::Value << a.shape
+          << YAML::Key << "batch" << YAML::Value << a.batch << YAML::Key << "forward_scale"
+          << YAML::Value << a.forward_scale << YAML::Key << "backward_scale" << YAML::Value
+          << a.backward_scale << YAML::EndMap;
+      }
+      e << YAML::EndSeq;
     }
     e << YAML::Key << "launch_overhead_s" << YAML::Value << d.launch_overhead_s;
     e << YAML::Key << "base_memory_bytes" << YAML::Value << d.base_memory_bytes;

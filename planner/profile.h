@@ -74,6 +74,18 @@ inline double CrossLayerFlops(int64_t batch, int64_t dim, int64_t rank) {
   return rank > 0 ? 4.0 * batch * dim * rank : 2.0 * batch * dim * dim;
 }
 
+// One config's dense arch timed whole (calibrate: DenseArch forward + the loss, then its
+// backward, in rounds, caches evicted before each forward as a step's lookup evicts them),
+// against the layer model of planner/dense_cost.h for the same shape from the same run's rates:
+// scale = measured / model, per pass. `shape` is DenseShapeKey (dense_cost.h); `batch` the
+// samples timed. The layers timed one by one ran faster than inside the arch (docs/PLANNER.md).
+struct DenseArchPoint {
+  std::string shape;
+  int64_t batch = 0;
+  double forward_scale = 1;
+  double backward_scale = 1;
+};
+
 struct DeviceProfile {
   std::string kind;             // "cpu" or "cuda"
   std::string name;             // e.g. "AMD EPYC 9R14 (2 cores)", "NVIDIA H200"
@@ -124,6 +136,8 @@ struct DeviceProfile {
   // estimator then adds no elementwise passes of its own. False: bare GEMM rates (a datasheet's),
   // the bias + ReLU passes priced at copy_bytes_per_s on top.
   bool gemm_fused_passes = false;
+  // Optional (empty when absent: the layer model unscaled): dense archs timed whole, by shape.
+  std::vector<DenseArchPoint> dense_arch;
   double launch_overhead_s = 0;              // per kernel launch / per parallel region
   // Resident bytes of a training process before the model exists (runtime, libraries, thread
   // stacks, allocator slack): the base of the estimator's peak-memory prediction.

@@ -58,6 +58,11 @@ std::vector<MeasuredKey> MeasuredKeys(MachineProfile* p) {
       add(g + "forward_flops_per_s", &c.forward_flops_per_s, part);
       add(g + "backward_flops_per_s", &c.backward_flops_per_s, part);
     }
+    for (DenseArchPoint& a : d.dense_arch) {
+      const std::string g = absl::StrCat(pre, "dense_arch[", a.shape, " b", a.batch, "].");
+      add(g + "forward_scale", &a.forward_scale, part);
+      add(g + "backward_scale", &a.backward_scale, part);
+    }
     add(pre + "gemm_peak_flops_per_s", &d.gemm_peak_flops_per_s, part);
     add(pre + "launch_overhead_s", &d.launch_overhead_s, part, 1e-6);
   }
@@ -169,6 +174,18 @@ std::vector<KeyQuality> ImplausibleKeys(const MachineProfile& p) {
       if (d.gemm_peak_flops_per_s > 0 && g.flops_per_s > 1.001 * d.gemm_peak_flops_per_s) {
         flag(absl::StrCat(d.kind, ".gemm[", g.m, "x", g.n, "x", g.k, "].flops_per_s"),
              "above gemm_peak_flops_per_s");
+      }
+    }
+    // The arch timed whole runs its layers' kernels: far from the layer model, one of the two
+    // was measured in another machine state (a neighbour's burst), not the shape's real cost.
+    for (const DenseArchPoint& a : d.dense_arch) {
+      for (const auto& [name, v] : {std::pair<const char*, double>{"forward_scale",
+                                                                    a.forward_scale},
+                                    {"backward_scale", a.backward_scale}}) {
+        if (v < 0.5 || v > 2.5) {
+          flag(absl::StrCat(d.kind, ".dense_arch[", a.shape, " b", a.batch, "].", name),
+               absl::StrFormat("%.2f: the arch timed whole outside 0.5-2.5x its layers", v));
+        }
       }
     }
   }

@@ -14,8 +14,11 @@
 #include "dense/cross_network.h"
 #include "dense/dense_arch.h"
 #include "dense/interaction.h"
+#include "dense/loss.h"
 #include "dense/mlp.h"
+#include "planner/dense_cost.h"
 #include "tools/plan_calibrate_internal.h"
+#include "trainer/auto_plan.h"
 #include "trainer/config.h"
 #include "trainer/model.h"
 
@@ -95,11 +98,11 @@ absl::Status MeasureGemm(const CalibrateOptions& o, const DeviceContext& ctx,
       return t.Seconds();
     };
     const double flops = 2.0 * b * in * out;
-    TESSERA_ASSIGN_OR_RETURN(double tf, MedianSeconds(o.seconds_per_point / 2, fwd));
-    TESSERA_ASSIGN_OR_RETURN(double tw,
-                             MedianSeconds(o.seconds_per_point / 2, [&] { return bwd(false); }));
-    TESSERA_ASSIGN_OR_RETURN(double twx,
-                             MedianSeconds(o.seconds_per_point / 2, [&] { return bwd(true); }));
+    TESSERA_ASSIGN_OR_RETURN(
+        std::vector<double> ts,
+        InterleavedMedianSeconds(o.seconds_per_point / 4, 1.25 * o.seconds_per_point,
+                                 {fwd, [&] { return bwd(false); }, [&] { return bwd(true); }}));
+    const double tf = ts[0], tw = ts[1], twx = ts[2];
     // dx alone: the difference, floored at a tenth of the weight-gradient time (noise).
     const double tx = std::max(twx - tw, 0.1 * tw);
     fwd_points.push_back({b, out, in, flops / tf});  // forward: y[b, out] = x[b, in] W^T
@@ -123,14 +126,6 @@ absl::Status MeasureGemm(const CalibrateOptions& o, const DeviceContext& ctx,
         for (int64_t i = 0; i < buf->numel(); ++i) p[i] = 0.01f * static_cast<float>((i % 7) - 3);
       }
     }
-    TESSERA_ASSIGN_OR_RETURN(
-        double t, MedianSeconds(o.seconds_per_point / 2, [&]() -> absl::StatusOr<double> {
-          IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
-          TESSERA_RETURN_IF_ERROR(DotInteractionForward(
-              ctx, bottom.data<float>(), emb.data<float>(), b, f, dim, y.data<float>()));
-          TESSERA_RETURN_IF_ERROR(Sync(ctx));
-          return w.Seconds();
-        }));
     // Backward: d_emb = (dZ + dZ^T) E per sample, a (F + 1) x d x (F + 1) product, recorded at
     // that shape (m = F + 1, n = d, k = F + 1) with the same 2 b (F + 1)^2 d flops.
     TESSERA_ASSIGN_OR_RETURN(Buffer dy, Buffer::Allocate(ctx.device, DType::kF32, {b, out_dim}));
@@ -140,15 +135,25 @@ absl::Status MeasureGemm(const CalibrateOptions& o, const DeviceContext& ctx,
       float* p = dy.data<float>();
       for (int64_t i = 0; i < dy.numel(); ++i) p[i] = 0.01f * static_cast<float>((i % 5) - 2);
     }
+    auto forward = [&]() -> absl::StatusOr<double> {
+      IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
+      TESSERA_RETURN_IF_ERROR(DotInteractionForward(ctx, bottom.data<float>(), emb.data<float>(),
+                                                    b, f, dim, y.data<float>()));
+      TESSERA_RETURN_IF_ERROR(Sync(ctx));
+      return w.Seconds();
+    };
+    auto backward = [&]() -> absl::StatusOr<double> {
+      IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
+      TESSERA_RETURN_IF_ERROR(DotInteractionBackward(ctx, bottom.data<float>(), emb.data<float>(),
+                                                     dy.data<float>(), b, f, dim,
+                                                     dbottom.data<float>(), demb.data<float>()));
+      TESSERA_RETURN_IF_ERROR(Sync(ctx));
+      return w.Seconds();
+    };
     TESSERA_ASSIGN_OR_RETURN(
-        double tb, MedianSeconds(o.seconds_per_point / 2, [&]() -> absl::StatusOr<double> {
-          IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
-          TESSERA_RETURN_IF_ERROR(
-              DotInteractionBackward(ctx, bottom.data<float>(), emb.data<float>(), dy.data<float>(),
-                                     b, f, dim, dbottom.data<float>(), demb.data<float>()));
-          TESSERA_RETURN_IF_ERROR(Sync(ctx));
-          return w.Seconds();
-        }));
+        std::vector<double> ts,
+        InterleavedMedianSeconds(o.seconds_per_point / 4, o.seconds_per_point, {forward, backward}));
+    const double t = ts[0], tb = ts[1];
     const double flops = 2.0 * b * v * v * dim;
     fwd_points.push_back({v, v, dim, flops / t});
     dx_points.push_back({v, dim, v, flops / tb});
@@ -215,14 +220,79 @@ absl::Status MeasureCross(const CalibrateOptions& o, const DeviceContext& ctx,
       TESSERA_RETURN_IF_ERROR(net->Backward(dy.data<float>(), dx0.data<float>()));
       return t.Seconds();
     };
-    TESSERA_ASSIGN_OR_RETURN(double tf, MedianSeconds(o.seconds_per_point / 2, fwd));
-    TESSERA_ASSIGN_OR_RETURN(double tb, MedianSeconds(o.seconds_per_point / 2, bwd));
+    TESSERA_ASSIGN_OR_RETURN(
+        std::vector<double> ts,
+        InterleavedMedianSeconds(o.seconds_per_point / 4, o.seconds_per_point, {fwd, bwd}));
+    const double tf = ts[0], tb = ts[1];
     const double flops = planner::CrossLayerFlops(b, dim, rank);
     d->cross.push_back({b, dim, rank, flops / tf, 2 * flops / tb});
     Progress(o, absl::StrFormat("%s cross layer %dx%d rank %d: fwd %.1f GFLOP/s (%.3f ms), "
                                 "bwd %.1f GFLOP/s (%.3f ms)",
                                 d->kind, b, dim, rank, flops / tf / 1e9, 1e3 * tf,
                                 2 * flops / tb / 1e9, 1e3 * tb));
+  }
+  return absl::OkStatus();
+}
+
+// Each config's dense arch timed whole (CPU): DenseArch::Forward + the loss, and Backward, in
+// rounds, caches evicted before each forward (untimed; in a step the lookup runs there), against
+// the layer model of the same shape from this run's GEMM, cross and copy rates
+// (planner::LayerModelDenseCost): DenseArchPoint scales. Timed so because the layers timed one
+// by one ran 1.1-1.3x faster than the step's dense passes (docs/PLANNER.md).
+absl::Status MeasureDenseArch(const CalibrateOptions& o, const DeviceContext& ctx,
+                              planner::DeviceProfile* d) {
+  if (ctx.is_cuda()) return absl::OkStatus();
+  std::vector<float> flush;
+  for (const std::string& path : o.configs) {
+    TESSERA_ASSIGN_OR_RETURN(Config c, LoadConfig(path));
+    const planner::PlanInputs in = PlanInputsFromConfig(c, planner::Topology{});
+    int64_t features = 0, emb_out_dim = 0;
+    for (const planner::PlanTable& t : in.tables) {
+      features += t.num_features;
+      emb_out_dim += t.num_features * t.config.dim;
+    }
+    const int64_t b = std::max<int64_t>(1, c.data.batch_size);
+    const std::string key = planner::DenseShapeKey(in.dense, features, emb_out_dim);
+    bool seen = false;
+    for (const planner::DenseArchPoint& a : d->dense_arch) seen |= a.shape == key && a.batch == b;
+    if (seen) continue;
+    TESSERA_ASSIGN_OR_RETURN(auto arch, DenseArch::Create(DenseOptionsFromConfig(c), ctx));
+    arch->Init(1);
+    const int64_t nd = std::max<int64_t>(1, c.model.num_dense);
+    std::vector<float> dense(b * nd), emb(b * emb_out_dim), labels(b), d_logits(b),
+        d_emb(b * emb_out_dim);
+    for (size_t i = 0; i < dense.size(); ++i) dense[i] = 0.01f * static_cast<float>((i % 11) - 5);
+    for (size_t i = 0; i < emb.size(); ++i) emb[i] = 0.01f * static_cast<float>((i % 7) - 3);
+    for (int64_t i = 0; i < b; ++i) labels[i] = static_cast<float>(i % 2);
+    auto forward = [&]() -> absl::StatusOr<double> {
+      EvictCaches(o, ctx, &flush);
+      IntervalTimer t(o.cpu_clock);
+      const float* logits = nullptr;
+      TESSERA_RETURN_IF_ERROR(arch->Forward(dense.data(), emb.data(), b, &logits));
+      TESSERA_RETURN_IF_ERROR(BceWithLogits(ctx, logits, labels.data(), b, d_logits.data()).status());
+      return t.Seconds();
+    };
+    auto backward = [&]() -> absl::StatusOr<double> {
+      IntervalTimer t(o.cpu_clock);
+      TESSERA_RETURN_IF_ERROR(arch->Backward(d_logits.data(), d_emb.data()));
+      return t.Seconds();
+    };
+    TESSERA_ASSIGN_OR_RETURN(
+        std::vector<double> ts,
+        InterleavedMedianSeconds(o.seconds_per_point / 4, 2 * o.seconds_per_point,
+                                 {forward, backward}));
+    const planner::DenseCost model = planner::LayerModelDenseCost(*d, in.dense, b, features,
+                                                                  emb_out_dim);
+    planner::DenseArchPoint a;
+    a.shape = key;
+    a.batch = b;
+    a.forward_scale = ts[0] / std::max(model.forward_s, 1e-9);
+    a.backward_scale = ts[1] / std::max(model.backward_s, 1e-9);
+    d->dense_arch.push_back(a);
+    Progress(o, absl::StrFormat("%s dense arch %s, batch %d: forward %.2f ms (%.2fx the layers), "
+                                "backward %.2f ms (%.2fx)",
+                                d->kind, key, b, 1e3 * ts[0], a.forward_scale, 1e3 * ts[1],
+                                a.backward_scale));
   }
   return absl::OkStatus();
 }
@@ -234,7 +304,8 @@ absl::Status MeasureDense(const CalibrateOptions& o, const DeviceContext& ctx,
                           planner::DeviceProfile* d) {
   std::set<Shape> crosses;
   TESSERA_RETURN_IF_ERROR(MeasureGemm(o, ctx, d, &crosses));
-  return MeasureCross(o, ctx, std::move(crosses), d);
+  TESSERA_RETURN_IF_ERROR(MeasureCross(o, ctx, std::move(crosses), d));
+  return MeasureDenseArch(o, ctx, d);
 }
 
 }  // namespace calibrate_internal

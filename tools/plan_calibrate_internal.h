@@ -58,6 +58,39 @@ inline absl::StatusOr<double> MedianSeconds(double min_seconds,
   return t[t.size() / 2];
 }
 
+// Runs `ops` in rounds (each round calls every op once, in order), first untimed for
+// `warm_seconds`, then timed: at least 3 rounds and until `min_seconds` passed; returns each op's
+// median seconds. Ops a step runs back to back (a layer's forward and its two backward GEMMs)
+// are timed so, in the state a step keeps the core in: timed one after another, an op measured
+// first after other work ran up to 1.3x faster than inside a step (the forward GEMMs of the
+// DLRM configs; docs/PLANNER.md), and a drift of the machine's speed falls on all of them alike.
+inline absl::StatusOr<std::vector<double>> InterleavedMedianSeconds(
+    double warm_seconds, double min_seconds,
+    const std::vector<std::function<absl::StatusOr<double>()>>& ops) {
+  Stopwatch warm;
+  while (warm.ElapsedSeconds() < warm_seconds) {
+    for (const auto& op : ops) {
+      absl::StatusOr<double> s = op();
+      if (!s.ok()) return s.status();
+    }
+  }
+  std::vector<std::vector<double>> t(ops.size());
+  Stopwatch total;
+  while (t[0].size() < 3 || (total.ElapsedSeconds() < min_seconds && t[0].size() < 10000)) {
+    for (size_t i = 0; i < ops.size(); ++i) {
+      absl::StatusOr<double> s = ops[i]();
+      if (!s.ok()) return s.status();
+      t[i].push_back(*s);
+    }
+  }
+  std::vector<double> medians;
+  for (auto& v : t) {
+    std::sort(v.begin(), v.end());
+    medians.push_back(v[v.size() / 2]);
+  }
+  return medians;
+}
+
 // Waits for the device's queued work (CUDA); nothing on the CPU.
 absl::Status Sync(const DeviceContext& ctx);
 

@@ -1,0 +1,127 @@
+// The dense arch's measured scale (profile dense_arch, planner/dense_cost.h): the profile keys
+// round trip and are calibrate's measured keys; a shape calibrated takes its own scales, another
+// shape the median of its interaction kind's points, a profile without points the layer model.
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_replace.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "planner/dense_cost.h"
+#include "planner/estimator.h"
+#include "planner/profile.h"
+#include "planner/profile_quality.h"
+#include "tests/planner/test_inputs.h"
+
+namespace tessera::planner {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+DenseShape Dlrm(std::vector<int64_t> top) {
+  DenseShape ds;
+  ds.num_dense = 13;
+  ds.bottom_mlp = {64, 16};
+  ds.top_mlp = std::move(top);
+  ds.interaction = Interaction::kDot;
+  ds.embedding_dim = 16;
+  return ds;
+}
+
+TEST(DenseCostTest, ShapeKeyNamesWhatTheArchRuns) {
+  EXPECT_EQ(DenseShapeKey(Dlrm({64, 1}), 8, 128), "dot bottom 13-64-16 f8 d16 e128 top 64-1");
+  DenseShape dcn = Dlrm({64, 1});
+  dcn.interaction = Interaction::kDcn;
+  dcn.dcn_num_layers = 3;
+  dcn.dcn_low_rank = 32;
+  EXPECT_EQ(DenseShapeKey(dcn, 8, 128), "dcn bottom 13-64-16 f8 d16 e128 cross 3r32 top 64-1");
+  EXPECT_NE(DenseShapeKey(Dlrm({64, 1}), 8, 128), DenseShapeKey(Dlrm({32, 1}), 8, 128));
+}
+
+TEST(DenseCostTest, DenseArchPointsRoundTripAndAreMeasuredKeys) {
+  MachineProfile p = FlatProfile();
+  EXPECT_THAT(MachineProfileToYaml(p), Not(HasSubstr("dense_arch:")));
+  p.devices[0].dense_arch = {{"dot bottom 13-64-16 f8 d16 e128 top 64-1", 2048, 1.25, 1.1}};
+  const std::string yaml = MachineProfileToYaml(p);
+  absl::StatusOr<MachineProfile> q = ParseMachineProfile(yaml, "a.yaml");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(MachineProfileToYaml(*q), yaml);
+  ASSERT_EQ(q->devices[0].dense_arch.size(), 1u);
+  EXPECT_EQ(q->devices[0].dense_arch[0].backward_scale, 1.1);
+  std::vector<std::string> names;
+  for (const MeasuredKey& k : MeasuredKeys(&*q)) names.push_back(k.name);
+  EXPECT_THAT(names, ::testing::Contains(
+                         "cpu.dense_arch[dot bottom 13-64-16 f8 d16 e128 top 64-1 b2048]."
+                         "forward_scale"));
+  // A scale must be positive; the error names the point.
+  absl::StatusOr<MachineProfile> bad =
+      ParseMachineProfile(absl::StrReplaceAll(yaml, {{"forward_scale: 1.25", "forward_scale: 0"}}),
+                          "a.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("dense_arch[0]"));
+  // A scale far from 1 is flagged as implausible.
+  q->devices[0].dense_arch[0].forward_scale = 4;
+  bool flagged = false;
+  for (const KeyQuality& k : ImplausibleKeys(*q)) {
+    flagged |= absl::StrContains(k.key, "dense_arch");
+  }
+  EXPECT_TRUE(flagged);
+}
+
+TEST(DenseCostTest, ExactShapeItsOwnScaleOtherShapesTheirKindsMedian) {
+  MachineProfile prof = FlatProfile();
+  DeviceProfile& d = prof.devices[0];
+  d.gemm = {{2048, 64, 13, 1e11}};
+  d.gemm_peak_flops_per_s = 1e11;
+  d.gemm_fused_passes = true;
+  const DenseShape a = Dlrm({64, 1}), b = Dlrm({32, 1});
+  const DenseCost model = LayerModelDenseCost(d, a, 2048, 8, 128);
+  const DenseCost plain = ComputeDenseCost(d, a, 2048, 8, 128);
+  // Without points: the layer model, plus the optimizer pass in the backward.
+  EXPECT_DOUBLE_EQ(plain.forward_s, model.forward_s);
+  const double optimizer = plain.backward_s - model.backward_s;
+  EXPECT_GT(optimizer, 0);
+  d.dense_arch = {{DenseShapeKey(a, 8, 128), 2048, 1.5, 1.2},
+                  {"dot bottom 13-512 f26 d16 e416 top 1", 2048, 1.1, 1.0},
+                  {"dot bottom 13-256 f26 d16 e416 top 1", 2048, 1.3, 1.4},
+                  {"dcn bottom 13-16 f8 d16 e128 cross 3r0 top 1", 2048, 0.5, 0.5}};
+  const DenseCost scaled = ComputeDenseCost(d, a, 2048, 8, 128);
+  EXPECT_DOUBLE_EQ(scaled.forward_s, 1.5 * model.forward_s);
+  EXPECT_DOUBLE_EQ(scaled.backward_s, 1.2 * model.backward_s + optimizer);
+  // Another DLRM shape: the median of the three dot points (1.3 forward, 1.2 backward), not the
+  // DCNv2 one.
+  double f = 0, bw = 0;
+  DenseArchScale(d, DenseShapeKey(b, 8, 128), &f, &bw);
+  EXPECT_DOUBLE_EQ(f, 1.3);
+  EXPECT_DOUBLE_EQ(bw, 1.2);
+  // A DCNv2 shape: its own kind's point.
+  DenseShape dcn = b;
+  dcn.interaction = Interaction::kDcn;
+  DenseArchScale(d, DenseShapeKey(dcn, 8, 128), &f, &bw);
+  EXPECT_DOUBLE_EQ(f, 0.5);
+  // A kind with no point of its own: the median of all (here the three dot points).
+  d.dense_arch.pop_back();
+  DenseArchScale(d, DenseShapeKey(dcn, 8, 128), &f, &bw);
+  EXPECT_DOUBLE_EQ(f, 1.3);
+  EXPECT_DOUBLE_EQ(bw, 1.2);
+  // The estimator's dense phases carry the scale.
+  PlanInputs in = SmallInputs({1000}, 16, 1, 2048);
+  in.dense = a;
+  int64_t features = 0, width = 0;
+  for (const PlanTable& t : in.tables) {
+    features += t.num_features;
+    width += t.num_features * t.config.dim;
+  }
+  d.dense_arch = {{DenseShapeKey(a, features, width), 2048, 2.0, 1.0}};
+  absl::StatusOr<Estimator> twice = Estimator::Create(in, prof, 1);
+  d.dense_arch.clear();
+  absl::StatusOr<Estimator> once = Estimator::Create(in, prof, 1);
+  ASSERT_TRUE(twice.ok() && once.ok());
+  EXPECT_NEAR(twice->dense_forward_s(), 2.0 * once->dense_forward_s(), 1e-12);
+  EXPECT_NEAR(twice->dense_backward_s(), once->dense_backward_s(), 1e-12);
+}
+
+}  // namespace
+}  // namespace tessera::planner
