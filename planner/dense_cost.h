@@ -11,8 +11,9 @@
 //     timed whole); without cross points a Linear dim -> dim (or dim -> r -> dim when low-rank)
 //     plus the combine passes at the copy rate
 //   the arch timed whole: forward and backward times the profile's dense_arch scale for the
-//     shape (measured / this layer model, DenseArchPoint), the median scale of the points of the
-//     same interaction kind for a shape not calibrated, 1 without points
+//     shape (the arch over its parts, DenseArchPoint), the median scale of the points of the
+//     same interaction kind for a shape not calibrated (of all points when its kind has none),
+//     1 without points
 //   dense optimizer: read-modify-write of weights, gradients and state at the copy rate
 // Thread-safety: a pure function.
 #pragma once
@@ -37,8 +38,8 @@ struct DenseCost {
 DenseCost ComputeDenseCost(const DeviceProfile& d, const DenseShape& ds, int64_t b,
                            int64_t features, int64_t emb_out_dim);
 
-// The layer model alone (what calibrate compares the arch timed whole with): the arch's forward
-// and backward from the GEMM, cross and copy rates, no dense_arch scale, no optimizer.
+// The layer model alone: the arch's forward and backward from the GEMM, cross and copy rates, no
+// dense_arch scale, no optimizer.
 DenseCost LayerModelDenseCost(const DeviceProfile& d, const DenseShape& ds, int64_t b,
                               int64_t features, int64_t emb_out_dim);
 

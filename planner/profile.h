@@ -75,10 +75,11 @@ inline double CrossLayerFlops(int64_t batch, int64_t dim, int64_t rank) {
 }
 
 // One config's dense arch timed whole (calibrate: DenseArch forward + the loss, then its
-// backward, in rounds, caches evicted before each forward as a step's lookup evicts them),
-// against the layer model of planner/dense_cost.h for the same shape from the same run's rates:
-// scale = measured / model, per pass. `shape` is DenseShapeKey (dense_cost.h); `batch` the
-// samples timed. The layers timed one by one ran faster than inside the arch (docs/PLANNER.md).
+// backward, caches evicted before each forward as a step's lookup evicts them) over its parts
+// timed one by one in the same rounds (each Linear layer, the interaction): scale = whole /
+// parts, per pass: what running the parts as one arch adds to the layer model (the activations
+// flowing through the caches, the eviction by the lookup). `shape` is DenseShapeKey
+// (dense_cost.h); `batch` the samples timed.
 struct DenseArchPoint {
   std::string shape;
   int64_t batch = 0;

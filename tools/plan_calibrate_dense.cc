@@ -4,6 +4,9 @@
 // Backward, CrossNetwork), so their fused passes are inside the rates.
 
 #include <algorithm>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <set>
 #include <tuple>
 #include <vector>
@@ -27,6 +30,133 @@ namespace calibrate_internal {
 namespace {
 
 using Shape = std::tuple<int64_t, int64_t, int64_t>;
+
+void Fill(Buffer* buf, int mod) {
+  float* p = buf->data<float>();
+  for (int64_t i = 0; i < buf->numel(); ++i) {
+    p[i] = 0.01f * static_cast<float>((i % mod) - mod / 2);
+  }
+}
+
+// One Linear layer (batch b, in -> out, ReLU) with its buffers: LinearForward and LinearBackward
+// (with or without the input gradient) timed, as the trainer's Linear runs them.
+struct LinearBench {
+  static absl::StatusOr<LinearBench> Create(const DeviceContext& ctx, int64_t b, int64_t in,
+                                            int64_t out) {
+    LinearBench l;
+    l.ctx = ctx;
+    l.b = b;
+    l.in = in;
+    l.out = out;
+    for (auto [buf, rows, cols] : {std::tuple{&l.x, b, in}, {&l.w, out, in}, {&l.bias, 1, out},
+                                   {&l.y, b, out}, {&l.dy, b, out}, {&l.dw, out, in},
+                                   {&l.db, 1, out}, {&l.dx, b, in}}) {
+      TESSERA_ASSIGN_OR_RETURN(*buf, Buffer::Allocate(ctx.device, DType::kF32, {rows, cols}));
+    }
+    if (!ctx.is_cuda()) {
+      for (Buffer* buf : {&l.x, &l.w, &l.bias, &l.dy}) Fill(buf, 13);
+    }
+    return l;
+  }
+  absl::StatusOr<double> Forward(const CalibrateOptions& o) {
+    IntervalTimer t(o.cpu_clock && !ctx.is_cuda());
+    TESSERA_RETURN_IF_ERROR(LinearForward(ctx, x.data<float>(), w.data<float>(),
+                                          bias.data<float>(), b, in, out, Activation::kRelu,
+                                          y.data<float>()));
+    TESSERA_RETURN_IF_ERROR(Sync(ctx));
+    return t.Seconds();
+  }
+  absl::StatusOr<double> Backward(const CalibrateOptions& o, bool with_dx) {
+    IntervalTimer t(o.cpu_clock && !ctx.is_cuda());
+    TESSERA_RETURN_IF_ERROR(LinearBackward(ctx, x.data<float>(), w.data<float>(), y.data<float>(),
+                                           dy.data<float>(), b, in, out, Activation::kRelu,
+                                           dw.data<float>(), db.data<float>(),
+                                           with_dx ? dx.data<float>() : nullptr));
+    TESSERA_RETURN_IF_ERROR(Sync(ctx));
+    return t.Seconds();
+  }
+  DeviceContext ctx = DeviceContext::Cpu();
+  int64_t b = 0, in = 0, out = 0;
+  Buffer x, w, bias, y, dy, dw, db, dx;
+};
+
+// The dot interaction of F features of dim d over b samples: forward and backward timed.
+struct DotBench {
+  static absl::StatusOr<DotBench> Create(const DeviceContext& ctx, int64_t b, int64_t f,
+                                         int64_t dim) {
+    DotBench t;
+    t.ctx = ctx;
+    t.b = b;
+    t.f = f;
+    t.dim = dim;
+    const int64_t out_dim = DotInteractionOutputDim(f, dim);
+    for (auto [buf, cols] : {std::pair{&t.bottom, dim}, {&t.emb, f * dim}, {&t.y, out_dim},
+                             {&t.dy, out_dim}, {&t.dbottom, dim}, {&t.demb, f * dim}}) {
+      TESSERA_ASSIGN_OR_RETURN(*buf, Buffer::Allocate(ctx.device, DType::kF32, {b, cols}));
+    }
+    if (!ctx.is_cuda()) {
+      Fill(&t.bottom, 7);
+      Fill(&t.emb, 7);
+      Fill(&t.dy, 5);
+    }
+    return t;
+  }
+  absl::StatusOr<double> Forward(const CalibrateOptions& o) {
+    IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
+    TESSERA_RETURN_IF_ERROR(DotInteractionForward(ctx, bottom.data<float>(), emb.data<float>(), b,
+                                                  f, dim, y.data<float>()));
+    TESSERA_RETURN_IF_ERROR(Sync(ctx));
+    return w.Seconds();
+  }
+  absl::StatusOr<double> Backward(const CalibrateOptions& o) {
+    IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
+    TESSERA_RETURN_IF_ERROR(DotInteractionBackward(ctx, bottom.data<float>(), emb.data<float>(),
+                                                   dy.data<float>(), b, f, dim,
+                                                   dbottom.data<float>(), demb.data<float>()));
+    TESSERA_RETURN_IF_ERROR(Sync(ctx));
+    return w.Seconds();
+  }
+  DeviceContext ctx = DeviceContext::Cpu();
+  int64_t b = 0, f = 0, dim = 0;
+  Buffer bottom, emb, y, dy, dbottom, demb;
+};
+
+// `layers` DCNv2 cross layers of (b, dim, rank) as one CrossNetwork (CPU only): forward and
+// backward timed (the backward's gradient input copied in first, untimed: Backward overwrites it).
+struct CrossBench {
+  static absl::StatusOr<CrossBench> Create(const DeviceContext& ctx, int64_t b, int64_t dim,
+                                           int64_t rank, int layers) {
+    CrossBench c;
+    c.b = b;
+    CrossNetworkOptions co;
+    co.in_dim = dim;
+    co.num_layers = layers;
+    co.low_rank = rank;
+    TESSERA_ASSIGN_OR_RETURN(c.net, CrossNetwork::Create("calibrate_cross", co, ctx));
+    c.net->Init(5);
+    for (Buffer* buf : {&c.x0, &c.dy0, &c.dy, &c.dx0}) {
+      TESSERA_ASSIGN_OR_RETURN(*buf, Buffer::Allocate(ctx.device, DType::kF32, {b, dim}));
+    }
+    Fill(&c.x0, 7);
+    Fill(&c.dy0, 5);
+    return c;
+  }
+  absl::StatusOr<double> Forward(const CalibrateOptions& o) {
+    IntervalTimer t(o.cpu_clock);
+    const float* y = nullptr;
+    TESSERA_RETURN_IF_ERROR(net->Forward(x0.data<float>(), b, &y));
+    return t.Seconds();
+  }
+  absl::StatusOr<double> Backward(const CalibrateOptions& o) {
+    std::copy_n(dy0.data<float>(), dy0.numel(), dy.data<float>());
+    IntervalTimer t(o.cpu_clock);
+    TESSERA_RETURN_IF_ERROR(net->Backward(dy.data<float>(), dx0.data<float>()));
+    return t.Seconds();
+  }
+  int64_t b = 0;
+  std::unique_ptr<CrossNetwork> net;
+  Buffer x0, dy0, dy, dx0;
+};
 
 // (batch, in, out) of every Linear layer of the configs' dense arch, (batch, F, d) of their
 // dot interactions in `dots` and (batch, dim, low rank) of their cross layers in `crosses`.
@@ -67,36 +197,9 @@ absl::Status MeasureGemm(const CalibrateOptions& o, const DeviceContext& ctx,
   // first point nearest in m n k, and the three shapes of one layer have the same product.
   std::vector<planner::GemmPoint> fwd_points, dx_points, dw_points;
   for (const auto& [b, in, out] : shapes) {
-    TESSERA_ASSIGN_OR_RETURN(Buffer x, Buffer::Allocate(ctx.device, DType::kF32, {b, in}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer w, Buffer::Allocate(ctx.device, DType::kF32, {out, in}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer bias, Buffer::Allocate(ctx.device, DType::kF32, {out}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer y, Buffer::Allocate(ctx.device, DType::kF32, {b, out}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer dy, Buffer::Allocate(ctx.device, DType::kF32, {b, out}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer dw, Buffer::Allocate(ctx.device, DType::kF32, {out, in}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer db, Buffer::Allocate(ctx.device, DType::kF32, {out}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer dx, Buffer::Allocate(ctx.device, DType::kF32, {b, in}));
-    if (!ctx.is_cuda()) {
-      for (Buffer* buf : {&x, &w, &bias, &dy}) {
-        float* p = buf->data<float>();
-        for (int64_t i = 0; i < buf->numel(); ++i) p[i] = 0.01f * static_cast<float>((i % 13) - 6);
-      }
-    }
-    const Activation act = Activation::kRelu;
-    auto fwd = [&]() -> absl::StatusOr<double> {
-      IntervalTimer t(o.cpu_clock && !ctx.is_cuda());
-      TESSERA_RETURN_IF_ERROR(LinearForward(ctx, x.data<float>(), w.data<float>(),
-                                            bias.data<float>(), b, in, out, act, y.data<float>()));
-      TESSERA_RETURN_IF_ERROR(Sync(ctx));
-      return t.Seconds();
-    };
-    auto bwd = [&](bool with_dx) -> absl::StatusOr<double> {
-      IntervalTimer t(o.cpu_clock && !ctx.is_cuda());
-      TESSERA_RETURN_IF_ERROR(LinearBackward(
-          ctx, x.data<float>(), w.data<float>(), y.data<float>(), dy.data<float>(), b, in, out, act,
-          dw.data<float>(), db.data<float>(), with_dx ? dx.data<float>() : nullptr));
-      TESSERA_RETURN_IF_ERROR(Sync(ctx));
-      return t.Seconds();
-    };
+    TESSERA_ASSIGN_OR_RETURN(LinearBench l, LinearBench::Create(ctx, b, in, out));
+    auto fwd = [&] { return l.Forward(o); };
+    auto bwd = [&](bool with_dx) { return l.Backward(o, with_dx); };
     const double flops = 2.0 * b * in * out;
     TESSERA_ASSIGN_OR_RETURN(
         std::vector<double> ts,
@@ -116,51 +219,21 @@ absl::Status MeasureGemm(const CalibrateOptions& o, const DeviceContext& ctx,
   // 2 b (F + 1)^2 d flops at the rate of shape (F + 1, F + 1, d)), its backward the same flops at
   // shape (F + 1, d, F + 1).
   for (const auto& [b, f, dim] : dots) {
-    const int64_t v = f + 1, out_dim = DotInteractionOutputDim(f, dim);
-    TESSERA_ASSIGN_OR_RETURN(Buffer bottom, Buffer::Allocate(ctx.device, DType::kF32, {b, dim}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer emb, Buffer::Allocate(ctx.device, DType::kF32, {b, f * dim}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer y, Buffer::Allocate(ctx.device, DType::kF32, {b, out_dim}));
-    if (!ctx.is_cuda()) {
-      for (Buffer* buf : {&bottom, &emb}) {
-        float* p = buf->data<float>();
-        for (int64_t i = 0; i < buf->numel(); ++i) p[i] = 0.01f * static_cast<float>((i % 7) - 3);
-      }
-    }
-    // Backward: d_emb = (dZ + dZ^T) E per sample, a (F + 1) x d x (F + 1) product, recorded at
-    // that shape (m = F + 1, n = d, k = F + 1) with the same 2 b (F + 1)^2 d flops.
-    TESSERA_ASSIGN_OR_RETURN(Buffer dy, Buffer::Allocate(ctx.device, DType::kF32, {b, out_dim}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer dbottom, Buffer::Allocate(ctx.device, DType::kF32, {b, dim}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer demb, Buffer::Allocate(ctx.device, DType::kF32, {b, f * dim}));
-    if (!ctx.is_cuda()) {
-      float* p = dy.data<float>();
-      for (int64_t i = 0; i < dy.numel(); ++i) p[i] = 0.01f * static_cast<float>((i % 5) - 2);
-    }
-    auto forward = [&]() -> absl::StatusOr<double> {
-      IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
-      TESSERA_RETURN_IF_ERROR(DotInteractionForward(ctx, bottom.data<float>(), emb.data<float>(),
-                                                    b, f, dim, y.data<float>()));
-      TESSERA_RETURN_IF_ERROR(Sync(ctx));
-      return w.Seconds();
-    };
-    auto backward = [&]() -> absl::StatusOr<double> {
-      IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
-      TESSERA_RETURN_IF_ERROR(DotInteractionBackward(ctx, bottom.data<float>(), emb.data<float>(),
-                                                     dy.data<float>(), b, f, dim,
-                                                     dbottom.data<float>(), demb.data<float>()));
-      TESSERA_RETURN_IF_ERROR(Sync(ctx));
-      return w.Seconds();
-    };
+    const int64_t v = f + 1;
+    TESSERA_ASSIGN_OR_RETURN(DotBench t, DotBench::Create(ctx, b, f, dim));
+    auto forward = [&] { return t.Forward(o); };
+    auto backward = [&] { return t.Backward(o); };
     TESSERA_ASSIGN_OR_RETURN(
         std::vector<double> ts,
         InterleavedMedianSeconds(o.seconds_per_point / 4, o.seconds_per_point, {forward, backward}));
-    const double t = ts[0], tb = ts[1];
+    const double tf = ts[0], tb = ts[1];
     const double flops = 2.0 * b * v * v * dim;
-    fwd_points.push_back({v, v, dim, flops / t});
+    fwd_points.push_back({v, v, dim, flops / tf});
     dx_points.push_back({v, dim, v, flops / tb});
     Progress(o, absl::StrFormat(
                     "%s dot interaction batch %d, %d x %d x %d: %.1f GFLOP/s (%.3f ms), "
                     "backward %.1f GFLOP/s (%.3f ms)",
-                    d->kind, b, v, v, dim, flops / t / 1e9, 1e3 * t, flops / tb / 1e9, 1e3 * tb));
+                    d->kind, b, v, v, dim, flops / tf / 1e9, 1e3 * tf, flops / tb / 1e9, 1e3 * tb));
   }
   std::vector<planner::GemmPoint> points = std::move(fwd_points);
   points.insert(points.end(), dx_points.begin(), dx_points.end());
@@ -189,37 +262,9 @@ absl::Status MeasureCross(const CalibrateOptions& o, const DeviceContext& ctx,
   if (ctx.is_cuda()) return absl::OkStatus();
   if (crosses.empty()) crosses = {{2048, 432, 0}, {2048, 3456, 512}};
   for (const auto& [b, dim, rank] : crosses) {
-    CrossNetworkOptions co;
-    co.in_dim = dim;
-    co.num_layers = 1;
-    co.low_rank = rank;
-    TESSERA_ASSIGN_OR_RETURN(auto net, CrossNetwork::Create("calibrate_cross", co, ctx));
-    net->Init(5);
-    TESSERA_ASSIGN_OR_RETURN(Buffer x0, Buffer::Allocate(ctx.device, DType::kF32, {b, dim}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer dy0, Buffer::Allocate(ctx.device, DType::kF32, {b, dim}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer dy, Buffer::Allocate(ctx.device, DType::kF32, {b, dim}));
-    TESSERA_ASSIGN_OR_RETURN(Buffer dx0, Buffer::Allocate(ctx.device, DType::kF32, {b, dim}));
-    {
-      float* p = x0.data<float>();
-      float* g = dy0.data<float>();
-      for (int64_t i = 0; i < x0.numel(); ++i) {
-        p[i] = 0.01f * static_cast<float>((i % 7) - 3);
-        g[i] = 0.01f * static_cast<float>((i % 5) - 2);
-      }
-    }
-    const float* y = nullptr;
-    auto fwd = [&]() -> absl::StatusOr<double> {
-      IntervalTimer t(o.cpu_clock);
-      TESSERA_RETURN_IF_ERROR(net->Forward(x0.data<float>(), b, &y));
-      return t.Seconds();
-    };
-    auto bwd = [&]() -> absl::StatusOr<double> {
-      // Backward overwrites dy: a fresh copy, untimed.
-      std::copy_n(dy0.data<float>(), dy0.numel(), dy.data<float>());
-      IntervalTimer t(o.cpu_clock);
-      TESSERA_RETURN_IF_ERROR(net->Backward(dy.data<float>(), dx0.data<float>()));
-      return t.Seconds();
-    };
+    TESSERA_ASSIGN_OR_RETURN(CrossBench c, CrossBench::Create(ctx, b, dim, rank, 1));
+    auto fwd = [&] { return c.Forward(o); };
+    auto bwd = [&] { return c.Backward(o); };
     TESSERA_ASSIGN_OR_RETURN(
         std::vector<double> ts,
         InterleavedMedianSeconds(o.seconds_per_point / 4, o.seconds_per_point, {fwd, bwd}));
@@ -234,11 +279,15 @@ absl::Status MeasureCross(const CalibrateOptions& o, const DeviceContext& ctx,
   return absl::OkStatus();
 }
 
-// Each config's dense arch timed whole (CPU): DenseArch::Forward + the loss, and Backward, in
-// rounds, caches evicted before each forward (untimed; in a step the lookup runs there), against
-// the layer model of the same shape from this run's GEMM, cross and copy rates
-// (planner::LayerModelDenseCost): DenseArchPoint scales. Timed so because the layers timed one
-// by one ran 1.1-1.3x faster than the step's dense passes (docs/PLANNER.md).
+// Each config's dense arch timed whole (CPU): DenseArch::Forward + the loss, and Backward, caches
+// evicted before each forward (untimed; in a step the lookup runs there), in the same rounds as
+// its parts timed one by one (each Linear layer's forward and backward with the input gradient,
+// the dot interaction's or the cross network's forward and backward): the DenseArchPoint scales
+// are the whole's median over the sum of the parts' medians. One round holds both, so a drift of
+// the machine's speed falls on both alike (timed minutes apart, their ratio moved 0.87-1.37 on a
+// VM where either alone moved 1.3x). The layer model prices the parts at the GEMM rates; the
+// scale carries what the whole adds (the activations flowing through the LLC, the caches the
+// lookup evicted, the small layers' fixed costs).
 absl::Status MeasureDenseArch(const CalibrateOptions& o, const DeviceContext& ctx,
                               planner::DeviceProfile* d) {
   if (ctx.is_cuda()) return absl::OkStatus();
@@ -256,7 +305,8 @@ absl::Status MeasureDenseArch(const CalibrateOptions& o, const DeviceContext& ct
     bool seen = false;
     for (const planner::DenseArchPoint& a : d->dense_arch) seen |= a.shape == key && a.batch == b;
     if (seen) continue;
-    TESSERA_ASSIGN_OR_RETURN(auto arch, DenseArch::Create(DenseOptionsFromConfig(c), ctx));
+    const DenseArchOptions da = DenseOptionsFromConfig(c);
+    TESSERA_ASSIGN_OR_RETURN(auto arch, DenseArch::Create(da, ctx));
     arch->Init(1);
     const int64_t nd = std::max<int64_t>(1, c.model.num_dense);
     std::vector<float> dense(b * nd), emb(b * emb_out_dim), labels(b), d_logits(b),
@@ -264,34 +314,70 @@ absl::Status MeasureDenseArch(const CalibrateOptions& o, const DeviceContext& ct
     for (size_t i = 0; i < dense.size(); ++i) dense[i] = 0.01f * static_cast<float>((i % 11) - 5);
     for (size_t i = 0; i < emb.size(); ++i) emb[i] = 0.01f * static_cast<float>((i % 7) - 3);
     for (int64_t i = 0; i < b; ++i) labels[i] = static_cast<float>(i % 2);
-    auto forward = [&]() -> absl::StatusOr<double> {
+    using Op = std::function<absl::StatusOr<double>()>;
+    std::vector<Op> fwd_ops, bwd_ops;
+    fwd_ops.push_back([&]() -> absl::StatusOr<double> {
       EvictCaches(o, ctx, &flush);
       IntervalTimer t(o.cpu_clock);
       const float* logits = nullptr;
       TESSERA_RETURN_IF_ERROR(arch->Forward(dense.data(), emb.data(), b, &logits));
-      TESSERA_RETURN_IF_ERROR(BceWithLogits(ctx, logits, labels.data(), b, d_logits.data()).status());
+      TESSERA_RETURN_IF_ERROR(
+          BceWithLogits(ctx, logits, labels.data(), b, d_logits.data()).status());
       return t.Seconds();
-    };
-    auto backward = [&]() -> absl::StatusOr<double> {
+    });
+    bwd_ops.push_back([&]() -> absl::StatusOr<double> {
       IntervalTimer t(o.cpu_clock);
       TESSERA_RETURN_IF_ERROR(arch->Backward(d_logits.data(), d_emb.data()));
       return t.Seconds();
-    };
+    });
+    // The parts, as the layer model lists them.
+    std::vector<LinearBench> linears;
+    int64_t prev = da.num_dense;
+    for (int64_t w : da.bottom_mlp) {
+      TESSERA_ASSIGN_OR_RETURN(LinearBench l, LinearBench::Create(ctx, b, prev, w));
+      linears.push_back(std::move(l));
+      prev = w;
+    }
+    prev = arch->interaction_dim();
+    for (int64_t w : da.top_mlp) {
+      TESSERA_ASSIGN_OR_RETURN(LinearBench l, LinearBench::Create(ctx, b, prev, w));
+      linears.push_back(std::move(l));
+      prev = w;
+    }
+    for (LinearBench& l : linears) {
+      fwd_ops.push_back([&] { return l.Forward(o); });
+      bwd_ops.push_back([&] { return l.Backward(o, true); });
+    }
+    std::optional<DotBench> dot;
+    std::optional<CrossBench> cross;
+    if (da.interaction == InteractionType::kDot) {
+      TESSERA_ASSIGN_OR_RETURN(dot, DotBench::Create(ctx, b, da.num_embeddings, da.embedding_dim));
+      fwd_ops.push_back([&] { return dot->Forward(o); });
+      bwd_ops.push_back([&] { return dot->Backward(o); });
+    } else if (da.dcn_num_layers > 0) {
+      TESSERA_ASSIGN_OR_RETURN(cross, CrossBench::Create(ctx, b, arch->interaction_dim(),
+                                                         da.dcn_low_rank, da.dcn_num_layers));
+      fwd_ops.push_back([&] { return cross->Forward(o); });
+      bwd_ops.push_back([&] { return cross->Backward(o); });
+    }
+    std::vector<Op> ops = fwd_ops;
+    ops.insert(ops.end(), bwd_ops.begin(), bwd_ops.end());
     TESSERA_ASSIGN_OR_RETURN(
         std::vector<double> ts,
-        InterleavedMedianSeconds(o.seconds_per_point / 4, 2 * o.seconds_per_point,
-                                 {forward, backward}));
-    const planner::DenseCost model = planner::LayerModelDenseCost(*d, in.dense, b, features,
-                                                                  emb_out_dim);
+        InterleavedMedianSeconds(o.seconds_per_point / 4, 3 * o.seconds_per_point, ops));
+    const size_t nf = fwd_ops.size();
+    double parts_fwd = 0, parts_bwd = 0;
+    for (size_t i = 1; i < nf; ++i) parts_fwd += ts[i];
+    for (size_t i = nf + 1; i < ts.size(); ++i) parts_bwd += ts[i];
     planner::DenseArchPoint a;
     a.shape = key;
     a.batch = b;
-    a.forward_scale = ts[0] / std::max(model.forward_s, 1e-9);
-    a.backward_scale = ts[1] / std::max(model.backward_s, 1e-9);
+    a.forward_scale = ts[0] / std::max(parts_fwd, 1e-9);
+    a.backward_scale = ts[nf] / std::max(parts_bwd, 1e-9);
     d->dense_arch.push_back(a);
-    Progress(o, absl::StrFormat("%s dense arch %s, batch %d: forward %.2f ms (%.2fx the layers), "
+    Progress(o, absl::StrFormat("%s dense arch %s, batch %d: forward %.2f ms (%.2fx its parts), "
                                 "backward %.2f ms (%.2fx)",
-                                d->kind, key, b, 1e3 * ts[0], a.forward_scale, 1e3 * ts[1],
+                                d->kind, key, b, 1e3 * ts[0], a.forward_scale, 1e3 * ts[nf],
                                 a.backward_scale));
   }
   return absl::OkStatus();
