@@ -43,11 +43,7 @@ void Fill(Buffer* buf, int mod) {
 struct LinearBench {
   static absl::StatusOr<LinearBench> Create(const DeviceContext& ctx, int64_t b, int64_t in,
                                             int64_t out) {
-    LinearBench l;
-    l.ctx = ctx;
-    l.b = b;
-    l.in = in;
-    l.out = out;
+    LinearBench l{.ctx = ctx, .b = b, .in = in, .out = out};
     for (auto [buf, rows, cols] : {std::tuple{&l.x, b, in}, {&l.w, out, in}, {&l.bias, 1, out},
                                    {&l.y, b, out}, {&l.dy, b, out}, {&l.dw, out, in},
                                    {&l.db, 1, out}, {&l.dx, b, in}}) {
@@ -84,11 +80,7 @@ struct LinearBench {
 struct DotBench {
   static absl::StatusOr<DotBench> Create(const DeviceContext& ctx, int64_t b, int64_t f,
                                          int64_t dim) {
-    DotBench t;
-    t.ctx = ctx;
-    t.b = b;
-    t.f = f;
-    t.dim = dim;
+    DotBench t{.ctx = ctx, .b = b, .f = f, .dim = dim};
     const int64_t out_dim = DotInteractionOutputDim(f, dim);
     for (auto [buf, cols] : {std::pair{&t.bottom, dim}, {&t.emb, f * dim}, {&t.y, out_dim},
                              {&t.dy, out_dim}, {&t.dbottom, dim}, {&t.demb, f * dim}}) {
