@@ -27,57 +27,8 @@ void LinearCost(const DeviceProfile& d, int64_t b, int64_t in, int64_t out, doub
           2 * d.launch_overhead_s;
 }
 
-}  // namespace
-
-std::string DenseShapeKey(const DenseShape& ds, int64_t features, int64_t emb_out_dim) {
-  std::string key = absl::StrCat(ds.interaction == Interaction::kDot ? "dot" : "dcn", " bottom ",
-                                 ds.num_dense, "-", absl::StrJoin(ds.bottom_mlp, "-"), " f",
-                                 features, " d", ds.embedding_dim, " e", emb_out_dim);
-  if (ds.interaction == Interaction::kDcn) {
-    absl::StrAppend(&key, " cross ", ds.dcn_num_layers, "r", ds.dcn_low_rank);
-  }
-  absl::StrAppend(&key, " top ", absl::StrJoin(ds.top_mlp, "-"));
-  return key;
-}
-
-void DenseArchScale(const DeviceProfile& d, const std::string& key, double* forward,
-                    double* backward) {
-  *forward = *backward = 1;
-  // The same shape: its own point (the nearest batch when several).
-  const DenseArchPoint* exact = nullptr;
-  for (const DenseArchPoint& a : d.dense_arch) {
-    if (a.shape == key && (exact == nullptr || a.batch > exact->batch)) exact = &a;
-  }
-  if (exact != nullptr) {
-    *forward = exact->forward_scale;
-    *backward = exact->backward_scale;
-    return;
-  }
-  // Another shape: the median of the points of its interaction kind (DCNv2's cross layers are
-  // timed whole already, DLRM's layers one by one), else of all points.
-  const std::string kind = key.substr(0, key.find(' '));
-  std::vector<double> f, b;
-  for (const DenseArchPoint& a : d.dense_arch) {
-    if (a.shape.substr(0, a.shape.find(' ')) != kind) continue;
-    f.push_back(a.forward_scale);
-    b.push_back(a.backward_scale);
-  }
-  if (f.empty()) {
-    for (const DenseArchPoint& a : d.dense_arch) {
-      f.push_back(a.forward_scale);
-      b.push_back(a.backward_scale);
-    }
-  }
-  if (f.empty()) return;
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  };
-  *forward = median(f);
-  *backward = median(b);
-}
-
+// The layer model alone: the arch's forward and backward from the GEMM, cross and copy rates, no
+// dense_arch scale, no optimizer.
 DenseCost LayerModelDenseCost(const DeviceProfile& d, const DenseShape& ds, int64_t b,
                               int64_t features, int64_t emb_out_dim) {
   const int64_t f = features;
@@ -144,6 +95,57 @@ DenseCost LayerModelDenseCost(const DeviceProfile& d, const DenseShape& ds, int6
   c.params = params;
   c.activation_bytes = act;
   return c;
+}
+
+}  // namespace
+
+std::string DenseShapeKey(const DenseShape& ds, int64_t features, int64_t emb_out_dim) {
+  std::string key = absl::StrCat(ds.interaction == Interaction::kDot ? "dot" : "dcn", " bottom ",
+                                 ds.num_dense, "-", absl::StrJoin(ds.bottom_mlp, "-"), " f",
+                                 features, " d", ds.embedding_dim, " e", emb_out_dim);
+  if (ds.interaction == Interaction::kDcn) {
+    absl::StrAppend(&key, " cross ", ds.dcn_num_layers, "r", ds.dcn_low_rank);
+  }
+  absl::StrAppend(&key, " top ", absl::StrJoin(ds.top_mlp, "-"));
+  return key;
+}
+
+void DenseArchScale(const DeviceProfile& d, const std::string& key, double* forward,
+                    double* backward) {
+  *forward = *backward = 1;
+  // The same shape: its own point (the largest batch timed when several).
+  const DenseArchPoint* exact = nullptr;
+  for (const DenseArchPoint& a : d.dense_arch) {
+    if (a.shape == key && (exact == nullptr || a.batch > exact->batch)) exact = &a;
+  }
+  if (exact != nullptr) {
+    *forward = exact->forward_scale;
+    *backward = exact->backward_scale;
+    return;
+  }
+  // Another shape: the median of the points of its interaction kind (a DLRM's parts are its
+  // layers and the dot interaction, a DCNv2's its layers and the cross network), else of all.
+  const std::string kind = key.substr(0, key.find(' '));
+  std::vector<double> f, b;
+  for (const DenseArchPoint& a : d.dense_arch) {
+    if (a.shape.substr(0, a.shape.find(' ')) != kind) continue;
+    f.push_back(a.forward_scale);
+    b.push_back(a.backward_scale);
+  }
+  if (f.empty()) {
+    for (const DenseArchPoint& a : d.dense_arch) {
+      f.push_back(a.forward_scale);
+      b.push_back(a.backward_scale);
+    }
+  }
+  if (f.empty()) return;
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  };
+  *forward = median(f);
+  *backward = median(b);
 }
 
 DenseCost ComputeDenseCost(const DeviceProfile& d, const DenseShape& ds, int64_t b,

@@ -38,11 +38,6 @@ struct DenseCost {
 DenseCost ComputeDenseCost(const DeviceProfile& d, const DenseShape& ds, int64_t b,
                            int64_t features, int64_t emb_out_dim);
 
-// The layer model alone: the arch's forward and backward from the GEMM, cross and copy rates, no
-// dense_arch scale, no optimizer.
-DenseCost LayerModelDenseCost(const DeviceProfile& d, const DenseShape& ds, int64_t b,
-                              int64_t features, int64_t emb_out_dim);
-
 // The dense_arch key of a shape: interaction, bottom MLP, features, d, pooled width, cross
 // layers, top MLP ("dot bottom 13-512-256-64 f8 d64 e512 top 512-256-1").
 std::string DenseShapeKey(const DenseShape& ds, int64_t features, int64_t emb_out_dim);

@@ -228,13 +228,9 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
   }
 
   // Dense model, per rank (B samples): dense_cost.h.
-  int64_t features = 0;
-  e.emb_out_dim_ = 0;
-  for (const PlanTable& t : in.tables) {
-    features += t.num_features;
-    e.emb_out_dim_ += t.num_features * t.config.dim;
-  }
-  const DenseCost dc = ComputeDenseCost(*e.dev_, in.dense, b, features, e.emb_out_dim_);
+  const PooledOutput pooled = PooledOutputOf(in);
+  e.emb_out_dim_ = pooled.width;
+  const DenseCost dc = ComputeDenseCost(*e.dev_, in.dense, b, pooled.features, pooled.width);
   e.dense_fwd_s_ = dc.forward_s;
   e.dense_bwd_s_ = dc.backward_s;
   e.dense_params_ = dc.params;

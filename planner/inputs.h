@@ -135,4 +135,19 @@ struct IdModel {
 // Ids per sample of table t (all its features).
 inline double IdsPerSample(const PlanTable& t) { return t.ids_per_bag * t.num_features; }
 
+// What the dense model receives per sample: embedding bags (all tables' features) and the
+// pooled output's width (each feature's table dim).
+struct PooledOutput {
+  int64_t features = 0;
+  int64_t width = 0;
+};
+inline PooledOutput PooledOutputOf(const PlanInputs& in) {
+  PooledOutput o;
+  for (const PlanTable& t : in.tables) {
+    o.features += t.num_features;
+    o.width += t.num_features * t.config.dim;
+  }
+  return o;
+}
+
 }  // namespace tessera::planner

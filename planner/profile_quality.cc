@@ -176,8 +176,8 @@ std::vector<KeyQuality> ImplausibleKeys(const MachineProfile& p) {
              "above gemm_peak_flops_per_s");
       }
     }
-    // The arch timed whole runs its layers' kernels: far from the layer model, one of the two
-    // was measured in another machine state (a neighbour's burst), not the shape's real cost.
+    // The arch timed whole runs its parts' kernels, in the same rounds: far from 1, a round was
+    // disturbed (a neighbour's burst), not the shape's real cost.
     for (const DenseArchPoint& a : d.dense_arch) {
       for (const auto& [name, v] : {std::pair<const char*, double>{"forward_scale",
                                                                     a.forward_scale},

@@ -287,13 +287,10 @@ absl::Status MeasureDenseArch(const CalibrateOptions& o, const DeviceContext& ct
   for (const std::string& path : o.configs) {
     TESSERA_ASSIGN_OR_RETURN(Config c, LoadConfig(path));
     const planner::PlanInputs in = PlanInputsFromConfig(c, planner::Topology{});
-    int64_t features = 0, emb_out_dim = 0;
-    for (const planner::PlanTable& t : in.tables) {
-      features += t.num_features;
-      emb_out_dim += t.num_features * t.config.dim;
-    }
+    const planner::PooledOutput pooled = planner::PooledOutputOf(in);
+    const int64_t emb_out_dim = pooled.width;
     const int64_t b = std::max<int64_t>(1, c.data.batch_size);
-    const std::string key = planner::DenseShapeKey(in.dense, features, emb_out_dim);
+    const std::string key = planner::DenseShapeKey(in.dense, pooled.features, emb_out_dim);
     bool seen = false;
     for (const planner::DenseArchPoint& a : d->dense_arch) seen |= a.shape == key && a.batch == b;
     if (seen) continue;

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "core/device.h"
 #include "core/keyed_jagged.h"
+#include "core/status.h"
 #include "core/timer.h"
 #include "planner/profile.h"
 #include "tools/plan_calibrate.h"
@@ -42,21 +43,6 @@ class IntervalTimer {
   bool cpu_;
   double start_ = 0;
 };
-
-// Runs `once` (returning its own timed seconds) at least 3 times and until `min_seconds` of
-// repetitions passed; returns the median of the repetitions' seconds.
-inline absl::StatusOr<double> MedianSeconds(double min_seconds,
-                                            const std::function<absl::StatusOr<double>()>& once) {
-  std::vector<double> t;
-  Stopwatch total;
-  while (t.size() < 3 || (total.ElapsedSeconds() < min_seconds && t.size() < 10000)) {
-    absl::StatusOr<double> s = once();
-    if (!s.ok()) return s.status();
-    t.push_back(*s);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
 
 // Runs `ops` in rounds (each round calls every op once, in order), first untimed for
 // `warm_seconds`, then timed: at least 3 rounds and until `min_seconds` passed; returns each op's
@@ -89,6 +75,14 @@ inline absl::StatusOr<std::vector<double>> InterleavedMedianSeconds(
     medians.push_back(v[v.size() / 2]);
   }
   return medians;
+}
+
+// Runs `once` (returning its own timed seconds) at least 3 times and until `min_seconds` of
+// repetitions passed; returns the median of the repetitions' seconds.
+inline absl::StatusOr<double> MedianSeconds(double min_seconds,
+                                            const std::function<absl::StatusOr<double>()>& once) {
+  TESSERA_ASSIGN_OR_RETURN(std::vector<double> t, InterleavedMedianSeconds(0, min_seconds, {once}));
+  return t[0];
 }
 
 // Waits for the device's queued work (CUDA); nothing on the CPU.
