@@ -148,13 +148,39 @@ void DenseArchScale(const DeviceProfile& d, const std::string& key, double* forw
   *backward = median(b);
 }
 
+const DenseArchPoint* TimedDenseArch(const DeviceProfile& d, const std::string& key,
+                                     int64_t b) {
+  const DenseArchPoint* best = nullptr;
+  auto dist = [b](const DenseArchPoint& a) {
+    return std::abs(std::log(static_cast<double>(a.batch) / static_cast<double>(b)));
+  };
+  for (const DenseArchPoint& a : d.dense_arch) {
+    if (a.shape != key || a.forward_s <= 0 || a.backward_s <= 0) continue;
+    if (best == nullptr || dist(a) < dist(*best)) best = &a;
+  }
+  return best;
+}
+
 DenseCost ComputeDenseCost(const DeviceProfile& d, const DenseShape& ds, int64_t b,
                            int64_t features, int64_t emb_out_dim) {
   DenseCost c = LayerModelDenseCost(d, ds, b, features, emb_out_dim);
-  double fwd_scale = 1, bwd_scale = 1;
-  DenseArchScale(d, DenseShapeKey(ds, features, emb_out_dim), &fwd_scale, &bwd_scale);
-  c.forward_s *= fwd_scale;
-  c.backward_s *= bwd_scale;
+  const std::string key = DenseShapeKey(ds, features, emb_out_dim);
+  if (const DenseArchPoint* timed = TimedDenseArch(d, key, b); timed != nullptr) {
+    // The shape's own whole times, carried to b samples by the layer model's ratio.
+    double fwd = timed->forward_s, bwd = timed->backward_s;
+    if (timed->batch != b) {
+      const DenseCost at = LayerModelDenseCost(d, ds, timed->batch, features, emb_out_dim);
+      if (at.forward_s > 0) fwd *= c.forward_s / at.forward_s;
+      if (at.backward_s > 0) bwd *= c.backward_s / at.backward_s;
+    }
+    c.forward_s = fwd;
+    c.backward_s = bwd;
+  } else {
+    double fwd_scale = 1, bwd_scale = 1;
+    DenseArchScale(d, key, &fwd_scale, &bwd_scale);
+    c.forward_s *= fwd_scale;
+    c.backward_s *= bwd_scale;
+  }
   // Dense optimizer: read-modify-write of weights, gradients and state.
   c.backward_s += c.params * 4.0 * (3 + 2 * ds.optimizer_state_floats) / d.copy_bytes_per_s;
   return c;

@@ -10,10 +10,12 @@
 //   DCNv2: per cross layer its GEMM flops at the profile's nearest cross point's rates (the layer
 //     timed whole); without cross points a Linear dim -> dim (or dim -> r -> dim when low-rank)
 //     plus the combine passes at the copy rate
-//   the arch timed whole: forward and backward times the profile's dense_arch scale for the
-//     shape (the arch over its parts, DenseArchPoint), the median scale of the points of the
-//     same interaction kind for a shape not calibrated (of all points when its kind has none),
-//     1 without points
+//   the arch timed whole: a shape calibrate timed (a dense_arch point with forward_s and
+//     backward_s) is priced by those times, carried to the run's batch by the layer model's
+//     ratio when the point's batch differs (the point nearest in batch); any other shape by the
+//     layer model times the profile's dense_arch scale (the arch over its parts,
+//     DenseArchPoint) of its own shape, else the median scale of the points of the same
+//     interaction kind (of all points when its kind has none), 1 without points
 //   dense optimizer: read-modify-write of weights, gradients and state at the copy rate
 // Thread-safety: a pure function.
 #pragma once
@@ -42,7 +44,11 @@ DenseCost ComputeDenseCost(const DeviceProfile& d, const DenseShape& ds, int64_t
 // layers, top MLP ("dot bottom 13-512-256-64 f8 d64 e512 top 512-256-1").
 std::string DenseShapeKey(const DenseShape& ds, int64_t features, int64_t emb_out_dim);
 
-// The forward and backward scales ComputeDenseCost applies for `key` (see above).
+// The dense_arch point with `key`'s own whole times nearest in batch to `b`; nullptr when none.
+const DenseArchPoint* TimedDenseArch(const DeviceProfile& d, const std::string& key, int64_t b);
+
+// The forward and backward scales ComputeDenseCost applies for `key` when the shape has no
+// whole times (see above).
 void DenseArchScale(const DeviceProfile& d, const std::string& key, double* forward,
                     double* backward);
 

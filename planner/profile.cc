@@ -246,6 +246,8 @@ absl::StatusOr<DeviceProfile> ReadDevice(const YAML::Node& n, const std::string&
           TESSERA_ASSIGN_OR_RETURN(a.batch, p.Get<int64_t>("batch"));
           TESSERA_ASSIGN_OR_RETURN(a.forward_scale, p.GetPositive("forward_scale"));
           TESSERA_ASSIGN_OR_RETURN(a.backward_scale, p.GetPositive("backward_scale"));
+          TESSERA_ASSIGN_OR_RETURN(a.forward_s, p.GetNonNegativeOr("forward_s", 0));
+          TESSERA_ASSIGN_OR_RETURN(a.backward_s, p.GetNonNegativeOr("backward_s", 0));
           TESSERA_RETURN_IF_ERROR(p.Done());
           if (a.shape.empty() || a.batch <= 0) {
             return p.Error(item, p.Key("shape"), "shape must be non-empty and batch positive");
@@ -515,7 +517,12 @@ std::string MachineProfileToYaml(const MachineProfile& p) {
         e << YAML::Flow << YAML::BeginMap << YAML::Key << "shape" << YAML::Value << a.shape
           << YAML::Key << "batch" << YAML::Value << a.batch << YAML::Key << "forward_scale"
           << YAML::Value << a.forward_scale << YAML::Key << "backward_scale" << YAML::Value
-          << a.backward_scale << YAML::EndMap;
+          << a.backward_scale;
+        if (a.forward_s > 0 && a.backward_s > 0) {
+          e << YAML::Key << "forward_s" << YAML::Value << a.forward_s << YAML::Key << "backward_s"
+            << YAML::Value << a.backward_s;
+        }
+        e << YAML::EndMap;
       }
       e << YAML::EndSeq;
     }

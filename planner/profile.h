@@ -79,12 +79,19 @@ inline double CrossLayerFlops(int64_t batch, int64_t dim, int64_t rank) {
 // timed one by one in the same rounds (each Linear layer, the interaction): scale = whole /
 // parts, per pass: what running the parts as one arch adds to the layer model (the activations
 // flowing through the caches, the eviction by the lookup). `shape` is DenseShapeKey
-// (dense_cost.h); `batch` the samples timed.
+// (dense_cost.h); `batch` the samples timed. The scale prices shapes that were not timed; the
+// shape timed is priced by its own whole times (forward_s, backward_s), since the layer model's
+// rates come from each layer timed with warm caches (a small layer's GEMM then runs 1.3-1.4x
+// faster than inside the arch, where the eviction and the other layers' data cool it).
 struct DenseArchPoint {
   std::string shape;
   int64_t batch = 0;
   double forward_scale = 1;
   double backward_scale = 1;
+  // Optional (0 when absent: the scale times the layer model): the arch's forward + the loss
+  // and its backward, seconds at `batch` (the optimizer step not included).
+  double forward_s = 0;
+  double backward_s = 0;
 };
 
 struct DeviceProfile {

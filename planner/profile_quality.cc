@@ -62,6 +62,8 @@ std::vector<MeasuredKey> MeasuredKeys(MachineProfile* p) {
       const std::string g = absl::StrCat(pre, "dense_arch[", a.shape, " b", a.batch, "].");
       add(g + "forward_scale", &a.forward_scale, part);
       add(g + "backward_scale", &a.backward_scale, part);
+      if (a.forward_s > 0) add(g + "forward_s", &a.forward_s, part);
+      if (a.backward_s > 0) add(g + "backward_s", &a.backward_s, part);
     }
     add(pre + "gemm_peak_flops_per_s", &d.gemm_peak_flops_per_s, part);
     add(pre + "launch_overhead_s", &d.launch_overhead_s, part, 1e-6);

@@ -363,6 +363,8 @@ absl::Status MeasureDenseArch(const CalibrateOptions& o, const DeviceContext& ct
     a.batch = b;
     a.forward_scale = ts[0] / std::max(parts_fwd, 1e-9);
     a.backward_scale = ts[nf] / std::max(parts_bwd, 1e-9);
+    a.forward_s = ts[0];
+    a.backward_s = ts[nf];
     d->dense_arch.push_back(a);
     Progress(o, absl::StrFormat("%s dense arch %s, batch %d: forward %.2f ms (%.2fx its parts), "
                                 "backward %.2f ms (%.2fx)",

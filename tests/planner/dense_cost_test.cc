@@ -50,6 +50,24 @@ TEST(DenseCostTest, DenseArchPointsRoundTripAndAreMeasuredKeys) {
   EXPECT_EQ(MachineProfileToYaml(*q), yaml);
   ASSERT_EQ(q->devices[0].dense_arch.size(), 1u);
   EXPECT_EQ(q->devices[0].dense_arch[0].backward_scale, 1.1);
+  EXPECT_EQ(q->devices[0].dense_arch[0].forward_s, 0);  // optional: absent, not written
+  EXPECT_THAT(yaml, Not(HasSubstr("forward_s:")));
+  p.devices[0].dense_arch[0].forward_s = 0.004;
+  p.devices[0].dense_arch[0].backward_s = 0.009;
+  const std::string timed_yaml = MachineProfileToYaml(p);
+  absl::StatusOr<MachineProfile> timed = ParseMachineProfile(timed_yaml, "a.yaml");
+  ASSERT_TRUE(timed.ok()) << timed.status();
+  EXPECT_EQ(MachineProfileToYaml(*timed), timed_yaml);
+  EXPECT_EQ(timed->devices[0].dense_arch[0].backward_s, 0.009);
+  std::vector<std::string> timed_names;
+  for (const MeasuredKey& k : MeasuredKeys(&*timed)) timed_names.push_back(k.name);
+  EXPECT_THAT(timed_names, ::testing::Contains(
+                               "cpu.dense_arch[dot bottom 13-64-16 f8 d16 e128 top 64-1 b2048]."
+                               "backward_s"));
+  absl::StatusOr<MachineProfile> negative = ParseMachineProfile(
+      absl::StrReplaceAll(timed_yaml, {{"backward_s: 0.009", "backward_s: -1"}}), "a.yaml");
+  ASSERT_FALSE(negative.ok());
+  EXPECT_THAT(std::string(negative.status().message()), HasSubstr("backward_s"));
   std::vector<std::string> names;
   for (const MeasuredKey& k : MeasuredKeys(&*q)) names.push_back(k.name);
   EXPECT_THAT(names, ::testing::Contains(
@@ -116,6 +134,51 @@ TEST(DenseCostTest, ExactShapeItsOwnScaleOtherShapesTheirKindsMedian) {
   ASSERT_TRUE(twice.ok() && once.ok());
   EXPECT_NEAR(twice->dense_forward_s(), 2.0 * once->dense_forward_s(), 1e-12);
   EXPECT_NEAR(twice->dense_backward_s(), once->dense_backward_s(), 1e-12);
+}
+
+// A shape timed whole is priced by its own times (the scale is for shapes not timed): at the
+// batch timed as they are, at another batch carried by the layer model's ratio; the dense
+// optimizer's pass added as before; a point without times falls back to the scale.
+TEST(DenseCostTest, TimedShapeIsPricedByItsWholeTimes) {
+  MachineProfile prof = FlatProfile();
+  DeviceProfile& d = prof.devices[0];
+  d.gemm = {{2048, 64, 13, 1e11}};
+  d.gemm_peak_flops_per_s = 1e11;
+  d.gemm_fused_passes = true;
+  const DenseShape a = Dlrm({64, 1});
+  const std::string key = DenseShapeKey(a, 8, 128);
+  const DenseCost plain = ComputeDenseCost(d, a, 2048, 8, 128);
+  const double optimizer = plain.params * 4.0 * 3 / d.copy_bytes_per_s;
+  DenseArchPoint timed{key, 2048, 1.5, 1.2};
+  timed.forward_s = 0.004;
+  timed.backward_s = 0.009;
+  d.dense_arch = {timed};
+  EXPECT_EQ(TimedDenseArch(d, key, 2048), &d.dense_arch[0]);
+  EXPECT_EQ(TimedDenseArch(d, DenseShapeKey(Dlrm({32, 1}), 8, 128), 2048), nullptr);
+  const DenseCost at = ComputeDenseCost(d, a, 2048, 8, 128);
+  EXPECT_DOUBLE_EQ(at.forward_s, 0.004);
+  EXPECT_NEAR(at.backward_s, 0.009 + optimizer, 1e-15);
+  // Half the batch: the layer model's own ratio between the two batches.
+  const DenseCost half_plain = [&] {
+    DeviceProfile bare = d;
+    bare.dense_arch.clear();
+    return ComputeDenseCost(bare, a, 1024, 8, 128);
+  }();
+  const DenseCost half = ComputeDenseCost(d, a, 1024, 8, 128);
+  EXPECT_NEAR(half.forward_s, 0.004 * half_plain.forward_s / plain.forward_s, 1e-15);
+  EXPECT_NEAR(half.backward_s - optimizer,
+              0.009 * (half_plain.backward_s - optimizer) / (plain.backward_s - optimizer),
+              1e-12);
+  // Two batches timed: the nearer one's times.
+  DenseArchPoint small = timed;
+  small.batch = 1024;
+  small.forward_s = 0.0025;
+  d.dense_arch.push_back(small);
+  EXPECT_EQ(TimedDenseArch(d, key, 1000), &d.dense_arch[1]);
+  EXPECT_DOUBLE_EQ(ComputeDenseCost(d, a, 1024, 8, 128).forward_s, 0.0025);
+  // Without times: the scale.
+  d.dense_arch = {{key, 2048, 1.5, 1.2}};
+  EXPECT_DOUBLE_EQ(ComputeDenseCost(d, a, 2048, 8, 128).forward_s, 1.5 * plain.forward_s);
 }
 
 }  // namespace
