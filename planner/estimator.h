@@ -247,10 +247,13 @@ class Estimator {
     double hot = 1;              // hot/cold blend of the gather and update rates
     double exponent = 1.05;
     bool in_llc = false;         // the table stays in the LLC (smallest tables first)
+    // Share of the table's ids that hit rows the LLC keeps from step to step (ResidentCoverage
+    // in estimator.cc): read at the profile's cached gather rate, the rest at the blended one.
+    double resident = 0;
   };
   // The pooled lookup of `bags` bags holding `ids` ids of a table at row_bytes: a table within
-  // the LLC at the profile's cached gather rates when it has them, else bags x bag_s + ids at
-  // the hot/cold blended rate.
+  // the LLC at the profile's cached gather rates when it has them, else bags x bag_s + ids, the
+  // resident share at the cached rate and the rest at the hot/cold blended rate.
   double LookupSeconds(const TableStats& s, int64_t row_bytes, double bags, double ids) const;
   double A2aSeconds(double bytes, bool intra) const;
   double PackSeconds(double bytes) const;

@@ -566,8 +566,11 @@ TEST(EstimatorTest, TablesWithinTheLlcGatherAtTheCachedRates) {
     g.cached_bag_s = 1e-7;
     g.cached_rows_per_s = 1e7;
   }
-  // 16-dim rows: 64 B; 10000 rows = 640 KB each: the first fits, both (1.28 MB) do not.
+  // 16-dim rows: 64 B; 10000 rows = 640 KB each: the first fits, both (1.28 MB) do not. A
+  // 2048-wide layer's activations (1.6 MB) leave no room for rows kept between steps
+  // (ResidentShareGathersAtTheCachedRate).
   PlanInputs in = SmallInputs({10000, 10000, 100000}, 16, 1, 100);
+  in.dense.bottom_mlp = {2048};
   absl::StatusOr<Estimator> est = Estimator::Create(in, prof, 1);
   ASSERT_TRUE(est.ok());
   std::vector<TablePlacement> p;
@@ -575,6 +578,48 @@ TEST(EstimatorTest, TablesWithinTheLlcGatherAtTheCachedRates) {
   StepEstimate e = est->Evaluate(p);
   // 100 bags of one id each: cached 100 x (100 ns + 100 ns); otherwise 100 x 1 us.
   EXPECT_NEAR(e.step.s[kLookup], 100 * 2e-7 + 2 * 100 * 1e-6, 1e-12);
+}
+
+// A table larger than the LLC: the share of its ids that hit the rows the LLC keeps between
+// steps gathers at the cached rate, the rest at the (evicted) hot/cold rate; more skew keeps
+// more of the ids resident, no room (the dense work fills the LLC) none; of two tables the one
+// read more per byte holds more of the room.
+TEST(EstimatorTest, ResidentShareGathersAtTheCachedRate) {
+  MachineProfile prof = FlatProfile();  // llc 1 MiB; gather 1e6 rows/s, bag_s 0
+  for (RowRatePoint& g : prof.devices[0].gather) {
+    g.cached_bag_s = 1e-7;
+    g.cached_rows_per_s = 1e7;
+  }
+  auto lookup = [&](const PlanInputs& in) {
+    absl::StatusOr<Estimator> est = Estimator::Create(in, prof, 1);
+    EXPECT_TRUE(est.ok());
+    std::vector<TablePlacement> p;
+    for (size_t t = 0; t < in.tables.size(); ++t) {
+      p.push_back(TableWise(0, in.tables[t].config));
+    }
+    return est->Evaluate(p).step.s[kLookup];
+  };
+  // 100000 rows x 64 B = 6.4 MB; 1000 ids per step (100 bags of 10).
+  PlanInputs in = SmallInputs({100000}, 16, 1, 100, 10);
+  const double evicted = 1000 * 1e-6, cached = 1000 * 1e-7;
+  const double zipf = lookup(in);
+  EXPECT_LT(zipf, evicted);
+  EXPECT_GT(zipf, cached);
+  in.tables[0].zipf_exponent = 1.3;
+  const double skewed = lookup(in);
+  EXPECT_LT(skewed, zipf);
+  in.dense.bottom_mlp = {4096};  // 3.3 MB of activations
+  EXPECT_NEAR(lookup(in), evicted, 1e-12);
+  // Two tables of the same size, one read 10x more: it takes the most of the room.
+  PlanInputs two = SmallInputs({100000, 100000}, 16, 1, 100);
+  two.tables[0].ids_per_bag = 10;
+  absl::StatusOr<Estimator> est = Estimator::Create(two, prof, 1);
+  ASSERT_TRUE(est.ok());
+  StepEstimate e = est->Evaluate({TableWise(0, two.tables[0].config)});
+  const double hot_per_id = e.step.s[kLookup] / 1000;
+  e = est->Evaluate({TableWise(0, two.tables[1].config)});
+  const double cold_per_id = e.step.s[kLookup] / 100;
+  EXPECT_LT(hot_per_id, cold_per_id);
 }
 
 TEST(EstimatorTest, CommunicatorMemoryOnlyWithPeers) {
