@@ -165,18 +165,7 @@ absl::StatusOr<std::unique_ptr<ShardedEmbeddingCollection>> ShardedEmbeddingColl
         options.adagrad_divisor > 0 ? options.adagrad_divisor : static_cast<float>(s.m);
   }
 
-  s.table_of_feature.assign(co.num_features, -1);
-  for (int t = 0; t < static_cast<int>(co.tables.size()); ++t) {
-    for (int f : co.tables[t].features) s.table_of_feature[f] = t;
-  }
-  s.feature_column.resize(co.num_features);
-  for (int f = 0; f < co.num_features; ++f) {
-    s.feature_column[f] = s.output_dim;
-    s.output_dim += co.tables[s.table_of_feature[f]].dim;
-  }
-
-  s.routes.resize(co.tables.size());
-  s.dst_requests.assign(s.n, {});
+  TESSERA_RETURN_IF_ERROR(internal::BuildRouting(&s));
   // A store that fails to open (a RocksDB path not writable, memory short) must fail Create on
   // every rank, or the others would wait in the first collective: the first error is kept and
   // the ranks agree below.
@@ -185,85 +174,50 @@ absl::StatusOr<std::unique_ptr<ShardedEmbeddingCollection>> ShardedEmbeddingColl
     const TableConfig& cfg = co.tables[t];
     const TablePlan& tp = s.plan.tables[t];
     auto& route = s.routes[t];
-    route.dynamic = cfg.dynamic.enabled;
     if (route.dynamic) TESSERA_RETURN_IF_ERROR(CheckDynamicTable(cfg, tp, options, s.m, ctx));
-    if (tp.type == ShardingType::kDataParallel) {
-      route.data_parallel = true;
-      if (cfg.storage.tier == StorageTier::kRocksDb) {
-        // The data-parallel update indexes the all-reduced gradient table by slot (slot == row
-        // in memory), and a replicated table gains nothing from a per-rank database.
-        return absl::InvalidArgumentError(
-            absl::StrCat("table '", cfg.name,
-                         "': storage.tier rocksdb is not supported for a data_parallel "
-                         "table (replicated on every rank); use storage.tier memory or shard it"));
-      }
-      if (cfg.storage.device_cached()) {
-        // The data-parallel update indexes its all-reduced gradient table by slot == row.
-        return absl::InvalidArgumentError(absl::StrCat(
-            "table '", cfg.name,
-            "': storage.device_cache_rows is not supported for a "
-            "data_parallel table (replicated on every rank); shard it, or hold it whole"));
-      }
-      auto store = MakeStore(co, t, 0, cfg.num_rows, 0, cfg.dim, s.world->rank(), 0, ctx);
-      if (!store.ok()) {
-        if (store_error.ok()) store_error = store.status();
-        continue;
-      }
-      route.dp = impl.dp.Add(t, std::move(store).value());
+    if (!route.data_parallel) continue;
+    if (cfg.storage.tier == StorageTier::kRocksDb) {
+      // The data-parallel update indexes the all-reduced gradient table by slot (slot == row
+      // in memory), and a replicated table gains nothing from a per-rank database.
+      return absl::InvalidArgumentError(
+          absl::StrCat("table '", cfg.name,
+                       "': storage.tier rocksdb is not supported for a data_parallel "
+                       "table (replicated on every rank); use storage.tier memory or shard it"));
+    }
+    if (cfg.storage.device_cached()) {
+      // The data-parallel update indexes its all-reduced gradient table by slot == row.
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table '", cfg.name,
+          "': storage.device_cache_rows is not supported for a "
+          "data_parallel table (replicated on every rank); shard it, or hold it whole"));
+    }
+    auto store = MakeStore(co, t, 0, cfg.num_rows, 0, cfg.dim, s.world->rank(), 0, ctx);
+    if (!store.ok()) {
+      if (store_error.ok()) store_error = store.status();
       continue;
     }
-    std::vector<int64_t> bounds = {0, cfg.num_rows};
-    for (const Shard& sh : tp.shards) {
-      bounds.push_back(sh.row_begin);
-      bounds.push_back(sh.row_end);
+    route.dp = impl.dp.Add(t, std::move(store).value());
+  }
+  // This rank's shards and their stores, in request order.
+  for (int index = 0; index < static_cast<int>(s.requests.size()); ++index) {
+    internal::Request& r = s.requests[index];
+    if (r.owner != s.me) continue;
+    const Shard& sh = r.rect;
+    internal::LocalShard ls;
+    ls.request = index;
+    ls.table = r.table;
+    ls.rect = sh;
+    ls.width = sh.num_cols();
+    ls.col_split = r.col_split;
+    auto store = MakeStore(co, r.table, sh.row_begin, sh.row_end, sh.col_begin, sh.col_end,
+                           s.world->rank(), r.shard, ctx);
+    if (!store.ok()) {
+      if (store_error.ok()) store_error = store.status();
+    } else {
+      ls.store = std::move(store).value();
     }
-    std::sort(bounds.begin(), bounds.end());
-    bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
-    route.bounds = bounds;
-    route.rows_back = route.dynamic && bounds.size() > 2;
-    route.block_requests.assign(bounds.size() - 1, {});
-    for (int k = 0; k < static_cast<int>(tp.shards.size()); ++k) {
-      const Shard& sh = tp.shards[k];
-      Request r;
-      r.table = t;
-      r.shard = k;
-      r.rect = sh;
-      r.owner = sh.rank;
-      r.col_split = sh.num_cols() != cfg.dim;
-      if (r.col_split && cfg.storage.dtype != RowDtype::kF32 &&
-          co.optimizer.type == RowOptimizerType::kRowWiseAdagrad) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "table '", cfg.name, "': storage.dtype ", RowDtypeName(cfg.storage.dtype),
-            " with a column split (column_wise / grid sharding) and rowwise_adagrad is not "
-            "supported yet; shard it by rows or tables, or use fp32"));
-      }
-      const int index = static_cast<int>(s.requests.size());
-      for (size_t b = 0; b + 1 < bounds.size(); ++b) {
-        if (bounds[b] >= sh.row_begin && bounds[b] < sh.row_end) {
-          route.block_requests[b].push_back(index);
-        }
-      }
-      route.requests.push_back(index);
-      s.dst_requests[sh.rank].push_back(index);
-      if (sh.rank == s.me) {
-        LocalShard ls;
-        ls.request = index;
-        ls.table = t;
-        ls.rect = sh;
-        ls.width = sh.num_cols();
-        ls.col_split = r.col_split;
-        auto store = MakeStore(co, t, sh.row_begin, sh.row_end, sh.col_begin, sh.col_end,
-                               s.world->rank(), k, ctx);
-        if (!store.ok()) {
-          if (store_error.ok()) store_error = store.status();
-        } else {
-          ls.store = std::move(store).value();
-        }
-        r.local = static_cast<int>(s.local.size());
-        s.local.push_back(std::move(ls));
-      }
-      s.requests.push_back(std::move(r));
-    }
+    r.local = static_cast<int>(s.local.size());
+    s.local.push_back(std::move(ls));
   }
   // Only with a RocksDB-tier table or device memory (the same on every rank: a rank whose
   // shard does not fit its GPU must not leave the others waiting), so the all-in-memory CPU

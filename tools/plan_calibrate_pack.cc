@@ -1,24 +1,28 @@
 // The input dist's packing rate for `tessera-plan calibrate` (plan_calibrate_internal.h).
 //
-// sharding/internal/input_dist.cc's BucketIds, per request and id: the id looked up in (or added
-// to) the request's hash map of unique ids (reserved for the last call's unique ids, as
-// BucketIds does), its position and the bag's length recorded; then the positions copied into
-// the payload (PackSegments). Its cost per id grows with the map: a request of one-id bags over
-// a small table fits its map in L1, a request of 40-id bags over a hot table holds ~10^4 unique
-// ids. The caches are evicted before each call (EvictCaches): in training a step's lookups and
-// dense work run between two packings, so the maps and the batch are not cached. Two points, each 8 requests (tables) of 2048 bags of Zipf(1.05) ids, 8 distinct
-// batches cycled: one id per bag over 2^17 rows, and 40 ids per bag over 2^18 rows; the planner
-// interpolates in log(unique ids per request) between them (planner/profile.h). Also a dynamic
+// The trainer's own packing (InputPacker, sharding/input_packer.h: InputDist::Pack), per id: the
+// batch checked, each id routed through its table's row blocks to the shard that owns it and
+// looked up in (or added to) that request's hash map of unique ids, its position and its bag's
+// length recorded, the payload written, the batch kept (as Prefetch keeps the next one). Its
+// cost per id grows with the maps: a request of one-id bags over a small table fits its map in
+// L1, a request of 40-id bags over a hot table holds ~10^4 unique ids. The caches are evicted
+// before each call (EvictCaches): in training a step's lookups and dense work run between two
+// packings, so the maps and the batch are not cached. Two points, each 8 tables over 2 ranks,
+// 2048 bags of Zipf(1.05) ids, 8 distinct batches cycled: one id per bag over 2^17 rows, the
+// tables table-wise, and 40 ids per bag over 2^18 rows, each table split row-wise; the planner
+// interpolates in log(unique ids per request) between them (planner/profile.h). A copy of the hash-map part alone, timed until
+// 2026-12-07, priced skewed's packing on 2 ranks at about half what it measured. Also a dynamic
 // table's key probe (key_probe_id_s), which the owner pays per id as the packing does.
-#include <cmath>
-#include <cstring>
+#include <algorithm>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/rng.h"
 #include "core/status.h"
 #include "embedding/key_index.h"
+#include "sharding/input_packer.h"
+#include "sharding/plan.h"
 #include "tools/plan_calibrate_internal.h"
 
 namespace tessera::calibrate_internal {
@@ -30,61 +34,75 @@ struct PackPoint {
 };
 
 absl::StatusOr<PackPoint> MeasurePackPoint(const CalibrateOptions& o, const DeviceContext& ctx,
-                                           int64_t rows, int64_t pooling) {
-  constexpr int64_t kTables = 8, kBags = 2048, kBatches = 8;
-  std::vector<KeyedJagged> batches;
-  for (int64_t i = 0; i < kBatches * kTables; ++i) {
-    batches.push_back(MakeBatch(rows, kBags, pooling, true, 1.05, 100 + i));
+                                           int64_t rows, int64_t pooling, bool row_wise) {
+  constexpr int kTables = 8, kRanks = 2;
+  constexpr int64_t kBags = 2048, kBatches = 8;
+  // kTables tables of `rows` rows, one feature each, over a group of kRanks, packed by rank 0:
+  // each split row-wise over the group (as the planner splits a hot table: every request then
+  // carries every bag's length), or table-wise on the ranks in turn.
+  EmbeddingCollectionOptions co;
+  co.num_features = kTables;
+  ShardingPlan plan;
+  plan.group_size = kRanks;
+  for (int t = 0; t < kTables; ++t) {
+    TableConfig c;
+    c.name = absl::StrCat("pack", t);
+    c.num_rows = rows;
+    c.dim = 16;
+    c.features = {t};
+    co.tables.push_back(c);
+    TablePlan tp;
+    tp.table = c.name;
+    tp.type = row_wise ? ShardingType::kRowWise : ShardingType::kTableWise;
+    if (!row_wise) {
+      tp.shards.push_back(
+          {.row_begin = 0, .row_end = rows, .col_begin = 0, .col_end = c.dim, .rank = t % kRanks,
+           .line = 0});
+    }
+    for (int r = 0; row_wise && r < kRanks; ++r) {
+      tp.shards.push_back({.row_begin = rows * r / kRanks,
+                           .row_end = rows * (r + 1) / kRanks,
+                           .col_begin = 0,
+                           .col_end = c.dim,
+                           .rank = r,
+                           .line = 0});
+    }
+    plan.tables.push_back(tp);
   }
-  struct Req {
-    std::vector<int64_t> uids;
-    absl::flat_hash_map<int64_t, int32_t> index;
-    std::vector<int32_t> lengths, pos;
-  };
-  std::vector<Req> reqs(kTables);
-  std::vector<char> payload;
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<InputPacker> packer,
+                           InputPacker::Create(co, plan, kRanks));
+  // kBatches batches of the kTables features, feature-major (KeyedJagged).
+  std::vector<KeyedJagged> batches(kBatches);
+  for (int64_t i = 0; i < kBatches; ++i) {
+    KeyedJagged& kj = batches[i];
+    kj.num_features = kTables;
+    kj.batch_size = kBags;
+    kj.offsets.assign(1, 0);
+    for (int t = 0; t < kTables; ++t) {
+      const KeyedJagged one = MakeBatch(rows, kBags, pooling, true, 1.05, 100 + i * kTables + t);
+      for (int64_t bag = 0; bag < kBags; ++bag) {
+        kj.offsets.push_back(kj.offsets.back() + one.offsets[bag + 1] - one.offsets[bag]);
+      }
+      kj.values.insert(kj.values.end(), one.values.begin(), one.values.end());
+    }
+  }
   std::vector<float> flush;
-  int64_t call = 0, unique_sum = 0, requests = 0;
+  int64_t call = 0, unique_sum = 0, packs = 0;
   TESSERA_ASSIGN_OR_RETURN(
       double s, MedianSeconds(o.seconds_per_point / 4, [&]() -> absl::StatusOr<double> {
-        const int64_t first = (call++ % kBatches) * kTables;
+        const KeyedJagged& kj = batches[call++ % kBatches];
         EvictCaches(o, ctx, &flush);
         IntervalTimer w(o.cpu_clock);
-        for (int64_t t = 0; t < kTables; ++t) {
-          const KeyedJagged& kj = batches[first + t];
-          Req& r = reqs[t];
-          const size_t last = r.uids.size();
-          r.uids.clear();
-          r.index.clear();
-          r.index.reserve(last);
-          r.lengths.assign(kBags, 0);
-          r.pos.clear();
-          for (int64_t bag = 0; bag < kBags; ++bag) {
-            for (int64_t j = kj.offsets[bag]; j < kj.offsets[bag + 1]; ++j) {
-              auto [it, fresh] =
-                  r.index.try_emplace(kj.values[j], static_cast<int32_t>(r.uids.size()));
-              if (fresh) r.uids.push_back(kj.values[j]);
-              r.pos.push_back(it->second);
-              r.lengths[bag] += 1;
-            }
-          }
-          const size_t bytes = 8 * r.uids.size() + 4 * (r.lengths.size() + r.pos.size());
-          if (payload.size() < bytes) payload.resize(bytes);
-          char* p = payload.data();
-          std::memcpy(p, r.uids.data(), 8 * r.uids.size());
-          p += 8 * r.uids.size();
-          std::memcpy(p, r.lengths.data(), 4 * r.lengths.size());
-          p += 4 * r.lengths.size();
-          std::memcpy(p, r.pos.data(), 4 * r.pos.size());
-        }
+        TESSERA_ASSIGN_OR_RETURN(const int64_t unique, packer->Pack(kj));
         const double sec = w.Seconds();
-        for (const Req& r : reqs) unique_sum += static_cast<int64_t>(r.uids.size());
-        requests += kTables;
+        unique_sum += unique;
+        packs += 1;
         return sec;
       }));
   PackPoint pt;
   pt.id_s = s / static_cast<double>(kTables * kBags * pooling);
-  pt.distinct = static_cast<double>(unique_sum) / static_cast<double>(requests);
+  pt.distinct = static_cast<double>(unique_sum) /
+                static_cast<double>(std::max<int64_t>(1, packs) * packer->num_requests());
   return pt;
 }
 
@@ -123,8 +141,8 @@ absl::StatusOr<double> MeasureKeyProbe(const CalibrateOptions& o, const DeviceCo
 absl::Status MeasurePackIds(const CalibrateOptions& o, const DeviceContext& ctx,
                             planner::DeviceProfile* d) {
   if (ctx.is_cuda()) return absl::OkStatus();
-  TESSERA_ASSIGN_OR_RETURN(PackPoint one, MeasurePackPoint(o, ctx, int64_t{1} << 17, 1));
-  TESSERA_ASSIGN_OR_RETURN(PackPoint hot, MeasurePackPoint(o, ctx, int64_t{1} << 18, 40));
+  TESSERA_ASSIGN_OR_RETURN(PackPoint one, MeasurePackPoint(o, ctx, int64_t{1} << 17, 1, false));
+  TESSERA_ASSIGN_OR_RETURN(PackPoint hot, MeasurePackPoint(o, ctx, int64_t{1} << 18, 40, true));
   d->pack_id_s = one.id_s;
   d->pack_distinct = one.distinct;
   d->pack_hot_id_s = hot.id_s;

@@ -100,6 +100,10 @@ class InputDist {
 
   // Not collective: packs `next` for the next Exchange (a later call replaces it).
   void Prefetch(const KeyedJagged& next);
+  // Not collective: CheckBatch, BucketIds, headers, payloads into `out`; with `keep_batch` a copy
+  // of the batch goes along. Prefetch and Exchange pack through it; InputPacker
+  // (sharding/input_packer.h) calls it alone.
+  void Pack(const KeyedJagged& batch, bool keep_batch, PackedInput* out);
 
   struct Result {
     int64_t batch = 0;  // this rank's batch size (0 when bad)
@@ -151,8 +155,6 @@ class InputDist {
   // the lookups of every replica of the shard in group order (an all-gather over the replica
   // group), so all replicas admit and evict the same keys; then each unique row's slot.
   absl::Status ResolveDynamic(size_t li, OwnerIds* o);
-  // CheckBatch, BucketIds, headers, payloads; with `keep_batch` a copy of the batch goes along.
-  void Pack(const KeyedJagged& batch, bool keep_batch, PackedInput* out);
   // Payload bytes of one (sender, receiver) pair from its header h.
   int64_t PayloadBytes(const int64_t* h, const std::vector<int>& reqs) const;
   // Sizes in->qbytes/qdispl/payload from the received headers.

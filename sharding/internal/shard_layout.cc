@@ -242,6 +242,69 @@ absl::Status CheckBatch(const ShardLayout& s, const KeyedJagged& batch) {
   return absl::OkStatus();
 }
 
+absl::Status BuildRouting(ShardLayout* s) {
+  const auto& co = s->options.collection;
+  s->table_of_feature.assign(co.num_features, -1);
+  for (int t = 0; t < static_cast<int>(co.tables.size()); ++t) {
+    for (int f : co.tables[t].features) s->table_of_feature[f] = t;
+  }
+  s->feature_column.resize(co.num_features);
+  s->output_dim = 0;
+  for (int f = 0; f < co.num_features; ++f) {
+    s->feature_column[f] = s->output_dim;
+    s->output_dim += co.tables[s->table_of_feature[f]].dim;
+  }
+  s->routes.assign(co.tables.size(), TableRoute{});
+  s->requests.clear();
+  s->dst_requests.assign(s->n, {});
+  for (int t = 0; t < static_cast<int>(co.tables.size()); ++t) {
+    const TableConfig& cfg = co.tables[t];
+    const TablePlan& tp = s->plan.tables[t];
+    TableRoute& route = s->routes[t];
+    route.dynamic = cfg.dynamic.enabled;
+    if (tp.type == ShardingType::kDataParallel) {
+      route.data_parallel = true;
+      continue;
+    }
+    std::vector<int64_t> bounds = {0, cfg.num_rows};
+    for (const Shard& sh : tp.shards) {
+      bounds.push_back(sh.row_begin);
+      bounds.push_back(sh.row_end);
+    }
+    std::sort(bounds.begin(), bounds.end());
+    bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
+    route.bounds = bounds;
+    route.rows_back = route.dynamic && bounds.size() > 2;
+    route.block_requests.assign(bounds.size() - 1, {});
+    for (int k = 0; k < static_cast<int>(tp.shards.size()); ++k) {
+      const Shard& sh = tp.shards[k];
+      Request r;
+      r.table = t;
+      r.shard = k;
+      r.rect = sh;
+      r.owner = sh.rank;
+      r.col_split = sh.num_cols() != cfg.dim;
+      if (r.col_split && cfg.storage.dtype != RowDtype::kF32 &&
+          co.optimizer.type == RowOptimizerType::kRowWiseAdagrad) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "table '", cfg.name, "': storage.dtype ", RowDtypeName(cfg.storage.dtype),
+            " with a column split (column_wise / grid sharding) and rowwise_adagrad is not "
+            "supported yet; shard it by rows or tables, or use fp32"));
+      }
+      const int index = static_cast<int>(s->requests.size());
+      for (size_t b = 0; b + 1 < bounds.size(); ++b) {
+        if (bounds[b] >= sh.row_begin && bounds[b] < sh.row_end) {
+          route.block_requests[b].push_back(index);
+        }
+      }
+      route.requests.push_back(index);
+      s->dst_requests[sh.rank].push_back(index);
+      s->requests.push_back(std::move(r));
+    }
+  }
+  return absl::OkStatus();
+}
+
 int64_t ShardLayout::HeaderInts(int dst) const {
   int64_t h = 2;
   for (int ri : dst_requests[dst]) h += 1 + NumFeatures(requests[ri].table);

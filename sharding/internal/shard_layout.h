@@ -159,6 +159,14 @@ struct LocalStep {
   CtxArray<float> id_weights_mirror;
 };
 
+// The routing part of the layout from s->options.collection, s->plan (validated), s->n and
+// s->me: table_of_feature, feature_column, output_dim, routes (every table's: data_parallel,
+// dynamic, rows_back, bounds, block_requests, requests) and every shard as a request, with its
+// owner's dst_requests (Request::local stays -1: Create adds the local shards and their stores).
+// InvalidArgument naming the table for a shard layout the stores cannot take (a 16-bit table
+// split by columns under rowwise_adagrad).
+absl::Status BuildRouting(ShardLayout* s);
+
 // The store for rows [r0, r1) x columns [c0, c1) of table t, holding the slice of the full
 // table's InitRow values (so a shard holds what one rank would hold). Storage tier memory: an
 // in-memory store initialised eagerly. Tier rocksdb: a TieredRowStore at
