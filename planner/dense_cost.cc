@@ -3,10 +3,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace tessera::planner {
 
@@ -110,6 +113,72 @@ std::string DenseShapeKey(const DenseShape& ds, int64_t features, int64_t emb_ou
   return key;
 }
 
+std::optional<KeyedDenseShape> ParseDenseShapeKey(const std::string& key) {
+  std::vector<std::string> w = absl::StrSplit(key, ' ', absl::SkipEmpty());
+  KeyedDenseShape k;
+  size_t i = 0;
+  auto ints = [](const std::string& s, std::vector<int64_t>* out) {
+    for (absl::string_view part : absl::StrSplit(s, '-', absl::SkipEmpty())) {
+      int64_t v = 0;
+      if (!absl::SimpleAtoi(part, &v) || v <= 0) return false;
+      out->push_back(v);
+    }
+    return true;
+  };
+  auto number = [](const std::string& s, char tag, int64_t* out) {
+    return s.size() > 1 && s[0] == tag && absl::SimpleAtoi(s.substr(1), out) && *out > 0;
+  };
+  if (w.size() < 7 || (w[0] != "dot" && w[0] != "dcn") || w[1] != "bottom") return std::nullopt;
+  k.shape.interaction = w[0] == "dot" ? Interaction::kDot : Interaction::kDcn;
+  std::vector<int64_t> bottom;
+  if (!ints(w[2], &bottom) || bottom.empty()) return std::nullopt;
+  k.shape.num_dense = bottom[0];
+  k.shape.bottom_mlp.assign(bottom.begin() + 1, bottom.end());
+  int64_t d = 0;
+  if (!number(w[3], 'f', &k.features) || !number(w[4], 'd', &d) ||
+      !number(w[5], 'e', &k.emb_out_dim)) {
+    return std::nullopt;
+  }
+  k.shape.embedding_dim = d;
+  i = 6;
+  k.shape.dcn_num_layers = 0;
+  if (k.shape.interaction == Interaction::kDcn) {
+    if (i + 1 >= w.size() || w[i] != "cross") return std::nullopt;
+    const std::vector<std::string> lr = absl::StrSplit(w[i + 1], 'r');
+    int64_t layers = 0, rank = -1;
+    if (lr.size() != 2 || !absl::SimpleAtoi(lr[0], &layers) || !absl::SimpleAtoi(lr[1], &rank) ||
+        layers < 0 || rank < 0) {
+      return std::nullopt;
+    }
+    k.shape.dcn_num_layers = static_cast<int>(layers);
+    k.shape.dcn_low_rank = rank;
+    i += 2;
+  }
+  if (i + 2 != w.size() || w[i] != "top" || !ints(w[i + 1], &k.shape.top_mlp)) return std::nullopt;
+  return k;
+}
+
+double DenseMacsPerSample(const DenseShape& ds, int64_t features, int64_t emb_out_dim) {
+  double macs = 0;
+  int64_t prev = ds.num_dense;
+  for (int64_t w : ds.bottom_mlp) macs += static_cast<double>(prev) * w, prev = w;
+  const int64_t bottom_out = ds.bottom_mlp.empty() ? ds.num_dense : ds.bottom_mlp.back();
+  int64_t inter_dim;
+  if (ds.interaction == Interaction::kDot) {
+    const double v = static_cast<double>(features + 1);
+    macs += v * v * static_cast<double>(ds.embedding_dim);
+    inter_dim = ds.embedding_dim + (features + 1) * features / 2;
+  } else {
+    const double dim = static_cast<double>(bottom_out + emb_out_dim);
+    const double r = static_cast<double>(ds.dcn_low_rank);
+    macs += ds.dcn_num_layers * (r > 0 ? 2 * dim * r : dim * dim);
+    inter_dim = bottom_out + emb_out_dim;
+  }
+  prev = inter_dim;
+  for (int64_t w : ds.top_mlp) macs += static_cast<double>(prev) * w, prev = w;
+  return macs;
+}
+
 void DenseArchScale(const DeviceProfile& d, const std::string& key, double* forward,
                     double* backward) {
   *forward = *backward = 1;
@@ -148,8 +217,7 @@ void DenseArchScale(const DeviceProfile& d, const std::string& key, double* forw
   *backward = median(b);
 }
 
-const DenseArchPoint* TimedDenseArch(const DeviceProfile& d, const std::string& key,
-                                     int64_t b) {
+const DenseArchPoint* TimedDenseArch(const DeviceProfile& d, const std::string& key, int64_t b) {
   const DenseArchPoint* best = nullptr;
   auto dist = [b](const DenseArchPoint& a) {
     return std::abs(std::log(static_cast<double>(a.batch) / static_cast<double>(b)));
@@ -159,6 +227,43 @@ const DenseArchPoint* TimedDenseArch(const DeviceProfile& d, const std::string& 
     if (best == nullptr || dist(a) < dist(*best)) best = &a;
   }
   return best;
+}
+
+bool TimedDenseArchRatio(const DeviceProfile& d, const DenseShape& ds, int64_t features,
+                         int64_t emb_out_dim, double* forward, double* backward) {
+  // Each timed point of the shape's interaction kind: its whole times over the layer model of
+  // its own shape and batch, at its MACs per sample.
+  struct Ratio {
+    double x, fwd, bwd;
+  };
+  std::vector<Ratio> r;
+  for (const DenseArchPoint& a : d.dense_arch) {
+    if (a.forward_s <= 0 || a.backward_s <= 0) continue;
+    const std::optional<KeyedDenseShape> k = ParseDenseShapeKey(a.shape);
+    if (!k.has_value() || k->shape.interaction != ds.interaction) continue;
+    const DenseCost lm = LayerModelDenseCost(d, k->shape, a.batch, k->features, k->emb_out_dim);
+    if (!(lm.forward_s > 0) || !(lm.backward_s > 0)) continue;
+    r.push_back({std::log(DenseMacsPerSample(k->shape, k->features, k->emb_out_dim)),
+                 a.forward_s / lm.forward_s, a.backward_s / lm.backward_s});
+  }
+  if (r.empty()) return false;
+  std::sort(r.begin(), r.end(), [](const Ratio& a, const Ratio& b) { return a.x < b.x; });
+  const double x = std::log(DenseMacsPerSample(ds, features, emb_out_dim));
+  // Linear in log(MACs per sample) between the two points around x, held beyond the ends.
+  if (x <= r.front().x) {
+    *forward = r.front().fwd, *backward = r.front().bwd;
+  } else if (x >= r.back().x) {
+    *forward = r.back().fwd, *backward = r.back().bwd;
+  } else {
+    size_t hi = 1;
+    while (r[hi].x < x) ++hi;
+    const Ratio& a = r[hi - 1];
+    const Ratio& b = r[hi];
+    const double t = b.x > a.x ? (x - a.x) / (b.x - a.x) : 0;
+    *forward = a.fwd + t * (b.fwd - a.fwd);
+    *backward = a.bwd + t * (b.bwd - a.bwd);
+  }
+  return true;
 }
 
 DenseCost ComputeDenseCost(const DeviceProfile& d, const DenseShape& ds, int64_t b,
@@ -177,7 +282,9 @@ DenseCost ComputeDenseCost(const DeviceProfile& d, const DenseShape& ds, int64_t
     c.backward_s = bwd;
   } else {
     double fwd_scale = 1, bwd_scale = 1;
-    DenseArchScale(d, key, &fwd_scale, &bwd_scale);
+    if (!TimedDenseArchRatio(d, ds, features, emb_out_dim, &fwd_scale, &bwd_scale)) {
+      DenseArchScale(d, key, &fwd_scale, &bwd_scale);
+    }
     c.forward_s *= fwd_scale;
     c.backward_s *= bwd_scale;
   }

@@ -1,6 +1,12 @@
-// The dense arch's measured scale (profile dense_arch, planner/dense_cost.h): the profile keys
-// round trip and are calibrate's measured keys; a shape calibrated takes its own scales, another
-// shape the median of its interaction kind's points, a profile without points the layer model.
+// The dense arch timed whole (profile dense_arch, planner/dense_cost.h): the profile keys round
+// trip and are calibrate's measured keys; a shape timed is priced by its own whole times,
+// another by the timed points' whole-over-layer-model ratio interpolated in MACs per sample; a
+// profile without times takes the scales (a shape's own, else its interaction kind's median),
+// a profile without points the layer model.
+#include "planner/dense_cost.h"
+
+#include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -8,7 +14,6 @@
 #include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "planner/dense_cost.h"
 #include "planner/estimator.h"
 #include "planner/profile.h"
 #include "planner/profile_quality.h"
@@ -40,6 +45,30 @@ TEST(DenseCostTest, ShapeKeyNamesWhatTheArchRuns) {
   EXPECT_NE(DenseShapeKey(Dlrm({64, 1}), 8, 128), DenseShapeKey(Dlrm({32, 1}), 8, 128));
 }
 
+TEST(DenseCostTest, ShapeKeyReadsBack) {
+  DenseShape dcn = Dlrm({64, 1});
+  dcn.interaction = Interaction::kDcn;
+  dcn.dcn_num_layers = 3;
+  dcn.dcn_low_rank = 32;
+  for (const DenseShape& ds : {Dlrm({64, 1}), dcn}) {
+    const std::optional<KeyedDenseShape> k = ParseDenseShapeKey(DenseShapeKey(ds, 8, 128));
+    ASSERT_TRUE(k.has_value()) << DenseShapeKey(ds, 8, 128);
+    EXPECT_EQ(DenseShapeKey(k->shape, k->features, k->emb_out_dim), DenseShapeKey(ds, 8, 128));
+    EXPECT_EQ(k->shape.bottom_mlp, ds.bottom_mlp);
+    EXPECT_EQ(k->shape.top_mlp, ds.top_mlp);
+    EXPECT_EQ(k->shape.dcn_low_rank, ds.dcn_low_rank);
+  }
+  for (const char* bad :
+       {"", "dot", "dot bottom 13-64 f8 d16 e128 top", "mlp bottom 13 f1 d1 e1 top 1",
+        "dot bottom 13-x f8 d16 e128 top 64-1", "dcn bottom 13 f8 d16 e128 top 1",
+        "dot bottom 13-64 f0 d16 e128 top 64-1"}) {
+    EXPECT_FALSE(ParseDenseShapeKey(bad).has_value()) << bad;
+  }
+  // MACs per sample: 13x64 + 64x16 bottom, 9 x 9 x 16 pairs, (16 + 36) x 64 + 64 x 1 top.
+  EXPECT_DOUBLE_EQ(DenseMacsPerSample(Dlrm({64, 1}), 8, 128),
+                   13 * 64 + 64 * 16 + 9 * 9 * 16 + 52 * 64 + 64);
+}
+
 TEST(DenseCostTest, DenseArchPointsRoundTripAndAreMeasuredKeys) {
   MachineProfile p = FlatProfile();
   EXPECT_THAT(MachineProfileToYaml(p), Not(HasSubstr("dense_arch:")));
@@ -61,22 +90,21 @@ TEST(DenseCostTest, DenseArchPointsRoundTripAndAreMeasuredKeys) {
   EXPECT_EQ(timed->devices[0].dense_arch[0].backward_s, 0.009);
   std::vector<std::string> timed_names;
   for (const MeasuredKey& k : MeasuredKeys(&*timed)) timed_names.push_back(k.name);
-  EXPECT_THAT(timed_names, ::testing::Contains(
-                               "cpu.dense_arch[dot bottom 13-64-16 f8 d16 e128 top 64-1 b2048]."
-                               "backward_s"));
+  EXPECT_THAT(timed_names,
+              ::testing::Contains("cpu.dense_arch[dot bottom 13-64-16 f8 d16 e128 top 64-1 b2048]."
+                                  "backward_s"));
   absl::StatusOr<MachineProfile> negative = ParseMachineProfile(
       absl::StrReplaceAll(timed_yaml, {{"backward_s: 0.009", "backward_s: -1"}}), "a.yaml");
   ASSERT_FALSE(negative.ok());
   EXPECT_THAT(std::string(negative.status().message()), HasSubstr("backward_s"));
   std::vector<std::string> names;
   for (const MeasuredKey& k : MeasuredKeys(&*q)) names.push_back(k.name);
-  EXPECT_THAT(names, ::testing::Contains(
-                         "cpu.dense_arch[dot bottom 13-64-16 f8 d16 e128 top 64-1 b2048]."
-                         "forward_scale"));
+  EXPECT_THAT(names,
+              ::testing::Contains("cpu.dense_arch[dot bottom 13-64-16 f8 d16 e128 top 64-1 b2048]."
+                                  "forward_scale"));
   // A scale must be positive; the error names the point.
-  absl::StatusOr<MachineProfile> bad =
-      ParseMachineProfile(absl::StrReplaceAll(yaml, {{"forward_scale: 1.25", "forward_scale: 0"}}),
-                          "a.yaml");
+  absl::StatusOr<MachineProfile> bad = ParseMachineProfile(
+      absl::StrReplaceAll(yaml, {{"forward_scale: 1.25", "forward_scale: 0"}}), "a.yaml");
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("dense_arch[0]"));
   // A scale far from 1 is flagged as implausible.
@@ -136,6 +164,59 @@ TEST(DenseCostTest, ExactShapeItsOwnScaleOtherShapesTheirKindsMedian) {
   EXPECT_NEAR(twice->dense_backward_s(), once->dense_backward_s(), 1e-12);
 }
 
+// A shape not timed: the timed points' whole times over their own layer models, linear in
+// log(MACs per sample) between the two around it, held beyond; a point of the other
+// interaction kind does not count; without timed points, the scales.
+TEST(DenseCostTest, UntimedShapeTakesTheTimedPointsRatioByItsSize) {
+  MachineProfile prof = FlatProfile();
+  DeviceProfile& d = prof.devices[0];
+  d.gemm = {{2048, 64, 13, 1e11}};
+  d.gemm_peak_flops_per_s = 1e11;
+  d.gemm_fused_passes = true;
+  const DenseShape small = Dlrm({16, 1}), large = Dlrm({1024, 1}), mid = Dlrm({128, 1});
+  auto bare = [&](const DenseShape& ds) {
+    DeviceProfile p = d;
+    p.dense_arch.clear();
+    return ComputeDenseCost(p, ds, 2048, 8, 128);
+  };
+  const DenseCost s0 = bare(small), l0 = bare(large), m0 = bare(mid);
+  const double opt_s = s0.params * 12.0 / d.copy_bytes_per_s;
+  const double opt_l = l0.params * 12.0 / d.copy_bytes_per_s;
+  const double opt_m = m0.params * 12.0 / d.copy_bytes_per_s;
+  // small ran 1.5x its layer model whole, large 1.0x (the backward 1.2x and 1.0x).
+  DenseArchPoint ps{DenseShapeKey(small, 8, 128), 2048, 1, 1};
+  ps.forward_s = 1.5 * s0.forward_s;
+  ps.backward_s = 1.2 * (s0.backward_s - opt_s);
+  DenseArchPoint pl{DenseShapeKey(large, 8, 128), 2048, 1, 1};
+  pl.forward_s = l0.forward_s;
+  pl.backward_s = l0.backward_s - opt_l;
+  DenseArchPoint other{"dcn bottom 13-64-16 f8 d16 e128 cross 3r0 top 64-1", 2048, 1, 1};
+  other.forward_s = other.backward_s = 1;  // a DCNv2's: not read for a DLRM
+  d.dense_arch = {ps, pl, other};
+  const double xs = std::log(DenseMacsPerSample(small, 8, 128));
+  const double xl = std::log(DenseMacsPerSample(large, 8, 128));
+  const double t = (std::log(DenseMacsPerSample(mid, 8, 128)) - xs) / (xl - xs);
+  ASSERT_GT(t, 0);
+  ASSERT_LT(t, 1);
+  double f = 0, b = 0;
+  ASSERT_TRUE(TimedDenseArchRatio(d, mid, 8, 128, &f, &b));
+  EXPECT_NEAR(f, 1.5 + t * (1.0 - 1.5), 1e-9);
+  EXPECT_NEAR(b, 1.2 + t * (1.0 - 1.2), 1e-9);
+  const DenseCost m = ComputeDenseCost(d, mid, 2048, 8, 128);
+  EXPECT_NEAR(m.forward_s, f * m0.forward_s, 1e-12);
+  EXPECT_NEAR(m.backward_s - opt_m, b * (m0.backward_s - opt_m), 1e-12);
+  // Beyond the ends: held.
+  ASSERT_TRUE(TimedDenseArchRatio(d, Dlrm({4, 1}), 8, 128, &f, &b));
+  EXPECT_NEAR(f, 1.5, 1e-9);
+  ASSERT_TRUE(TimedDenseArchRatio(d, Dlrm({4096, 1}), 8, 128, &f, &b));
+  EXPECT_NEAR(f, 1.0, 1e-9);
+  // No timed point of its kind: false, and the scales price it.
+  DenseShape dcn = mid;
+  dcn.interaction = Interaction::kDcn;
+  d.dense_arch = {ps, pl};
+  EXPECT_FALSE(TimedDenseArchRatio(d, dcn, 8, 128, &f, &b));
+}
+
 // A shape timed whole is priced by its own times (the scale is for shapes not timed): at the
 // batch timed as they are, at another batch carried by the layer model's ratio; the dense
 // optimizer's pass added as before; a point without times falls back to the scale.
@@ -167,8 +248,7 @@ TEST(DenseCostTest, TimedShapeIsPricedByItsWholeTimes) {
   const DenseCost half = ComputeDenseCost(d, a, 1024, 8, 128);
   EXPECT_NEAR(half.forward_s, 0.004 * half_plain.forward_s / plain.forward_s, 1e-15);
   EXPECT_NEAR(half.backward_s - optimizer,
-              0.009 * (half_plain.backward_s - optimizer) / (plain.backward_s - optimizer),
-              1e-12);
+              0.009 * (half_plain.backward_s - optimizer) / (plain.backward_s - optimizer), 1e-12);
   // Two batches timed: the nearer one's times.
   DenseArchPoint small = timed;
   small.batch = 1024;
