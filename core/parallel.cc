@@ -3,10 +3,20 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 
 namespace tessera {
 
 extern "C" void openblas_set_num_threads(int num_threads);
+
+namespace {
+std::atomic<int64_t> grain_divisor{1};
+}  // namespace
+
+int64_t ParallelGrainDivisor() { return grain_divisor.load(std::memory_order_relaxed); }
+void SetParallelForkCheap(bool cheap) {
+  grain_divisor.store(cheap ? kSpinGrainDivisor : 1, std::memory_order_relaxed);
+}
 
 int NumThreads() { return omp_get_max_threads(); }
 

@@ -11,16 +11,34 @@ namespace tessera {
 
 // The least work worth a parallel region: below it the fork and join of the region cost more than
 // the second thread saves, so the work stays on the calling thread ("never slower with more
-// threads"). A region's fork and join is a futex wake of the sleeping pool thread under
-// OMP_WAIT_POLICY=PASSIVE (what tessera-train and tessera-bench set): 20-60 us measured on 2
-// loaded Zen 4 cores (docs/PERFORMANCE.md, issue 27's section), so a thread's share must be
-// worth ~100 us. Streaming passes count the bytes they read and write (~10 GB/s on one
-// core); compute-bound loops their multiply-adds (kParallelMinMacs).
+// threads"). What a fork and join costs depends on how the pool's threads wait between regions
+// (tools/omp_wait.h chooses it per run):
+// - asleep (OMP_WAIT_POLICY=PASSIVE, where other work shares the cores): a futex wake and, in a
+//   VM, an inter-processor interrupt: 20-60 us on 2 loaded Zen 4 cores, ~60 us on 2 quiet Xeon
+//   cores (an empty 2-thread region, docs/PERFORMANCE.md issue 27's AMX section), so a thread's
+//   share must be worth ~100 us: kParallelMinBytes of traffic for streaming passes (~10 GB/s on
+//   one core), kParallelMinMacs for compute-bound loops. The default.
+// - spinning (GOMP_SPINCOUNT, where the job owns idle cores): ~1-2 us, so the thresholds are
+//   kSpinGrainDivisor times smaller (SetParallelForkCheap(true), which the binaries call).
+// A region's partition never changes the bits (results do not depend on the thread count), so
+// neither does the grain.
 inline constexpr int64_t kParallelMinBytes = int64_t{1} << 20;
 inline constexpr int64_t kParallelMinMacs = int64_t{1} << 20;
-// min_chunk for ParallelFor over n items of `bytes_per_item` each: kParallelMinBytes per chunk.
+inline constexpr int64_t kSpinGrainDivisor = 16;
+// 1 while the pool sleeps between regions, kSpinGrainDivisor while it spins.
+int64_t ParallelGrainDivisor();
+void SetParallelForkCheap(bool cheap);
+// A minimum chunk (items, bytes or multiply-adds) chosen for a sleeping pool, scaled to the
+// pool's wait (at least 1).
+inline int64_t ScaledMinChunk(int64_t sleeping) {
+  const int64_t v = sleeping / ParallelGrainDivisor();
+  return v > 0 ? v : 1;
+}
+inline int64_t ParallelMinBytes() { return ScaledMinChunk(kParallelMinBytes); }
+inline int64_t ParallelMinMacs() { return ScaledMinChunk(kParallelMinMacs); }
+// min_chunk for ParallelFor over n items of `bytes_per_item` each: ParallelMinBytes() per chunk.
 inline int64_t MinChunkForBytes(int64_t bytes_per_item) {
-  return (kParallelMinBytes + bytes_per_item - 1) / (bytes_per_item > 0 ? bytes_per_item : 1);
+  return (ParallelMinBytes() + bytes_per_item - 1) / (bytes_per_item > 0 ? bytes_per_item : 1);
 }
 
 // Threads used by ParallelFor and by OpenBLAS. Default: OMP_NUM_THREADS or the core count.

@@ -361,10 +361,14 @@ void BackwardRange(const float* __restrict bottom, const float* __restrict emb,
   }
 }
 
-// Samples per chunk: enough work to amortise the fork/join (kParallelMinMacs multiply-adds).
+// Samples per chunk: enough work to amortise the fork/join (ParallelMinMacs()). A sample costs
+// its pairs' multiply-adds and, at least, one pass over its padded transpose (16 x d for up to
+// 15 features): with few features the transpose is the work (skewed's 3 tables, d 64: 6 x 64
+// multiply-adds but 16 x 64 transposed elements; counted by its multiply-adds alone its 2048
+// samples never split).
 int64_t SampleChunk(int64_t nf, int64_t d) {
-  return std::max<int64_t>(1,
-                           kParallelMinMacs / std::max<int64_t>(1, (nf + 1) * (nf + 1) * d / 2));
+  const int64_t per_sample = std::max((nf + 1) * (nf + 1) * d / 2, RoundUp(nf + 1, kLanes) * d);
+  return std::max<int64_t>(1, ParallelMinMacs() / std::max<int64_t>(1, per_sample));
 }
 
 }  // namespace

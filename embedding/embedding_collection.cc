@@ -241,7 +241,8 @@ absl::Status EmbeddingCollection::Forward(const KeyedJagged& batch, float* out) 
 }
 
 // The fewest ids a table needs to run alone on all threads (RunTables): below it its lookup and
-// update take less than the fork and join of their parallel loops saves (~10 ns an id).
+// update take less than the fork and join of their parallel loops saves (~10 ns an id; a sleeping
+// pool, ScaledMinChunk when it spins).
 constexpr int64_t kSplitTableMinIds = 16384;
 
 absl::Status EmbeddingCollection::RunTables(const std::function<absl::Status(int, int)>& fn) {
@@ -268,7 +269,7 @@ absl::Status EmbeddingCollection::RunTables(const std::function<absl::Status(int
   for (int t = 0; t < n; ++t) total += table_cost_[t];
   int split = 0;
   while (split < n && table_cost_[table_order_[split]] * threads > total &&
-         table_cost_[table_order_[split]] >= kSplitTableMinIds) {
+         table_cost_[table_order_[split]] >= ScaledMinChunk(kSplitTableMinIds)) {
     const int t = table_order_[split];
     table_status_[t] = fn(t, 0);
     total -= table_cost_[t];

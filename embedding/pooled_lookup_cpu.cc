@@ -39,7 +39,9 @@
 namespace tessera::embedding_internal {
 namespace {
 
-// Smallest parallel chunks worth a second thread (each bag, entry or row costs ~10-100 ns).
+// Smallest parallel chunks worth a second thread (each bag, entry or row costs ~10-100 ns) when
+// the pool sleeps between regions; ScaledMinChunk makes them smaller when it spins
+// (core/parallel.h).
 constexpr int64_t kForwardMinBags = 64;
 constexpr int64_t kKeyMinBags = 256;
 constexpr int64_t kRunMinEntries = 16384;
@@ -247,7 +249,7 @@ absl::Status GroupSlotsCpu(absl::Span<const BagGradients> sources, PoolingMode p
     const BagGradients& src = sources[s];
     if (src.num_bags == 0) continue;
     const int64_t pos0 = base - src.offsets[0];  // position of indices[j] is pos0 + j
-    const int chunks = NumChunks(src.num_bags, kKeyMinBags);
+    const int chunks = NumChunks(src.num_bags, ScaledMinChunk(kKeyMinBags));
     GrowTo(&ws->histogram, 3 * chunks);
     int64_t* stats = ws->histogram.data();  // per chunk: max slot, first bad j, its slot
     auto fill = [&](int c) {
@@ -306,7 +308,7 @@ absl::Status GroupSlotsCpu(absl::Span<const BagGradients> sources, PoolingMode p
   keys = ws->keys.data();
 
   // 3. Runs of equal slots: count run starts per chunk, prefix, then write slots and starts.
-  const int run_chunks = NumChunks(n, kRunMinEntries);
+  const int run_chunks = NumChunks(n, ScaledMinChunk(kRunMinEntries));
   GrowTo(&ws->histogram, run_chunks + 1);
   int64_t* run_count = ws->histogram.data();
   auto count_runs = [&](int c) {
@@ -350,7 +352,7 @@ absl::Status GroupSlotsCpu(absl::Span<const BagGradients> sources, PoolingMode p
 
 // The chunks of ForRunChunks.
 int RunChunkCount(const SumRunsArgs& runs, int64_t unique) {
-  return NumChunks(runs.run_starts[unique], kSumMinEntries);
+  return NumChunks(runs.run_starts[unique], ScaledMinChunk(kSumMinEntries));
 }
 // Calls fn(c, u0, u1) for chunk c in [0, RunChunkCount) of the runs, in parallel: the chunks split
 // the entries evenly and snap to run starts, so a hot row with a long run does not leave the
@@ -438,7 +440,7 @@ void ApplyRowUpdatesCpu(absl::Span<const int64_t> slots, const float* row_grads,
     const float* row_grads;
     const RowUpdateArgs* args;
   } job{slots.data(), row_grads, &args};
-  ParallelFor(static_cast<int64_t>(slots.size()), kUpdateMinRows,
+  ParallelFor(static_cast<int64_t>(slots.size()), ScaledMinChunk(kUpdateMinRows),
               [&job](int64_t u0, int64_t u1, int) {
                 UpdateRowsCpu(job.slots, job.row_grads + u0 * job.args->dim, *job.args, u0, u1,
                               u1);

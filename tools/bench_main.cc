@@ -292,6 +292,7 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
   }
   std::printf(", %d threads each, batch %lld per rank, %d steps after %d warm-up\n",
               NumThreads(), static_cast<long long>(c.data.batch_size), steps, warmup);
+  std::printf("  threads wait between parallel regions: %s\n", OmpWaitChoice().c_str());
   std::printf("  %-22s %10s %8s\n", "phase", "ms/step", "share");
   for (const auto& [phase, secs] : phases.phases()) {
     std::printf("  %-22s %10.3f %7.1f%%\n", phase.c_str(), 1e3 * secs / steps,
@@ -313,6 +314,7 @@ int Run(const std::string& path, const std::vector<std::string>& overrides) {
       .Add("ranks", static_cast<int64_t>(world->size()))
       .Add("group_size", static_cast<int64_t>(world->grid ? world->grid->group_size() : 1))
       .Add("threads", static_cast<int64_t>(NumThreads()))
+      .Add("omp_wait", OmpWaitChoice())
       .Add("batch_size", c.data.batch_size)
       .Add("steps", static_cast<int64_t>(steps))
       .Add("samples_per_sec", sps)

@@ -5,13 +5,8 @@
 //   falls back to the SSE3 "Prescott" kernels on models it does not know (the Xeons these
 //   machines run on, family 6 model 207, are newer than it), which makes sgemm ~7x slower than
 //   the AVX-512 kernels the CPU supports. OPENBLAS_CORETYPE is chosen from the CPU's features.
-// - libgomp's wait policy. With neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT set, an idle libgomp
-//   thread spins ~300,000 iterations (milliseconds) at every barrier and between parallel
-//   regions before it sleeps. Our loops, OpenBLAS (OpenMP build) and oneDNN all run on that one
-//   pool, so on a 2-core machine shared with other work the spinning thread takes the core the
-//   working one (or another process) needs: `small` at 2 threads spent more than half its cycles
-//   in libgomp's spin loop and ran 1.5x-7x slower than with OMP_WAIT_POLICY=PASSIVE, bimodally
-//   (docs/PERFORMANCE.md, "Two threads"). The binaries therefore default to PASSIVE.
+// - libgomp's wait policy (tools/omp_wait.h): a bounded spin when the job's threads own idle
+//   cores, OMP_WAIT_POLICY=PASSIVE otherwise.
 // A value already set in the environment is always respected.
 #pragma once
 
@@ -20,18 +15,21 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/parallel.h"
+#include "tools/omp_wait.h"
+
 extern "C" char* openblas_get_corename(void);
 
 namespace tessera {
 
 // Call first thing in main(). Returns only when no re-exec was needed (or it failed).
 inline void MaybeReexecForBlasKernels(char** argv) {
+  // Parallel regions sized for how this process's pool waits (core/parallel.h): libgomp read
+  // its wait policy when it loaded, from the environment as it is now.
+  SetParallelForkCheap(OmpPoolSpins());
   if (std::getenv("TESSERA_BLAS_REEXEC") != nullptr) return;  // already tried once
   bool reexec = false;
-  if (std::getenv("OMP_WAIT_POLICY") == nullptr && std::getenv("GOMP_SPINCOUNT") == nullptr) {
-    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-    reexec = true;
-  }
+  if (ChooseOmpWait(argv)) reexec = true;
   const char* core = openblas_get_corename();
   if (std::getenv("OPENBLAS_CORETYPE") == nullptr && core != nullptr &&
       std::strcmp(core, "Prescott") == 0) {

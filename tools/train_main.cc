@@ -175,7 +175,9 @@ int Main(bool mpi) {
   if (!trainer.ok()) return Fail(trainer.status(), mpi);
   if ((*trainer)->world().chief()) {
     TESSERA_LOG(INFO) << "training " << path << " on " << (*trainer)->world().size()
-                      << " rank(s) with " << tessera::NumThreads() << " threads each";
+                      << " rank(s) with " << tessera::NumThreads()
+                      << " threads each (waiting between parallel regions: "
+                      << tessera::OmpWaitChoice() << ")";
   }
   auto summary = (*trainer)->Run();
   if (absl::IsCancelled(summary.status())) {

@@ -63,10 +63,11 @@ using Key = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int6
 // most NumThreads(). oneDNN fixes its partition when a primitive is created (its brgemm kernels
 // fork as many threads as they were made for), so the primitive is created and run under that
 // count and cached per count. Measured with bench/dense_gemm_bench.cc at the skewed config's
-// 2048 x 64 x 64 products: 2 threads were slower than 1 on 2 Zen 4 cores.
+// 2048 x 64 x 64 products: 2 threads were slower than 1 on 2 Zen 4 cores (a sleeping pool;
+// ScaledMinChunk when it spins, core/parallel.h).
 constexpr int64_t kGemmMinMacsPerThread = int64_t{8} << 20;
 int GemmThreads(int64_t m, int64_t n, int64_t k) {
-  const int64_t by_size = std::max<int64_t>(1, m * n * k / kGemmMinMacsPerThread);
+  const int64_t by_size = std::max<int64_t>(1, m * n * k / ScaledMinChunk(kGemmMinMacsPerThread));
   return static_cast<int>(std::min<int64_t>(NumThreads(), by_size));
 }
 

@@ -8,7 +8,8 @@ namespace tessera::embedding_internal {
 namespace {
 // 11-bit digits: 2048 counters per chunk (16 KiB) stay in L1, and 3 passes cover 33 slot bits.
 constexpr int kMaxDigitBits = 11;
-// Below this many keys per chunk the second thread costs more than it saves.
+// Below this many keys per chunk the second thread costs more than it saves (a sleeping pool;
+// ScaledMinChunk when it spins, core/parallel.h).
 constexpr int64_t kMinChunk = 16384;
 }  // namespace
 
@@ -20,7 +21,7 @@ int64_t* RadixSortBits(int64_t* keys, int64_t* tmp, int64_t n, int lo_bit, int h
   const int digit_bits = (bits + passes - 1) / passes;
   const int64_t radix = int64_t{1} << digit_bits;
   const uint64_t mask = static_cast<uint64_t>(radix - 1);
-  const int chunks = NumChunks(n, kMinChunk);
+  const int chunks = NumChunks(n, ScaledMinChunk(kMinChunk));
   if (static_cast<int64_t>(histogram->size()) < chunks * radix) histogram->resize(chunks * radix);
   int64_t* hist = histogram->data();
 

@@ -101,8 +101,18 @@ TEST(DotInteractionTest, TwinBackwardMatchesFiniteDifferences) {
   testing::ExpectGradientsAgree(de, testing::NumericGradient(loss_e, emb), 1e-6, "d_emb");
 }
 
-TEST(DotInteractionTest, SameBitsForOneAndTwoThreads) {
-  const int64_t nb = 257, nf = 26, d = 16, w = DotInteractionOutputDim(nf, d);
+// 26 features of dim 16 (kaggle), and 3 of dim 64 (skewed) with the thresholds of a spinning
+// pool, where 2048 samples split though their pairs are few (the transpose is counted).
+struct BitsCase {
+  int64_t nb, nf, d;
+  bool cheap_fork;
+};
+class DotInteractionBitsTest : public ::testing::TestWithParam<BitsCase> {};
+
+TEST_P(DotInteractionBitsTest, SameBitsForOneAndTwoThreads) {
+  const BitsCase c = GetParam();
+  SetParallelForkCheap(c.cheap_fork);
+  const int64_t nb = c.nb, nf = c.nf, d = c.d, w = DotInteractionOutputDim(nf, d);
   const std::vector<float> bottom = ToFloat(RandomVec(nb * d, 8));
   const std::vector<float> emb = ToFloat(RandomVec(nb * nf * d, 9));
   const std::vector<float> d_out = ToFloat(RandomVec(nb * w, 10));
@@ -120,10 +130,14 @@ TEST(DotInteractionTest, SameBitsForOneAndTwoThreads) {
                     .ok());
   }
   SetNumThreads(saved);
+  SetParallelForkCheap(false);
   EXPECT_EQ(0, std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)));
   EXPECT_EQ(0, std::memcmp(de[0].data(), de[1].data(), de[0].size() * sizeof(float)));
   EXPECT_EQ(0, std::memcmp(db[0].data(), db[1].data(), db[0].size() * sizeof(float)));
 }
+INSTANTIATE_TEST_SUITE_P(Shapes, DotInteractionBitsTest,
+                         ::testing::Values(BitsCase{257, 26, 16, false},
+                                           BitsCase{2048, 3, 64, true}));
 
 TEST(DotInteractionTest, ErrorsNameTheArgument) {
   std::vector<float> buf(64);

@@ -356,16 +356,24 @@ TEST(EmbeddingCollectionTest, HotTableSplitAcrossThreadsHasTheBitsOfOneThread) {
     };
     std::vector<std::vector<float>> out1, tables1;
     run(1, &out1, &tables1);
-    for (int threads : {2, 3}) {
-      std::vector<std::vector<float>> out, tables;
-      run(threads, &out, &tables);
-      ASSERT_EQ(out.size(), out1.size());
-      for (size_t s = 0; s < out1.size(); ++s) {
-        EXPECT_EQ(out[s], out1[s]) << threads << " threads, pooled output of step " << s + 1;
+    // Also with the thresholds of a spinning pool (core/parallel.h): every table's kernels
+    // split at 1/16 of the sizes, the small tables' too.
+    for (bool cheap : {false, true}) {
+      SetParallelForkCheap(cheap);
+      for (int threads : {2, 3}) {
+        std::vector<std::vector<float>> out, tables;
+        run(threads, &out, &tables);
+        ASSERT_EQ(out.size(), out1.size());
+        for (size_t s = 0; s < out1.size(); ++s) {
+          EXPECT_EQ(out[s], out1[s])
+              << threads << " threads, cheap fork " << cheap << ", pooled output of step " << s + 1;
+        }
+        for (size_t t = 0; t < tables1.size(); ++t) {
+          EXPECT_EQ(tables[t], tables1[t])
+              << threads << " threads, cheap fork " << cheap << ", rows and state of table " << t;
+        }
       }
-      for (size_t t = 0; t < tables1.size(); ++t) {
-        EXPECT_EQ(tables[t], tables1[t]) << threads << " threads, rows and state of table " << t;
-      }
+      SetParallelForkCheap(false);
     }
   }
 }
