@@ -12,9 +12,11 @@
 #   and oneDNN fp32 as the fp32 ceiling, oneDNN bf16 (operands already bf16) as the bf16 one.
 # PyTorch gets its best setup here: Debian's OpenMP build of OpenBLAS on its library path (the
 # default pthread build fights libgomp's threads, and 2 threads ran slower than 1), the AVX-512
-# OpenBLAS kernels, OMP_WAIT_POLICY=PASSIVE (measured faster at 2 threads on a shared machine and
-# equal at 1), and one intra-op thread pool of --threads. The script checks that PyTorch's 2-thread
-# runs beat its 1-thread runs and says so.
+# OpenBLAS kernels, one intra-op thread pool of --threads, and the OpenMP wait tessera-bench chose
+# in the same round (tools/omp_wait.h: on idle cores libgomp's default spin, which PyTorch and
+# TorchRec ran 1.1-1.4x faster at 2 threads than with PASSIVE on a quiet AMX Xeon; on a loaded
+# machine OMP_WAIT_POLICY=PASSIVE, measured faster there). The script checks that PyTorch's
+# 2-thread runs beat its 1-thread runs and says so.
 # Runs are interleaved (every program once per round, REPEATS rounds) and the table shows medians
 # with the min-max spread; raw JSON lines go to $OUT_JSON. A second table gives CPU ms per step
 # (all threads of the process; the main thread's for the bare GEMMs): on a loaded machine wall
@@ -48,8 +50,16 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
 fi
 openmp_blas=/usr/lib/x86_64-linux-gnu/openblas-openmp
 [ -e "$openmp_blas/libblas.so.3" ] || { echo "cpu_compare: needs libopenblas0-openmp" >&2; exit 1; }
-torch_env=(LD_LIBRARY_PATH="$openmp_blas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-           OMP_WAIT_POLICY=PASSIVE)
+torch_env=(LD_LIBRARY_PATH="$openmp_blas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+# The anchors' OpenMP wait: what the last tessera-bench run reported in its JSON line ("omp_wait":
+# "spin ..." on idle cores, then the anchors keep libgomp's default spin; else PASSIVE).
+anchor_wait=(OMP_WAIT_POLICY=PASSIVE)
+set_anchor_wait() {
+  case "$(printf '%s' "$1" | "$py" -c 'import json,sys; print(json.loads(sys.stdin.read()).get("omp_wait",""))' 2>/dev/null)" in
+    spin*) anchor_wait=(TESSERA_ANCHOR_WAIT=libgomp-default) ;;
+    *) anchor_wait=(OMP_WAIT_POLICY=PASSIVE) ;;
+  esac
+}
 declare -A cfg=([small]=configs/bench/small.yaml [kaggle]=configs/bench/kaggle.yaml
                 [mlperf-mini]=configs/bench/mlperf_mini.yaml [skewed]=configs/bench/skewed.yaml)
 
@@ -73,7 +83,8 @@ print(json.dumps({"impl": "machine", "cpu": model.group(1) if model else "?", "c
   "$(nproc)" 2>/dev/null >> "$out" || true
 for r in $(seq 1 "$repeats"); do
   for t in 1 2; do
-    OMP_NUM_THREADS=$t "$bin/dense_gemm_bench" \
+    # The bare products at their best: a spinning pool's thresholds (GemmThreads).
+    OMP_NUM_THREADS=$t GOMP_SPINCOUNT=100000 "$bin/dense_gemm_bench" \
       --benchmark_filter='BM_StepGemms/(Sgemm|DnnlF32|DnnlBf16)/' \
       --benchmark_min_time=0.5 --benchmark_format=json 2>/dev/null |
       "$py" -c 'import json,sys
@@ -88,14 +99,18 @@ for b in json.load(sys.stdin)["benchmarks"]:
   for name in $configs; do
     for t in 1 2; do
       for dt in fp32 bf16; do
-        OMP_NUM_THREADS=$t "$bin/tessera-bench" --config "${cfg[$name]}" --threads "$t" \
+        line=$(OMP_NUM_THREADS=$t "$bin/tessera-bench" --config "${cfg[$name]}" --threads "$t" \
           --steps "$steps" --name "tessera-$name" --set "model.dense_dtype=$dt" 2>/dev/null |
-          tail -1 | tag "$r" "$name" "tessera-$dt" >> "$out" || true
-        env "${torch_env[@]}" OMP_NUM_THREADS=$t "$py" bench/pytorch_dlrm.py --preset "$name" \
-          --threads "$t" --steps "$steps" --dtype "$dt" | tag "$r" "$name" "pytorch-$dt" >> "$out" ||
-          true
-        # PyPI's torch brings its own OpenMP and oneDNN; the same passive waiting.
-        [ -z "$torchrec_py" ] || OMP_NUM_THREADS=$t OMP_WAIT_POLICY=PASSIVE "$torchrec_py" \
+          tail -1) || true
+        if [ -n "$line" ]; then
+          printf '%s\n' "$line" | tag "$r" "$name" "tessera-$dt" >> "$out"
+          set_anchor_wait "$line"
+        fi
+        env "${torch_env[@]}" "${anchor_wait[@]}" OMP_NUM_THREADS=$t "$py" bench/pytorch_dlrm.py \
+          --preset "$name" --threads "$t" --steps "$steps" --dtype "$dt" |
+          tag "$r" "$name" "pytorch-$dt" >> "$out" || true
+        # PyPI's torch brings its own OpenMP and oneDNN; the same waiting.
+        [ -z "$torchrec_py" ] || env "${anchor_wait[@]}" OMP_NUM_THREADS=$t "$torchrec_py" \
           bench/torchrec_dlrm.py --preset "$name" --threads "$t" --steps "$steps" --dtype "$dt" \
           2>/dev/null | tail -1 | tag "$r" "$name" "torchrec-$dt" >> "$out" || true
       done

@@ -5,7 +5,9 @@
 //   DnnlF32    oneDNN fp32 matmul
 //   DnnlBf16   oneDNN matmul, bf16 inputs already converted, fp32 accumulation and output
 //   DnnlBf16Convert  the same plus rounding x, W and dz to bf16 each step (what a bf16 layer pays)
-// Counters: GFLOP/s (2 x multiply-adds), ms/step. Threads from OMP_NUM_THREADS; compare 1 and 2
+// Counters: GFLOP/s (2 x multiply-adds), ms/step. Threads from OMP_NUM_THREADS (and
+// GOMP_SPINCOUNT=100000 for the thresholds of a spinning pool, as tessera-bench on idle cores);
+// compare 1 and 2
 // threads side by side in one session (the machines are shared and noisy). The bare Sgemm rate
 // is the ceiling bench/cpu_compare.sh holds tessera-bench's whole step against.
 //   OMP_NUM_THREADS=1 build/bin/dense_gemm_bench --benchmark_min_time=1
@@ -20,6 +22,7 @@
 #include "dense/interaction.h"
 #include "dense/internal/blas.h"
 #include "dense/internal/dnnl_gemm.h"
+#include "tools/omp_wait.h"
 
 namespace tessera {
 namespace {
@@ -162,4 +165,14 @@ BENCHMARK_CAPTURE(BM_StepGemms, DnnlBf16Convert, kDnnlBf16Convert)
 }  // namespace
 }  // namespace tessera
 
-BENCHMARK_MAIN();
+// The products' thread counts (dnnl_gemm.cc GemmThreads) follow the pool's wait as in the
+// binaries: with GOMP_SPINCOUNT set (what tessera-bench picks on idle cores) the spinning
+// thresholds, else the sleeping ones.
+int main(int argc, char** argv) {
+  tessera::SetParallelForkCheap(tessera::OmpPoolSpins());
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

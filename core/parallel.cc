@@ -51,6 +51,26 @@ void ParallelFor(int64_t n, int64_t min_chunk,
   }
 }
 
+void RunPair(bool worth, const std::function<void()>& a, const std::function<void()>& b) {
+  if (!worth || NumThreads() != 2 || omp_in_parallel()) {
+    a();
+    b();
+    return;
+  }
+#pragma omp parallel num_threads(2)
+  {
+    // The region's implicit tasks have their own thread count; the caller's stays 2.
+    const int team = omp_get_num_threads(), t = omp_get_thread_num();
+    omp_set_num_threads(1);
+    if (t == 0) {
+      a();
+      if (team < 2) b();  // a team of one (should the runtime give fewer threads)
+    } else {
+      b();
+    }
+  }
+}
+
 void ParallelForDynamic(int64_t n, const std::function<void(int64_t, int)>& fn) {
   if (n <= 0) return;
   const int threads = static_cast<int>(std::min<int64_t>(NumThreads(), n));

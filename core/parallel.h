@@ -57,6 +57,13 @@ void ParallelFor(int64_t n, int64_t min_chunk,
 // items of uneven cost (order them costliest first) whose results must not depend on the thread
 // that runs them. Blocks until all items are done. fn must not throw.
 void ParallelForDynamic(int64_t n, const std::function<void(int64_t i, int thread)>& fn);
+// Runs a() and b() at once, one on each thread of a 2-thread pool, each seeing NumThreads() == 1
+// (a library call inside runs on its own thread alone: oneDNN and OpenBLAS read that count), when
+// `worth` (the caller's size test) and the pool has exactly two threads; otherwise a() then b()
+// on the calling thread with the pool as it is. For two independent jobs of about equal cost
+// whose own parallel split scales worse than two at once (a layer's weight- and input-gradient
+// products: equal multiply-adds). a and b must not throw.
+void RunPair(bool worth, const std::function<void()>& a, const std::function<void()>& b);
 // Inside a ParallelFor / ParallelForDynamic body, ParallelFor runs fn(0, n, 0) on the calling
 // thread (no nested teams): callers whose results do not depend on the thread count see the
 // same bits.

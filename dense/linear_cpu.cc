@@ -191,6 +191,16 @@ absl::Status Gemm32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
   return absl::OkStatus();
 }
 
+// Whether a layer's backward runs its weight-gradient and input-gradient products at once, one
+// per thread (RunPair, on a 2-thread pool): both exist (the first bottom layer has no input
+// gradient) and each is worth a thread (GemmMinMacsPerThread). The two have the same
+// multiply-adds, and each runs at its 1-thread rate: on the AMX Xeon oneDNN's own 2-thread split
+// of small's bf16 products ran 1.52x its 1-thread rate (bench/dense_gemm_bench.cc), two products
+// at once up to 2x.
+bool PairWorth(bool has_dx, int64_t batch, int64_t in, int64_t out) {
+  return has_dx && batch * in * out >= GemmMinMacsPerThread();
+}
+
 // Rounds n floats to bf16 on all threads (6 bytes per element, kParallelMinBytes per chunk).
 void ToBf16Parallel(const float* x, int64_t n, std::vector<uint16_t>* out) {
   if (static_cast<int64_t>(out->size()) < n) out->resize(n);
@@ -249,19 +259,27 @@ absl::Status LinearBackwardBf16Cpu(const float* y, float* dy, int64_t batch, int
       }
     });
   }
-  TESSERA_RETURN_IF_ERROR(DnnlGemm(GemmInput::kBf16, true, false, out, in, batch, dz16, out,
-                                   s->x16, in, false, dw, in));
-  if (dx16 != nullptr) {
-    // The previous bf16 layer's gradient, stored as bf16 by the matmul itself.
-    GemmEpilogue ep;
-    ep.bf16_out = true;
-    TESSERA_RETURN_IF_ERROR(DnnlGemmEpilogue(GemmInput::kBf16, false, false, batch, in, out, dz16,
-                                             out, s->w.data(), in, ep, dx16, in));
-  } else if (dx != nullptr) {
-    TESSERA_RETURN_IF_ERROR(DnnlGemm(GemmInput::kBf16, false, false, batch, in, out, dz16, out,
-                                     s->w.data(), in, false, dx, in));
-  }
-  return absl::OkStatus();
+  absl::Status dw_status, dx_status;
+  RunPair(
+      PairWorth(dx16 != nullptr || dx != nullptr, batch, in, out),
+      [&] {
+        dw_status = DnnlGemm(GemmInput::kBf16, true, false, out, in, batch, dz16, out, s->x16, in,
+                             false, dw, in);
+      },
+      [&] {
+        if (dx16 != nullptr) {
+          // The previous bf16 layer's gradient, stored as bf16 by the matmul itself.
+          GemmEpilogue ep;
+          ep.bf16_out = true;
+          dx_status = DnnlGemmEpilogue(GemmInput::kBf16, false, false, batch, in, out, dz16, out,
+                                       s->w.data(), in, ep, dx16, in);
+        } else if (dx != nullptr) {
+          dx_status = DnnlGemm(GemmInput::kBf16, false, false, batch, in, out, dz16, out,
+                               s->w.data(), in, false, dx, in);
+        }
+      });
+  TESSERA_RETURN_IF_ERROR(dw_status);
+  return dx_status;
 }
 
 absl::Status LinearForwardCpu(const DeviceContext& ctx, const float* x, const float* w,
@@ -283,11 +301,16 @@ absl::Status LinearBackwardCpu(const DeviceContext& ctx, const float* x, const f
   ParallelFor(out, ColumnChunk(batch), [&](int64_t c0, int64_t c1, int) {
     MaskColumnSums(dy, mask, batch, out, c0, c1, db, nullptr);
   });
-  TESSERA_RETURN_IF_ERROR(Gemm32(true, false, out, in, batch, dy, out, x, in, dw, in));
-  if (dx != nullptr) {
-    TESSERA_RETURN_IF_ERROR(Gemm32(false, false, batch, in, out, dy, out, w, in, dx, in));
-  }
-  return absl::OkStatus();
+  absl::Status dw_status, dx_status;
+  static const bool dnnl = DnnlGemmAvailable();  // RunPair's jobs need the oneDNN products
+  RunPair(
+      dnnl && PairWorth(dx != nullptr, batch, in, out),
+      [&] { dw_status = Gemm32(true, false, out, in, batch, dy, out, x, in, dw, in); },
+      [&] {
+        if (dx != nullptr) dx_status = Gemm32(false, false, batch, in, out, dy, out, w, in, dx, in);
+      });
+  TESSERA_RETURN_IF_ERROR(dw_status);
+  return dx_status;
 }
 
 }  // namespace tessera::dense_internal

@@ -52,6 +52,13 @@ void FloatToBf16(const float* x, int64_t n, uint16_t* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = RoundToBf16(x[i]);
 }
 
+namespace {
+// GemmThreads' unit for a sleeping pool (dnnl_gemm.h GemmMinMacsPerThread).
+constexpr int64_t kGemmMinMacsPerThread = int64_t{8} << 20;
+}  // namespace
+
+int64_t GemmMinMacsPerThread() { return ScaledMinChunk(kGemmMinMacsPerThread); }
+
 #ifdef TESSERA_HAVE_DNNL
 namespace {
 
@@ -65,15 +72,15 @@ using Key = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int6
 // count and cached per count. Measured with bench/dense_gemm_bench.cc at the skewed config's
 // 2048 x 64 x 64 products: 2 threads were slower than 1 on 2 Zen 4 cores (a sleeping pool;
 // ScaledMinChunk when it spins, core/parallel.h).
-constexpr int64_t kGemmMinMacsPerThread = int64_t{8} << 20;
 int GemmThreads(int64_t m, int64_t n, int64_t k) {
-  const int64_t by_size = std::max<int64_t>(1, m * n * k / ScaledMinChunk(kGemmMinMacsPerThread));
+  const int64_t by_size = std::max<int64_t>(1, m * n * k / GemmMinMacsPerThread());
   return static_cast<int>(std::min<int64_t>(NumThreads(), by_size));
 }
 
 struct Cached {
   dnnl::memory::desc a, b, c;
   dnnl::matmul prim;
+  dnnl::memory::desc scratch;  // the primitive's scratchpad (user mode)
   // bf16 inputs on a CPU where oneDNN has no bf16 matmul: the operands are widened to fp32 (exact)
   // and go through the fp32 primitive `prim`.
   bool widen = false;
@@ -93,7 +100,6 @@ void WidenBf16(const void* src, int64_t n, std::vector<float>* out) {
 
 struct Engine {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{engine};
   std::mutex mu;
   std::map<Key, std::unique_ptr<Cached>> cache;
   std::vector<float> wide_a, wide_b;  // the widened operands of a `widen` primitive
@@ -131,7 +137,9 @@ absl::Status Run(GemmInput type, bool trans_a, bool trans_b, int64_t m, int64_t 
                 threads, ep.bf16_out};
   Cached* p;
   try {
-    std::lock_guard<std::mutex> lock(e.mu);
+    // The cache under the lock; the product itself outside it, on this thread's stream and
+    // scratchpad, so that two threads may run products at once (RunPair, core/parallel.h).
+    std::unique_lock<std::mutex> lock(e.mu);
     auto it = e.cache.find(key);
     if (it == e.cache.end()) {
       const dt in = type == GemmInput::kBf16 ? dt::bf16 : dt::f32;
@@ -145,11 +153,14 @@ absl::Status Run(GemmInput type, bool trans_a, bool trans_b, int64_t m, int64_t 
         entry->c = dnnl::memory::desc({m, n}, ep.bf16_out ? dt::bf16 : dt::f32,
                                       dnnl::memory::dims{ldc, 1});
         dnnl::primitive_attr attr;
+        // The caller's scratchpad (a per-thread buffer below), not oneDNN's shared one.
+        attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
         dnnl::post_ops ops;
         if (accumulate) ops.append_sum(1.0f);
         if (accumulate) attr.set_post_ops(ops);
         dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(entry->a, entry->b, entry->c), attr,
                                         e.engine);
+        entry->scratch = pd.scratchpad_desc();
         entry->prim = dnnl::matmul(pd);
         return entry;
       };
@@ -175,19 +186,27 @@ absl::Status Run(GemmInput type, bool trans_a, bool trans_b, int64_t m, int64_t 
     }
     p = it->second.get();
     if (p->widen) {
-      // Under the lock: the widened buffers are shared (calls come from one thread in practice).
+      // The widened buffers are shared: this path keeps the lock through the product.
       WidenBf16(a, Extent(trans_a, m, k, lda), &e.wide_a);
       WidenBf16(b, Extent(trans_b, k, n, ldb), &e.wide_b);
       a = e.wide_a.data();
       b = e.wide_b.data();
+    } else {
+      lock.unlock();
     }
+    thread_local dnnl::stream stream(e.engine);
+    thread_local std::vector<char> scratch;
+    if (scratch.size() < p->scratch.get_size()) scratch.resize(p->scratch.get_size());
     dnnl::memory am(p->a, e.engine, const_cast<void*>(a));
     dnnl::memory bm(p->b, e.engine, const_cast<void*>(b));
     dnnl::memory cm(p->c, e.engine, c);
-    std::unordered_map<int, dnnl::memory> args{
-        {DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
-    p->prim.execute(e.stream, args);
-    e.stream.wait();
+    dnnl::memory sm(p->scratch, e.engine, scratch.data());
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, am},
+                                               {DNNL_ARG_WEIGHTS, bm},
+                                               {DNNL_ARG_DST, cm},
+                                               {DNNL_ARG_SCRATCHPAD, sm}};
+    p->prim.execute(stream, args);
+    stream.wait();
   } catch (const dnnl::error& err) {
     return absl::InternalError(absl::StrCat("oneDNN matmul ", m, "x", n, "x", k, ": ", err.what()));
   }

@@ -4,10 +4,13 @@
 //   C[m, n] = op(A) op(B) (+ C when accumulate), op(A) [m, k], op(B) [k, n].
 // bf16 uses the CPU's AVX512_BF16 (and AMX where present) kernels; oneDNN picks them at run time.
 // Primitives are created once per (shape, strides, types, epilogue, threads) and cached
-// (thread-safe). A product runs on fewer threads than NumThreads() when it is too small to
-// gain from them (GemmThreads in dnnl_gemm.cc); oneDNN's kernels partition statically, so the
-// same thread count gives the same bits. Must not be called from inside a ParallelFor. Built only when oneDNN is found (TESSERA_HAVE_DNNL); otherwise
-// DnnlGemmAvailable() is false and DnnlGemm returns Unimplemented.
+// (thread-safe); each thread runs them on its own stream and scratchpad, so two threads may run
+// products at once (RunPair, core/parallel.h, each seeing one thread). A product runs on fewer
+// threads than NumThreads() when it is too small to gain from them (GemmThreads in
+// dnnl_gemm.cc); oneDNN's kernels partition statically, so the same thread count gives the same
+// bits. Must not be called from inside a ParallelFor (RunPair's jobs are fine). Built only when
+// oneDNN is found (TESSERA_HAVE_DNNL); otherwise DnnlGemmAvailable() is false and DnnlGemm
+// returns Unimplemented.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +46,10 @@ struct GemmEpilogue {
                                             int64_t n, int64_t k, const void* a, int64_t lda,
                                             const void* b, int64_t ldb, const GemmEpilogue& ep,
                                             void* c, int64_t ldc);
+
+// The fewest multiply-adds a product needs to be worth a thread of its own (GemmThreads' unit,
+// scaled to the pool's wait: core/parallel.h ScaledMinChunk).
+int64_t GemmMinMacsPerThread();
 
 // Rounds n floats to bf16 (round to nearest even; NaN stays NaN), with AVX512_BF16's
 // vcvtne2ps2bf16 when the CPU has it. Runs on the calling thread.
