@@ -35,5 +35,27 @@ TEST(ParallelTest, DynamicRunsEveryItemOnceAndNestedLoopsRunWhole) {
   ParallelForDynamic(0, [](int64_t, int) { FAIL() << "no items"; });
 }
 
+// RunPair: on a 2-thread pool the two jobs run at once, each seeing one thread, and the caller's
+// count is 2 again after; not worth it (or another count): one after the other with the pool as
+// it is.
+TEST(ParallelTest, RunPairRunsBothJobsOnOneThreadEach) {
+  ScopedNumThreads two(2);
+  int seen_a = 0, seen_b = 0;
+  RunPair(
+      true, [&] { seen_a = NumThreads(); }, [&] { seen_b = NumThreads(); });
+  EXPECT_EQ(seen_a, 1);
+  EXPECT_EQ(seen_b, 1);
+  EXPECT_EQ(NumThreads(), 2);
+  std::vector<int> order;
+  RunPair(
+      false, [&] { order.push_back(NumThreads()); }, [&] { order.push_back(10 + NumThreads()); });
+  EXPECT_EQ(order, (std::vector<int>{2, 12}));
+  ScopedNumThreads three(3);
+  order.clear();
+  RunPair(
+      true, [&] { order.push_back(NumThreads()); }, [&] { order.push_back(10 + NumThreads()); });
+  EXPECT_EQ(order, (std::vector<int>{3, 13}));
+}
+
 }  // namespace
 }  // namespace tessera

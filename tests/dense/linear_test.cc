@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/parallel.h"
+#include "dense/internal/dnnl_gemm.h"
 #include "dense/mlp.h"
 #include "gtest/gtest.h"
 #include "tests/dense/reference.h"
@@ -151,6 +152,40 @@ TEST(LinearTest, BiasGradAndMaskDoNotDependOnThreadCount) {
   SetNumThreads(saved);
   EXPECT_EQ(0, std::memcmp(db[0].data(), db[1].data(), out * sizeof(float)));
   EXPECT_EQ(0, std::memcmp(dz[0].data(), dz[1].data(), nb * out * sizeof(float)));
+}
+
+// On a 2-thread pool a layer's backward runs its weight- and input-gradient products at once,
+// each on one thread (RunPair): the gradients have the bits of the 1-thread backward, fp32 and
+// bf16 (whose input gradient between bf16 layers is stored as bf16 by the product).
+TEST(LinearTest, BackwardProductsAtOnceHaveTheBitsOfOneThread) {
+  const int64_t nb = 1024, in = 192, out = 160;  // 31M multiply-adds per product: a pair
+  const std::vector<float> x = ToFloat(RandomVec(nb * in, 31));
+  const std::vector<float> dy0 = ToFloat(RandomVec(nb * out, 32));
+  for (DenseDtype dtype : {DenseDtype::kFp32, DenseDtype::kBf16}) {
+    if (dtype == DenseDtype::kBf16 && !dense_internal::DnnlGemmAvailable()) continue;
+    std::vector<std::vector<float>> dw(2), dx(2);
+    const int saved = NumThreads();
+    for (int t = 1; t <= 2; ++t) {
+      Linear layer("l", in, out, Activation::kRelu, DeviceContext::Cpu(), dtype);
+      layer.Init(4);
+      SetNumThreads(1);  // the same forward for both
+      const float* y = nullptr;
+      ASSERT_TRUE(layer.Forward(x.data(), nb, &y).ok());
+      SetNumThreads(t);
+      std::vector<float> dy = dy0;
+      dx[t - 1].assign(nb * in, 0.0f);
+      ASSERT_TRUE(layer.Backward(dy.data(), dx[t - 1].data()).ok());
+      dw[t - 1].assign(layer.weight().grad.data<float>(),
+                       layer.weight().grad.data<float>() + out * in);
+    }
+    SetNumThreads(saved);
+    const char* name = dtype == DenseDtype::kFp32 ? "fp32" : "bf16";
+    EXPECT_EQ(0, std::memcmp(dw[0].data(), dw[1].data(), out * in * sizeof(float))) << name;
+    EXPECT_EQ(0, std::memcmp(dx[0].data(), dx[1].data(), nb * in * sizeof(float))) << name;
+    double norm = 0;
+    for (float v : dx[1]) norm += std::fabs(v);
+    EXPECT_GT(norm, 0.0) << name << ": the input gradient was written";
+  }
 }
 
 // ReLU keeps NaN visible (as torch.relu does; oneDNN's ReLU post-op would map it to 0 and hide a
