@@ -8,6 +8,8 @@
 // layer's input-gradient matmul stores it as bf16 (oneDNN's bf16 destination), and the lower
 // layer's mask pass reads 2 bytes per element and writes dz in place (perf: the mask pass was the
 // bf16 step's largest pass outside the matmuls, memory-bound at 12 bytes per element; now 6).
+// On a 2-thread pool the backward's weight- and input-gradient products run at once, one per
+// thread (PairWorth, RunPair in core/parallel.h), each with the bits of a 1-thread run.
 #include <algorithm>
 #include <cstdint>
 #include <vector>

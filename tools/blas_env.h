@@ -23,13 +23,15 @@ extern "C" char* openblas_get_corename(void);
 namespace tessera {
 
 // Call first thing in main(). Returns only when no re-exec was needed (or it failed).
-inline void MaybeReexecForBlasKernels(char** argv) {
+// assume_idle: choose the OpenMP wait as if the cores were idle (tools/omp_wait.h ChooseOmpWait;
+// tessera-plan, whose profile must not carry the load of the minute it was made in).
+inline void MaybeReexecForBlasKernels(char** argv, bool assume_idle = false) {
   // Parallel regions sized for how this process's pool waits (core/parallel.h): libgomp read
   // its wait policy when it loaded, from the environment as it is now.
   SetParallelForkCheap(OmpPoolSpins());
   if (std::getenv("TESSERA_BLAS_REEXEC") != nullptr) return;  // already tried once
   bool reexec = false;
-  if (ChooseOmpWait(argv)) reexec = true;
+  if (ChooseOmpWait(argv, assume_idle)) reexec = true;
   const char* core = openblas_get_corename();
   if (std::getenv("OPENBLAS_CORETYPE") == nullptr && core != nullptr &&
       std::strcmp(core, "Prescott") == 0) {

@@ -10,7 +10,7 @@
 //   or the other process needs: on 2 loaded cores `small` at 2 threads ran 1.5x-7x slower with
 //   libgomp's default than with PASSIVE (docs/PERFORMANCE_HISTORY.md "Two threads: libgomp's
 //   spin-wait"), and with one core kept 50% busy by bench/busy_core.sh a bounded spin still ran
-//   1.3-1.6x slower than PASSIVE at 2 threads (docs/PERFORMANCE.md, issue 27's AMX section).
+//   1.3-1.6x slower than PASSIVE at 2 threads (docs/PERFORMANCE.md "CPU speed on an AMX machine").
 // - When the job's threads own idle cores, the wake-ups are the cost: on 2 quiet cores of an
 //   Intel Xeon (AMX) a bounded spin ran skewed at 2 threads 1.15-1.25x and small bf16 1.2-1.35x
 //   faster than PASSIVE (same section).
@@ -123,19 +123,23 @@ inline OmpWaitDecision DecideOmpWait(int local, int threads, int usable, double 
 
 // Sets OMP_WAIT_POLICY or GOMP_SPINCOUNT as the comment above says, and TESSERA_OMP_WAIT to a
 // line saying what was chosen and why (OmpWaitChoice). Returns false when the user set either
-// variable (nothing changed).
-inline bool ChooseOmpWait(char** argv) {
+// variable (nothing changed). assume_idle: decide as if no other process used the cores, without
+// sampling (tessera-plan: a profile prices the machine as a job that owns its cores sees it, not
+// the load of the minute it was made in).
+inline bool ChooseOmpWait(char** argv, bool assume_idle = false) {
   if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) {
     return false;
   }
   const int threads = PlannedThreadsPerRank(argv);
   const int local = LauncherLocalSize();
   const int usable = AvailableCpus();
-  int cpus = 0;
-  const double other = threads > 1 && local * threads <= usable
-                           ? OtherBusyCores(kOmpSampleMs, &cpus)
-                           : -1;
-  const OmpWaitDecision d = DecideOmpWait(local, threads, usable, other, cpus);
+  int cpus = usable;
+  double other = 0;
+  if (!assume_idle) {
+    other = threads > 1 && local * threads <= usable ? OtherBusyCores(kOmpSampleMs, &cpus) : -1;
+  }
+  OmpWaitDecision d = DecideOmpWait(local, threads, usable, other, cpus);
+  if (assume_idle) d.why += ", assumed idle: a profile prices cores the job owns";
   if (d.spin) {
     setenv("GOMP_SPINCOUNT", std::to_string(kOmpSpinCount).c_str(), 1);
     setenv("TESSERA_OMP_WAIT", absl::StrFormat("spin %ld (%s)", kOmpSpinCount, d.why).c_str(), 1);

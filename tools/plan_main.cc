@@ -275,8 +275,10 @@ int Run(int argc, char** argv) {
 int main(int argc, char** argv) {
   // calibrate times GEMMs and OpenMP loops: they must run with the kernels and the wait policy
   // tessera-train and tessera-bench get (tools/blas_env.h), or the profile prices another
-  // machine.
-  tessera::MaybeReexecForBlasKernels(argv);
+  // machine. The wait is chosen as for a job that owns its cores (what tessera-train picks on
+  // idle cores), whatever else runs while calibrate does: the profile must not carry the load of
+  // the minute it was made in.
+  tessera::MaybeReexecForBlasKernels(argv, /*assume_idle=*/true);
   if (argc >= 2 && std::string(argv[1]) == "calibrate") {
     return tessera::RunPlanCalibrate(argc - 1, argv + 1);
   }

@@ -4,6 +4,7 @@
 #include "tools/omp_wait.h"
 
 #include <cstdlib>
+#include <string>
 
 #include "core/parallel.h"
 #include "gtest/gtest.h"
@@ -56,6 +57,28 @@ TEST(OmpWaitTest, PoolSpinsAsLibgompReadsIt) {
   EXPECT_FALSE(OmpPoolSpins());
   unsetenv("GOMP_SPINCOUNT");
   unsetenv("OMP_WAIT_POLICY");
+}
+
+// tessera-plan decides as if the cores were idle (no sampling); the user's setting is kept.
+TEST(OmpWaitTest, AssumedIdleSpinsWhereTheThreadsFitAndKeepsTheUsersSetting) {
+  for (const char* v : {"GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "TESSERA_OMP_WAIT",
+                        "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_TASKS_PER_NODE"}) {
+    unsetenv(v);
+  }
+  char a0[] = "tessera-plan", a1[] = "--threads", a2[] = "2";
+  char* argv[] = {a0, a1, a2, nullptr};
+  ASSERT_TRUE(ChooseOmpWait(argv, /*assume_idle=*/true));
+  const std::string choice = OmpWaitChoice();
+  if (AvailableCpus() >= 2) {
+    EXPECT_NE(std::getenv("GOMP_SPINCOUNT"), nullptr) << choice;
+    EXPECT_EQ(choice.rfind("spin 100000 (1 rank(s) x 2 threads", 0), 0u) << choice;
+    EXPECT_NE(choice.find("assumed idle"), std::string::npos) << choice;
+  } else {
+    EXPECT_NE(std::getenv("OMP_WAIT_POLICY"), nullptr) << choice;
+  }
+  // Set now: a second call changes nothing.
+  EXPECT_FALSE(ChooseOmpWait(argv, true));
+  for (const char* v : {"GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "TESSERA_OMP_WAIT"}) unsetenv(v);
 }
 
 TEST(OmpWaitTest, ThresholdsShrinkWhileThePoolSpins) {
