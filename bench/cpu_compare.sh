@@ -55,7 +55,10 @@ torch_env=(LD_LIBRARY_PATH="$openmp_blas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
 # "spin ..." on idle cores, then the anchors keep libgomp's default spin; else PASSIVE).
 anchor_wait=(OMP_WAIT_POLICY=PASSIVE)
 set_anchor_wait() {
-  case "$(printf '%s' "$1" | "$py" -c 'import json,sys; print(json.loads(sys.stdin.read()).get("omp_wait",""))' 2>/dev/null)" in
+  local wait
+  wait=$(printf '%s' "$1" |
+    "$py" -c 'import json,sys; print(json.loads(sys.stdin.read()).get("omp_wait",""))' 2>/dev/null)
+  case "$wait" in
     spin*) anchor_wait=(TESSERA_ANCHOR_WAIT=libgomp-default) ;;
     *) anchor_wait=(OMP_WAIT_POLICY=PASSIVE) ;;
   esac
