@@ -5,11 +5,10 @@
 //   DnnlF32    oneDNN fp32 matmul
 //   DnnlBf16   oneDNN matmul, bf16 inputs already converted, fp32 accumulation and output
 //   DnnlBf16Convert  the same plus rounding x, W and dz to bf16 each step (what a bf16 layer pays)
-// Counters: GFLOP/s (2 x multiply-adds), ms/step. Threads from OMP_NUM_THREADS (and
-// GOMP_SPINCOUNT=100000 for the thresholds of a spinning pool, as tessera-bench on idle cores);
-// compare 1 and 2
-// threads side by side in one session (the machines are shared and noisy). The bare Sgemm rate
-// is the ceiling bench/cpu_compare.sh holds tessera-bench's whole step against.
+// Counters: GFLOP/s (2 x multiply-adds), ms/step. Threads from OMP_NUM_THREADS (the thresholds
+// of GemmThreads from the pool's wait, see main); compare 1 and 2 threads side by side in one
+// session (the machines are shared and noisy). The bare Sgemm rate is the ceiling
+// bench/cpu_compare.sh holds tessera-bench's whole step against.
 //   OMP_NUM_THREADS=1 build/bin/dense_gemm_bench --benchmark_min_time=1
 #include <benchmark/benchmark.h>
 
@@ -165,9 +164,9 @@ BENCHMARK_CAPTURE(BM_StepGemms, DnnlBf16Convert, kDnnlBf16Convert)
 }  // namespace
 }  // namespace tessera
 
-// The products' thread counts (dnnl_gemm.cc GemmThreads) follow the pool's wait as in the
-// binaries: with GOMP_SPINCOUNT set (what tessera-bench picks on idle cores) the spinning
-// thresholds, else the sleeping ones.
+// The products' thread counts (dnnl_gemm.cc GemmThreads) follow the pool's wait as libgomp read
+// it (OmpPoolSpins): OMP_WAIT_POLICY=PASSIVE gives the sleeping thresholds, a positive
+// GOMP_SPINCOUNT or nothing set (libgomp's default spins) the spinning ones.
 int main(int argc, char** argv) {
   tessera::SetParallelForkCheap(tessera::OmpPoolSpins());
   benchmark::Initialize(&argc, argv);

@@ -14,11 +14,12 @@ namespace tessera {
 // threads"). What a fork and join costs depends on how the pool's threads wait between regions
 // (tools/omp_wait.h chooses it per run):
 // - asleep (OMP_WAIT_POLICY=PASSIVE, where other work shares the cores): a futex wake and, in a
-//   VM, an inter-processor interrupt: 20-60 us on 2 loaded Zen 4 cores, ~60 us on 2 quiet Xeon
-//   cores (an empty 2-thread region; docs/PERFORMANCE.md "CPU speed on an AMX machine"), so a
-//   thread's share must be worth ~100 us: kParallelMinBytes of traffic for streaming passes
-//   (~10 GB/s on one core), kParallelMinMacs for compute-bound loops. The default.
-// - spinning (GOMP_SPINCOUNT, where the job owns idle cores): ~1-2 us, so the thresholds are
+//   VM, an inter-processor interrupt: 20-60 us on 2 loaded Zen 4 cores, 50-115 us on 2 quiet
+//   Xeon cores (bench/core_fork_join_bench.cc; docs/PERFORMANCE.md "CPU speed on an AMX
+//   machine"), so a thread's share must be worth ~100 us: kParallelMinBytes of traffic for
+//   streaming passes (~10 GB/s on one core), kParallelMinMacs for compute-bound loops. The
+//   default.
+// - spinning (GOMP_SPINCOUNT, where the job owns idle cores): 1-6 us, so the thresholds are
 //   kSpinGrainDivisor times smaller (SetParallelForkCheap(true), which the binaries call).
 // A region's partition never changes the bits (results do not depend on the thread count), so
 // neither does the grain.

@@ -14,13 +14,14 @@
 // - When the job's threads own idle cores, the wake-ups are the cost: on 2 quiet cores of an
 //   Intel Xeon (AMX) a bounded spin ran skewed at 2 threads 1.15-1.25x and small bf16 1.2-1.35x
 //   faster than PASSIVE (same section).
-// So the binaries measure the machine first: other processes' busy cores over kSampleMs of
+// So the binaries measure the machine first: other processes' busy cores over kOmpSampleMs of
 // /proc/stat (this process sleeps meanwhile, so it is not counted; steal time counts as busy),
 // and the job's threads on this node (launcher ranks x threads per rank, from --threads,
-// OMP_NUM_THREADS or the default share). They spin for kSpinCount iterations (then sleep) when
-// those threads fit on the CPUs this process may use and on the cores the others leave idle;
-// otherwise PASSIVE. A process with one thread has no pool to wait and stays PASSIVE. Users who
-// set OMP_WAIT_POLICY or GOMP_SPINCOUNT keep theirs.
+// OMP_NUM_THREADS or the default share; a config's `threads` key is not read this early). They
+// spin for kOmpSpinCount iterations (then sleep) when those threads fit on the CPUs this process
+// may use and on the cores the others leave idle; otherwise PASSIVE. A process with one thread
+// has no pool to wait and stays PASSIVE. Users who set OMP_WAIT_POLICY or GOMP_SPINCOUNT keep
+// theirs.
 #pragma once
 
 #include <strings.h>
@@ -39,9 +40,10 @@ namespace tessera {
 
 inline constexpr int kOmpSampleMs = 50;
 // Iterations of libgomp's spin before it sleeps (GOMP_SPINCOUNT). On the quiet Xeon an empty
-// 2-thread region after a serial gap cost 1-2 us while the spin lasted, ~60 us once the thread
-// slept; 30,000 iterations lasted past a 200 us gap but not a 1 ms one, 100,000 past 1 ms but not
-// 3 ms. A step's serial stretches (a hot table's sort, a small layer) reach ~1 ms.
+// 2-thread region after a serial gap cost 1-6 us while the spin lasted, 50-115 us once the
+// thread slept (bench/core_fork_join_bench.cc); 30,000 iterations lasted past a 200 us gap but
+// not a 1 ms one, 100,000 mostly past 1 ms but not 3 ms. A step's serial stretches (a hot
+// table's sort, a small layer) reach ~1 ms.
 inline constexpr long kOmpSpinCount = 100000;
 
 // The machine's busy and total CPU time from /proc/stat's first line (user, nice, system, idle,
