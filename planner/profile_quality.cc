@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -234,6 +236,29 @@ std::vector<KeyQuality> ImplausibleKeys(const MachineProfile& p) {
     }
   }
   return out;
+}
+
+int64_t EffectiveLlcBytes(const std::vector<int64_t>& bytes, const std::vector<double>& s_per_id,
+                          int64_t reported) {
+  // The measured points (a time of 0 or less: none).
+  std::vector<std::pair<double, double>> pts;
+  for (size_t i = 0; i < bytes.size() && i < s_per_id.size(); ++i) {
+    if (s_per_id[i] > 0 && bytes[i] > 0) pts.emplace_back(static_cast<double>(bytes[i]), s_per_id[i]);
+  }
+  int64_t llc = reported;
+  if (pts.size() >= 2 && pts.back().second >= kMinCacheRise * pts.front().second) {
+    const double half = 0.5 * (pts.front().second + pts.back().second);
+    for (size_t i = 0; i + 1 < pts.size(); ++i) {
+      const auto [b0, t0] = pts[i];
+      const auto [b1, t1] = pts[i + 1];
+      if (t1 < half) continue;
+      // Rises past the half way between points i and i + 1 (t0 < half <= t1).
+      const double f = t1 > t0 ? std::clamp((half - t0) / (t1 - t0), 0.0, 1.0) : 0.0;
+      llc = static_cast<int64_t>(std::exp(std::log(b0) + f * (std::log(b1) - std::log(b0))));
+      break;
+    }
+  }
+  return reported > 0 ? std::min(llc, reported) : llc;
 }
 
 }  // namespace tessera::planner

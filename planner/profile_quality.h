@@ -90,4 +90,17 @@ inline double BeyondLlcFallback(const CollectivePoint& c, double copy_bytes_per_
   return std::max(bound, std::min(c.bytes_per_s, copy_bytes_per_s / 8));
 }
 
+// The last-level cache a table gets, read from a gather-time curve: `bytes` the table sizes
+// (increasing, each twice the one before), `s_per_id` a uniform gather's seconds per id over a
+// table of that size that nothing evicts. The cache is where the time per id has risen half way
+// from the smallest table's to the largest's (on a log scale of sizes between two points): a
+// sharp step puts it at the step, a gradual rise (a VM's share of a large, sliced L3) where a
+// table pays half of what leaving the cache costs. A curve whose last point is under
+// kMinCacheRise x its first shows no cache edge: `reported` (sysfs). Never above `reported`. A
+// 2-core Xeon VM that reports 480 MiB: 6 ns per id at 4 MiB, 15 at 64, 21 at 128, 33 at 512
+// (tools/plan_calibrate_device.cc MeasureLlcCurve), so about 100 MiB.
+inline constexpr double kMinCacheRise = 1.5;
+int64_t EffectiveLlcBytes(const std::vector<int64_t>& bytes, const std::vector<double>& s_per_id,
+                          int64_t reported);
+
 }  // namespace tessera::planner

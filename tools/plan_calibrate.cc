@@ -224,8 +224,9 @@ double LoadAverage() {
 
 }  // namespace
 
-absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
+absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& opts,
                                                   const std::string& command) {
+  CalibrateOptions o = opts;
   std::error_code ec;
   std::filesystem::create_directories(o.scratch_dir, ec);
   if (ec) {
@@ -256,6 +257,16 @@ absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& o,
   // buffers, as the first training step does.
   TESSERA_ASSIGN_OR_RETURN(const int64_t base_bytes, BaseResidentBytes());
 
+  // The LLC, measured once for every run (unless --llc_mib gives it): what sysfs reports may be
+  // the host's.
+  if (o.llc_bytes <= 0) {
+    std::string curve;
+    TESSERA_ASSIGN_OR_RETURN(o.llc_bytes,
+                             calibrate_internal::MeasureEffectiveLlc(o, HostMemoryBytes(), &curve));
+    Progress(o, absl::StrFormat("cpu last-level cache: a uniform gather's ns per id by table size "
+                                "%s: %.0f MiB (sysfs: %.0f MiB)",
+                                curve, o.llc_bytes / 1048576.0, o.fingerprint.l3_bytes / 1048576.0));
+  }
   // Every part's runs as partial profiles (devices only, one world size's collectives only, the
   // tier only): MedianOfRuns takes the median per key over a part's runs.
   std::map<std::string, std::vector<planner::MachineProfile>> part_runs;

@@ -102,6 +102,12 @@ absl::StatusOr<planner::DeviceProfile> MeasureDevice(const CalibrateOptions& o,
                                                      const DeviceContext& ctx,
                                                      const std::string& name, int64_t memory_bytes);
 
+// The LLC a table gets on this CPU (bytes): where a uniform gather's time per id steps up as
+// the table grows past it, at most what sysfs reports (a VM may report its host's L3;
+// plan_calibrate_device.cc). `curve` gets the measured points for the progress line.
+absl::StatusOr<int64_t> MeasureEffectiveLlc(const CalibrateOptions& o, int64_t memory_bytes,
+                                            std::string* curve);
+
 // Before each timed call: a pass over o.evict_bytes of scratch, untimed, so the table's rows are
 // not left in the caches by the previous call. In training the dense layers run between two
 // lookups of a table (and between its lookup and its update) and evict them; back-to-back calls

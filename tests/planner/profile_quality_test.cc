@@ -4,6 +4,8 @@
 // and the estimator's bound on wait_per_compute where the node's ranks own their cores.
 #include "planner/profile_quality.h"
 
+#include <cmath>
+
 #include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -231,6 +233,32 @@ TEST(ProfileQualityTest, WaitIsBoundedWhereRanksOwnTheirCores) {
   ASSERT_TRUE(shared.ok()) << shared.status();
   EXPECT_EQ(shared->cores_share(), 2);
   EXPECT_NEAR(shared->Evaluate(p).step.s[kLookup], 2 * lookup, 1e-12);
+}
+
+TEST(ProfileQualityTest, EffectiveLlcIsWhereTheGatherHasRisenHalfWay) {
+  const int64_t mib = int64_t{1} << 20;
+  std::vector<int64_t> sizes;
+  for (int64_t b = 4 * mib; b <= 512 * mib; b *= 2) sizes.push_back(b);
+  // The curve a 2-core Xeon VM that reports 480 MiB gave (ns per id, 4 .. 512 MiB): half way
+  // from 6.3 to 34.3 is 20.3, reached 0.89 of the way (log scale) from 64 to 128 MiB.
+  const std::vector<double> vm = {6.3, 8.3, 9.7, 12.2, 15.4, 20.9, 28.5, 34.3};
+  const int64_t got = EffectiveLlcBytes(sizes, vm, 480 * mib);
+  EXPECT_NEAR(static_cast<double>(got) / mib, 64 * std::pow(2.0, (20.3 - 15.4) / (20.9 - 15.4)),
+              0.5);
+  // A sharp step from 32 to 64 MiB: half way up it, on the log scale.
+  const std::vector<double> step = {5, 5, 5, 5, 30, 30, 30, 30};
+  EXPECT_NEAR(static_cast<double>(EffectiveLlcBytes(sizes, step, 480 * mib)) / mib,
+              32 * std::sqrt(2.0), 0.5);
+  // Never above what sysfs reports.
+  EXPECT_EQ(EffectiveLlcBytes(sizes, vm, 32 * mib), 32 * mib);
+  // A curve that does not rise kMinCacheRise x (no cache edge in the sizes tried): the reported.
+  const std::vector<double> flat = {10, 11, 12, 12, 13, 13, 14, 14};
+  EXPECT_EQ(EffectiveLlcBytes(sizes, flat, 64 * mib), 64 * mib);
+  // Unmeasured points (0) are skipped.
+  std::vector<double> holes = step;
+  holes[4] = 0;
+  EXPECT_NEAR(static_cast<double>(EffectiveLlcBytes(sizes, holes, 480 * mib)) / mib,
+              32 * std::pow(2.0, 1.0), 0.5);
 }
 
 }  // namespace
