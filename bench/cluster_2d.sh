@@ -24,6 +24,7 @@ build=${1:-build}
 rates=${RATES:-"100mbit 1gbit"}; configs=${CONFIGS:-"kaggle skewed mlperf_mini"}
 steps=${STEPS:-8}; warmup=${WARMUP:-2}; rounds=${ROUNDS:-1}
 out=${OUT:-runs/cluster_2d}
+case "$out" in /*) ;; *) out="$PWD/$out" ;; esac  # the profile path is handed to other dirs
 export TESSERA_CLUSTER_PREFIX=${TESSERA_CLUSTER_PREFIX:-tsr-b} TESSERA_CLUSTER_NET=${TESSERA_CLUSTER_NET:-4}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$out"
@@ -37,7 +38,7 @@ plans=("4 replicas_adjacent exact 1" "2 replicas_adjacent exact 1" "2 groups_con
        "2 replicas_adjacent average 8" "2 groups_contiguous average 8")
 for rate in $rates; do
   bash scripts/cluster.sh link "$rate"
-  profile="$PWD/$out/profile-$rate.yaml"
+  profile="$out/profile-$rate.yaml"
   cfg_list=$(for c in $configs; do printf 'configs/bench/%s.yaml,' "$c"; done)
   if [ "${REUSE_PROFILES:-0}" = 1 ] && [ -f "$profile" ]; then
     echo "== reusing $profile" >&2

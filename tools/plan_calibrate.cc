@@ -87,6 +87,9 @@ constexpr char kUsage[] =
     "--hosts H --cross_host_mpirun CMD: also each world size's collectives across H hosts\n"
     "(CMD -np W --map-by ppr:W/H:node ...; profile same_node: false; docs/CLUSTER.md); a W\n"
     "below the largest cross-host one as that world's groups of W calling at once (groups).\n"
+    "--llc_mib N: the LLC a table gets, instead of measuring it (a uniform gather's time per id\n"
+    "over tables of 4 MiB up to twice sysfs's L3: where it has risen half way; a VM's sysfs may\n"
+    "report its host's L3).\n"
     "--cache: write this machine's profile where `sharding.profile: auto` finds it\n"
     "($XDG_CACHE_HOME/tessera or ~/.cache/tessera, by the machine's fingerprint).\n";
 
