@@ -348,10 +348,15 @@ double Estimator::LookupSeconds(const TableStats& s, int64_t row_bytes, double b
 }
 
 double Estimator::UpdateRowsSeconds(int64_t row_bytes, double hot, double rows,
-                                    double bytes_per_row) const {
+                                    double bytes_per_row, bool in_llc) const {
   const double cached = rows / ScatterUpdateRowsPerSec(*dev_, row_bytes, hot);
   const double warm_rate = ScatterUpdateWarmRowsPerSec(*dev_, row_bytes);
-  if (warm_rate <= 0 || rows <= 0 || warm_room_bytes_ <= 0) return cached;
+  // Only a table that stays in the LLC still has the forward's rows there at its update: the
+  // others' rows are evicted by the dense forward and backward in between (on the AMX Xeon VM,
+  // 2026-12-07, small.yaml's update measured 1.21-1.43 ms against 0.60 priced warm and 1.10
+  // priced evicted; kaggle.yaml's 1.93-2.40 against 0.99 and 1.47; skewed.yaml's, whose hot
+  // table stays in the LLC, 1.97-2.38 against 2.13 and, all evicted, 4.06).
+  if (!in_llc || warm_rate <= 0 || rows <= 0 || warm_room_bytes_ <= 0) return cached;
   // The share of the rows (weights + state) the LLC still holds from the forward's gather.
   const double w = std::clamp(warm_room_bytes_ / (rows * bytes_per_row), 0.0, 1.0);
   return w * rows / warm_rate + (1 - w) * cached;
@@ -391,7 +396,7 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
     // Every rank aggregates its ids, then updates the rows the world touched.
     u[kUpdateS] = s.ids_local * ScatterIdSeconds(*dev_, full_row_bytes) +
                   UpdateRowsSeconds(full_row_bytes, s.hot, s.distinct_global,
-                                    full_row_bytes + StateFloats(st, c.dim) * 4);
+                                    full_row_bytes + StateFloats(st, c.dim) * 4, s.in_llc);
     const double weights = c.num_rows * row_bytes;
     const double state = c.num_rows * StateFloats(st, c.dim) * 4;
     const double grad = c.num_rows * (c.dim + 1) * 4.0;
@@ -464,7 +469,8 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
       const double id_s = ScatterIdSeconds(*dev_, row_bytes);
       d[kLookupS] = LookupSeconds(s, row_bytes, n * bags, owner_ids);
       d[kUpdateS] = owner_ids * id_s +
-                    UpdateRowsSeconds(row_bytes, s.hot, updated_rows, row_bytes + state_floats * 4);
+                    UpdateRowsSeconds(row_bytes, s.hot, updated_rows, row_bytes + state_floats * 4,
+                                      s.in_llc);
       // A dynamic table: every id the owner resolves is first a key -> slot probe.
       if (c.dynamic.enabled) d[kLookupS] += owner_ids * KeyProbeSeconds(*dev_);
       if (column_split_adagrad && dev_->search_step_s > 0) {

@@ -257,10 +257,12 @@ class Estimator {
   double LookupSeconds(const TableStats& s, int64_t row_bytes, double bags, double ids) const;
   double A2aSeconds(double bytes, bool intra) const;
   double PackSeconds(double bytes) const;
-  // The update of `rows` distinct rows of `row_bytes` (+ state: `bytes_per_row` in all): the
-  // share the LLC still holds from the forward (warm_room_bytes_ over their bytes) at the
-  // profile's warm rate, the rest at the (hot/cold blended) update rate.
-  double UpdateRowsSeconds(int64_t row_bytes, double hot, double rows, double bytes_per_row) const;
+  // The update of `rows` distinct rows of `row_bytes` (+ state: `bytes_per_row` in all): for a
+  // table that stays in the LLC (`in_llc`), the share the LLC still holds from the forward
+  // (warm_room_bytes_ over their bytes) at the profile's warm rate; the rest, and every row of
+  // a table that does not stay, at the (hot/cold blended) update rate.
+  double UpdateRowsSeconds(int64_t row_bytes, double hot, double rows, double bytes_per_row,
+                           bool in_llc) const;
   // Host bytes of a tiered shard's RocksDB (memtable + block cache) as the run allocates them.
   // `in_memtable`: the rows written stay within one write buffer (never flushed).
   double TierDbMemoryBytes(const PlanTable& tab, double frac, double rows, double value_bytes,

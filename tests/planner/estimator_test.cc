@@ -446,42 +446,73 @@ TEST(EstimatorTest, HiddenTierReadsCountOnTheCpuClock) {
 }
 
 TEST(EstimatorTest, UpdateFindsTheForwardsRowsInTheLlc) {
-  // One table of 100k x 16 (SGD), T = 1, B = 1000, no dense model: its ~u distinct rows x 64
-  // bytes fit in the 1 MiB LLC, which nothing else uses between the lookup and the update, so
-  // they update at the warm rate (4e6 rows/s) instead of 1e6.
+  // One table of 10k x 16 (SGD; 640 KB, within the 1 MiB LLC: it stays there), T = 1, B = 1000,
+  // no dense model: its ~u distinct rows x 64 bytes are still in the LLC at the update, so they
+  // update at the warm rate (4e6 rows/s) instead of 1e6.
   MachineProfile prof = FlatProfile();
   for (RowRatePoint& r : prof.devices[0].scatter_update) r.warm_rows_per_s = 4e6;
-  PlanInputs in = SmallInputs({100000}, 16, 1, 1000);
+  PlanInputs in = SmallInputs({10000}, 16, 1, 1000);
   in.step.row_state_fixed = 0;
-  const double u = ExpectedDistinct(1000, 100000, 1.05);
+  const double u = ExpectedDistinct(1000, 10000, 1.05);
   absl::StatusOr<Estimator> est = Estimator::Create(in, prof, 1);
   ASSERT_TRUE(est.ok());
   TablePlacement p = TableWise(0, in.tables[0].config);
   EXPECT_NEAR(est->Evaluate({p}).step.s[kEmbeddingUpdate], u / 4e6, 1e-12);
-  // An LLC of the activations (the [B, 17] interaction and [B, 16] embedding outputs and their
-  // gradients) + 0.5 x the rows' bytes: half of the rows warm.
-  const double act = est->FixedMemory().activations;
-  ASSERT_GT(act, 0);
+  // A table that does not stay in the LLC (100k x 16, 6.4 MB): the dense work between its
+  // lookup and its update evicts the forward's rows, so every row at the evicted rate.
+  {
+    PlanInputs big = SmallInputs({100000}, 16, 1, 1000);
+    big.step.row_state_fixed = 0;
+    const double ub = ExpectedDistinct(1000, 100000, 1.05);
+    absl::StatusOr<Estimator> eb = Estimator::Create(big, prof, 1);
+    ASSERT_TRUE(eb.ok());
+    EXPECT_NEAR(eb->Evaluate({TableWise(0, big.tables[0].config)}).step.s[kEmbeddingUpdate],
+                ub / 1e6, 1e-12);
+  }
+  // A bottom layer of 256 (2 MB of activations and gradients) and an LLC of what the dense work
+  // keeps there + 0.5 x the rows' bytes (the table still within it): half of the rows warm.
+  in.dense.bottom_mlp = {256};
+  absl::StatusOr<Estimator> sized = Estimator::Create(in, prof, 1);
+  ASSERT_TRUE(sized.ok());
+  // What the dense work keeps in the LLC: the activations (and gradients) and the dense weights
+  // and their gradients (8 bytes per parameter; FixedMemory's dense is 4 x (3 + state floats)).
+  const double act = sized->FixedMemory().activations +
+                     8 * sized->FixedMemory().dense / (4.0 * (3 + in.dense.optimizer_state_floats));
+  ASSERT_GT(act, 10000 * 64);
   prof.devices[0].llc_bytes = static_cast<int64_t>(act + 0.5 * u * 64);
   absl::StatusOr<Estimator> half = Estimator::Create(in, prof, 1);
   ASSERT_TRUE(half.ok());
   const double w = (static_cast<double>(prof.devices[0].llc_bytes) - act) / (u * 64);
-  EXPECT_NEAR(half->Evaluate({p}).step.s[kEmbeddingUpdate], w * u / 4e6 + (1 - w) * u / 1e6, 1e-12);
+  EXPECT_NEAR(w, 0.5, 1e-4);
+  // Against the same model without warm rates (the dense layer's own update work cancels).
+  auto evicted = [](MachineProfile q, const PlanInputs& i, int t) {
+    for (RowRatePoint& r : q.devices[0].scatter_update) r.warm_rows_per_s = 0;
+    absl::StatusOr<Estimator> e = Estimator::Create(i, q, t);
+    EXPECT_TRUE(e.ok());
+    return e.ok() ? e->Evaluate({TableWise(0, i.tables[0].config)}).step.s[kEmbeddingUpdate] : 0;
+  };
+  EXPECT_NEAR(half->Evaluate({p}).step.s[kEmbeddingUpdate] - evicted(prof, in, 1),
+              w * u / 4e6 - w * u / 1e6, 1e-12);
   // Two ranks on the node share the LLC: at T = 2 the owner's rows (the group's 2000 samples')
   // get half of it.
   {
-    PlanInputs in2 = SmallInputs({100000}, 16, 2, 1000);
+    PlanInputs in2 = SmallInputs({10000}, 16, 2, 1000);
     in2.step.row_state_fixed = 0;
-    const double u2 = ExpectedDistinct(2000, 100000, 1.05);
+    in2.dense.bottom_mlp = {256};
+    const double u2 = ExpectedDistinct(2000, 10000, 1.05);
     MachineProfile p2 = prof;
     p2.devices[0].llc_bytes = static_cast<int64_t>(2 * (act + 0.5 * u2 * 64));
     absl::StatusOr<Estimator> two = Estimator::Create(in2, p2, 2);
     ASSERT_TRUE(two.ok());
     const double w2 = (p2.devices[0].llc_bytes / 2.0 - act) / (u2 * 64);
-    EXPECT_NEAR(two->Evaluate({TableWise(0, in2.tables[0].config)}).step.s[kEmbeddingUpdate],
-                w2 * u2 / 4e6 + (1 - w2) * u2 / 1e6, 1e-12);
+    EXPECT_GT(w2, 0.4);
+    EXPECT_LT(w2, 0.6);
+    EXPECT_NEAR(two->Evaluate({TableWise(0, in2.tables[0].config)}).step.s[kEmbeddingUpdate] -
+                    evicted(p2, in2, 2),
+                w2 * u2 / 4e6 - w2 * u2 / 1e6, 1e-12);
   }
   // Dense activations that fill the LLC: every row at the evicted rate.
+  prof.devices[0].llc_bytes = 1 << 20;
   in.dense.bottom_mlp = {1024};
   absl::StatusOr<Estimator> busy = Estimator::Create(in, prof, 1);
   ASSERT_TRUE(busy.ok());
@@ -489,7 +520,6 @@ TEST(EstimatorTest, UpdateFindsTheForwardsRowsInTheLlc) {
   EXPECT_NEAR(busy->Evaluate({p}).step.s[kEmbeddingUpdate], u / 1e6, 1e-12);
   // A profile without warm rates: the evicted rate.
   for (RowRatePoint& r : prof.devices[0].scatter_update) r.warm_rows_per_s = 0;
-  prof.devices[0].llc_bytes = 1 << 20;
   in.dense.bottom_mlp = {};
   absl::StatusOr<Estimator> none = Estimator::Create(in, prof, 1);
   ASSERT_TRUE(none.ok());
