@@ -243,16 +243,20 @@ absl::Status MeasureGemm(const CalibrateOptions& o, const DeviceContext& ctx,
 
 // Cross layers timed whole, one CrossNetwork layer at each shape: its forward (the GEMM and the
 // combine pass x0 * inner + x) and backward (the column pass, dW, dx), rates over the layer's
-// GEMM flops (planner::CrossLayerFlops). Without a DCNv2 config among those calibrated for, two
-// default shapes: a full-rank layer of the 26 Kaggle features at dim 16 (dim 432) and a low-rank
-// one of the MLPerf DCNv2 reference (dim 3456 = 27 x 128, rank 512), both at batch 2048; the
-// planner prices other shapes at the nearest point's rate.
+// GEMM flops (planner::CrossLayerFlops). Where the configs calibrated for have no full-rank
+// (low-rank) cross layer, a default one: a full-rank layer of the 26 Kaggle features at dim 16
+// (dim 432), a low-rank one of the MLPerf DCNv2 reference (dim 3456 = 27 x 128, rank 512), both
+// at batch 2048; the planner prices other shapes at the nearest point of their kind.
 absl::Status MeasureCross(const CalibrateOptions& o, const DeviceContext& ctx,
                           std::set<Shape> crosses, planner::DeviceProfile* d) {
   // CrossNetwork runs on the CPU only (dense/cross_network.h): a GPU profile keeps the Linear
   // pricing of its cross layers.
   if (ctx.is_cuda()) return absl::OkStatus();
-  if (crosses.empty()) crosses = {{2048, 432, 0}, {2048, 3456, 512}};
+  // A full-rank and a low-rank point always (the defaults where the configs have none of a kind).
+  bool full = false, low = false;
+  for (const auto& [b, dim, rank] : crosses) (rank > 0 ? low : full) = true;
+  if (!full) crosses.insert({2048, 432, 0});
+  if (!low) crosses.insert({2048, 3456, 512});
   for (const auto& [b, dim, rank] : crosses) {
     TESSERA_ASSIGN_OR_RETURN(CrossBench c, CrossBench::Create(ctx, b, dim, rank, 1));
     auto fwd = [&] { return c.Forward(o); };
