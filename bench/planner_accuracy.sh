@@ -2,7 +2,7 @@
 # The planner's accuracy on this machine: for T = 1 and T = 2 ranks (one rank per core, one
 # thread each), tessera-bench runs each case below and prints the planner's prediction for the
 # same config, world shape and plan beside what it measured (tools/bench_predict.h); this script
-# repeats every case REPS times, interleaved (case 1..n, then again), and prints a markdown table
+# repeats every case REPS times, interleaved (case 1..n, then n..1, ...), and prints a markdown table
 # of the medians: predicted vs measured step time and peak memory, and the errors.
 #
 #   bench/planner_accuracy.sh [build/bin] [out.jsonl]
@@ -88,7 +88,14 @@ CASES=${CASES:-}
 declare -A rep_wait
 for rep in $(seq 1 "$REPS"); do
   rep_wait=()
-  for c in "${ALL_CASES[@]}"; do
+  # Odd repetitions in the list's order, even ones reversed: a machine whose speed drifts over
+  # the pass does not always land on the same cases (the T = 2 ones come after the T = 1 ones).
+  order=("${ALL_CASES[@]}")
+  if (( rep % 2 == 0 )); then
+    order=()
+    for ((ci = ${#ALL_CASES[@]} - 1; ci >= 0; ci--)); do order+=("${ALL_CASES[ci]}"); done
+  fi
+  for c in "${order[@]}"; do
     rm -rf runs/bench_tiered  # a sharded run's shard directories block a one-process store
     IFS='|' read -r name np config extra <<< "$c"
     if [[ -n "$CASES" && " $CASES " != *" $name "* ]]; then continue; fi
