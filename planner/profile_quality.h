@@ -98,7 +98,7 @@ inline double BeyondLlcFallback(const CollectivePoint& c, double copy_bytes_per_
 // table pays half of what leaving the cache costs. A curve whose last point is under
 // kMinCacheRise x its first shows no cache edge: `reported` (sysfs). Never above `reported`. A
 // 2-core Xeon VM that reports 480 MiB: 6 ns per id at 4 MiB, 15 at 64, 21 at 128, 33 at 512
-// (tools/plan_calibrate_device.cc MeasureLlcCurve), so about 100 MiB.
+// (tools/plan_calibrate_device.cc MeasureEffectiveLlc), so about 100 MiB.
 inline constexpr double kMinCacheRise = 1.5;
 int64_t EffectiveLlcBytes(const std::vector<int64_t>& bytes, const std::vector<double>& s_per_id,
                           int64_t reported);

@@ -279,12 +279,8 @@ absl::Status MeasureRowRates(const CalibrateOptions& o, const DeviceContext& ctx
   return absl::OkStatus();
 }
 
-// Last-level cache bytes: o.llc_bytes when given (calibrate measures it once,
-// MeasureEffectiveLlc), else the largest cache sysfs lists for cpu0; CUDA: o.cuda_llc_bytes (the
-// runtime API Tessera wraps has no L2 query).
-int64_t LlcBytes(const CalibrateOptions& o, const DeviceContext& ctx) {
-  if (ctx.is_cuda()) return o.cuda_llc_bytes;
-  if (o.llc_bytes > 0) return o.llc_bytes;
+// The largest cache sysfs lists for cpu0 (32 MiB when it lists none). A VM may list its host's.
+int64_t SysfsLlcBytes() {
   int64_t best = 0;
   for (int i = 0; i < 8; ++i) {
     std::ifstream in(absl::StrCat("/sys/devices/system/cpu/cpu0/cache/index", i, "/size"));
@@ -299,69 +295,12 @@ int64_t LlcBytes(const CalibrateOptions& o, const DeviceContext& ctx) {
   return best > 0 ? best : int64_t{32} << 20;
 }
 
-// The LLC a table gets, measured (planner::EffectiveLlcBytes reads where the curve has risen
-// half way): the pooled
-// lookup's uniform gather (bags of 32 ids), dim 64, over tables of 4 MiB doubling up to twice
-// `reported` (at most 1 GiB and an eighth of `memory_bytes`), each allocated as a store's table,
-// filled and never evicted, so it keeps what of it the cache holds; per size the median of 9 calls of
-// fresh ids, two passes small to large, the lower median kept. A 2-core Xeon VM that reports 480
-// MiB: 6.4 ns per id at 4 MiB, 17 at 64, 34 at 512 (a few seconds). `curve`, when not null, gets
-// "SIZE: NS" pairs.
-absl::StatusOr<int64_t> MeasureLlcCurve(const CalibrateOptions& o, int64_t reported,
-                                        int64_t memory_bytes, std::string* curve) {
-  // Bags of 32 ids: the gather, not the per-bag work and the output's writes, is timed.
-  constexpr int64_t kDim = 64, kIds = 32768, kPooling = 32, kBags = kIds / kPooling;
-  const DeviceContext ctx = DeviceContext::Cpu();
-  std::vector<int64_t> sizes;
-  const int64_t top = std::min<int64_t>({std::max<int64_t>(2 * reported, int64_t{8} << 20),
-                                         int64_t{1} << 30,
-                                         std::max<int64_t>(memory_bytes / 8, int64_t{8} << 20)});
-  for (int64_t b = int64_t{4} << 20; b <= top; b *= 2) sizes.push_back(b);
-  std::vector<double> best(sizes.size(), 0);
-  std::vector<int64_t> offsets(kBags + 1), ids(kIds);
-  for (int64_t b = 0; b <= kBags; ++b) offsets[b] = b * kPooling;
-  std::vector<float> out(kBags * kDim);
-  CounterRng rng(0x11c, 1);
-  for (int pass = 0; pass < 2; ++pass) {
-    for (size_t i = 0; i < sizes.size(); ++i) {
-      const int64_t rows = sizes[i] / (kDim * 4);
-      // As a table's store allocates it (huge pages where the kernel gives them).
-      const size_t bytes = static_cast<size_t>(sizes[i]);
-      std::unique_ptr<float, std::function<void(float*)>> table(
-          static_cast<float*>(AllocateHost(bytes)), [bytes](float* p) { FreeHost(p, bytes); });
-      if (table == nullptr) {
-        return absl::ResourceExhaustedError(
-            absl::StrCat("calibrate: allocating a ", sizes[i] >> 20, " MiB table failed"));
-      }
-      std::fill(table.get(), table.get() + rows * kDim, 1.0f);
-      PooledLookupArgs a;
-      a.weights = table.get();
-      a.dim = kDim;
-      a.offsets = offsets.data();
-      a.indices = ids.data();
-      a.num_bags = kBags;
-      a.out = out.data();
-      a.out_stride = kDim;
-      std::vector<double> t;
-      for (int call = 0; call < 11; ++call) {
-        for (int64_t& id : ids) id = static_cast<int64_t>(rng.NextBelow(rows));
-        IntervalTimer w(o.cpu_clock);
-        TESSERA_RETURN_IF_ERROR(PooledLookupForward(ctx, a));
-        if (call >= 2) t.push_back(w.Seconds() / kIds);
-      }
-      std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
-      const double m = t[t.size() / 2];
-      best[i] = pass == 0 ? m : std::min(best[i], m);
-    }
-  }
-  if (curve != nullptr) {
-    curve->clear();
-    for (size_t i = 0; i < sizes.size(); ++i) {
-      absl::StrAppendFormat(curve, "%s%d MiB: %.1f", i > 0 ? ", " : "", sizes[i] >> 20,
-                            1e9 * best[i]);
-    }
-  }
-  return planner::EffectiveLlcBytes(sizes, best, reported);
+// Last-level cache bytes: o.llc_bytes when given (calibrate measures it once,
+// MeasureEffectiveLlc), else sysfs's; CUDA: o.cuda_llc_bytes (the runtime API Tessera wraps has no
+// L2 query).
+int64_t LlcBytes(const CalibrateOptions& o, const DeviceContext& ctx) {
+  if (ctx.is_cuda()) return o.cuda_llc_bytes;
+  return o.llc_bytes > 0 ? o.llc_bytes : SysfsLlcBytes();
 }
 
 // Per-call overhead: a one-bag, one-id forward + backward of a small table (the fixed cost the
@@ -515,12 +454,70 @@ absl::StatusOr<planner::DeviceProfile> MeasureDevice(const CalibrateOptions& o,
   return d;
 }
 
+// The curve planner::EffectiveLlcBytes reads: the pooled lookup's uniform gather (bags of 32
+// ids), dim 64, over tables of 4 MiB doubling up to twice sysfs's size (at most 1 GiB and an
+// eighth of `memory_bytes`), each allocated as a store's table, filled and never evicted, so it
+// keeps what of it the cache holds; per size the median of 9 calls of fresh ids, two passes
+// small to large, the lower median kept. A 2-core Xeon VM that reports 480 MiB: 6.4 ns per id at
+// 4 MiB, 17 at 64, 34 at 512 (a few seconds). `curve`, when not null, gets "SIZE: NS" pairs.
 absl::StatusOr<int64_t> MeasureEffectiveLlc(const CalibrateOptions& o, int64_t memory_bytes,
                                             std::string* curve) {
-  CalibrateOptions sysfs = o;
-  sysfs.llc_bytes = 0;
-  return MeasureLlcCurve(o, LlcBytes(sysfs, DeviceContext::Cpu()), memory_bytes, curve);
+  const int64_t reported = SysfsLlcBytes();
+  // Bags of 32 ids: the gather, not the per-bag work and the output's writes, is timed.
+  constexpr int64_t kDim = 64, kIds = 32768, kPooling = 32, kBags = kIds / kPooling;
+  const DeviceContext ctx = DeviceContext::Cpu();
+  std::vector<int64_t> sizes;
+  const int64_t top = std::min<int64_t>({std::max<int64_t>(2 * reported, int64_t{8} << 20),
+                                         int64_t{1} << 30,
+                                         std::max<int64_t>(memory_bytes / 8, int64_t{8} << 20)});
+  for (int64_t b = int64_t{4} << 20; b <= top; b *= 2) sizes.push_back(b);
+  std::vector<double> best(sizes.size(), 0);
+  std::vector<int64_t> offsets(kBags + 1), ids(kIds);
+  for (int64_t b = 0; b <= kBags; ++b) offsets[b] = b * kPooling;
+  std::vector<float> out(kBags * kDim);
+  CounterRng rng(0x11c, 1);
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const int64_t rows = sizes[i] / (kDim * 4);
+      // As a table's store allocates it (huge pages where the kernel gives them).
+      const size_t bytes = static_cast<size_t>(sizes[i]);
+      std::unique_ptr<float, std::function<void(float*)>> table(
+          static_cast<float*>(AllocateHost(bytes)), [bytes](float* p) { FreeHost(p, bytes); });
+      if (table == nullptr) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("calibrate: allocating a ", sizes[i] >> 20, " MiB table failed"));
+      }
+      std::fill(table.get(), table.get() + rows * kDim, 1.0f);
+      PooledLookupArgs a;
+      a.weights = table.get();
+      a.dim = kDim;
+      a.offsets = offsets.data();
+      a.indices = ids.data();
+      a.num_bags = kBags;
+      a.out = out.data();
+      a.out_stride = kDim;
+      std::vector<double> t;
+      for (int call = 0; call < 11; ++call) {
+        for (int64_t& id : ids) id = static_cast<int64_t>(rng.NextBelow(rows));
+        IntervalTimer w(o.cpu_clock);
+        TESSERA_RETURN_IF_ERROR(PooledLookupForward(ctx, a));
+        if (call >= 2) t.push_back(w.Seconds() / kIds);
+      }
+      std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+      const double m = t[t.size() / 2];
+      best[i] = pass == 0 ? m : std::min(best[i], m);
+    }
+  }
+  if (curve != nullptr) {
+    curve->clear();
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      absl::StrAppendFormat(curve, "%s%d MiB: %.1f", i > 0 ? ", " : "", sizes[i] >> 20,
+                            1e9 * best[i]);
+    }
+  }
+  return planner::EffectiveLlcBytes(sizes, best, reported);
 }
+
 
 }  // namespace calibrate_internal
 }  // namespace tessera

@@ -102,9 +102,10 @@ absl::StatusOr<planner::DeviceProfile> MeasureDevice(const CalibrateOptions& o,
                                                      const DeviceContext& ctx,
                                                      const std::string& name, int64_t memory_bytes);
 
-// The LLC a table gets on this CPU (bytes): where a uniform gather's time per id steps up as
-// the table grows past it, at most what sysfs reports (a VM may report its host's L3;
-// plan_calibrate_device.cc). `curve` gets the measured points for the progress line.
+// The LLC a table gets on this CPU (bytes): where a uniform gather's time per id has risen half
+// way as the table grows (planner::EffectiveLlcBytes), at most what sysfs reports (a VM may
+// report its host's L3; plan_calibrate_device.cc). `curve` gets the measured points for the
+// progress line.
 absl::StatusOr<int64_t> MeasureEffectiveLlc(const CalibrateOptions& o, int64_t memory_bytes,
                                             std::string* curve);
 
