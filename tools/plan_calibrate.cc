@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -588,7 +589,7 @@ int RunPlanCalibrate(int argc, char** argv) {
     // cross-host GEMM slowdown of 4 ranks on 2 cores came out 3.7-4.1 (the step's: 2.1).
     SetNumThreads(std::max(1, o.threads));
     absl::Status st = RunCollectivesWorker(worker_out, o.seconds_per_point, before_mpi,
-                                           worker_groups, worker_strided);
+                                           worker_groups, worker_strided, o.configs);
     if (!st.ok())
       std::fprintf(stderr, "tessera-plan calibrate: %s\n", std::string(st.message()).c_str());
     (void)MpiFinalize();
@@ -601,6 +602,18 @@ int RunPlanCalibrate(int argc, char** argv) {
     if (out.empty()) out = ThisMachineProfileCachePath();
   }
   if (out.empty()) return Usage("--out is required (or --cache)");
+  {
+    // Before minutes of measuring: the profile's file must be writable where it goes.
+    const std::string probe = out + ".tmp";
+    std::ofstream f(probe, std::ios::app);
+    if (!f) {
+      std::fprintf(stderr, "tessera-plan calibrate: cannot write %s (--out %s): %s\n",
+                   probe.c_str(), out.c_str(), std::strerror(errno));
+      return 1;
+    }
+    f.close();
+    std::remove(probe.c_str());
+  }
   if (!have_configs) {
     o.configs = DefaultConfigs();
     absl::StatusOr<std::string> dcn = DefaultDcnConfig(o.configs, o.scratch_dir);
@@ -618,6 +631,14 @@ int RunPlanCalibrate(int argc, char** argv) {
   }
   if (o.threads != CalibrateOptions().threads) {
     o.worker_argv.insert(o.worker_argv.begin() + 2, absl::StrCat("--threads=", o.threads));
+  }
+  if (!o.configs.empty()) {
+    // The configs whose dense archs the workers run at once (the dense compute slowdown),
+    // absolute: a cross-host launcher may start them elsewhere.
+    std::vector<std::string> abs;
+    for (const std::string& c : o.configs) abs.push_back(std::filesystem::absolute(c).string());
+    o.worker_argv.insert(o.worker_argv.begin() + 2,
+                         absl::StrCat("--config=", absl::StrJoin(abs, ",")));
   }
   const std::string command = absl::StrJoin(words, " ");
   absl::StatusOr<planner::MachineProfile> p = Calibrate(o, command);

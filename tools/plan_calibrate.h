@@ -160,9 +160,11 @@ CalibrateOptions QuickCalibrateOptions(const std::vector<std::string>& configs);
 // `groups` > 1: the world is split into that many groups (`strided`: rank r in group r % groups;
 // else contiguous blocks) that measure their collectives at once, each call started together
 // (a world barrier before it) and read as the slowest group's; the compute slowdowns are the
-// whole world's.
+// whole world's, the dense one over the dense archs of `configs` (ComputeSlowdown in
+// plan_calibrate_comm.cc; a probe GEMM when empty).
 [[nodiscard]] absl::Status RunCollectivesWorker(const std::string& out_path,
                                                 double seconds_per_point, int64_t rss_before_mpi,
-                                                int groups = 1, bool strided = true);
+                                                int groups = 1, bool strided = true,
+                                                const std::vector<std::string>& configs = {});
 
 }  // namespace tessera

@@ -186,22 +186,29 @@ absl::StatusOr<Unsynced> TimeUnsynced(Communicator& sync, double compute_s,
 
 // What a rank's compute slows down by when every rank of the node computes at once (shared LLC
 // and memory bandwidth, vCPUs that may be one core's hyperthreads), for the step's two kinds of
-// compute apart: a Linear forward at a bench layer shape (2048 x 512 -> 256, compute-bound, the
-// dense phases: `gemm`) and 16k random 256-byte row reads over 64 MiB (memory-bound, the
-// lookup, update and packing: `rows`). Each kind in kRounds rounds, a round timing it alone
-// (rank round % size runs kReps times while the others sleep) and then on every rank together
-// (the slowest rank's median), on the thread's CPU clock: the round's together / alone, and the
-// median over the rounds, at least 1. The rounds alternate the two kinds, so a minute's drift in
-// the machine's speed (a VM's neighbours; 1.01-1.29 between calibrations minutes apart on the
-// Zen 4 VM when both kinds ran as one kernel, once) falls on both sides of every ratio.
+// compute apart: the dense phases (`gemm`): the calibrated configs' dense archs, each its
+// forward, loss and backward, and together the loss all-reduce between them as the trainer
+// calls it (without configs, a Linear forward at a bench layer shape, 2048 x 512 -> 256); and
+// 16k random 256-byte row reads over 64 MiB (memory-bound, the lookup, update and packing:
+// `rows`). The probe GEMM alone missed most of it: on the AMX Xeon VM (2026-12-07) it slowed
+// 1.01x at 2 ranks where small.yaml's dense phases ran 1.10-1.14x their T = 1 time at T = 2 (the
+// archs' activations stream through the LLC the ranks share, and the ranks run them in step,
+// where two unsynchronised T = 1 processes side by side slowed only 1.04-1.05x).
+// Each kind in kRounds rounds, a round timing it alone (rank round % size runs it while the
+// others sleep) and then on every rank together (the slowest rank's median), on the thread's
+// CPU clock: the round's together / alone, and the median over the rounds, at least 1. The
+// rounds alternate the two kinds, so a minute's drift in the machine's speed (a VM's
+// neighbours; 1.01-1.29 between calibrations minutes apart on the Zen 4 VM when both kinds ran
+// as one kernel, once) falls on both sides of every ratio.
 // `wall`: on the wall clock instead (the cross-host measurement: there the ranks of emulated
 // hosts share one machine's cores, which a thread's CPU clock does not see; on real hosts with
 // a core per rank the two agree), each rank's runs totalled and the ranks averaged.
 struct Slowdowns {
   double rows = 1, gemm = 1;
 };
-absl::StatusOr<Slowdowns> ComputeSlowdown(Communicator& comm, bool wall) {
-  constexpr int kReps = 9, kRounds = 7;
+absl::StatusOr<Slowdowns> ComputeSlowdown(Communicator& comm, bool wall,
+                                          const std::vector<std::string>& configs) {
+  constexpr int kRounds = 7;
   constexpr int64_t kB = 2048, kIn = 512, kOut = 256, kRows = (int64_t{64} << 20) / 256;
   std::vector<float> x(kB * kIn, 0.01f), w(kOut * kIn, 0.02f), b(kOut, 0.0f), y(kB * kOut);
   std::vector<float> table(kRows * 64, 1.0f), acc(64, 0.0f);
@@ -211,13 +218,41 @@ absl::StatusOr<Slowdowns> ComputeSlowdown(Communicator& comm, bool wall) {
     h ^= h << 13, h ^= h >> 7, h ^= h << 17;
     id = static_cast<int64_t>(h % kRows);
   }
+  // The dense kind: the configs' dense archs (one of each shape and batch), each a step's
+  // forward, loss and backward; together, with the loss all-reduce between them as the trainer
+  // calls it (a rank waits there for the others' forward, inside its dense phase).
+  std::vector<std::unique_ptr<calibrate_internal::DenseArchRun>> archs;
+  for (const std::string& path : configs) {
+    TESSERA_ASSIGN_OR_RETURN(auto run,
+                             calibrate_internal::DenseArchRun::Create(path, DeviceContext::Cpu()));
+    bool seen = false;
+    for (const auto& a : archs) seen |= a->key() == run->key() && a->batch() == run->batch();
+    if (!seen) archs.push_back(std::move(run));
+  }
+  // Repetitions per measurement: 9 of the row reads and of the probe GEMM (a few ms each), 3 of
+  // the archs (~0.3 s for the five default configs' together).
+  auto reps_of = [&](bool gemm) { return gemm && !archs.empty() ? 3 : 9; };
   auto clock = [wall] {
     timespec ts;
     clock_gettime(wall ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID, &ts);
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
   };
   const DeviceContext ctx = DeviceContext::Cpu();
-  auto kernel = [&](bool gemm) -> absl::StatusOr<double> {
+  auto kernel = [&](bool gemm, bool together) -> absl::StatusOr<double> {
+    if (gemm && !archs.empty()) {
+      double s = 0;
+      for (const auto& a : archs) {
+        const double t0 = clock();
+        TESSERA_ASSIGN_OR_RETURN(double loss, a->ForwardLoss());
+        if (together) {
+          double sums[2] = {1, loss};
+          TESSERA_RETURN_IF_ERROR(comm.AllReduce(sums, 2, ReduceOp::kSum));
+        }
+        TESSERA_RETURN_IF_ERROR(a->Backward());
+        s += clock() - t0;
+      }
+      return s;
+    }
     const double t0 = clock();
     if (gemm) {
       TESSERA_RETURN_IF_ERROR(LinearForward(ctx, x.data(), w.data(), b.data(), kB, kIn, kOut,
@@ -239,28 +274,29 @@ absl::StatusOr<Slowdowns> ComputeSlowdown(Communicator& comm, bool wall) {
   // a run (a few ms): a run's wall time is 1x-3x its share, and the median of such runs, then
   // the slowest rank's, measured 3.7x for 4 ranks on 2 cores where the step's dense phases ran
   // 2.1x (docs/PERFORMANCE.md "Across emulated hosts"). A mean averages the slices out.
-  auto per_run = [&](bool gemm, int reps) -> absl::StatusOr<double> {
+  auto per_run = [&](bool gemm, int reps, bool together) -> absl::StatusOr<double> {
     std::vector<double> t;
     for (int i = 0; i < reps; ++i) {
-      TESSERA_ASSIGN_OR_RETURN(double s, kernel(gemm));
+      TESSERA_ASSIGN_OR_RETURN(double s, kernel(gemm, together));
       t.push_back(s);
     }
     return wall ? std::accumulate(t.begin(), t.end(), 0.0) / reps : mid(std::move(t));
   };
   const int n = comm.size();
+  double one_s[2] = {0, 0};  // one run of each kind alone (rows, gemm), from the first touch
   auto ratio = [&](bool gemm, int round) -> absl::StatusOr<double> {
+    const int reps = reps_of(gemm);
     // Alone: one rank runs while the others sleep (a barrier would busy-poll their cores).
     const int solo = round % n;
     double alone = 0;
     TESSERA_RETURN_IF_ERROR(comm.Barrier());
     if (comm.rank() == solo) {
-      TESSERA_ASSIGN_OR_RETURN(alone, per_run(gemm, kReps));
+      TESSERA_ASSIGN_OR_RETURN(alone, per_run(gemm, reps, false));
     } else {
-      TESSERA_ASSIGN_OR_RETURN(double one, kernel(gemm));
-      usleep(static_cast<useconds_t>(std::min(5.0, 3 * kReps * one) * 1e6));
+      usleep(static_cast<useconds_t>(std::min(5.0, 2 * reps * one_s[gemm]) * 1e6));
     }
     TESSERA_RETURN_IF_ERROR(comm.Barrier());
-    TESSERA_ASSIGN_OR_RETURN(double together, per_run(gemm, kReps));
+    TESSERA_ASSIGN_OR_RETURN(double together, per_run(gemm, reps, true));
     TESSERA_RETURN_IF_ERROR(comm.AllReduce(&alone, 1, ReduceOp::kSum));  // the solo rank's
     TESSERA_ASSIGN_OR_RETURN(const std::vector<double> all, FromEveryRank(comm, &together));
     // The slowest rank's on the CPU clock (contention); on the wall clock the ranks' mean: the
@@ -270,8 +306,12 @@ absl::StatusOr<Slowdowns> ComputeSlowdown(Communicator& comm, bool wall) {
                     : *std::max_element(all.begin(), all.end());
     return alone > 0 ? together / alone : 1.0;
   };
-  TESSERA_RETURN_IF_ERROR(per_run(true, 3).status());  // first touch
-  TESSERA_RETURN_IF_ERROR(per_run(false, 3).status());
+  // First touch, and each kind's time alone for the sleepers above (the slowest rank's: a rank
+  // that woke before the solo one finished would busy-poll the barrier).
+  for (bool gemm : {true, false}) {
+    TESSERA_ASSIGN_OR_RETURN(double one, per_run(gemm, 2, false));
+    TESSERA_ASSIGN_OR_RETURN(one_s[gemm], SlowestOver(comm, one));
+  }
   std::vector<double> rows, gemm;
   for (int round = 0; round < kRounds; ++round) {
     TESSERA_ASSIGN_OR_RETURN(double g, ratio(true, round));
@@ -285,7 +325,8 @@ absl::StatusOr<Slowdowns> ComputeSlowdown(Communicator& comm, bool wall) {
 }  // namespace
 
 absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_per_point,
-                                  int64_t rss_before_mpi, int groups, bool strided) {
+                                  int64_t rss_before_mpi, int groups, bool strided,
+                                  const std::vector<std::string>& configs) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> world, CreateMpiWorldCommunicator());
   // The groups that call at once (one: the world), and whether a group spans nodes: the ranks'
   // nodes told apart by the first world rank on each (the launcher places a node's ranks
@@ -433,7 +474,7 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
     out << lines[i] << " " << per << " " << (i == 1 ? beyond : 0.0) << "\n";
   }
   out << "memory " << mpi_bytes << "\n";
-  TESSERA_ASSIGN_OR_RETURN(const Slowdowns slowdown, ComputeSlowdown(*world, link));
+  TESSERA_ASSIGN_OR_RETURN(const Slowdowns slowdown, ComputeSlowdown(*world, link, configs));
   out << "compute_slowdown " << w << " " << slowdown.rows << " " << slowdown.gemm << "\n";
   if (world->rank() == 0) {
     std::ofstream f(out_path);

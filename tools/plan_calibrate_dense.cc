@@ -289,38 +289,24 @@ absl::Status MeasureDenseArch(const CalibrateOptions& o, const DeviceContext& ct
   if (ctx.is_cuda()) return absl::OkStatus();
   std::vector<float> flush;
   for (const std::string& path : o.configs) {
-    TESSERA_ASSIGN_OR_RETURN(Config c, LoadConfig(path));
-    const planner::PlanInputs in = PlanInputsFromConfig(c, planner::Topology{});
-    const planner::PooledOutput pooled = planner::PooledOutputOf(in);
-    const int64_t emb_out_dim = pooled.width;
-    const int64_t b = std::max<int64_t>(1, c.data.batch_size);
-    const std::string key = planner::DenseShapeKey(in.dense, pooled.features, emb_out_dim);
+    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<DenseArchRun> run, DenseArchRun::Create(path, ctx));
+    const std::string& key = run->key();
+    const int64_t b = run->batch();
     bool seen = false;
     for (const planner::DenseArchPoint& a : d->dense_arch) seen |= a.shape == key && a.batch == b;
     if (seen) continue;
-    const DenseArchOptions da = DenseOptionsFromConfig(c);
-    TESSERA_ASSIGN_OR_RETURN(auto arch, DenseArch::Create(da, ctx));
-    arch->Init(1);
-    const int64_t nd = std::max<int64_t>(1, c.model.num_dense);
-    std::vector<float> dense(b * nd), emb(b * emb_out_dim), labels(b), d_logits(b),
-        d_emb(b * emb_out_dim);
-    for (size_t i = 0; i < dense.size(); ++i) dense[i] = 0.01f * static_cast<float>((i % 11) - 5);
-    for (size_t i = 0; i < emb.size(); ++i) emb[i] = 0.01f * static_cast<float>((i % 7) - 3);
-    for (int64_t i = 0; i < b; ++i) labels[i] = static_cast<float>(i % 2);
+    const DenseArchOptions& da = run->options();
     using Op = std::function<absl::StatusOr<double>()>;
     std::vector<Op> fwd_ops, bwd_ops;
     fwd_ops.push_back([&]() -> absl::StatusOr<double> {
       EvictCaches(o, ctx, &flush);
       IntervalTimer t(o.cpu_clock);
-      const float* logits = nullptr;
-      TESSERA_RETURN_IF_ERROR(arch->Forward(dense.data(), emb.data(), b, &logits));
-      TESSERA_RETURN_IF_ERROR(
-          BceWithLogits(ctx, logits, labels.data(), b, d_logits.data()).status());
+      TESSERA_RETURN_IF_ERROR(run->ForwardLoss().status());
       return t.Seconds();
     });
     bwd_ops.push_back([&]() -> absl::StatusOr<double> {
       IntervalTimer t(o.cpu_clock);
-      TESSERA_RETURN_IF_ERROR(arch->Backward(d_logits.data(), d_emb.data()));
+      TESSERA_RETURN_IF_ERROR(run->Backward());
       return t.Seconds();
     });
     // The parts, as the layer model lists them.
@@ -331,7 +317,7 @@ absl::Status MeasureDenseArch(const CalibrateOptions& o, const DeviceContext& ct
       linears.push_back(std::move(l));
       prev = w;
     }
-    prev = arch->interaction_dim();
+    prev = run->arch().interaction_dim();
     for (int64_t w : da.top_mlp) {
       TESSERA_ASSIGN_OR_RETURN(LinearBench l, LinearBench::Create(ctx, b, prev, w));
       linears.push_back(std::move(l));
@@ -348,7 +334,7 @@ absl::Status MeasureDenseArch(const CalibrateOptions& o, const DeviceContext& ct
       fwd_ops.push_back([&] { return dot->Forward(o); });
       bwd_ops.push_back([&] { return dot->Backward(o); });
     } else if (da.dcn_num_layers > 0) {
-      TESSERA_ASSIGN_OR_RETURN(cross, CrossBench::Create(ctx, b, arch->interaction_dim(),
+      TESSERA_ASSIGN_OR_RETURN(cross, CrossBench::Create(ctx, b, run->arch().interaction_dim(),
                                                          da.dcn_low_rank, da.dcn_num_layers));
       fwd_ops.push_back([&] { return cross->Forward(o); });
       bwd_ops.push_back([&] { return cross->Backward(o); });
@@ -381,6 +367,41 @@ absl::Status MeasureDenseArch(const CalibrateOptions& o, const DeviceContext& ct
 }  // namespace
 
 // plan_calibrate_internal.h
+absl::StatusOr<std::unique_ptr<DenseArchRun>> DenseArchRun::Create(const std::string& config_path,
+                                                                    const DeviceContext& ctx) {
+  TESSERA_ASSIGN_OR_RETURN(Config c, LoadConfig(config_path));
+  std::unique_ptr<DenseArchRun> r(new DenseArchRun());
+  const planner::PlanInputs in = PlanInputsFromConfig(c, planner::Topology{});
+  const planner::PooledOutput pooled = planner::PooledOutputOf(in);
+  r->ctx_ = ctx;
+  r->batch_ = std::max<int64_t>(1, c.data.batch_size);
+  r->key_ = planner::DenseShapeKey(in.dense, pooled.features, pooled.width);
+  r->options_ = DenseOptionsFromConfig(c);
+  TESSERA_ASSIGN_OR_RETURN(r->arch_, DenseArch::Create(r->options_, ctx));
+  r->arch_->Init(1);
+  const int64_t b = r->batch_;
+  const int64_t nd = std::max<int64_t>(1, c.model.num_dense);
+  r->dense_.resize(b * nd);
+  r->emb_.resize(b * pooled.width);
+  r->d_emb_.resize(b * pooled.width);
+  r->labels_.resize(b);
+  r->d_logits_.resize(b);
+  for (size_t i = 0; i < r->dense_.size(); ++i) {
+    r->dense_[i] = 0.01f * static_cast<float>((i % 11) - 5);
+  }
+  for (size_t i = 0; i < r->emb_.size(); ++i) r->emb_[i] = 0.01f * static_cast<float>((i % 7) - 3);
+  for (int64_t i = 0; i < b; ++i) r->labels_[i] = static_cast<float>(i % 2);
+  return r;
+}
+
+absl::StatusOr<double> DenseArchRun::ForwardLoss() {
+  const float* logits = nullptr;
+  TESSERA_RETURN_IF_ERROR(arch_->Forward(dense_.data(), emb_.data(), batch_, &logits));
+  return BceWithLogits(ctx_, logits, labels_.data(), batch_, d_logits_.data());
+}
+
+absl::Status DenseArchRun::Backward() { return arch_->Backward(d_logits_.data(), d_emb_.data()); }
+
 absl::Status MeasureDense(const CalibrateOptions& o, const DeviceContext& ctx,
                           planner::DeviceProfile* d) {
   std::set<Shape> crosses;

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "core/keyed_jagged.h"
 #include "core/status.h"
 #include "core/timer.h"
+#include "dense/dense_arch.h"
 #include "planner/profile.h"
 #include "tools/plan_calibrate.h"
 
@@ -91,6 +93,30 @@ absl::Status Sync(const DeviceContext& ctx);
 // A progress line on stderr when o.verbose.
 void Progress(const CalibrateOptions& o, const std::string& line);
 
+// One config's dense arch with its inputs (constant values), run as a step runs it: the forward
+// and the loss (ForwardLoss, which returns the loss), then the backward. MeasureDenseArch times
+// it against its parts; the collectives workers time it on every rank at once
+// (plan_calibrate_comm.cc). CPU only.
+class DenseArchRun {
+ public:
+  static absl::StatusOr<std::unique_ptr<DenseArchRun>> Create(const std::string& config_path,
+                                                              const DeviceContext& ctx);
+  const std::string& key() const { return key_; }  // planner::DenseShapeKey
+  int64_t batch() const { return batch_; }
+  const DenseArchOptions& options() const { return options_; }
+  DenseArch& arch() { return *arch_; }
+  absl::StatusOr<double> ForwardLoss();
+  absl::Status Backward();
+
+ private:
+  DenseArchRun() = default;
+  DeviceContext ctx_ = DeviceContext::Cpu();
+  std::string key_;
+  int64_t batch_ = 0;
+  DenseArchOptions options_;
+  std::unique_ptr<DenseArch> arch_;
+  std::vector<float> dense_, emb_, labels_, d_logits_, d_emb_;
+};
 // GEMM rates of the configs' Linear and dot-interaction shapes and their cross layers timed
 // whole (d->gemm, gemm_peak_flops_per_s, gemm_fused_passes, cross; plan_calibrate_dense.cc).
 absl::Status MeasureDense(const CalibrateOptions& o, const DeviceContext& ctx,
