@@ -187,8 +187,8 @@ absl::StatusOr<Unsynced> TimeUnsynced(Communicator& sync, double compute_s,
 // What a rank's compute slows down by when every rank of the node computes at once (shared LLC
 // and memory bandwidth, vCPUs that may be one core's hyperthreads), for the step's two kinds of
 // compute apart: the dense phases (`gemm`): the calibrated configs' dense archs, each its
-// forward, loss and backward, and together the loss all-reduce between them as the trainer
-// calls it (without configs, a Linear forward at a bench layer shape, 2048 x 512 -> 256); and
+// forward, loss and backward (without configs, a Linear forward at a bench layer shape, 2048 x
+// 512 -> 256); and
 // 16k random 256-byte row reads over 64 MiB (memory-bound, the lookup, update and packing:
 // `rows`). The probe GEMM alone missed most of it: on the AMX Xeon VM (2026-12-07) it slowed
 // 1.01x at 2 ranks where small.yaml's dense phases ran 1.10-1.14x their T = 1 time at T = 2 (the
@@ -219,8 +219,7 @@ absl::StatusOr<Slowdowns> ComputeSlowdown(Communicator& comm, bool wall,
     id = static_cast<int64_t>(h % kRows);
   }
   // The dense kind: the configs' dense archs (one of each shape and batch), each a step's
-  // forward, loss and backward; together, with the loss all-reduce between them as the trainer
-  // calls it (a rank waits there for the others' forward, inside its dense phase).
+  // forward, loss and backward.
   std::vector<std::unique_ptr<calibrate_internal::DenseArchRun>> archs;
   for (const std::string& path : configs) {
     TESSERA_ASSIGN_OR_RETURN(auto run,
@@ -242,12 +241,13 @@ absl::StatusOr<Slowdowns> ComputeSlowdown(Communicator& comm, bool wall,
     if (gemm && !archs.empty()) {
       double s = 0;
       for (const auto& a : archs) {
+        // Together: the ranks start each arch at once (untimed), as a step's ranks leave the
+        // output dist together. Not timed: the wait there is the scheduler's (wait_per_compute
+        // prices it); timed, a busy process on one rank's core made the others' busy-polling
+        // wait part of the slowdown (1.48x at 2 ranks against 1.02-1.03x quiet).
+        if (together) TESSERA_RETURN_IF_ERROR(comm.Barrier());
         const double t0 = clock();
-        TESSERA_ASSIGN_OR_RETURN(double loss, a->ForwardLoss());
-        if (together) {
-          double sums[2] = {1, loss};
-          TESSERA_RETURN_IF_ERROR(comm.AllReduce(sums, 2, ReduceOp::kSum));
-        }
+        TESSERA_RETURN_IF_ERROR(a->ForwardLoss().status());
         TESSERA_RETURN_IF_ERROR(a->Backward());
         s += clock() - t0;
       }
