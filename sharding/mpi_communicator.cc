@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/scratch.h"
 #include "core/status.h"
 #include "sharding/peer_watchdog.h"
 
@@ -399,7 +400,10 @@ class MpiCommunicator final : public Communicator {
     // spent most of its time zeroing new pages), and did so for some sizes and not others, as
     // glibc's mmap threshold decided.
     const size_t need = static_cast<size_t>(p) * mine * sizeof(T);
-    if (reduce_scratch_.size() < need) reduce_scratch_.resize(need);
+    if (reduce_scratch_.size() < need) {
+      ReserveScratch(&reduce_scratch_, need);  // not resize alone: it copies the old chunks
+      reduce_scratch_.resize(need);
+    }
     T* blocks = reinterpret_cast<T*>(reduce_scratch_.data());
     TESSERA_RETURN_IF_ERROR(DoAllToAllV(data, sb, sd, blocks, rb, rd));
     // The sum lands at this rank's offset in `data` (its own chunk was copied into `blocks`):

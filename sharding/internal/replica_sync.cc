@@ -7,14 +7,18 @@
 #include <algorithm>
 #include <cstring>
 #include <iterator>
+#include <memory>
 #include <numeric>
 
+#include "core/scratch.h"
 #include "core/status.h"
+#include "core/trace.h"
 #include "embedding/dynamic_row_store.h"
 #include "sharding/internal/ctx_array.h"
 #include "sharding/internal/shard_kernels.h"
 
 namespace tessera::internal {
+
 namespace {
 
 // The union of each list of `rows` over the replica group, increasing. Collective over `rep`
@@ -116,6 +120,7 @@ absl::Status ReplicaSyncPhase::ExactSum(const InputDist& in, std::vector<RowGrad
   // The union's gradients are copied out of it below. Kept across steps (assign reuses its
   // pages): a fresh buffer of tens of MB is a fresh mapping whose every page faults in.
   std::vector<float>& buf = sync_buf_;
+  ReserveScratch(&buf, static_cast<size_t>(total));
   buf.assign(total, 0.0f);
   int64_t at = 0;
   for (size_t q = 0; q < local.size(); ++q) {
@@ -153,6 +158,7 @@ absl::Status ReplicaSyncPhase::AfterUpdate(const InputDist& in,
   if (l_.options.replica_sync != tessera::ReplicaSync::kAverage) return absl::OkStatus();
   // kAll syncs every row, so the touched set is not needed.
   if (l_.options.sync_rows != SyncRows::kAll) {
+    trace::Span span("sync_touched", "sync");
     for (size_t q = 0; q < state_.size(); ++q) {
       std::vector<int64_t>& touched = state_[q].touched;
       std::vector<int64_t> merged;
@@ -326,6 +332,7 @@ absl::Status ReplicaSyncPhase::AverageSync(const InputDist& in) {
   // the last sync; kAll, every row of the shard (known to all replicas, so no id exchange and a
   // fixed payload of shard bytes per sync).
   std::vector<std::vector<int64_t>> unions;
+  auto span = std::make_unique<trace::Span>("sync_union", "sync");
   if (l_.options.sync_rows == SyncRows::kAll) {
     unions.resize(local.size());
     for (size_t q = 0; q < local.size(); ++q) {
@@ -354,6 +361,7 @@ absl::Status ReplicaSyncPhase::AverageSync(const InputDist& in) {
     ShardSyncState& st = state_[q];
     DropEvictedKeys(local[q], &st.pending_rows, &st.pending_avg, &st.pending_snapshot);
   }
+  span = std::make_unique<trace::Span>("sync_delayed_state", "sync");
   // The state average of the previous sync, applied now (one sync behind), keeping the local
   // increments since its snapshot. Rows move between the stores (ctx's memory: HBM for CUDA
   // shards) and the host buffer of the all-reduce through ctx arrays (no copy on the CPU).
@@ -374,6 +382,7 @@ absl::Status ReplicaSyncPhase::AverageSync(const InputDist& in) {
                                                 static_cast<int64_t>(slots.size()), sd,
                                                 ls.store->state()));
   }
+  span = std::make_unique<trace::Span>("sync_gather", "sync");
   int64_t total = 0;
   for (size_t q = 0; q < local.size(); ++q) {
     total +=
@@ -382,6 +391,7 @@ absl::Status ReplicaSyncPhase::AverageSync(const InputDist& in) {
   // Kept across syncs: a fresh buffer faults in every page each sync (mlperf-mini at N = 1,
   // M = 2, k = 8, 209 MB: the steady sync 377 -> 300 ms on a 2-core Xeon, tessera-bench --trace).
   std::vector<float>& buf = sync_buf_;
+  ReserveScratch(&buf, static_cast<size_t>(total));
   buf.resize(total);
   // The gathered rows in ctx's memory: buf itself on the CPU.
   float* rows = buf.data();
@@ -405,7 +415,9 @@ absl::Status ReplicaSyncPhase::AverageSync(const InputDist& in) {
     at += u * (w + sd);
   }
   if (ctx.is_cuda()) TESSERA_RETURN_IF_ERROR(CopyToHost(ctx, buf.data(), rows, total));
+  span.reset();
   TESSERA_RETURN_IF_ERROR(l_.replica->AllReduce(buf.data(), total, ReduceOp::kAvg));
+  span = std::make_unique<trace::Span>("sync_scatter", "sync");
   const float* avg_rows = buf.data();
   if (ctx.is_cuda()) {
     TESSERA_ASSIGN_OR_RETURN(avg_rows, Mirror(ctx, buf, &sync_rows_, "averaged sync rows"));
