@@ -635,10 +635,10 @@ int RunPlanCalibrate(int argc, char** argv) {
   if (!o.configs.empty()) {
     // The configs whose dense archs the workers run at once (the dense compute slowdown),
     // absolute: a cross-host launcher may start them elsewhere.
-    std::vector<std::string> abs;
-    for (const std::string& c : o.configs) abs.push_back(std::filesystem::absolute(c).string());
+    std::vector<std::string> paths;
+    for (const std::string& c : o.configs) paths.push_back(std::filesystem::absolute(c).string());
     o.worker_argv.insert(o.worker_argv.begin() + 2,
-                         absl::StrCat("--config=", absl::StrJoin(abs, ",")));
+                         absl::StrCat("--config=", absl::StrJoin(paths, ",")));
   }
   const std::string command = absl::StrJoin(words, " ");
   absl::StatusOr<planner::MachineProfile> p = Calibrate(o, command);

@@ -191,8 +191,7 @@ absl::StatusOr<Unsynced> TimeUnsynced(Communicator& sync, double compute_s,
 // 512 -> 256); and 16k random 256-byte row reads over 64 MiB (memory-bound, the lookup, update
 // and packing: `rows`). The probe GEMM alone missed most of it: on the AMX Xeon VM (2026-12-07)
 // it slowed 1.01x at 2 ranks where small.yaml's dense phases ran 1.10-1.14x their T = 1 time at
-// T = 2; small's arch timed so, 1.04-1.08x (its activations stream through the LLC the ranks
-// share, and the ranks run it in step).
+// T = 2; the five default configs' archs measure 1.02-1.03x (docs/PLANNER.md "Profile file").
 // Each kind in kRounds rounds, a round timing it alone (rank round % size runs it while the
 // others sleep) and then on every rank together (the slowest rank's median), on the thread's
 // CPU clock: the round's together / alone, and the median over the rounds, at least 1. The

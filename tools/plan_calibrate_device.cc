@@ -518,6 +518,5 @@ absl::StatusOr<int64_t> MeasureEffectiveLlc(const CalibrateOptions& o, int64_t m
   return planner::EffectiveLlcBytes(sizes, best, reported);
 }
 
-
 }  // namespace calibrate_internal
 }  // namespace tessera

@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <cstring>
 #include <iterator>
-#include <memory>
 #include <numeric>
+#include <optional>
 
 #include "core/scratch.h"
 #include "core/status.h"
@@ -18,7 +18,6 @@
 #include "sharding/internal/shard_kernels.h"
 
 namespace tessera::internal {
-
 namespace {
 
 // The union of each list of `rows` over the replica group, increasing. Collective over `rep`
@@ -332,7 +331,8 @@ absl::Status ReplicaSyncPhase::AverageSync(const InputDist& in) {
   // the last sync; kAll, every row of the shard (known to all replicas, so no id exchange and a
   // fixed payload of shard bytes per sync).
   std::vector<std::vector<int64_t>> unions;
-  auto span = std::make_unique<trace::Span>("sync_union", "sync");
+  std::optional<trace::Span> span;  // the sync's stages, one at a time
+  span.emplace("sync_union", "sync");
   if (l_.options.sync_rows == SyncRows::kAll) {
     unions.resize(local.size());
     for (size_t q = 0; q < local.size(); ++q) {
@@ -361,7 +361,7 @@ absl::Status ReplicaSyncPhase::AverageSync(const InputDist& in) {
     ShardSyncState& st = state_[q];
     DropEvictedKeys(local[q], &st.pending_rows, &st.pending_avg, &st.pending_snapshot);
   }
-  span = std::make_unique<trace::Span>("sync_delayed_state", "sync");
+  span.emplace("sync_delayed_state", "sync");
   // The state average of the previous sync, applied now (one sync behind), keeping the local
   // increments since its snapshot. Rows move between the stores (ctx's memory: HBM for CUDA
   // shards) and the host buffer of the all-reduce through ctx arrays (no copy on the CPU).
@@ -382,7 +382,7 @@ absl::Status ReplicaSyncPhase::AverageSync(const InputDist& in) {
                                                 static_cast<int64_t>(slots.size()), sd,
                                                 ls.store->state()));
   }
-  span = std::make_unique<trace::Span>("sync_gather", "sync");
+  span.emplace("sync_gather", "sync");
   int64_t total = 0;
   for (size_t q = 0; q < local.size(); ++q) {
     total +=
@@ -417,7 +417,7 @@ absl::Status ReplicaSyncPhase::AverageSync(const InputDist& in) {
   if (ctx.is_cuda()) TESSERA_RETURN_IF_ERROR(CopyToHost(ctx, buf.data(), rows, total));
   span.reset();
   TESSERA_RETURN_IF_ERROR(l_.replica->AllReduce(buf.data(), total, ReduceOp::kAvg));
-  span = std::make_unique<trace::Span>("sync_scatter", "sync");
+  span.emplace("sync_scatter", "sync");
   const float* avg_rows = buf.data();
   if (ctx.is_cuda()) {
     TESSERA_ASSIGN_OR_RETURN(avg_rows, Mirror(ctx, buf, &sync_rows_, "averaged sync rows"));
