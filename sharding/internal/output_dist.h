@@ -113,6 +113,7 @@ class OutputDist {
   std::vector<std::vector<int64_t>> rb_count_;
   std::vector<float> stage_;
   std::vector<int64_t> stage_offsets_, stage_index_;
+  std::vector<char> first_;  // Reduce: per request, the first partial over its columns
   std::vector<int64_t> unit_offsets_;  // 0, 1, 2, ...: PoolLocal's bags of one id
   // Per local shard of a dynamic mean table: each received position's per-id weight times its
   // bag's 1 / length (Aggregate).

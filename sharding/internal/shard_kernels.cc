@@ -87,16 +87,16 @@ absl::Status FillFloats(const DeviceContext& ctx, float value, int64_t count, fl
 }
 
 absl::Status AddPartials(const DeviceContext& ctx, const float* src, int64_t rows, int64_t width,
-                         float* dst, int64_t dst_stride) {
+                         float* dst, int64_t dst_stride, bool first) {
 #if TESSERA_HAVE_CUDA
   if (ctx.is_cuda() && ctx.compute_stream == nullptr) {
     return NoComputeStream("AddPartials");
   }
-  if (ctx.is_cuda()) return AddPartialsCuda(ctx, src, rows, width, dst, dst_stride);
+  if (ctx.is_cuda()) return AddPartialsCuda(ctx, src, rows, width, dst, dst_stride, first);
 #else
   if (ctx.is_cuda()) return NoCudaPath("AddPartials");
 #endif
-  return AddPartialsCpu(ctx, src, rows, width, dst, dst_stride);
+  return AddPartialsCpu(ctx, src, rows, width, dst, dst_stride, first);
 }
 
 absl::Status ScaleBagsByLength(const DeviceContext& ctx, const int64_t* offsets, int64_t num_bags,

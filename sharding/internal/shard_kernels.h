@@ -86,13 +86,15 @@ absl::Status FillFloatsCuda(const DeviceContext& ctx, float value, int64_t count
 // ---- Output dist: pooled partial sums and gradient slices -------------------------------------
 // dst[i * dst_stride + c] += src[i * width + c] for i < rows, c < width, in that order: one
 // shard's partial sums added into its columns of the requester's output (row-wise and grid
-// partials of a feature reduced in the order of the calls).
+// partials of a feature reduced in the order of the calls). `first`: the columns' first
+// partial, written (dst = src) instead of added, so the output needs no zeroing pass before
+// (the same bits as adding it to zeros: pooled sums are never -0).
 absl::Status AddPartials(const DeviceContext& ctx, const float* src, int64_t rows, int64_t width,
-                         float* dst, int64_t dst_stride);
+                         float* dst, int64_t dst_stride, bool first = false);
 absl::Status AddPartialsCpu(const DeviceContext& ctx, const float* src, int64_t rows, int64_t width,
-                            float* dst, int64_t dst_stride);
+                            float* dst, int64_t dst_stride, bool first);
 absl::Status AddPartialsCuda(const DeviceContext& ctx, const float* src, int64_t rows,
-                             int64_t width, float* dst, int64_t dst_stride);
+                             int64_t width, float* dst, int64_t dst_stride, bool first);
 
 // Mean pooling after the reduce: out[i * out_stride + c] *= 1 / len_i (len_i = offsets[i + 1] -
 // offsets[i], host-computed float reciprocal) for c < dim; empty bags are left as they are.

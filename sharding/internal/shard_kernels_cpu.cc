@@ -49,7 +49,13 @@ absl::Status FillFloatsCpu(const DeviceContext&, float value, int64_t count, flo
 }
 
 absl::Status AddPartialsCpu(const DeviceContext&, const float* src, int64_t rows, int64_t width,
-                            float* dst, int64_t dst_stride) {
+                            float* dst, int64_t dst_stride, bool first) {
+  if (first) {
+    for (int64_t i = 0; i < rows; ++i) {
+      std::memcpy(dst + i * dst_stride, src + i * width, width * sizeof(float));
+    }
+    return absl::OkStatus();
+  }
   for (int64_t i = 0; i < rows; ++i) {
     for (int64_t c = 0; c < width; ++c) dst[i * dst_stride + c] += src[i * width + c];
   }

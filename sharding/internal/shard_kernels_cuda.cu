@@ -65,10 +65,10 @@ __global__ void FillKernel(float v, int64_t n, float* dst) {
 }
 
 __global__ void AddPartialsKernel(const float* src, int64_t rows, int64_t w, float* dst,
-                                  int64_t stride) {
+                                  int64_t stride, bool first) {
   TESSERA_GRID_STRIDE(k, rows * w) {
     const int64_t i = k / w, c = k % w;
-    dst[i * stride + c] += src[k];
+    dst[i * stride + c] = first ? src[k] : dst[i * stride + c] + src[k];
   }
 }
 
@@ -208,10 +208,10 @@ absl::Status FillFloatsCuda(const DeviceContext& ctx, float value, int64_t count
 }
 
 absl::Status AddPartialsCuda(const DeviceContext& ctx, const float* src, int64_t rows,
-                             int64_t width, float* dst, int64_t dst_stride) {
+                             int64_t width, float* dst, int64_t dst_stride, bool first) {
   if (rows <= 0 || width <= 0) return absl::OkStatus();
-  AddPartialsKernel<<<GridFor(rows * width, kThreads), kThreads, 0, Stream(ctx)>>>(src, rows, width,
-                                                                                   dst, dst_stride);
+  AddPartialsKernel<<<GridFor(rows * width, kThreads), kThreads, 0, Stream(ctx)>>>(
+      src, rows, width, dst, dst_stride, first);
   return CudaLaunchStatus("AddPartialsKernel");
 }
 

@@ -128,6 +128,9 @@ TEST_F(ShardKernelsCudaTest, OutputDistOps) {
   ASSERT_TRUE(AddPartials(kCpu, partial.data(), bags, width, out.data() + col, stride).ok());
   ASSERT_TRUE(AddPartials(ctx(), Up(partial), bags, width, d_out + col, stride).ok());
   ExpectSameBits(out, Down(d_out, out.size()), "AddPartials");
+  ASSERT_TRUE(AddPartials(kCpu, partial.data(), bags, 3, out.data() + 1, stride, true).ok());
+  ASSERT_TRUE(AddPartials(ctx(), Up(partial), bags, 3, d_out + 1, stride, true).ok());
+  ExpectSameBits(out, Down(d_out, out.size()), "AddPartials first");
 
   std::vector<int64_t> offsets(bags + 1, 0);
   for (int64_t i = 0; i < bags; ++i) offsets[i + 1] = offsets[i] + (i * 5) % 4;  // some empty

@@ -70,6 +70,9 @@ TEST(ShardKernelsTest, AddPartialsAndMeanScale) {
   const std::vector<int64_t> offsets = {0, 4, 4};  // lengths 4 and 0 (left as is)
   ASSERT_TRUE(ScaleBagsByLength(kCpu, offsets.data(), 2, 3, out.data(), 4).ok());
   EXPECT_THAT(out, ElementsAre(0.25f, 2.75f, 5.25f, 1, 2, 32, 42, 2));
+  // `first`: the columns' first partial is written, whatever they held.
+  ASSERT_TRUE(AddPartials(kCpu, partial.data(), 2, 2, out.data() + 2, 4, /*first=*/true).ok());
+  EXPECT_THAT(out, ElementsAre(0.25f, 2.75f, 10, 20, 2, 32, 30, 40));
 }
 
 TEST(ShardKernelsTest, PackGradSliceSumAndMean) {
