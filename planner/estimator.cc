@@ -591,9 +591,15 @@ Contribution Estimator::Contribute(int t, const TablePlacement& p) const {
       const double pack_id_s = PackIdSeconds(*dev_, share * s.distinct_local, cols * 4);
       u[kPackS] += share * s.ids_local * pack_id_s;
       // Every rank's share of the shard's B bags x cols per feature: received partial sums
-      // added into the output (read, read-modify-write), output gradients packed (read, write).
+      // written into the output (read, write) by the first shard over its columns and added by
+      // the others (read, read-modify-write), output gradients packed (read, write).
       const double block = bags * cols * 4.0;
-      u[kUnpackS] += PackSeconds(3 * block);
+      bool first = true;
+      for (const Shard& o : p.shards) {
+        if (&o == &sh) break;
+        if (o.col_begin < sh.col_end && sh.col_begin < o.col_end) first = false;
+      }
+      u[kUnpackS] += PackSeconds((first ? 2 : 3) * block);
       u[kGradPackS] += PackSeconds(2 * block);
     }
     u[kInSend] += memo_in_s;
@@ -611,9 +617,6 @@ MetricVec Estimator::FixedPerRank() const {
   MemoryBreakdown m = FixedMemory();
   v[kMemDevice + static_cast<int>(table_kind_)] += m.activations + m.dense;
   v[kMemHost] += m.base;
-  // The sharded collection (T > 1) zeroes its [B, output dim] output before adding the
-  // received blocks into it.
-  if (t_ > 1) v[kUnpackS] += PackSeconds(in_->step.batch_per_rank * emb_out_dim_ * 4.0);
   return v;
 }
 

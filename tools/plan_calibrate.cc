@@ -300,6 +300,12 @@ absl::StatusOr<planner::MachineProfile> Calibrate(const CalibrateOptions& opts,
                                 "%s: %.0f MiB (sysfs: %.0f MiB)",
                                 curve, o.llc_bytes / 1048576.0, o.fingerprint.l3_bytes / 1048576.0));
   }
+  // The eviction pass before each timed call covers 1.5x that LLC: in a step the dense work
+  // between two lookups (and between a lookup and its update, or the output dist's passes)
+  // leaves little of them cached. On the AMX Xeon VM (LLC measured 77-154 MiB) the 48 MiB pass
+  // left the pack / unpack buffers and the tables' hot rows cached: pack 21 GB/s against 11-16
+  // in tessera-bench's steps (16.6 with this pass), the row work at T = 1 2x under-predicted.
+  if (o.evict_bytes > 0) o.evict_bytes = std::max(o.evict_bytes, o.llc_bytes * 3 / 2);
   // Every part's runs as partial profiles (devices only, one world size's collectives only, the
   // tier only): MedianOfRuns takes the median per key over a part's runs.
   std::map<std::string, std::vector<planner::MachineProfile>> part_runs;

@@ -66,8 +66,13 @@ struct CalibrateOptions {
   int64_t cuda_llc_bytes = int64_t{50} << 20;
   // Bytes of scratch written (untimed) before every timed gather / scatter-update call, so
   // that, as in training (where the dense layers run in between), the previous calls' rows are
-  // no longer cached. 0: none. Default: 48 MiB (above the 32 MiB LLC here).
+  // no longer cached. 0: none. Default: 48 MiB, raised to 1.5x the LLC (llc_bytes, measured or
+  // given) before the runs.
   int64_t evict_bytes = int64_t{48} << 20;
+  // The same before each dense arch's forward (MeasureDenseArch): what a step's lookups move
+  // through the caches between two dense passes, not the whole LLC (a small model's weights and
+  // activations stay cached from step to step). 0: none. Default: 48 MiB.
+  int64_t dense_evict_bytes = int64_t{48} << 20;
   // Distinct batches of ids cycled through (fresh ids, as training sees them: a few batches
   // cycled would keep their rows in the caches). Run tessera-bench with as many --batches to
   // compare with it. Default: 64.

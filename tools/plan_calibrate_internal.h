@@ -139,7 +139,15 @@ absl::StatusOr<int64_t> MeasureEffectiveLlc(const CalibrateOptions& o, int64_t m
 // not left in the caches by the previous call. In training the dense layers run between two
 // lookups of a table (and between its lookup and its update) and evict them; back-to-back calls
 // would find the hot rows of the last batches still cached (3-4x faster than tessera-bench sees).
-void EvictCaches(const CalibrateOptions& o, const DeviceContext& ctx, std::vector<float>* buf);
+// `bytes` >= 0: that many instead of o.evict_bytes.
+void EvictCaches(const CalibrateOptions& o, const DeviceContext& ctx, std::vector<float>* buf,
+                 int64_t bytes = -1);
+// After EvictCaches: one load per cache line of a call's input (untimed; CPU only), which a step
+// hands over cached from the stage before (the batch's ids from the data loader, the output
+// gradients from the dense backward, the received blocks from the all-to-all); the rest of what
+// the call touches (table rows, optimizer state, its output) stays evicted.
+void WarmInput(const DeviceContext& ctx, const void* p, int64_t bytes);
+void WarmInput(const DeviceContext& ctx, const KeyedJagged& batch);
 // One feature's batch of `batch` bags of `pooling` ids over `rows` (a power of two) rows: Zipf
 // ranks scattered over the table by an odd multiplier (a bijection mod 2^k, so hot rows do not
 // share pages, as the synthetic generator's scramble does), or uniform ids (plan_calibrate_device.cc).

@@ -72,9 +72,10 @@ TEST(EstimatorTest, TableWiseByHand) {
 }
 
 TEST(EstimatorTest, OutputUnpackAndGradientPackByHand) {
-  // Table-wise t0 on rank 0, row-wise t1 over both ranks (two row pieces): every rank adds into
-  // its zeroed [B, 32] output one 100 x 16 block for t0 and two for t1 (partial sums), and
-  // packs one gradient block per shard, at pack_bytes_per_s 1e8.
+  // Table-wise t0 on rank 0, row-wise t1 over both ranks (two row pieces): every rank writes
+  // into its [B, 32] output one 100 x 16 block for t0 and t1's first partial sums (read, write)
+  // and adds t1's second (read, read-modify-write), and packs one gradient block per shard, at
+  // pack_bytes_per_s 1e8.
   MachineProfile prof = FlatProfile();
   prof.devices[0].pack_bytes_per_s = 1e8;
   PlanInputs in = SmallInputs({1000, 1000}, 16, 2, 100);
@@ -87,10 +88,9 @@ TEST(EstimatorTest, OutputUnpackAndGradientPackByHand) {
   StepEstimate e = est->Evaluate(
       {TableWise(0, in.tables[0].config), MakePlacement(rw, {0, 1}, in.tables[1].config)});
   const double block = 100 * 16 * 4;  // bytes of one shard's bags x cols
-  const double fill = 100 * 32 * 4;
   // The exchange: rank 0 sends t0's block and its t1 partial sums (2 blocks) at 1e6 B/s.
   const double exchange = 2 * block / 1e6;
-  EXPECT_NEAR(e.step.s[kOutputDist], exchange + (fill + 3 * 3 * block) / 1e8, 1e-12);
+  EXPECT_NEAR(e.step.s[kOutputDist], exchange + (2 * 2 + 3) * block / 1e8, 1e-12);
   EXPECT_NEAR(e.step.s[kBackwardDist], exchange + 2 * 3 * block / 1e8, 1e-12);
   // Without the field the copy rate (1e9) prices them.
   prof.devices[0].pack_bytes_per_s = 0;
