@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <numeric>
-#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -169,18 +168,17 @@ absl::Status EmbeddingCollection::CheckBf16Outputs(const char* who) const {
 }
 
 absl::Status EmbeddingCollection::Forward(const KeyedJagged& batch, float* out) {
-  return ForwardInto(batch, out, nullptr);
+  return ForwardInto("EmbeddingCollection::Forward", batch, out, nullptr);
 }
 
 absl::Status EmbeddingCollection::ForwardBf16(const KeyedJagged& batch, uint16_t* out) {
-  TESSERA_RETURN_IF_ERROR(CheckBf16Outputs("EmbeddingCollection::ForwardBf16"));
-  return ForwardInto(batch, nullptr, out);
+  constexpr char kWho[] = "EmbeddingCollection::ForwardBf16";
+  TESSERA_RETURN_IF_ERROR(CheckBf16Outputs(kWho));
+  return ForwardInto(kWho, batch, nullptr, out);
 }
 
-absl::Status EmbeddingCollection::ForwardInto(const KeyedJagged& batch, float* out,
-                                              uint16_t* out16) {
-  const char* who =
-      out16 != nullptr ? "EmbeddingCollection::ForwardBf16" : "EmbeddingCollection::Forward";
+absl::Status EmbeddingCollection::ForwardInto(const char* who, const KeyedJagged& batch,
+                                              float* out, uint16_t* out16) {
   // A step still pending here had no BackwardUpdate (evaluation): its rows were only read.
   TESSERA_RETURN_IF_ERROR(EndPendingStep(/*rows_updated=*/false));
   TESSERA_RETURN_IF_ERROR(embedding_internal::ValidateBatch(
@@ -348,19 +346,18 @@ void EmbeddingCollection::Prefetch(const KeyedJagged& next) {
 }
 
 absl::Status EmbeddingCollection::BackwardUpdate(const float* d_out, float lr, int64_t step) {
-  return UpdateFrom(d_out, nullptr, lr, step);
+  return UpdateFrom("EmbeddingCollection::BackwardUpdate", d_out, nullptr, lr, step);
 }
 
 absl::Status EmbeddingCollection::BackwardUpdateBf16(const uint16_t* d_out, float lr,
                                                      int64_t step) {
-  TESSERA_RETURN_IF_ERROR(CheckBf16Outputs("EmbeddingCollection::BackwardUpdateBf16"));
-  return UpdateFrom(nullptr, d_out, lr, step);
+  constexpr char kWho[] = "EmbeddingCollection::BackwardUpdateBf16";
+  TESSERA_RETURN_IF_ERROR(CheckBf16Outputs(kWho));
+  return UpdateFrom(kWho, nullptr, d_out, lr, step);
 }
 
-absl::Status EmbeddingCollection::UpdateFrom(const float* d_out, const uint16_t* d_out16,
-                                             float lr, int64_t step) {
-  const std::string who = d_out16 != nullptr ? "EmbeddingCollection::BackwardUpdateBf16"
-                                             : "EmbeddingCollection::BackwardUpdate";
+absl::Status EmbeddingCollection::UpdateFrom(const char* who, const float* d_out,
+                                             const uint16_t* d_out16, float lr, int64_t step) {
   if (!pending_step_) {
     return absl::FailedPreconditionError(
         absl::StrCat(who, ": no Forward since the last update"));

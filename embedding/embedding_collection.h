@@ -126,10 +126,14 @@ class EmbeddingCollection {
   // a table with more than 1 / threads of the ids runs alone first, its kernels split across the
   // threads; else one after the other on thread 0. Returns the first error in table order.
   absl::Status RunTables(const std::function<absl::Status(int, int)>& fn);
-  // Forward into exactly one of out (fp32) and out16 (bf16, every table's output_dtype bf16).
-  absl::Status ForwardInto(const KeyedJagged& batch, float* out, uint16_t* out16);
-  // BackwardUpdate from exactly one of d_out (fp32) and d_out16 (bf16, as ForwardInto).
-  absl::Status UpdateFrom(const float* d_out, const uint16_t* d_out16, float lr, int64_t step);
+  // Forward into out (fp32) or, when out16 is non-null, out16 (bf16, every table's
+  // output_dtype bf16); `who` names the public call in errors.
+  absl::Status ForwardInto(const char* who, const KeyedJagged& batch, float* out,
+                           uint16_t* out16);
+  // BackwardUpdate from d_out (fp32) or, when d_out16 is non-null, d_out16 (bf16, as
+  // ForwardInto).
+  absl::Status UpdateFrom(const char* who, const float* d_out, const uint16_t* d_out16, float lr,
+                          int64_t step);
   // OK when every table's output_dtype is bf16, else InvalidArgument naming the first that is
   // not (`who`: the calling function).
   absl::Status CheckBf16Outputs(const char* who) const;

@@ -6,9 +6,9 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
-#include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "dense/internal/dnnl_gemm.h"
@@ -76,7 +76,7 @@ Config MakeConfig(InteractionType type, DenseDtype dense_dtype) {
   c.model.dense_dtype = dense_dtype;
   for (int f = 0; f < kF; ++f) {
     TableConfig t;
-    t.name = "t" + std::to_string(f);
+    t.name = absl::StrCat("t", f);
     t.num_rows = kRows;
     t.dim = kDim;
     t.features = {f};
@@ -112,17 +112,17 @@ Batch MakeBatch(int step) {
   return b;
 }
 
-struct Run {
+struct Trainee {
   std::unique_ptr<Model> model;
   CountingSparseArch* sparse = nullptr;
 };
 
-Run MakeRun(const Config& c, bool offer_bf16) {
+Trainee MakeRun(const Config& c, bool offer_bf16) {
   auto collection = EmbeddingCollection::Create(EmbeddingOptionsFromConfig(c),
                                                 DeviceContext::Cpu());
   EXPECT_TRUE(collection.ok()) << collection.status();
   auto sparse = std::make_unique<CountingSparseArch>(std::move(*collection), offer_bf16);
-  Run r;
+  Trainee r;
   r.sparse = sparse.get();
   auto model = Model::Create(c, DeviceContext::Cpu(), std::move(sparse));
   EXPECT_TRUE(model.ok()) << model.status();
@@ -140,8 +140,8 @@ TEST(Bf16HandoffTraining, TrainsTheBitsOfTheFp32HandOff) {
         SCOPED_TRACE(::testing::Message() << InteractionTypeName(type) << " dense "
                                           << DenseDtypeName(dtype) << " threads " << threads);
         const Config c = MakeConfig(type, dtype);
-        Run handoff = MakeRun(c, /*offer_bf16=*/true);
-        Run before = MakeRun(c, /*offer_bf16=*/false);
+        Trainee handoff = MakeRun(c, /*offer_bf16=*/true);
+        Trainee before = MakeRun(c, /*offer_bf16=*/false);
         ASSERT_NE(handoff.model, nullptr);
         ASSERT_NE(before.model, nullptr);
         for (int step = 0; step < kSteps; ++step) {
