@@ -263,11 +263,11 @@ absl::Status EmbeddingCollection::ForwardInto(const char* who, const KeyedJagged
         continue;
       }
       // bf16 outputs read as fp32 by the caller: widened into `out` (exact).
-      uint16_t* out16 = out_bf16_.data() + feature_column_[f];
-      args.out_bf16 = out16;
+      uint16_t* pooled16 = out_bf16_.data() + feature_column_[f];
+      args.out_bf16 = pooled16;
       TESSERA_RETURN_IF_ERROR(PooledLookupForward(ctx_, args));
       for (int64_t b = 0; b < B; ++b) {
-        RowValuesToFloat(RowDtype::kBf16, out16 + b * output_dim_, table.dim,
+        RowValuesToFloat(RowDtype::kBf16, pooled16 + b * output_dim_, table.dim,
                          out + b * output_dim_ + feature_column_[f]);
       }
     }
