@@ -17,6 +17,7 @@
 #include "core/rng.h"
 #include "dense/dense_arch.h"
 #include "dense/interaction.h"
+#include "dense/internal/bf16_rows.h"
 #include "dense/internal/blas.h"
 #include "dense/mlp.h"
 
@@ -93,30 +94,39 @@ void LinearShapes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_LinearFwdBwd)->Apply(LinearShapes);
 BENCHMARK(BM_SgemmOnly)->Apply(LinearShapes);
 
-// Args: batch, F, d. Forward + backward; flops count the lower triangle only.
+// Args: batch, F, d, bf16 (1: bf16 embeddings and d_emb, the bf16 hand-off's
+// DotInteraction*Bf16). Forward + backward; flops count the lower triangle only.
 void BM_DotInteractionFwdBwd(benchmark::State& state) {
   const int64_t b = state.range(0), nf = state.range(1), d = state.range(2);
+  const bool bf16 = state.range(3) == 1;
   const int64_t w = DotInteractionOutputDim(nf, d);
   const std::vector<float> bottom = Random(b * d, 1), emb = Random(b * nf * d, 2);
   const std::vector<float> d_out = Random(b * w, 3);
   std::vector<float> out(b * w), d_bottom(b * d), d_emb(b * nf * d);
+  std::vector<uint16_t> emb16(emb.size()), d_emb16(d_emb.size());
+  for (size_t i = 0; i < emb.size(); ++i) emb16[i] = dense_internal::RoundBf16(emb[i]);
   const DeviceContext ctx = DeviceContext::Cpu();
   for (auto _ : state) {
-    if (!DotInteractionForward(ctx, bottom.data(), emb.data(), b, nf, d, out.data()).ok() ||
-        !DotInteractionBackward(ctx, bottom.data(), emb.data(), d_out.data(), b, nf, d,
-                                d_bottom.data(), d_emb.data())
-             .ok()) {
-      state.SkipWithError("interaction failed");
-    }
+    const bool ok =
+        bf16 ? DotInteractionForwardBf16(ctx, bottom.data(), emb16.data(), b, nf, d, out.data())
+                       .ok() &&
+                   DotInteractionBackwardBf16(ctx, bottom.data(), emb16.data(), d_out.data(), b,
+                                              nf, d, d_bottom.data(), d_emb16.data())
+                       .ok()
+             : DotInteractionForward(ctx, bottom.data(), emb.data(), b, nf, d, out.data()).ok() &&
+                   DotInteractionBackward(ctx, bottom.data(), emb.data(), d_out.data(), b, nf, d,
+                                          d_bottom.data(), d_emb.data())
+                       .ok();
+    if (!ok) state.SkipWithError("interaction failed");
     benchmark::DoNotOptimize(d_emb.data());
+    benchmark::DoNotOptimize(d_emb16.data());
   }
   const double pairs = nf * (nf + 1) / 2.0;
   SetCounters(state, 3 * 2.0 * b * pairs * d, b);  // forward 1x, backward 2x the pair work
 }
 BENCHMARK(BM_DotInteractionFwdBwd)
-    ->ArgNames({"batch", "F", "d"})
-    ->Args({2048, 26, 16})
-    ->Args({2048, 26, 128})
+    ->ArgNames({"batch", "F", "d", "bf16"})
+    ->ArgsProduct({{2048}, {26}, {16, 128}, {0, 1}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

@@ -33,13 +33,15 @@
 //                       of the same tables stored in 16 bits, each phase timed on the process
 //                       CPU clock. Counters: each side's lookup and update ms per batch and the
 //                       speedups (fp32 time / 16-bit time). Needs ~3.5 GB more. Its `out`
-//                       argument 1 gives the 16-bit tables bf16 pooled outputs and gradients
+//                       argument gives the 16-bit tables bf16 pooled outputs and gradients
 //                       (output_dtype bf16, FBGEMM's output_dtype), against the same fp32 side:
-//                       the lookup writes bf16 (widened into the fp32 output the dense side
-//                       reads) and the update reads bf16 gradients (rounded from d_out first).
+//                       1, the bf16 hand-off (ForwardBf16 into a bf16 output, BackwardUpdateBf16
+//                       from a bf16 d_out: what the trainer runs); 2, through the fp32 API (the
+//                       bf16 outputs widened into the fp32 output, d_out rounded to bf16 first:
+//                       what the trainer ran before the hand-off).
 //   OMP_NUM_THREADS=1 build/bin/embedding_phase_bench --benchmark_filter='/threads:1'
 //   OMP_NUM_THREADS=1 build/bin/embedding_phase_bench --benchmark_filter='BM_Phases16'
-//   build/bin/embedding_phase_bench --benchmark_filter='BM_Phases16/dtype:2/.*/out:'
+//   build/bin/embedding_phase_bench --benchmark_filter='BM_Phases16/dtype:2/.*/out:[12]'
 //   (TESSERA_PHASE_BENCH_MAX_ROWS=500000 caps the tables lower where memory is short.)
 //   OMP_NUM_THREADS=1 build/bin/embedding_phase_bench --benchmark_filter='BM_UpdateFloor'
 #include <benchmark/benchmark.h>
@@ -83,6 +85,7 @@ struct Setup {
   std::vector<Batch> batches;
   std::vector<float> out;   // [kBatchSize, output_dim]
   std::vector<float> d_out;  // same shape: a fixed output gradient
+  std::vector<uint16_t> out16, d_out16;  // the bf16 hand-off's: out's shape, d_out rounded
   // Per batch and table: the distinct ids (increasing) of the batch, for the scatter-update.
   std::vector<std::vector<std::vector<int64_t>>> unique;
   std::vector<float> scatter_grad;  // [max unique of a table, kDim]
@@ -133,6 +136,10 @@ Setup& GetSetup() {
     s->d_out.resize(kBatchSize * width);
     CounterRng rng(3, 0);
     for (float& g : s->d_out) g = (rng.NextUniform() - 0.5f) * 0.02f;
+    s->out16.resize(s->out.size());
+    s->d_out16.resize(s->d_out.size());
+    RowValuesFromFloat(RowDtype::kBf16, s->d_out.data(), static_cast<int64_t>(s->d_out.size()),
+                       s->d_out16.data());
     const int tables = s->collection->num_tables();
     s->d_out_by_table.resize(s->d_out.size());
     for (int t = 0; t < tables; ++t) {
@@ -432,11 +439,13 @@ EmbeddingCollection& Collection16(RowDtype dtype, RowDtype out) {
 
 double CpuNow() { return PhaseTimes::Now(PhaseTimes::Clock::kProcessCpu); }
 
-// Args: dtype (1 = fp16, 2 = bf16), threads, out (0 = fp32 outputs, 1 = bf16 outputs).
+// Args: dtype (1 = fp16, 2 = bf16), threads, out (0 = fp32 outputs, 1 = bf16 outputs handed
+// off in bf16, 2 = bf16 outputs through the fp32 API).
 void BM_Phases16(benchmark::State& state) {
   Setup& s = GetSetup();
   const RowDtype dtype = state.range(0) == 1 ? RowDtype::kF16 : RowDtype::kBf16;
-  const RowDtype out = state.range(2) == 1 ? RowDtype::kBf16 : RowDtype::kF32;
+  const RowDtype out = state.range(2) >= 1 ? RowDtype::kBf16 : RowDtype::kF32;
+  const bool handoff = state.range(2) == 1;
   EmbeddingCollection& c16 = Collection16(dtype, out);
   SetNumThreads(static_cast<int>(state.range(1)));
   double t[2][2] = {{0, 0}, {0, 0}};  // [fp32, 16-bit][lookup, update]
@@ -446,12 +455,16 @@ void BM_Phases16(benchmark::State& state) {
     const double before16 = t[1][0] + t[1][1];
     EmbeddingCollection* sides[2] = {s.collection.get(), &c16};
     for (int side = 0; side < 2; ++side) {
+      const bool bf16 = side == 1 && handoff;
       const double t0 = CpuNow();
-      TESSERA_CHECK_OK(sides[side]->Forward(b.sparse, s.out.data()));
+      TESSERA_CHECK_OK(bf16 ? sides[side]->ForwardBf16(b.sparse, s.out16.data())
+                            : sides[side]->Forward(b.sparse, s.out.data()));
       const double t1 = CpuNow();
-      TESSERA_CHECK_OK(sides[side]->BackwardUpdate(s.d_out.data(), kLr, iter + 1));
+      TESSERA_CHECK_OK(bf16 ? sides[side]->BackwardUpdateBf16(s.d_out16.data(), kLr, iter + 1)
+                            : sides[side]->BackwardUpdate(s.d_out.data(), kLr, iter + 1));
       const double t2 = CpuNow();
       benchmark::DoNotOptimize(s.out.data());
+      benchmark::DoNotOptimize(s.out16.data());
       t[side][0] += t1 - t0;
       t[side][1] += t2 - t1;
     }
@@ -466,7 +479,9 @@ void BM_Phases16(benchmark::State& state) {
   state.counters["lookup_speedup"] = t[0][0] / t[1][0];
   state.counters["update_speedup"] = t[0][1] / t[1][1];
   state.counters["phases_speedup"] = (t[0][0] + t[0][1]) / (t[1][0] + t[1][1]);
-  state.SetLabel(absl::StrCat(RowDtypeName(dtype), " tables, ", RowDtypeName(out), " outputs"));
+  state.SetLabel(absl::StrCat(RowDtypeName(dtype), " tables, ", RowDtypeName(out), " outputs",
+                              out == RowDtype::kBf16 ? (handoff ? " (bf16 hand-off)" : " (fp32 API)")
+                                                     : ""));
 }
 
 void Args(benchmark::internal::Benchmark* b) {
@@ -484,7 +499,7 @@ BENCHMARK(BM_UpdateFloor)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Phases16)
-    ->ArgsProduct({{1, 2}, {1, 2}, {0, 1}})
+    ->ArgsProduct({{1, 2}, {1, 2}, {0, 1, 2}})
     ->ArgNames({"dtype", "threads", "out"})
     ->UseManualTime()
     ->Iterations(64)

@@ -1,6 +1,7 @@
 // DenseArch: wiring of bottom MLP, interaction (dot or cross network) and top MLP, forward and
-// hand-written backward. All arithmetic happens in the layers' and ops' twins; this file only
-// validates, owns buffers and calls them in order.
+// hand-written backward (embeddings in fp32, or bf16 for the bf16 hand-off). All arithmetic
+// happens in the layers' and ops' twins; this file only validates, owns buffers and calls them
+// in order.
 #include "dense/dense_arch.h"
 
 #include <string>
@@ -179,11 +180,23 @@ std::vector<Parameter*> DenseArch::parameters() {
 
 absl::Status DenseArch::Forward(const float* dense, const float* emb, int64_t batch,
                                 const float** logits) {
-  constexpr char kOp[] = "DenseArch::Forward";
-  TESSERA_RETURN_IF_ERROR(dense_internal::CheckNotNull(kOp, "dense", dense));
+  TESSERA_RETURN_IF_ERROR(dense_internal::CheckNotNull("DenseArch::Forward", "emb", emb));
+  return ForwardWith("DenseArch::Forward", dense, emb, nullptr, batch, logits);
+}
+
+absl::Status DenseArch::ForwardBf16(const float* dense, const uint16_t* emb, int64_t batch,
+                                    const float** logits) {
+  constexpr char kOp[] = "DenseArch::ForwardBf16";
   TESSERA_RETURN_IF_ERROR(dense_internal::CheckNotNull(kOp, "emb", emb));
-  TESSERA_RETURN_IF_ERROR(dense_internal::CheckNotNull(kOp, "logits", logits));
-  TESSERA_RETURN_IF_ERROR(dense_internal::CheckSize(kOp, "batch", batch));
+  if (ctx_.is_cuda()) return dense_internal::NoBf16CudaTwin(kOp);
+  return ForwardWith(kOp, dense, nullptr, emb, batch, logits);
+}
+
+absl::Status DenseArch::ForwardWith(const char* op, const float* dense, const float* emb,
+                                    const uint16_t* emb16, int64_t batch, const float** logits) {
+  TESSERA_RETURN_IF_ERROR(dense_internal::CheckNotNull(op, "dense", dense));
+  TESSERA_RETURN_IF_ERROR(dense_internal::CheckNotNull(op, "logits", logits));
+  TESSERA_RETURN_IF_ERROR(dense_internal::CheckSize(op, "batch", batch));
   const Device dev = ctx_.device;
   const int64_t nf = options_.num_embeddings, d = options_.embedding_dim;
   const int64_t bottom_dim = bottom_->out_dim(), inter = interaction_dim();
@@ -200,16 +213,25 @@ absl::Status DenseArch::Forward(const float* dense, const float* emb, int64_t ba
   TESSERA_RETURN_IF_ERROR(bottom_->Forward(dense, batch, &bottom_out));
   const float* top_in = interaction_out_.data<float>();
   if (cross_ == nullptr) {
-    TESSERA_RETURN_IF_ERROR(DotInteractionForward(ctx_, bottom_out, emb, batch, nf, d,
-                                                  interaction_out_.data<float>()));
+    TESSERA_RETURN_IF_ERROR(
+        emb16 != nullptr
+            ? DotInteractionForwardBf16(ctx_, bottom_out, emb16, batch, nf, d,
+                                        interaction_out_.data<float>())
+            : DotInteractionForward(ctx_, bottom_out, emb, batch, nf, d,
+                                    interaction_out_.data<float>()));
   } else {
-    TESSERA_RETURN_IF_ERROR(dense_internal::ConcatColumns(
-        ctx_, bottom_out, bottom_dim, emb, nf * d, batch, interaction_out_.data<float>()));
+    TESSERA_RETURN_IF_ERROR(
+        emb16 != nullptr
+            ? dense_internal::ConcatColumnsBf16(ctx_, bottom_out, bottom_dim, emb16, nf * d,
+                                                batch, interaction_out_.data<float>())
+            : dense_internal::ConcatColumns(ctx_, bottom_out, bottom_dim, emb, nf * d, batch,
+                                            interaction_out_.data<float>()));
     TESSERA_RETURN_IF_ERROR(cross_->Forward(interaction_out_.data<float>(), batch, &top_in));
   }
   TESSERA_RETURN_IF_ERROR(top_->Forward(top_in, batch, logits));
   dense_ = dense;
   emb_ = emb;
+  emb16_ = emb16;
   bottom_out_ = bottom_out;
   batch_ = batch;
   return absl::OkStatus();
@@ -222,24 +244,48 @@ void DenseArch::set_grad_ready_callback(GradReadyCallback ready) {
 }
 
 absl::Status DenseArch::Backward(const float* d_logits, float* d_emb) {
-  constexpr char kOp[] = "DenseArch::Backward";
-  if (batch_ == 0) return absl::FailedPreconditionError("DenseArch: Backward before Forward");
-  TESSERA_RETURN_IF_ERROR(dense_internal::CheckNotNull(kOp, "d_logits", d_logits));
+  TESSERA_RETURN_IF_ERROR(dense_internal::CheckNotNull("DenseArch::Backward", "d_emb", d_emb));
+  return BackwardWith("DenseArch::Backward", d_logits, d_emb, nullptr);
+}
+
+absl::Status DenseArch::BackwardBf16(const float* d_logits, uint16_t* d_emb) {
+  constexpr char kOp[] = "DenseArch::BackwardBf16";
   TESSERA_RETURN_IF_ERROR(dense_internal::CheckNotNull(kOp, "d_emb", d_emb));
+  return BackwardWith(kOp, d_logits, nullptr, d_emb);
+}
+
+absl::Status DenseArch::BackwardWith(const char* op, const float* d_logits, float* d_emb,
+                                     uint16_t* d_emb16) {
+  if (batch_ == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(op, ": Backward before Forward"));
+  }
+  if ((d_emb16 != nullptr) != (emb16_ != nullptr)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        op, ": the last forward took ", emb16_ != nullptr ? "bf16" : "fp32",
+        " embeddings, so the backward writes d_emb in that dtype (call ",
+        emb16_ != nullptr ? "BackwardBf16" : "Backward", ")"));
+  }
+  TESSERA_RETURN_IF_ERROR(dense_internal::CheckNotNull(op, "d_logits", d_logits));
   const int64_t nf = options_.num_embeddings, d = options_.embedding_dim;
   // The top MLP overwrites its dy in place; d_logits is the caller's.
   TESSERA_RETURN_IF_ERROR(
       dense_internal::CopyFloats(ctx_, d_logits, batch_, d_top_.data<float>()));
   TESSERA_RETURN_IF_ERROR(top_->Backward(d_top_.data<float>(), d_interaction_.data<float>()));
   if (cross_ == nullptr) {
-    TESSERA_RETURN_IF_ERROR(DotInteractionBackward(ctx_, bottom_out_, emb_,
-                                                   d_interaction_.data<float>(), batch_, nf, d,
-                                                   d_bottom_.data<float>(), d_emb));
+    TESSERA_RETURN_IF_ERROR(
+        d_emb16 != nullptr
+            ? DotInteractionBackwardBf16(ctx_, bottom_out_, emb16_, d_interaction_.data<float>(),
+                                         batch_, nf, d, d_bottom_.data<float>(), d_emb16)
+            : DotInteractionBackward(ctx_, bottom_out_, emb_, d_interaction_.data<float>(),
+                                     batch_, nf, d, d_bottom_.data<float>(), d_emb));
   } else {
     TESSERA_RETURN_IF_ERROR(cross_->Backward(d_interaction_.data<float>(), d_cross_.data<float>()));
-    TESSERA_RETURN_IF_ERROR(dense_internal::SplitColumns(ctx_, d_cross_.data<float>(),
-                                                         bottom_->out_dim(), nf * d, batch_,
-                                                         d_bottom_.data<float>(), d_emb));
+    TESSERA_RETURN_IF_ERROR(
+        d_emb16 != nullptr
+            ? dense_internal::SplitColumnsBf16(ctx_, d_cross_.data<float>(), bottom_->out_dim(),
+                                               nf * d, batch_, d_bottom_.data<float>(), d_emb16)
+            : dense_internal::SplitColumns(ctx_, d_cross_.data<float>(), bottom_->out_dim(),
+                                           nf * d, batch_, d_bottom_.data<float>(), d_emb));
   }
   return bottom_->Backward(d_bottom_.data<float>(), nullptr);
 }

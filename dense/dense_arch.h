@@ -95,6 +95,17 @@ class DenseArch {
   // (overwritten, not accumulated). Uses the inputs of the last Forward (FailedPrecondition
   // without one).
   absl::Status Backward(const float* d_logits, float* d_emb);
+  // The bf16 hand-off from tables with output_dtype bf16: emb [batch, F * d] bf16, widened as
+  // the interaction reads it (kDot: inside its kernels, a sample at a time; kDcn: as the concat
+  // [bottom, emb] copies it into the cross network's input), and BackwardBf16 writes d_emb in
+  // bf16, rounded to nearest even as the interaction (kDot) or the split of the cross network's
+  // input gradient (kDcn) writes it. The logits, every parameter grad and d_emb have the bits
+  // of Forward fed the widened emb and Backward's d_emb rounded, for any thread count.
+  // Forward's and Backward's errors; Unimplemented on kCuda. Backward after ForwardBf16, or
+  // BackwardBf16 after Forward, is FailedPrecondition (d_emb comes in the emb's dtype).
+  absl::Status ForwardBf16(const float* dense, const uint16_t* emb, int64_t batch,
+                           const float** logits);
+  absl::Status BackwardBf16(const float* d_logits, uint16_t* d_emb);
   // All parameters in a fixed order: bottom, cross, top.
   std::vector<Parameter*> parameters();
   // Optional: Backward calls `ready` with each parameter as soon as its grad is final: the top
@@ -107,12 +118,18 @@ class DenseArch {
 
  private:
   DenseArch() = default;
+  // Forward / Backward with exactly one of emb (fp32) and emb16 (bf16) non-null (d_emb alike).
+  absl::Status ForwardWith(const char* op, const float* dense, const float* emb,
+                           const uint16_t* emb16, int64_t batch, const float** logits);
+  absl::Status BackwardWith(const char* op, const float* d_logits, float* d_emb,
+                            uint16_t* d_emb16);
   DenseArchOptions options_;
   DeviceContext ctx_;
   std::unique_ptr<Mlp> bottom_, top_;
   std::unique_ptr<CrossNetwork> cross_;
   const float* dense_ = nullptr;
   const float* emb_ = nullptr;
+  const uint16_t* emb16_ = nullptr;  // the last Forward's bf16 emb (ForwardBf16), else null
   const float* bottom_out_ = nullptr;
   int64_t batch_ = 0;
   Buffer interaction_out_, d_interaction_, d_top_, d_bottom_;

@@ -1,4 +1,5 @@
-// Dispatch of the dot interaction to its CPU or CUDA twin (dense/internal/kernels.h).
+// Dispatch of the dot interaction to its CPU or CUDA twin (dense/internal/kernels.h); the bf16
+// entry points have the CPU twin only.
 #include "dense/interaction.h"
 
 #include "core/status.h"
@@ -63,6 +64,37 @@ absl::Status DotInteractionBackward(const DeviceContext& ctx, const float* botto
 #endif
   return dense_internal::DotInteractionBackwardCpu(ctx, bottom, emb, d_out, batch,
                                                    num_embeddings, dim, d_bottom, d_emb);
+}
+
+absl::Status DotInteractionForwardBf16(const DeviceContext& ctx, const float* bottom,
+                                       const uint16_t* emb, int64_t batch, int64_t num_embeddings,
+                                       int64_t dim, float* out) {
+  constexpr char kOp[] = "DotInteractionForwardBf16";
+  using dense_internal::CheckNotNull;
+  TESSERA_RETURN_IF_ERROR(CheckNotNull(kOp, "bottom", bottom));
+  TESSERA_RETURN_IF_ERROR(CheckNotNull(kOp, "emb", emb));
+  TESSERA_RETURN_IF_ERROR(CheckNotNull(kOp, "out", out));
+  TESSERA_RETURN_IF_ERROR(CheckShape(kOp, batch, num_embeddings, dim));
+  if (ctx.is_cuda()) return dense_internal::NoBf16CudaTwin(kOp);
+  return dense_internal::DotInteractionForwardBf16Cpu(ctx, bottom, emb, batch, num_embeddings,
+                                                      dim, out);
+}
+
+absl::Status DotInteractionBackwardBf16(const DeviceContext& ctx, const float* bottom,
+                                        const uint16_t* emb, const float* d_out, int64_t batch,
+                                        int64_t num_embeddings, int64_t dim, float* d_bottom,
+                                        uint16_t* d_emb) {
+  constexpr char kOp[] = "DotInteractionBackwardBf16";
+  using dense_internal::CheckNotNull;
+  TESSERA_RETURN_IF_ERROR(CheckNotNull(kOp, "bottom", bottom));
+  TESSERA_RETURN_IF_ERROR(CheckNotNull(kOp, "emb", emb));
+  TESSERA_RETURN_IF_ERROR(CheckNotNull(kOp, "d_out", d_out));
+  TESSERA_RETURN_IF_ERROR(CheckNotNull(kOp, "d_bottom", d_bottom));
+  TESSERA_RETURN_IF_ERROR(CheckNotNull(kOp, "d_emb", d_emb));
+  TESSERA_RETURN_IF_ERROR(CheckShape(kOp, batch, num_embeddings, dim));
+  if (ctx.is_cuda()) return dense_internal::NoBf16CudaTwin(kOp);
+  return dense_internal::DotInteractionBackwardBf16Cpu(ctx, bottom, emb, d_out, batch,
+                                                       num_embeddings, dim, d_bottom, d_emb);
 }
 
 }  // namespace tessera

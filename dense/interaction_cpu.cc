@@ -16,12 +16,20 @@
 // Backward, per sample: dZ = S Z with S the symmetric pair-gradient matrix (zero diagonal). S is
 // never built: row i reads its lower part g(i, j<i) contiguously from d_out, and its upper part
 // g(j>i, i) for four consecutive rows as four consecutive floats of row j of the pair triangle.
+//
+// bf16 embeddings (the bf16 hand-off, DotInteraction*Bf16): per sample, the kernel widens the
+// sample's F rows into a per-thread fp32 scratch (F d floats, in L1) and runs the fp32 code on
+// it; the backward writes the sample's d_emb rows to a second scratch and rounds them into the
+// bf16 d_emb right after (nearest even, dense/internal/bf16_rows.h). The fp32 arithmetic is
+// the same code on the same (widened) values, so the bits are the fp32 path's, d_emb rounded.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/parallel.h"
+#include "dense/internal/bf16_rows.h"
 #include "dense/internal/kernels.h"
 #include "dense/internal/simd.h"
 
@@ -42,16 +50,16 @@ inline int64_t PairRow(int64_t d, int64_t i) { return d + i * (i - 1) / 2; }
 // miss buffers and (into L1) evicts the rows still in use.
 class NextSamplePrefetch {
  public:
-  // Three float ranges (n = 0 for an unused one); `calls`: how many Issue() calls one sample
+  // Three byte ranges (n = 0 for an unused one); `calls`: how many Issue() calls one sample
   // makes.
-  void Start(const float* a, int64_t na, const float* b, int64_t nb, const float* c, int64_t nc,
+  void Start(const void* a, int64_t na, const void* b, int64_t nb, const void* c, int64_t nc,
              int64_t calls) {
-    const float* p[3] = {a, b, c};
+    const void* p[3] = {a, b, c};
     const int64_t n[3] = {na, nb, nc};
     int64_t lines = 0;
     for (int r = 0; r < 3; ++r) {
-      next_[r] = reinterpret_cast<const char*>(p[r]);
-      end_[r] = next_[r] + n[r] * sizeof(float);
+      next_[r] = static_cast<const char*>(p[r]);
+      end_[r] = next_[r] + n[r];
       lines += (end_[r] - next_[r] + kLine - 1) / kLine;
     }
     range_ = 0;
@@ -93,6 +101,12 @@ float** ThreadGradPointers(size_t n) {
   thread_local std::vector<float*> pointers;
   if (pointers.size() < n) pointers.resize(n);
   return pointers.data();
+}
+// bf16 embeddings: one sample's widened rows (and, backward, its fp32 d_emb rows).
+float* ThreadSampleRows(size_t floats) {
+  thread_local std::vector<float> rows;
+  if (rows.size() < floats) rows.resize(floats);
+  return rows.data();
 }
 
 // One step of the 16 x 16 transpose: swaps bit m of the row index with bit m of the column index
@@ -218,10 +232,13 @@ int64_t ForwardCalls(int64_t nf) {
   return calls;
 }
 
-TESSERA_VECTOR_CLONES
-void ForwardRange(const float* __restrict bottom, const float* __restrict emb, int64_t b0,
-                  int64_t b1, int64_t nf, int64_t d, float* __restrict zt,
-                  float* __restrict out) {
+// E: float, or uint16_t for bf16 embeddings (widened into `rows`, nf d floats, per sample).
+template <typename E>
+__attribute__((always_inline)) inline void ForwardSamples(const float* __restrict bottom,
+                                                          const E* __restrict emb, int64_t b0,
+                                                          int64_t b1, int64_t nf, int64_t d,
+                                                          float* __restrict zt, float* rows,
+                                                          float* __restrict out) {
   const int64_t pp = RoundUp(nf + 1, kLanes);
   const int64_t out_dim = d + nf * (nf + 1) / 2;
   std::memset(zt, 0, sizeof(float) * d * pp);
@@ -229,10 +246,17 @@ void ForwardRange(const float* __restrict bottom, const float* __restrict emb, i
   NextSamplePrefetch pf;
   for (int64_t b = b0; b < b1; ++b) {
     const float* __restrict zb = bottom + b * d;
-    const float* __restrict ze = emb + b * nf * d;
+    const E* __restrict eb = emb + b * nf * d;
+    const float* ze;  // the sample's rows (widened into `rows` for bf16)
+    if constexpr (std::is_same_v<E, float>) {
+      ze = eb;
+    } else {
+      WidenBf16Row(eb, nf * d, rows);
+      ze = rows;
+    }
     float* __restrict o = out + b * out_dim;
     if (b + 1 < b1) {
-      pf.Start(ze + nf * d, nf * d, zb + d, d, nullptr, 0, calls);
+      pf.Start(eb + nf * d, nf * d * sizeof(E), zb + d, d * sizeof(float), nullptr, 0, calls);
     } else {
       pf.Stop();
     }
@@ -248,6 +272,20 @@ void ForwardRange(const float* __restrict bottom, const float* __restrict emb, i
     }
     pf.IssueAll();
   }
+}
+
+TESSERA_VECTOR_CLONES
+void ForwardRange(const float* __restrict bottom, const float* __restrict emb, int64_t b0,
+                  int64_t b1, int64_t nf, int64_t d, float* __restrict zt,
+                  float* __restrict out) {
+  ForwardSamples(bottom, emb, b0, b1, nf, d, zt, nullptr, out);
+}
+
+TESSERA_VECTOR_CLONES
+void ForwardRangeBf16(const float* __restrict bottom, const uint16_t* __restrict emb, int64_t b0,
+                      int64_t b1, int64_t nf, int64_t d, float* __restrict zt, float* rows,
+                      float* __restrict out) {
+  ForwardSamples(bottom, emb, b0, b1, nf, d, zt, rows, out);
 }
 
 // The pair gradient S(i, j) of one sample (g: the sample's d_out row).
@@ -312,11 +350,14 @@ __attribute__((always_inline)) inline void BackwardBlock(const float* g, const f
   }
 }
 
-TESSERA_VECTOR_CLONES
-void BackwardRange(const float* __restrict bottom, const float* __restrict emb,
-                   const float* __restrict d_out, int64_t b0, int64_t b1, int64_t nf, int64_t d,
-                   const float** zp, float** dp, float* __restrict d_bottom,
-                   float* __restrict d_emb) {
+// E: float, or uint16_t for bf16 embeddings and d_emb (`rows`: 2 nf d floats per thread, the
+// sample's widened rows then its fp32 d_emb rows, rounded into d_emb after the sample).
+template <typename E>
+__attribute__((always_inline)) inline void BackwardSamples(
+    const float* __restrict bottom, const E* __restrict emb, const float* __restrict d_out,
+    int64_t b0, int64_t b1, int64_t nf, int64_t d, const float** zp, float** dp,
+    float* rows, float* __restrict d_bottom, E* __restrict d_emb) {
+  constexpr bool kBf16 = !std::is_same_v<E, float>;
   const int64_t p = nf + 1;
   const int64_t out_dim = d + nf * (nf + 1) / 2;
   const int64_t dv = d / kLanes * kLanes;  // vector part of d; the rest is a scalar tail
@@ -326,16 +367,24 @@ void BackwardRange(const float* __restrict bottom, const float* __restrict emb,
   for (int64_t b = b0; b < b1; ++b) {
     const float* __restrict g = d_out + b * out_dim;
     if (b + 1 < b1) {
-      pf.Start(emb + (b + 1) * nf * d, nf * d, g + out_dim, out_dim, bottom + (b + 1) * d, d,
-               calls);
+      pf.Start(emb + (b + 1) * nf * d, nf * d * sizeof(E), g + out_dim, out_dim * sizeof(float),
+               bottom + (b + 1) * d, d * sizeof(float), calls);
     } else {
       pf.Stop();
     }
     zp[0] = bottom + b * d;
     dp[0] = d_bottom + b * d;
-    for (int64_t f = 0; f < nf; ++f) {
-      zp[f + 1] = emb + (b * nf + f) * d;
-      dp[f + 1] = d_emb + (b * nf + f) * d;
+    if constexpr (kBf16) {
+      WidenBf16Row(emb + b * nf * d, nf * d, rows);
+      for (int64_t f = 0; f < nf; ++f) {
+        zp[f + 1] = rows + f * d;
+        dp[f + 1] = rows + (nf + f) * d;
+      }
+    } else {
+      for (int64_t f = 0; f < nf; ++f) {
+        zp[f + 1] = emb + (b * nf + f) * d;
+        dp[f + 1] = d_emb + (b * nf + f) * d;
+      }
     }
     int64_t i0 = 0;
     for (; i0 + kRows <= p; i0 += kRows) BackwardBlock<kRows>(g, zp, p, d, dv, i0, pf, dp + i0);
@@ -358,7 +407,24 @@ void BackwardRange(const float* __restrict bottom, const float* __restrict emb,
     // The bottom output is also copied through unchanged: its gradient passes straight back.
     float* __restrict db = d_bottom + b * d;
     for (int64_t k = 0; k < d; ++k) db[k] += g[k];
+    if constexpr (kBf16) RoundBf16Row(rows + nf * d, nf * d, d_emb + b * nf * d);
   }
+}
+
+TESSERA_VECTOR_CLONES
+void BackwardRange(const float* __restrict bottom, const float* __restrict emb,
+                   const float* __restrict d_out, int64_t b0, int64_t b1, int64_t nf, int64_t d,
+                   const float** zp, float** dp, float* __restrict d_bottom,
+                   float* __restrict d_emb) {
+  BackwardSamples(bottom, emb, d_out, b0, b1, nf, d, zp, dp, nullptr, d_bottom, d_emb);
+}
+
+TESSERA_VECTOR_CLONES
+void BackwardRangeBf16(const float* __restrict bottom, const uint16_t* __restrict emb,
+                       const float* __restrict d_out, int64_t b0, int64_t b1, int64_t nf,
+                       int64_t d, const float** zp, float** dp, float* rows,
+                       float* __restrict d_bottom, uint16_t* __restrict d_emb) {
+  BackwardSamples(bottom, emb, d_out, b0, b1, nf, d, zp, dp, rows, d_bottom, d_emb);
 }
 
 // Samples per chunk: enough work to amortise the fork/join (ParallelMinMacs()). A sample costs
@@ -393,6 +459,33 @@ absl::Status DotInteractionBackwardCpu(const DeviceContext& ctx, const float* bo
     const float** zp = ThreadRowPointers(static_cast<size_t>(p));
     float** dp = ThreadGradPointers(static_cast<size_t>(p));
     BackwardRange(bottom, emb, d_out, b0, b1, num_embeddings, dim, zp, dp, d_bottom, d_emb);
+  });
+  return absl::OkStatus();
+}
+
+absl::Status DotInteractionForwardBf16Cpu(const DeviceContext& ctx, const float* bottom,
+                                          const uint16_t* emb, int64_t batch,
+                                          int64_t num_embeddings, int64_t dim, float* out) {
+  const int64_t pp = RoundUp(num_embeddings + 1, kLanes);
+  ParallelFor(batch, SampleChunk(num_embeddings, dim), [&](int64_t b0, int64_t b1, int) {
+    float* zt = ThreadScratch(static_cast<size_t>(dim * pp));
+    float* rows = ThreadSampleRows(static_cast<size_t>(num_embeddings * dim));
+    ForwardRangeBf16(bottom, emb, b0, b1, num_embeddings, dim, zt, rows, out);
+  });
+  return absl::OkStatus();
+}
+
+absl::Status DotInteractionBackwardBf16Cpu(const DeviceContext& ctx, const float* bottom,
+                                           const uint16_t* emb, const float* d_out,
+                                           int64_t batch, int64_t num_embeddings, int64_t dim,
+                                           float* d_bottom, uint16_t* d_emb) {
+  const int64_t p = num_embeddings + 1;
+  ParallelFor(batch, SampleChunk(num_embeddings, dim), [&](int64_t b0, int64_t b1, int) {
+    const float** zp = ThreadRowPointers(static_cast<size_t>(p));
+    float** dp = ThreadGradPointers(static_cast<size_t>(p));
+    float* rows = ThreadSampleRows(static_cast<size_t>(2 * num_embeddings * dim));
+    BackwardRangeBf16(bottom, emb, d_out, b0, b1, num_embeddings, dim, zp, dp, rows, d_bottom,
+                      d_emb);
   });
   return absl::OkStatus();
 }

@@ -27,6 +27,18 @@ absl::Status SplitColumns(const DeviceContext& ctx, const float* in, int64_t a_c
   return SplitColumnsCpu(ctx, in, a_cols, c_cols, batch, a, c);
 }
 
+absl::Status ConcatColumnsBf16(const DeviceContext& ctx, const float* a, int64_t a_cols,
+                               const uint16_t* c, int64_t c_cols, int64_t batch, float* out) {
+  if (ctx.is_cuda()) return NoBf16CudaTwin("ConcatColumnsBf16");
+  return ConcatColumnsBf16Cpu(ctx, a, a_cols, c, c_cols, batch, out);
+}
+
+absl::Status SplitColumnsBf16(const DeviceContext& ctx, const float* in, int64_t a_cols,
+                              int64_t c_cols, int64_t batch, float* a, uint16_t* c) {
+  if (ctx.is_cuda()) return NoBf16CudaTwin("SplitColumnsBf16");
+  return SplitColumnsBf16Cpu(ctx, in, a_cols, c_cols, batch, a, c);
+}
+
 absl::Status AddInPlace(const DeviceContext& ctx, const float* x, int64_t n, float* y) {
 #if TESSERA_HAVE_CUDA
   if (ctx.is_cuda()) return AddInPlaceCuda(ctx, x, n, y);

@@ -150,11 +150,40 @@ absl::Status EmbeddingCollection::ForEachTable(const std::function<absl::Status(
   return absl::OkStatus();
 }
 
+bool EmbeddingCollection::bf16_outputs() const {
+  return std::all_of(options_.tables.begin(), options_.tables.end(),
+                     [](const TableConfig& t) { return t.output_dtype == RowDtype::kBf16; });
+}
+
+absl::Status EmbeddingCollection::CheckBf16Outputs(const char* who) const {
+  for (int t = 0; t < num_tables(); ++t) {
+    const TableConfig& table = options_.tables[t];
+    if (table.output_dtype != RowDtype::kBf16) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          who, ": ", TableLabel(table, t), " has output_dtype ", RowDtypeName(table.output_dtype),
+          "; the bf16 hand-off needs every table's output_dtype bf16"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status EmbeddingCollection::Forward(const KeyedJagged& batch, float* out) {
+  return ForwardInto("EmbeddingCollection::Forward", batch, out, nullptr);
+}
+
+absl::Status EmbeddingCollection::ForwardBf16(const KeyedJagged& batch, uint16_t* out) {
+  constexpr char kWho[] = "EmbeddingCollection::ForwardBf16";
+  TESSERA_RETURN_IF_ERROR(CheckBf16Outputs(kWho));
+  return ForwardInto(kWho, batch, nullptr, out);
+}
+
+absl::Status EmbeddingCollection::ForwardInto(const char* who, const KeyedJagged& batch,
+                                              float* out, uint16_t* out16) {
   // A step still pending here had no BackwardUpdate (evaluation): its rows were only read.
   TESSERA_RETURN_IF_ERROR(EndPendingStep(/*rows_updated=*/false));
   TESSERA_RETURN_IF_ERROR(embedding_internal::ValidateBatch(
-      batch, options_, table_of_feature_, out, "EmbeddingCollection::Forward"));
+      batch, options_, table_of_feature_,
+      out16 != nullptr ? static_cast<const void*>(out16) : out, who));
   const int64_t B = batch.batch_size;
 
   batch_size_ = B;
@@ -203,6 +232,7 @@ absl::Status EmbeddingCollection::Forward(const KeyedJagged& batch, float* out) 
   std::stable_sort(table_order_.begin(), table_order_.end(),
                    [&](int a, int b) { return table_cost_[a] > table_cost_[b]; });
   const bool any_bf16_output =
+      out16 == nullptr &&
       std::any_of(options_.tables.begin(), options_.tables.end(),
                   [](const TableConfig& t) { return t.output_dtype == RowDtype::kBf16; });
   if (any_bf16_output && out_bf16_.size() < static_cast<size_t>(B * output_dim_)) {
@@ -222,17 +252,22 @@ absl::Status EmbeddingCollection::Forward(const KeyedJagged& batch, float* out) 
       args.num_bags = B;
       args.pooling = table.pooling;
       args.out_stride = output_dim_;
+      if (out16 != nullptr) {  // the bf16 hand-off: straight into the caller's bf16 output
+        args.out_bf16 = out16 + feature_column_[f];
+        TESSERA_RETURN_IF_ERROR(PooledLookupForward(ctx_, args));
+        continue;
+      }
       if (table.output_dtype != RowDtype::kBf16) {
         args.out = out + feature_column_[f];
         TESSERA_RETURN_IF_ERROR(PooledLookupForward(ctx_, args));
         continue;
       }
-      // bf16 outputs; the dense side reads fp32, so they are widened into `out` (exact).
-      uint16_t* out16 = out_bf16_.data() + feature_column_[f];
-      args.out_bf16 = out16;
+      // bf16 outputs read as fp32 by the caller: widened into `out` (exact).
+      uint16_t* pooled16 = out_bf16_.data() + feature_column_[f];
+      args.out_bf16 = pooled16;
       TESSERA_RETURN_IF_ERROR(PooledLookupForward(ctx_, args));
       for (int64_t b = 0; b < B; ++b) {
-        RowValuesToFloat(RowDtype::kBf16, out16 + b * output_dim_, table.dim,
+        RowValuesToFloat(RowDtype::kBf16, pooled16 + b * output_dim_, table.dim,
                          out + b * output_dim_ + feature_column_[f]);
       }
     }
@@ -311,12 +346,31 @@ void EmbeddingCollection::Prefetch(const KeyedJagged& next) {
 }
 
 absl::Status EmbeddingCollection::BackwardUpdate(const float* d_out, float lr, int64_t step) {
+  return UpdateFrom("EmbeddingCollection::BackwardUpdate", d_out, nullptr, lr, step);
+}
+
+absl::Status EmbeddingCollection::BackwardUpdateBf16(const uint16_t* d_out, float lr,
+                                                     int64_t step) {
+  constexpr char kWho[] = "EmbeddingCollection::BackwardUpdateBf16";
+  TESSERA_RETURN_IF_ERROR(CheckBf16Outputs(kWho));
+  return UpdateFrom(kWho, nullptr, d_out, lr, step);
+}
+
+absl::Status EmbeddingCollection::UpdateFrom(const char* who, const float* d_out,
+                                             const uint16_t* d_out16, float lr, int64_t step) {
   if (!pending_step_) {
     return absl::FailedPreconditionError(
-        "EmbeddingCollection::BackwardUpdate: no Forward since the last update");
+        absl::StrCat(who, ": no Forward since the last update"));
   }
-  if (d_out == nullptr && batch_size_ > 0) {
-    return absl::InvalidArgumentError("EmbeddingCollection::BackwardUpdate: null d_out");
+  if (d_out == nullptr && d_out16 == nullptr && batch_size_ > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": null d_out"));
+  }
+  // The fp32 API rounds its bf16 tables' columns of d_out into out_bf16_ (a Forward of the bf16
+  // API did not grow it).
+  if (d_out16 == nullptr && out_bf16_.size() < static_cast<size_t>(batch_size_ * output_dim_) &&
+      std::any_of(options_.tables.begin(), options_.tables.end(),
+                  [](const TableConfig& t) { return t.output_dtype == RowDtype::kBf16; })) {
+    out_bf16_.resize(batch_size_ * output_dim_);
   }
   TESSERA_RETURN_IF_ERROR(RunTables([&](int t, int thread) -> absl::Status {
     const TableConfig& table = options_.tables[t];
@@ -331,7 +385,9 @@ absl::Status EmbeddingCollection::BackwardUpdate(const float* d_out, float lr, i
       g.per_id_weights = id_weights_.empty() ? nullptr : id_weights_.data();
       g.num_bags = batch_size_;
       g.grad_stride = output_dim_;
-      if (table.output_dtype == RowDtype::kBf16) {
+      if (d_out16 != nullptr) {  // the bf16 hand-off: read in place
+        g.grad_bf16 = d_out16 + feature_column_[f];
+      } else if (table.output_dtype == RowDtype::kBf16) {
         // The gradient of a bf16 output is bf16: this table's columns of d_out, rounded.
         uint16_t* g16 = out_bf16_.data() + feature_column_[f];
         const float* src = d_out + feature_column_[f];

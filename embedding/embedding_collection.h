@@ -89,6 +89,19 @@ class EmbeddingCollection {
   // Returns FailedPrecondition without a preceding Forward.
   absl::Status BackwardUpdate(const float* d_out, float lr, int64_t step);
 
+  // The bf16 hand-off, for a collection whose every table has output_dtype bf16
+  // (bf16_outputs()): ForwardBf16 pools straight into out [batch, output_dim()] bf16 (the layout
+  // of Forward's out; each value the fp32 pool rounded to nearest even: the values Forward would
+  // widen), and BackwardUpdateBf16 updates straight from a bf16 d_out in that layout (the bits
+  // of BackwardUpdate given d_out widened). No pass over the whole output or gradient besides
+  // the lookup and the update. Forward's and BackwardUpdate's errors, and InvalidArgument naming
+  // the first table whose output_dtype is not bf16. A step may mix the two APIs (ForwardBf16,
+  // then BackwardUpdate rounding its fp32 d_out; or the reverse).
+  absl::Status ForwardBf16(const KeyedJagged& batch, uint16_t* out);
+  absl::Status BackwardUpdateBf16(const uint16_t* d_out, float lr, int64_t step);
+  // Whether every table has output_dtype bf16 (the *Bf16 calls are allowed).
+  bool bf16_outputs() const;
+
   // false: the following Forwards are evaluation, so dynamic tables admit no key (an unseen
   // key pools the zero row). Default: true (training).
   void set_training(bool training);
@@ -113,6 +126,17 @@ class EmbeddingCollection {
   // a table with more than 1 / threads of the ids runs alone first, its kernels split across the
   // threads; else one after the other on thread 0. Returns the first error in table order.
   absl::Status RunTables(const std::function<absl::Status(int, int)>& fn);
+  // Forward into out (fp32) or, when out16 is non-null, out16 (bf16, every table's
+  // output_dtype bf16); `who` names the public call in errors.
+  absl::Status ForwardInto(const char* who, const KeyedJagged& batch, float* out,
+                           uint16_t* out16);
+  // BackwardUpdate from d_out (fp32) or, when d_out16 is non-null, d_out16 (bf16, as
+  // ForwardInto).
+  absl::Status UpdateFrom(const char* who, const float* d_out, const uint16_t* d_out16, float lr,
+                          int64_t step);
+  // OK when every table's output_dtype is bf16, else InvalidArgument naming the first that is
+  // not (`who`: the calling function).
+  absl::Status CheckBf16Outputs(const char* who) const;
 
   EmbeddingCollectionOptions options_;
   DeviceContext ctx_;
@@ -141,8 +165,8 @@ class EmbeddingCollection {
   };
   std::vector<ThreadScratch> thread_ws_;
   std::vector<int64_t> table_cost_;  // the last Forward's ids per table
-  // Tables with output_dtype bf16: their columns of the outputs and of d_out, [batch,
-  // output_dim] bf16 (the other columns unused).
+  // The fp32 API's tables with output_dtype bf16: their columns of the outputs and of d_out,
+  // [batch, output_dim] bf16 (the other columns unused). Unused by the bf16 hand-off.
   std::vector<uint16_t> out_bf16_;
   std::vector<int> table_order_;     // tables by decreasing cost (stable)
 };

@@ -138,6 +138,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const Config& config,
     sparse = std::make_unique<LocalSparseArch>(std::move(collection));
   }
   m->sparse_ = std::move(sparse);
+  m->bf16_handoff_ = !ctx.is_cuda() && m->sparse_->bf16_outputs();
   TESSERA_ASSIGN_OR_RETURN(m->dense_, DenseArch::Create(DenseOptionsFromConfig(config), ctx));
   m->dense_->Init(config.seed);
   TESSERA_ASSIGN_OR_RETURN(
@@ -152,8 +153,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const Config& config,
 absl::Status Model::EnsureBuffers(int64_t batch) {
   if (batch <= capacity_) return absl::OkStatus();
   const int64_t width = sparse_->output_dim();
-  TESSERA_ASSIGN_OR_RETURN(emb_out_, Buffer::Allocate(ctx_.device, DType::kF32, {batch, width}));
-  TESSERA_ASSIGN_OR_RETURN(d_emb_, Buffer::Allocate(ctx_.device, DType::kF32, {batch, width}));
+  const DType emb_dtype = bf16_handoff_ ? DType::kBF16 : DType::kF32;
+  TESSERA_ASSIGN_OR_RETURN(emb_out_, Buffer::Allocate(ctx_.device, emb_dtype, {batch, width}));
+  TESSERA_ASSIGN_OR_RETURN(d_emb_, Buffer::Allocate(ctx_.device, emb_dtype, {batch, width}));
   TESSERA_ASSIGN_OR_RETURN(d_logits_, Buffer::Allocate(ctx_.device, DType::kF32, {batch}));
   if (ctx_.is_cuda()) {
     const int64_t num_dense = std::max<int64_t>(config_.model.num_dense, 1);
@@ -163,6 +165,26 @@ absl::Status Model::EnsureBuffers(int64_t batch) {
   }
   capacity_ = batch;
   return absl::OkStatus();
+}
+
+absl::Status Model::LookUp(const KeyedJagged& sparse) {
+  if (bf16_handoff_) return sparse_->ForwardBf16(sparse, emb_out_.data<uint16_t>());
+  return sparse_->Forward(sparse, emb_out_.data<float>());
+}
+
+absl::Status Model::DenseForward(const float* dense, int64_t batch, const float** logits) {
+  if (bf16_handoff_) return dense_->ForwardBf16(dense, emb_out_.data<uint16_t>(), batch, logits);
+  return dense_->Forward(dense, emb_out_.data<float>(), batch, logits);
+}
+
+absl::Status Model::DenseBackward() {
+  if (bf16_handoff_) return dense_->BackwardBf16(d_logits_.data<float>(), d_emb_.data<uint16_t>());
+  return dense_->Backward(d_logits_.data<float>(), d_emb_.data<float>());
+}
+
+absl::Status Model::UpdateTables(float lr, int64_t step) {
+  if (bf16_handoff_) return sparse_->BackwardUpdateBf16(d_emb_.data<uint16_t>(), lr, step);
+  return sparse_->BackwardUpdate(d_emb_.data<float>(), lr, step);
 }
 
 absl::StatusOr<double> Model::TrainStep(const Batch& batch, int64_t step, PhaseTimes* times,
@@ -183,7 +205,7 @@ absl::StatusOr<double> Model::TrainStep(const Batch& batch, int64_t step, PhaseT
   }
   {
     ScopedPhase p(times, kPhaseLookup);
-    TESSERA_RETURN_IF_ERROR(sparse_->Forward(batch.sparse, emb_out_.data<float>()));
+    TESSERA_RETURN_IF_ERROR(LookUp(batch.sparse));
     TESSERA_RETURN_IF_ERROR(EndPhase());
   }
   const float* logits = nullptr;
@@ -191,8 +213,7 @@ absl::StatusOr<double> Model::TrainStep(const Batch& batch, int64_t step, PhaseT
   bool local_loss_finite = true;
   {
     ScopedPhase p(times, kPhaseForward);
-    TESSERA_RETURN_IF_ERROR(
-        dense_->Forward(dense_in, emb_out_.data<float>(), b, &logits));
+    TESSERA_RETURN_IF_ERROR(DenseForward(dense_in, b, &logits));
     if (b > 0) {
       // On the GPU this waits for the stream (the loss reaches the host), so the pinned staging
       // of this step's inputs is free again afterwards.
@@ -224,7 +245,7 @@ absl::StatusOr<double> Model::TrainStep(const Batch& batch, int64_t step, PhaseT
   }
   {
     ScopedPhase p(times, kPhaseBackward);
-    TESSERA_RETURN_IF_ERROR(dense_->Backward(d_logits_.data<float>(), d_emb_.data<float>()));
+    TESSERA_RETURN_IF_ERROR(DenseBackward());
     TESSERA_RETURN_IF_ERROR(EndPhase());
   }
   {
@@ -252,7 +273,7 @@ absl::StatusOr<double> Model::TrainStep(const Batch& batch, int64_t step, PhaseT
     ScopedPhase p(times, kPhaseEmbeddingUpdate);
     // Gradient copies that have landed start their buckets before the embedding update.
     if (device_grad_sync_ != nullptr) TESSERA_RETURN_IF_ERROR(device_grad_sync_->Poll());
-    TESSERA_RETURN_IF_ERROR(sparse_->BackwardUpdate(d_emb_.data<float>(), emb_lr, step + 1));
+    TESSERA_RETURN_IF_ERROR(UpdateTables(emb_lr, step + 1));
     TESSERA_RETURN_IF_ERROR(EndPhase());
   }
   {
@@ -368,11 +389,21 @@ bool AllFinite(const float* x, int64_t n) {
   }
   return any == 0;
 }
+// The same for n bf16 values.
+bool AllFiniteBf16(const uint16_t* x, int64_t n) {
+  uint32_t any = 0;
+  for (int64_t i = 0; i < n; ++i) any |= static_cast<uint32_t>((x[i] & 0x7f80u) == 0x7f80u);
+  return any == 0;
+}
 }  // namespace
 
 bool Model::LocalGradientsFinite(int64_t batch) {
   if (ctx_.is_cuda()) return true;
-  if (!AllFinite(d_emb_.data<float>(), batch * sparse_->output_dim())) return false;
+  const int64_t n = batch * sparse_->output_dim();
+  if (bf16_handoff_ ? !AllFiniteBf16(d_emb_.data<uint16_t>(), n)
+                    : !AllFinite(d_emb_.data<float>(), n)) {
+    return false;
+  }
   for (Parameter* p : dense_->parameters()) {
     if (!AllFinite(p->grad.data<float>(), p->grad.numel())) return false;
   }
@@ -387,14 +418,14 @@ absl::Status Model::Predict(const Batch& batch, std::vector<float>* probs) {
   // Collective on a sharded model: a rank with no samples left still takes part. An
   // evaluation forward: dynamic tables admit nothing (unseen keys pool the zero row).
   sparse_->SetTraining(false);
-  absl::Status looked_up = sparse_->Forward(batch.sparse, emb_out_.data<float>());
+  absl::Status looked_up = LookUp(batch.sparse);
   sparse_->SetTraining(true);
   TESSERA_RETURN_IF_ERROR(looked_up);
   if (b == 0) return absl::OkStatus();
   const float* logits = nullptr;
   const float* dense_in = batch.dense.data();
   if (ctx_.is_cuda()) TESSERA_RETURN_IF_ERROR(StageInputs(batch, &dense_in, nullptr));
-  TESSERA_RETURN_IF_ERROR(dense_->Forward(dense_in, emb_out_.data<float>(), b, &logits));
+  TESSERA_RETURN_IF_ERROR(DenseForward(dense_in, b, &logits));
   if (ctx_.is_cuda()) {
     // Waits for the forward; the staged inputs are free again too.
     host_logits_.resize(static_cast<size_t>(b));

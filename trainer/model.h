@@ -116,10 +116,17 @@ class Model {
  private:
   Model() = default;
   absl::Status EnsureBuffers(int64_t batch);
+  // The step's four hand-offs between the tables and the dense arch, through emb_out_ and
+  // d_emb_: fp32, or bf16 under bf16_handoff_ (no widening or rounding pass between them).
+  absl::Status LookUp(const KeyedJagged& sparse);
+  absl::Status DenseForward(const float* dense, int64_t batch, const float** logits);
+  absl::Status DenseBackward();
+  absl::Status UpdateTables(float lr, int64_t step);
   absl::Status AllReduceDenseGrads();
   absl::Status AllReduceDeviceGrads();  // AllReduceDenseGrads of a CUDA model
-  // CPU: whether this rank's pooled-embedding gradients (first `batch` rows of d_emb_) and
-  // dense parameter gradients are all finite. CUDA: true (not checked).
+  // CPU: whether this rank's pooled-embedding gradients (first `batch` rows of d_emb_, as the
+  // tables read them: bf16 under bf16_handoff_, where an fp32 gradient beyond bf16's range has
+  // rounded to infinity) and dense parameter gradients are all finite. CUDA: true (not checked).
   bool LocalGradientsFinite(int64_t batch);
   // CUDA: copies the batch's dense features (and labels when `labels` is non-null) through
   // staging_ into dense_dev_ / labels_dev_ and points *dense / *labels at them.
@@ -136,6 +143,10 @@ class Model {
   Communicator* world_ = nullptr;
   std::unique_ptr<BucketedAllReduce> grad_sync_;  // dense gradient buckets (world_ only)
   std::unique_ptr<DeviceGradSync> device_grad_sync_;  // a CUDA model's (world_ only)
+  // The pooled embeddings and their gradient, [capacity_, output_dim]: fp32, or bf16 when
+  // bf16_handoff_ (the CPU with tables whose every output_dtype is bf16, in this process:
+  // SparseArch::bf16_outputs; DenseArch::ForwardBf16 / BackwardBf16).
+  bool bf16_handoff_ = false;
   Buffer emb_out_, d_emb_, d_logits_;
   int64_t capacity_ = 0;
   // CUDA only: device copies of the batch's dense features and labels, their pinned staging

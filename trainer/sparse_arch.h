@@ -23,6 +23,18 @@ class SparseArch {
   virtual absl::Status Forward(const KeyedJagged& batch, float* out) = 0;
   // Fused backward + update for the batch of the last Forward.
   virtual absl::Status BackwardUpdate(const float* d_out, float lr, int64_t step) = 0;
+  // Whether ForwardBf16 / BackwardUpdateBf16 are available: the tables pool into bf16 outputs
+  // and update from bf16 gradients (every table's output_dtype bf16, in this process), so the
+  // model hands bf16 to the dense side with no conversion pass. Default: false.
+  virtual bool bf16_outputs() const { return false; }
+  // Forward and BackwardUpdate with out / d_out [batch, output_dim()] in bf16 (the bits the fp32
+  // calls would widen from and round to). Default: Unimplemented (bf16_outputs() false).
+  virtual absl::Status ForwardBf16(const KeyedJagged& batch, uint16_t* out) {
+    return absl::UnimplementedError("this SparseArch has no bf16 outputs");
+  }
+  virtual absl::Status BackwardUpdateBf16(const uint16_t* d_out, float lr, int64_t step) {
+    return absl::UnimplementedError("this SparseArch has no bf16 outputs");
+  }
   // Hints that `next` is the local batch of the next Forward (tiered tables read ahead).
   // Default: nothing.
   virtual void Prefetch(const KeyedJagged& next) {}
@@ -66,6 +78,13 @@ class LocalSparseArch final : public SparseArch {
   }
   absl::Status BackwardUpdate(const float* d_out, float lr, int64_t step) override {
     return collection_->BackwardUpdate(d_out, lr, step);
+  }
+  bool bf16_outputs() const override { return collection_->bf16_outputs(); }
+  absl::Status ForwardBf16(const KeyedJagged& batch, uint16_t* out) override {
+    return collection_->ForwardBf16(batch, out);
+  }
+  absl::Status BackwardUpdateBf16(const uint16_t* d_out, float lr, int64_t step) override {
+    return collection_->BackwardUpdateBf16(d_out, lr, step);
   }
   void Prefetch(const KeyedJagged& next) override { collection_->Prefetch(next); }
   void SetTraining(bool training) override { collection_->set_training(training); }

@@ -24,6 +24,12 @@ absl::Status NoCudaTwin(absl::string_view op, absl::string_view /*cuda_file*/) {
   return NoCudaPath(op);
 }
 
+absl::Status NoBf16CudaTwin(absl::string_view op) {
+  return absl::UnimplementedError(absl::StrCat(
+      op, ": bf16 embeddings on a CUDA device are not implemented (the bf16 hand-off of "
+          "embedding_output_dtype bf16 is the CPU trainer's)"));
+}
+
 absl::Status CheckNotNull(absl::string_view op, absl::string_view what, const void* ptr) {
   if (ptr != nullptr) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " is null"));

@@ -22,6 +22,10 @@ absl::Status EnsureFloats(Device device, int64_t rows, int64_t cols, Buffer* buf
 // context in a build without the CUDA path (`cuda_file`, the twin, is left out of such builds).
 [[nodiscard]] absl::Status NoCudaTwin(absl::string_view op, absl::string_view cuda_file);
 
+// Unimplemented naming `op`: bf16 embeddings (the bf16 hand-off of DenseArch) have no CUDA
+// twin; the trainer uses them on the CPU only.
+[[nodiscard]] absl::Status NoBf16CudaTwin(absl::string_view op);
+
 // InvalidArgument naming `op` and `what` when ptr is null.
 absl::Status CheckNotNull(absl::string_view op, absl::string_view what, const void* ptr);
 // InvalidArgument unless 0 < value <= INT32_MAX (BLAS takes 32-bit sizes).

@@ -91,6 +91,15 @@ absl::Status DotInteractionBackwardCuda(const DeviceContext& ctx, const float* b
                                         const float* emb, const float* d_out, int64_t batch,
                                         int64_t num_embeddings, int64_t dim, float* d_bottom,
                                         float* d_emb);
+// bf16 embeddings and d_emb (the bf16 hand-off; CPU only): the bits of the fp32 twins given the
+// widened emb, with d_emb rounded to nearest even (dense/internal/bf16_rows.h).
+absl::Status DotInteractionForwardBf16Cpu(const DeviceContext& ctx, const float* bottom,
+                                          const uint16_t* emb, int64_t batch,
+                                          int64_t num_embeddings, int64_t dim, float* out);
+absl::Status DotInteractionBackwardBf16Cpu(const DeviceContext& ctx, const float* bottom,
+                                           const uint16_t* emb, const float* d_out,
+                                           int64_t batch, int64_t num_embeddings, int64_t dim,
+                                           float* d_bottom, uint16_t* d_emb);
 
 // ---- DCNv2 cross layer (dense/cross_network_cpu.cc) ---------------------------------------------
 // One layer's parameters: full rank (rank == 0) uses w [dim, dim]; low rank uses v [rank, dim]
@@ -142,19 +151,31 @@ absl::Status SplitColumnsCpu(const DeviceContext& ctx, const float* in, int64_t 
                              int64_t c_cols, int64_t batch, float* a, float* c);
 absl::Status SplitColumnsCuda(const DeviceContext& ctx, const float* in, int64_t a_cols,
                               int64_t c_cols, int64_t batch, float* a, float* c);
+// The same with c in bf16 (the DCN input's embeddings in the bf16 hand-off; CPU only): Concat
+// widens c as it copies it, Split rounds it to nearest even as it writes it
+// (dense/internal/bf16_rows.h).
+absl::Status ConcatColumnsBf16Cpu(const DeviceContext& ctx, const float* a, int64_t a_cols,
+                                  const uint16_t* c, int64_t c_cols, int64_t batch, float* out);
+absl::Status SplitColumnsBf16Cpu(const DeviceContext& ctx, const float* in, int64_t a_cols,
+                                 int64_t c_cols, int64_t batch, float* a, uint16_t* c);
 // y[i] += x[i] for i < n (elementwise; any thread count gives the same bits).
 absl::Status AddInPlaceCpu(const DeviceContext& ctx, const float* x, int64_t n, float* y);
 absl::Status AddInPlaceCuda(const DeviceContext& ctx, const float* x, int64_t n, float* y);
 // dst[i] = src[i] for i < n.
 absl::Status CopyFloatsCpu(const DeviceContext& ctx, const float* src, int64_t n, float* dst);
 absl::Status CopyFloatsCuda(const DeviceContext& ctx, const float* src, int64_t n, float* dst);
-// Dispatchers of the four above (callers check their arguments).
+// Dispatchers of the four fp32 ops above (callers check their arguments).
 absl::Status ConcatColumns(const DeviceContext& ctx, const float* a, int64_t a_cols,
                            const float* c, int64_t c_cols, int64_t batch, float* out);
 absl::Status SplitColumns(const DeviceContext& ctx, const float* in, int64_t a_cols,
                           int64_t c_cols, int64_t batch, float* a, float* c);
 absl::Status AddInPlace(const DeviceContext& ctx, const float* x, int64_t n, float* y);
 absl::Status CopyFloats(const DeviceContext& ctx, const float* src, int64_t n, float* dst);
+// The bf16 pair's dispatchers: Unimplemented (NoBf16CudaTwin) on a CUDA context.
+absl::Status ConcatColumnsBf16(const DeviceContext& ctx, const float* a, int64_t a_cols,
+                               const uint16_t* c, int64_t c_cols, int64_t batch, float* out);
+absl::Status SplitColumnsBf16(const DeviceContext& ctx, const float* in, int64_t a_cols,
+                              int64_t c_cols, int64_t batch, float* a, uint16_t* c);
 
 // ---- Loss (dense/loss_cpu.cc); contract in dense/loss.h -----------------------------------------
 absl::StatusOr<double> BceWithLogitsCpu(const DeviceContext& ctx, const float* logits,

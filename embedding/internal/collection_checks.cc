@@ -66,7 +66,7 @@ absl::Status ValidateOptions(const EmbeddingCollectionOptions& o, const char* wh
 }
 
 absl::Status ValidateBatch(const KeyedJagged& batch, const EmbeddingCollectionOptions& options,
-                           absl::Span<const int> table_of_feature, const float* out,
+                           absl::Span<const int> table_of_feature, const void* out,
                            const char* who) {
   const int64_t B = batch.batch_size;
   if (batch.num_features != options.num_features || B < 0 ||

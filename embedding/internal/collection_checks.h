@@ -20,12 +20,12 @@ std::string TableLabel(const TableConfig& table, int t);
 absl::Status ValidateOptions(const EmbeddingCollectionOptions& options, const char* who);
 
 // InvalidArgument, prefixed with `who` (e.g. "EmbeddingCollection::Forward"), when the batch's
-// shape does not match (feature count, offsets size and range, weights size), `out` is null for
-// a non-empty batch, offsets decrease, or an id is outside its static table (a dynamic table's
-// ids are raw keys: any value) (naming the table, feature,
+// shape does not match (feature count, offsets size and range, weights size), `out` (the
+// output, fp32 or bf16) is null for a non-empty batch, offsets decrease, or an id is outside its
+// static table (a dynamic table's ids are raw keys: any value) (naming the table, feature,
 // sample and id). `table_of_feature[f]` is the index in options.tables serving feature f.
 absl::Status ValidateBatch(const KeyedJagged& batch, const EmbeddingCollectionOptions& options,
-                           absl::Span<const int> table_of_feature, const float* out,
+                           absl::Span<const int> table_of_feature, const void* out,
                            const char* who);
 
 }  // namespace tessera::embedding_internal
