@@ -69,10 +69,13 @@ struct CalibrateOptions {
   // no longer cached. 0: none. Default: 48 MiB, raised to 1.5x the LLC (llc_bytes, measured or
   // given) before the runs.
   int64_t evict_bytes = int64_t{48} << 20;
-  // The same before each dense arch's forward (MeasureDenseArch): what a step's lookups move
-  // through the caches between two dense passes, not the whole LLC (a small model's weights and
-  // activations stay cached from step to step). 0: none. Default: 48 MiB.
-  int64_t dense_evict_bytes = int64_t{48} << 20;
+  // The pass before calls whose data a step reuses every step, sized by the batch or the model
+  // rather than the tables: each dense arch's forward (MeasureDenseArch: its weights and
+  // activations) and the per-id work (the update's duplicate-id run, which sets id_s: its sort
+  // scratch; the input packing: its hash maps). What evicts them in a step is the rest of the
+  // step's traffic, not the whole LLC: a full pass priced skewed (86k ids per step, a 64-wide
+  // arch) 10-30% above its steps. 0: none. Default: 48 MiB.
+  int64_t light_evict_bytes = int64_t{48} << 20;
   // Distinct batches of ids cycled through (fresh ids, as training sees them: a few batches
   // cycled would keep their rows in the caches). Run tessera-bench with as many --batches to
   // compare with it. Default: 64.

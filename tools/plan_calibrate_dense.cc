@@ -299,7 +299,7 @@ absl::Status MeasureDenseArch(const CalibrateOptions& o, const DeviceContext& ct
     using Op = std::function<absl::StatusOr<double>()>;
     std::vector<Op> fwd_ops, bwd_ops;
     fwd_ops.push_back([&]() -> absl::StatusOr<double> {
-      EvictCaches(o, ctx, &flush, o.dense_evict_bytes);
+      EvictCaches(o, ctx, &flush, o.light_evict_bytes);
       IntervalTimer t(o.cpu_clock);
       TESSERA_RETURN_IF_ERROR(run->ForwardLoss().status());
       return t.Seconds();

@@ -142,10 +142,12 @@ struct CallTimes {
 // `evict_update` false: no eviction between the Forward and its BackwardUpdate (the update
 // finds the rows the forward gathered still cached, as in training when little runs between).
 // `evict_forward` false: none before the Forward either (a table that stays in the LLC).
+// `evict_bytes` >= 0: the eviction pass's size instead of o.evict_bytes.
 absl::StatusOr<CallTimes> TimeCalls(const CalibrateOptions& o, const DeviceContext& ctx,
                                     SparseArch& table, int64_t rows, int64_t dim, int64_t pooling,
                                     bool hot, float* out, const float* grad,
-                                    bool evict_update = true, bool evict_forward = true) {
+                                    bool evict_update = true, bool evict_forward = true,
+                                    int64_t evict_bytes = -1) {
   // The batches cycled (o.distinct_batches), each made when first used: a short point uses a
   // few of them (a 32-id batch of 64k ids takes longer to draw than to time).
   const size_t num_batches = static_cast<size_t>(std::max(1, o.distinct_batches));
@@ -164,7 +166,7 @@ absl::StatusOr<CallTimes> TimeCalls(const CalibrateOptions& o, const DeviceConte
     }
     const KeyedJagged& kj = batches[i];
     if (evict_forward) {
-      EvictCaches(o, ctx, &flush);
+      EvictCaches(o, ctx, &flush, evict_bytes);
       WarmInput(ctx, kj);
     }
     IntervalTimer w(o.cpu_clock && !ctx.is_cuda());
@@ -172,7 +174,7 @@ absl::StatusOr<CallTimes> TimeCalls(const CalibrateOptions& o, const DeviceConte
     TESSERA_RETURN_IF_ERROR(Sync(ctx));
     const double f = w.Seconds();
     if (evict_update) {
-      EvictCaches(o, ctx, &flush);
+      EvictCaches(o, ctx, &flush, evict_bytes);
       WarmInput(ctx, grad, o.batch_size * dim * static_cast<int64_t>(sizeof(float)));
     }
     w.Reset();
@@ -230,10 +232,12 @@ absl::Status MeasureRowRates(const CalibrateOptions& o, const DeviceContext& ctx
     TESSERA_ASSIGN_OR_RETURN(CallTimes hp, TimeCalls(o, ctx, *table, rows, dim, p, true,
                                                      out.data<float>(), grad.data<float>()));
     // Duplicates: P ids per bag over the first kDupRows rows (uniform), so the ids outnumber the
-    // distinct rows ~P B / kDupRows times and the update's per-id term dominates.
+    // distinct rows ~P B / kDupRows times and the update's per-id term dominates; after the
+    // light pass (o.light_evict_bytes: the per-id work's scratch is reused every step).
     constexpr int64_t kDupRows = 256;
     TESSERA_ASSIGN_OR_RETURN(CallTimes dup, TimeCalls(o, ctx, *table, kDupRows, dim, p, false,
-                                                      out.data<float>(), grad.data<float>()));
+                                                      out.data<float>(), grad.data<float>(), true,
+                                                      true, o.light_evict_bytes));
     // Warm: the multi-hot run again without the eviction before the update (its distinct rows,
     // ~20k at batch 2048 x 32, fit in the LLC).
     TESSERA_ASSIGN_OR_RETURN(CallTimes warm,

@@ -6,8 +6,9 @@
 // length recorded, the payload written, the batch kept (as Prefetch keeps the next one). Its
 // cost per id grows with the maps: a request of one-id bags over a small table fits its map in
 // L1, a request of 40-id bags over a hot table holds ~10^4 unique ids. The caches are evicted
-// before each call (EvictCaches): in training a step's lookups and dense work run between two
-// packings, so the maps and the batch are not cached. Two points, each 8 tables over 2 ranks,
+// before each call by the light pass (o.light_evict_bytes: the maps are reused every step and
+// what evicts them is the step's row traffic), then the batch read back (the data loader just
+// wrote it). Two points, each 8 tables over 2 ranks,
 // 2048 bags of Zipf(1.05) ids, 8 distinct batches cycled: one id per bag over 2^17 rows, the
 // tables table-wise, and 40 ids per bag over 2^18 rows, each table split row-wise; the planner
 // interpolates in log(unique ids per request) between them (planner/profile.h). A copy of the hash-map part alone, timed until
@@ -91,7 +92,7 @@ absl::StatusOr<PackPoint> MeasurePackPoint(const CalibrateOptions& o, const Devi
   TESSERA_ASSIGN_OR_RETURN(
       double s, MedianSeconds(o.seconds_per_point / 4, [&]() -> absl::StatusOr<double> {
         const KeyedJagged& kj = batches[call++ % kBatches];
-        EvictCaches(o, ctx, &flush);
+        EvictCaches(o, ctx, &flush, o.light_evict_bytes);  // its hash maps are reused every step
         WarmInput(ctx, kj);
         IntervalTimer w(o.cpu_clock);
         TESSERA_ASSIGN_OR_RETURN(const int64_t unique, packer->Pack(kj));
