@@ -155,6 +155,14 @@ bool EmbeddingCollection::bf16_outputs() const {
                      [](const TableConfig& t) { return t.output_dtype == RowDtype::kBf16; });
 }
 
+void EmbeddingCollection::GrowBf16Scratch() {
+  if (out_bf16_.size() >= static_cast<size_t>(batch_size_ * output_dim_)) return;
+  if (std::any_of(options_.tables.begin(), options_.tables.end(),
+                  [](const TableConfig& t) { return t.output_dtype == RowDtype::kBf16; })) {
+    out_bf16_.resize(batch_size_ * output_dim_);
+  }
+}
+
 absl::Status EmbeddingCollection::CheckBf16Outputs(const char* who) const {
   for (int t = 0; t < num_tables(); ++t) {
     const TableConfig& table = options_.tables[t];
@@ -231,13 +239,7 @@ absl::Status EmbeddingCollection::ForwardInto(const char* who, const KeyedJagged
   std::iota(table_order_.begin(), table_order_.end(), 0);
   std::stable_sort(table_order_.begin(), table_order_.end(),
                    [&](int a, int b) { return table_cost_[a] > table_cost_[b]; });
-  const bool any_bf16_output =
-      out16 == nullptr &&
-      std::any_of(options_.tables.begin(), options_.tables.end(),
-                  [](const TableConfig& t) { return t.output_dtype == RowDtype::kBf16; });
-  if (any_bf16_output && out_bf16_.size() < static_cast<size_t>(B * output_dim_)) {
-    out_bf16_.resize(B * output_dim_);
-  }
+  if (out16 == nullptr) GrowBf16Scratch();
   return RunTables([&](int t, int) -> absl::Status {
     const TableConfig& table = options_.tables[t];
     RowStore& store = *stores_[t];
@@ -365,13 +367,8 @@ absl::Status EmbeddingCollection::UpdateFrom(const char* who, const float* d_out
   if (d_out == nullptr && d_out16 == nullptr && batch_size_ > 0) {
     return absl::InvalidArgumentError(absl::StrCat(who, ": null d_out"));
   }
-  // The fp32 API rounds its bf16 tables' columns of d_out into out_bf16_ (a Forward of the bf16
-  // API did not grow it).
-  if (d_out16 == nullptr && out_bf16_.size() < static_cast<size_t>(batch_size_ * output_dim_) &&
-      std::any_of(options_.tables.begin(), options_.tables.end(),
-                  [](const TableConfig& t) { return t.output_dtype == RowDtype::kBf16; })) {
-    out_bf16_.resize(batch_size_ * output_dim_);
-  }
+  // (A Forward of the bf16 API did not grow it.)
+  if (d_out16 == nullptr) GrowBf16Scratch();
   TESSERA_RETURN_IF_ERROR(RunTables([&](int t, int thread) -> absl::Status {
     const TableConfig& table = options_.tables[t];
     RowStore& store = *stores_[t];

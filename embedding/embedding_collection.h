@@ -137,6 +137,9 @@ class EmbeddingCollection {
   // OK when every table's output_dtype is bf16, else InvalidArgument naming the first that is
   // not (`who`: the calling function).
   absl::Status CheckBf16Outputs(const char* who) const;
+  // The fp32 API's out_bf16_ (its bf16 tables' pooled columns, then their d_out columns
+  // rounded) grown to batch_size_ rows when some table's output_dtype is bf16.
+  void GrowBf16Scratch();
 
   EmbeddingCollectionOptions options_;
   DeviceContext ctx_;

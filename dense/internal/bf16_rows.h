@@ -1,6 +1,7 @@
-// bf16 rows for the dense side's bf16 embedding hand-off (DenseArch::Forward with bf16 emb): a
-// kernel widens the rows it is about to read and rounds the rows it has just written, a sample
-// (or a row) at a time while they are in L1, instead of a separate pass over the whole buffer.
+// bf16 values and rows for the dense side: the bf16 embedding hand-off (DenseArch::ForwardBf16),
+// where a kernel widens the rows it is about to read and rounds the rows it has just written, a
+// sample (or a row) at a time while they are in L1, instead of a separate pass over the whole
+// buffer; and the scalar rounding of the bf16 GEMM inputs (dnnl_gemm.cc FloatToBf16).
 // The rounding is round to nearest even with NaN kept quiet, bit for bit the one of
 // embedding/row_dtype.h FloatToBf16 (the tables' bf16 outputs), in integer arithmetic, so it
 // does not depend on the CPU (AVX512_BF16's vcvtne2ps2bf16 flushes denormals; this does not).

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/logging.h"
 #include "core/parallel.h"
+#include "dense/internal/bf16_rows.h"
 
 #ifdef TESSERA_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.hpp>
@@ -23,14 +24,6 @@
 namespace tessera::dense_internal {
 namespace {
 
-uint16_t RoundToBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
 __attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) void FloatToBf16Avx512(
     const float* x, int64_t n, uint16_t* out) {
   int64_t i = 0;
@@ -38,7 +31,7 @@ __attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) void FloatToBf16
     const __m512 lo = _mm512_loadu_ps(x + i), hi = _mm512_loadu_ps(x + i + 16);
     _mm512_storeu_si512(out + i, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
   }
-  for (; i < n; ++i) out[i] = RoundToBf16(x[i]);
+  for (; i < n; ++i) out[i] = RoundBf16(x[i]);
 }
 
 }  // namespace
@@ -49,7 +42,7 @@ void FloatToBf16(const float* x, int64_t n, uint16_t* out) {
     FloatToBf16Avx512(x, n, out);
     return;
   }
-  for (int64_t i = 0; i < n; ++i) out[i] = RoundToBf16(x[i]);
+  for (int64_t i = 0; i < n; ++i) out[i] = RoundBf16(x[i]);
 }
 
 namespace {

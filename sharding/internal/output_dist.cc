@@ -171,6 +171,21 @@ absl::Status OutputDist::ExchangeForward() {
                         ask_displs_);
 }
 
+OutputDist::OutputDist(const ShardLayout& layout) : l_(layout) {
+  first_.assign(l_.requests.size(), 1);
+  for (const auto& route : l_.routes) {
+    for (size_t i = 0; i < route.requests.size(); ++i) {
+      const Shard& ri = l_.requests[route.requests[i]].rect;
+      for (size_t j = 0; j < i; ++j) {
+        const Shard& rj = l_.requests[route.requests[j]].rect;
+        if (rj.col_end <= ri.col_begin || ri.col_end <= rj.col_begin) continue;
+        first_[route.requests[i]] = 0;
+        zero_out_ |= rj.col_begin != ri.col_begin || rj.col_end != ri.col_end;
+      }
+    }
+  }
+}
+
 absl::Status OutputDist::Reduce(const KeyedJagged& local, const int64_t* batch_offsets,
                                 float* out) {
   const auto& co = l_.options.collection;
@@ -179,21 +194,7 @@ absl::Status OutputDist::Reduce(const KeyedJagged& local, const int64_t* batch_o
   // No zeroing pass over the output: every column is written by its first partial (AddPartials
   // `first`), a data-parallel table's lookup or a rows-back pooling; unless some table's shards'
   // columns overlap only in part (not a plan the planner makes): then zeroed and added into.
-  // first_[ri]: request ri is the first of its table's (shard order) over its columns.
-  first_.assign(l_.requests.size(), 1);
-  bool zero = false;
-  for (const auto& route : l_.routes) {
-    for (size_t i = 0; i < route.requests.size(); ++i) {
-      const Shard& ri = l_.requests[route.requests[i]].rect;
-      for (size_t j = 0; j < i; ++j) {
-        const Shard& rj = l_.requests[route.requests[j]].rect;
-        if (rj.col_end <= ri.col_begin || ri.col_end <= rj.col_begin) continue;
-        first_[route.requests[i]] = 0;
-        zero |= rj.col_begin != ri.col_begin || rj.col_end != ri.col_end;
-      }
-    }
-  }
-  if (b > 0 && zero) TESSERA_RETURN_IF_ERROR(FillFloats(l_.ctx, 0.0f, b * od, out));
+  if (b > 0 && zero_out_) TESSERA_RETURN_IF_ERROR(FillFloats(l_.ctx, 0.0f, b * od, out));
   std::vector<const float*> block(l_.requests.size());
   for (int d = 0; d < n; ++d) {
     const float* p = recv_f_.data() + ask_displs_[d];
@@ -225,7 +226,7 @@ absl::Status OutputDist::Reduce(const KeyedJagged& local, const int64_t* batch_o
         const int64_t w = r.rect.num_cols();
         TESSERA_RETURN_IF_ERROR(AddPartials(l_.ctx, block[ri] + fi * b * w, b, w,
                                             out + l_.feature_column[f] + r.rect.col_begin, od,
-                                            first_[ri] != 0 && !zero));
+                                            first_[ri] != 0 && !zero_out_));
       }
       if (cfg.pooling == PoolingMode::kMean) {
         TESSERA_RETURN_IF_ERROR(ScaleBagsByLength(l_.ctx,

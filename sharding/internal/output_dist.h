@@ -53,7 +53,7 @@ namespace tessera::internal {
 class OutputDist {
  public:
   // REQUIRES: `layout` is complete and outlives this.
-  explicit OutputDist(const ShardLayout& layout) : l_(layout) {}
+  explicit OutputDist(const ShardLayout& layout);
   OutputDist(const OutputDist&) = delete;
   OutputDist& operator=(const OutputDist&) = delete;
 
@@ -113,7 +113,11 @@ class OutputDist {
   std::vector<std::vector<int64_t>> rb_count_;
   std::vector<float> stage_;
   std::vector<int64_t> stage_offsets_, stage_index_;
-  std::vector<char> first_;  // Reduce: per request, the first partial over its columns
+  // Reduce: per request, whether it is the first of its table's (shard order) over its columns
+  // (written, not added); zero_out_: some table's shards' columns overlap only in part, so the
+  // output is zeroed and every partial added. Fixed by the layout.
+  std::vector<char> first_;
+  bool zero_out_ = false;
   std::vector<int64_t> unit_offsets_;  // 0, 1, 2, ...: PoolLocal's bags of one id
   // Per local shard of a dynamic mean table: each received position's per-id weight times its
   // bag's 1 / length (Aggregate).
