@@ -25,9 +25,12 @@
 #                                     line: tessera-plan calibrate --cross_host_mpirun)
 #   cluster.sh exec H -- CMD          run CMD inside host H's namespace
 #   cluster.sh link RATE              reshape every link
-#   cluster.sh cut H [down|slow|host] cut host H's data link: its switch port down (default), or
+#   cluster.sh cut H [down|slow|host|tcp]
+#                                     cut host H's data link: its switch port down (default), or
 #                                     shaped to 8 bit/s both ways; `host`: both of its links down
-#                                     (the whole host gone from the network)
+#                                     (the whole host gone from the network); `tcp`: only its TCP
+#                                     shaped to 8 bit/s (a u32 filter), UDP unhurt: MPI's
+#                                     connections stall while the host and its heartbeats live
 #   cluster.sh kill H                 SIGKILL every process in host H (its ranks and daemon)
 #   cluster.sh heal                   end every process left in the hosts, links up at their rate
 #   cluster.sh stats                  bytes sent and received per host link
@@ -84,6 +87,14 @@ shape() {
   tc -n "$1" qdisc del dev "$2" root 2> /dev/null || true
   tc -n "$1" qdisc add dev "$2" root handle 1: htb default 1
   tc -n "$1" class add dev "$2" parent 1: classid 1:1 htb rate "$3" ceil "$3" quantum 60000
+}
+
+# shape_tcp NS DEV: DEV's TCP (IP protocol 6) into a class of 8 bit/s, the rest at its rate.
+shape_tcp() {
+  tc -n "$1" class add dev "$2" parent 1: classid 1:2 htb rate 8bit ceil 8bit quantum 1500 \
+    2> /dev/null || tc -n "$1" class change dev "$2" parent 1: classid 1:2 htb rate 8bit ceil 8bit
+  tc -n "$1" filter add dev "$2" parent 1: protocol ip prio 1 u32 match ip protocol 6 0xff \
+    flowid 1:2 || die "cut tcp: tc cannot classify by IP protocol here (u32 filter)"
 }
 
 # Ends every process inside host namespaces (leftovers of a cut or killed run).
@@ -247,7 +258,8 @@ cmd_cut() {
     down) ip -n "$sw" link set "h$h" down ;;
     slow) shape "$(host_ns "$h")" eth0 8bit; shape "$sw" "h$h" 8bit ;;
     host) ip -n "$sw" link set "h$h" down; ip -n "$sw" link set "m$h" down ;;
-    *) die "cut: 'down', 'slow' or 'host', got '$how'" ;;
+    tcp) shape_tcp "$(host_ns "$h")" eth0; shape_tcp "$sw" "h$h" ;;
+    *) die "cut: 'down', 'slow', 'host' or 'tcp', got '$how'" ;;
   esac
 }
 

@@ -469,6 +469,18 @@ bool MpiActive() {
   return initialized && !finalized;
 }
 
+int MpiWorldRank() {
+  int rank = 0;
+  if (MpiActive()) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+int MpiWorldSize() {
+  int size = 1;
+  if (MpiActive()) MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
 bool UnderMpiLauncher() {
   for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE",
                           "MPI_LOCALNRANKS", "MV2_COMM_WORLD_SIZE"}) {

@@ -24,6 +24,9 @@ absl::Status MpiInitialize(int* argc, char*** argv);
 absl::Status MpiFinalize();
 // True between MpiInitialize and MpiFinalize.
 bool MpiActive();
+// MPI_COMM_WORLD's rank and size (no communication); 0 and 1 when MPI is not active.
+int MpiWorldRank();
+int MpiWorldSize();
 // True when an MPI launcher (Open MPI's mpirun, PMI/PMIx: MPICH, Slurm's srun --mpi) started this
 // process, judged from the environment the launcher sets.
 bool UnderMpiLauncher();

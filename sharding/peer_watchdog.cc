@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -132,6 +133,23 @@ std::string HostOf(const Record& r) {
   return absl::StrCat(r.host, " ", r.naddr > 0 ? Addr(r.addr[0]) : "");
 }
 
+// Ends the job: prints the message, then MpiAbort(kLostPeerExitCode) with std::_Exit as the
+// fallback 10 s later (MPI_Abort needs the launcher; when this host is the one cut off it may
+// never return). With options.abort set (tests), hands it the message instead and returns.
+void EndJob(const PeerWatchdogOptions& o, const std::string& message) {
+  std::fprintf(stderr, "tessera: %s\n", message.c_str());
+  std::fflush(stderr);
+  if (o.abort) {
+    o.abort(kLostPeerExitCode, message);
+    return;
+  }
+  std::thread([] {
+    std::this_thread::sleep_for(std::chrono::seconds(10));
+    std::_Exit(kLostPeerExitCode);
+  }).detach();
+  MpiAbort(kLostPeerExitCode);
+}
+
 class Watchdog {
  public:
   Watchdog(const PeerWatchdogOptions& o, int rank, std::vector<Record> peers, uint64_t nonce,
@@ -178,7 +196,7 @@ class Watchdog {
         warned = true;
         WarnUnheard();
       }
-      if (!stop_.load()) Check(now);
+      if (!stop_.load() && !ended_) Check(now);
     }
     SendAll(true);
   }
@@ -249,6 +267,31 @@ class Watchdog {
     std::fflush(stderr);
   }
 
+  // When every other rank of the world is alive (heard within the last few heartbeats) and has
+  // been waiting in a collective for stall_timeout_s: what each waits in ("ranks 1,3 in
+  // AllGatherV; rank 2 in Broadcast"); else "". A rank never heard from, or one that left, is
+  // not known to wait: no stall.
+  std::string Stalled(int64_t now) const {
+    const double alive_s = std::max(3 * o_.heartbeat_interval_s, 1.0);
+    std::vector<std::pair<std::string, std::vector<int>>> by_what;
+    for (size_t r = 0; r < peers_.size(); ++r) {
+      if (static_cast<int>(r) == rank_) continue;
+      if (heard_ns_[r] == 0 || left_[r] || waiting_ms_[r] < 0) return "";
+      const double silent = (now - heard_ns_[r]) / 1e9;
+      if (silent > alive_s || waiting_ms_[r] / 1e3 + silent < o_.stall_timeout_s) return "";
+      auto it = std::find_if(by_what.begin(), by_what.end(),
+                             [&](const auto& x) { return x.first == what_[r]; });
+      if (it == by_what.end()) it = by_what.insert(by_what.end(), {what_[r], {}});
+      it->second.push_back(static_cast<int>(r));
+    }
+    std::vector<std::string> parts;
+    for (const auto& [w, ranks] : by_what) {
+      parts.push_back(absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ",
+                                   absl::StrJoin(ranks, ","), " in ", w));
+    }
+    return absl::StrJoin(parts, "; ");
+  }
+
   void Check(int64_t now) {
     std::vector<int> members;
     int64_t since = 0;
@@ -287,6 +330,20 @@ class Watchdog {
           absl::StrJoin(members, ","), o_.peer_timeout_s));
       return;
     }
+    if (o_.stall_timeout_s > 0 && waited >= o_.stall_timeout_s) {
+      const std::string stalled = Stalled(now);
+      if (!stalled.empty()) {
+        Abort(absl::StrFormat(
+            "[rank %d] has waited %.1f s in %s over world ranks [%s], and every other rank is "
+            "alive and has waited as long (%s): nothing is computing, so what they wait for is "
+            "a transfer the transport does not deliver (a connection between the ranks that "
+            "failed: the transport's own messages above say which). Ending the job "
+            "(sharding.stall_timeout_s = %g; rerun the same command to resume from the last "
+            "checkpoint)",
+            rank_, waited, what, absl::StrJoin(members, ","), stalled, o_.stall_timeout_s));
+        return;
+      }
+    }
     if (o_.collective_timeout_s > 0 && waited >= o_.collective_timeout_s) {
       std::vector<std::string> late;
       for (int m : members) {
@@ -307,21 +364,11 @@ class Watchdog {
     }
   }
 
-  // Ends the job (the default), or hands the message to options.abort and stops watching.
+  // Ends the job (the default), or hands the message to options.abort and stops watching (the
+  // heartbeats go on until StopPeerWatchdog, as the process would when the job ends).
   void Abort(const std::string& message) {
-    std::fprintf(stderr, "tessera: %s\n", message.c_str());
-    std::fflush(stderr);
-    if (o_.abort) {
-      o_.abort(kLostPeerExitCode, message);
-      stop_.store(true);
-      return;
-    }
-    // MPI_Abort needs the launcher; when this host is the one cut off it may never return.
-    std::thread([] {
-      std::this_thread::sleep_for(std::chrono::seconds(10));
-      std::_Exit(kLostPeerExitCode);
-    }).detach();
-    MpiAbort(kLostPeerExitCode);
+    EndJob(o_, message);
+    if (o_.abort) ended_ = true;
   }
 
   const PeerWatchdogOptions o_;
@@ -334,6 +381,7 @@ class Watchdog {
   std::vector<bool> left_;
   std::vector<int32_t> waiting_ms_;
   std::vector<std::string> what_;
+  bool ended_ = false;  // the job was ended through options.abort: no more checks
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
@@ -348,14 +396,15 @@ std::unique_ptr<Watchdog>& Instance() {
 
 absl::Status StartPeerWatchdog(Communicator& world, const PeerWatchdogOptions& o) {
   auto bad = [](double v) { return !std::isfinite(v) || v < 0; };
-  if (bad(o.peer_timeout_s) || bad(o.collective_timeout_s) || bad(o.heartbeat_interval_s) ||
-      o.heartbeat_interval_s == 0) {
+  if (bad(o.peer_timeout_s) || bad(o.collective_timeout_s) || bad(o.stall_timeout_s) ||
+      bad(o.heartbeat_interval_s) || o.heartbeat_interval_s == 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "StartPeerWatchdog: peer_timeout_s %g, collective_timeout_s %g must be >= 0 and "
-        "heartbeat_interval_s %g > 0",
-        o.peer_timeout_s, o.collective_timeout_s, o.heartbeat_interval_s));
+        "StartPeerWatchdog: peer_timeout_s %g, collective_timeout_s %g, stall_timeout_s %g must "
+        "be >= 0 and heartbeat_interval_s %g > 0",
+        o.peer_timeout_s, o.collective_timeout_s, o.stall_timeout_s, o.heartbeat_interval_s));
   }
-  if (world.size() == 1 || (o.peer_timeout_s == 0 && o.collective_timeout_s == 0)) {
+  if (world.size() == 1 ||
+      (o.peer_timeout_s == 0 && o.collective_timeout_s == 0 && o.stall_timeout_s == 0)) {
     return absl::OkStatus();
   }
   {
@@ -449,6 +498,36 @@ void StopPeerWatchdog() {
 bool PeerWatchdogRunning() {
   std::lock_guard<std::mutex> lock(g_mu);
   return Instance() != nullptr;
+}
+
+StartupDeadline::StartupDeadline(const PeerWatchdogOptions& o, int rank, std::string what) {
+  if (o.stall_timeout_s <= 0) return;
+  thread_ = std::thread([this, o, rank, what = std::move(what)] {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (cv_.wait_for(lock, std::chrono::duration<double>(o.stall_timeout_s),
+                     [this] { return done_; })) {
+      return;
+    }
+    lock.unlock();
+    EndJob(o, absl::StrFormat(
+                  "[rank %d] the ranks' first exchange (%s) has not completed after %g s: a "
+                  "rank did not start, or the transport between the ranks did not connect (its "
+                  "own messages above say which, if any). Ending the job "
+                  "(sharding.stall_timeout_s = %g; rerun the same command to resume from the "
+                  "last checkpoint)",
+                  rank, what, o.stall_timeout_s, o.stall_timeout_s));
+  });
+}
+
+StartupDeadline::~StartupDeadline() { Done(); }
+
+void StartupDeadline::Done() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
 }
 
 CollectiveWait::CollectiveWait(const char* what, const std::vector<int>& members) {

@@ -21,6 +21,17 @@
 // every member is alive, naming the members that are not waiting (a rank stuck in its own code,
 // or collectives called in different orders).
 //
+// A stalled job: every rank alive (heartbeats arriving) and every one waiting in a collective for
+// `stall_timeout_s` (default 120 s). No rank computes, so no rank will send anything new: what
+// they wait for is a transfer the transport does not deliver. Seen with Open MPI's TCP transport
+// on emulated hosts: a connection between two ranks failed as the job started ("connect() to ...
+// failed ... Your Open MPI job may now hang"), and every rank then waited forever. The watchdog
+// ends such a job naming what each rank waits in. Only the whole world counts: a rank waiting on
+// a peer that waits on a third rank busy computing (a long checkpoint) is not a stall. Start's own
+// exchange (the first messages between the ranks, before any heartbeat) is bounded by the same
+// timeout (StartupDeadline). What it cannot tell from a stall: one collective moving more than a link carries in
+// `stall_timeout_s`.
+//
 // Addresses: each rank binds one UDP socket on all interfaces (a port the kernel picks) and
 // announces its IPv4 addresses on the data network (`networks` below; loopback only when there
 // is no other) in an all-gather at Start; heartbeats go to every announced address of a peer, and a
@@ -31,8 +42,11 @@
 // Process-wide: one watchdog per process, for the world it was started on.
 #pragma once
 
+#include <condition_variable>
 #include <functional>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -47,6 +61,7 @@ inline constexpr int kLostPeerExitCode = 75;
 struct PeerWatchdogOptions {
   double peer_timeout_s = 30;       // a peer silent this long while this rank waits: abort; 0 = off
   double collective_timeout_s = 0;  // a wait this long with every peer alive: abort; 0 = off
+  double stall_timeout_s = 120;     // every rank alive and waiting this long: abort; 0 = off
   double heartbeat_interval_s = 1;  // how often each rank tells the others it is alive
   // The networks heartbeats travel: comma-separated CIDRs and interface names. Empty: the
   // networks Open MPI's TCP transport was told to use (OMPI_MCA_btl_tcp_if_include, which
@@ -56,13 +71,14 @@ struct PeerWatchdogOptions {
   std::string networks;
   // How the job is ended. Unset (the default): MpiAbort(code), and std::_Exit(code) when that
   // has not ended the process 10 s later. Tests set it: it gets the message, and the watchdog
-  // then stops watching (StopPeerWatchdog still has to be called).
+  // then stops checking (its heartbeats go on; StopPeerWatchdog still has to be called).
   std::function<void(int code, const std::string& message)> abort;
 };
 
 // Collective over `world` (every rank calls it; the same options): exchanges the heartbeat
-// addresses and starts the thread. OK without doing anything for a world of one or when both
-// timeouts are 0. InvalidArgument for negative or non-finite values, FailedPrecondition when
+// addresses and starts the thread. OK without doing anything for a world of one or when every
+// timeout is 0. Its exchange runs before any heartbeat: callers bound it (and the collectives
+// before it) with a StartupDeadline. InvalidArgument for negative or non-finite values, FailedPrecondition when
 // one is already running. A socket that cannot be opened is a warning, not an error: that rank
 // then runs unwatched (its peers do not watch it either).
 absl::Status StartPeerWatchdog(Communicator& world, const PeerWatchdogOptions& options);
@@ -71,6 +87,25 @@ absl::Status StartPeerWatchdog(Communicator& world, const PeerWatchdogOptions& o
 void StopPeerWatchdog();
 // True while a watchdog thread runs in this process.
 bool PeerWatchdogRunning();
+
+// Bounds a stretch of start-up that runs before any heartbeat: the ranks' first collectives (the
+// world communicator's creation, Start's exchange). When Done() (or the destructor) has not come
+// within options.stall_timeout_s, ends the job as the watchdog would (exit kLostPeerExitCode, or
+// options.abort), naming `what`. 0 = unbounded: no thread.
+class StartupDeadline {
+ public:
+  StartupDeadline(const PeerWatchdogOptions& options, int rank, std::string what);
+  ~StartupDeadline();
+  StartupDeadline(const StartupDeadline&) = delete;
+  StartupDeadline& operator=(const StartupDeadline&) = delete;
+  void Done();
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
 
 // Marks the calling thread as waiting in `what` on a communicator whose members are the world
 // ranks `members` (which must outlive the scope). Nested scopes count as the outermost one.

@@ -61,7 +61,7 @@ const std::vector<SchemaSection>& internal::ConfigSchema() {
                   "mllog"}},
       {"sharding", {"group_size", "layout", "replica_sync", "sync_every", "sync_rows", "plan",
                     "bucket_bytes", "comm_dtype", "pipeline", "profile", "transport",
-                    "peer_timeout_s", "collective_timeout_s"}},
+                    "peer_timeout_s", "collective_timeout_s", "stall_timeout_s"}},
   };
   static const auto* with_dynamic = [] {
     auto* all = new std::vector<SchemaSection>(*schema);
@@ -493,6 +493,9 @@ absl::Status ParseRest(const ConfigReader& r, const YAML::Node& root, const std:
   TESSERA_RETURN_IF_ERROR(r.ReadDouble(sh, p, "collective_timeout_s",
                                        "seconds, 0 to 86400 (0 = off)", seconds,
                                        &c->sharding.collective_timeout_s));
+  TESSERA_RETURN_IF_ERROR(r.ReadDouble(sh, p, "stall_timeout_s",
+                                       "seconds, 0 to 86400 (0 = off)", seconds,
+                                       &c->sharding.stall_timeout_s));
   if (c->sharding.profile.empty())
     return r.Error(Child(sh, "profile"), sh, "sharding.profile",
                    "must be auto, a shipped profile or a profile file");

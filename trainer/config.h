@@ -169,6 +169,10 @@ struct ShardingConfig {
   // sharding.collective_timeout_s: a collective wait this long ends the job even with every
   // member alive; 0 = off.
   double collective_timeout_s = 0;
+  // sharding.stall_timeout_s: every rank alive and waiting in a collective this long (a transfer
+  // the transport does not deliver) ends the job naming what each waits in; also bounds the
+  // ranks' first exchange at start-up; 0 = off.
+  double stall_timeout_s = 120;
 };
 
 struct Config {

@@ -1,5 +1,7 @@
 #include "trainer/world.h"
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "core/logging.h"
@@ -14,17 +16,29 @@ namespace tessera {
 
 absl::StatusOr<World> CreateWorld(const Config& config) {
   World w;
+  // A lost host, link or rank, or a stalled transport, ends the job within the watchdog's
+  // timeouts instead of leaving the others in a collective (sharding/peer_watchdog.h). Started
+  // once per process.
+  PeerWatchdogOptions wo;
+  wo.peer_timeout_s = config.sharding.peer_timeout_s;
+  wo.collective_timeout_s = config.sharding.collective_timeout_s;
+  wo.stall_timeout_s = config.sharding.stall_timeout_s;
+  const bool watch = MpiActive() && MpiWorldSize() > 1 && !PeerWatchdogRunning();
+  // The ranks' first collectives (the world communicator's MPI_Comm_dup, the watchdog's own
+  // exchange) come before any heartbeat: bounded by the stall timeout instead. Seen: a rank's
+  // first TCP connection to another host that never completes, and every rank waiting there.
+  std::optional<StartupDeadline> first;
+  if (watch) {
+    first.emplace(wo, MpiWorldRank(),
+                  "the world communicator's creation and the peer watchdog's addresses");
+  }
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, CreateWorldCommunicator());
   w.comm = std::move(comm);
   if (w.size() > 1) {
-    // A lost host, link or rank ends the job within sharding.peer_timeout_s instead of leaving
-    // the others in a collective (sharding/peer_watchdog.h). Started once per process.
-    if (w.comm->backend() == "mpi" && !PeerWatchdogRunning()) {
-      PeerWatchdogOptions wo;
-      wo.peer_timeout_s = config.sharding.peer_timeout_s;
-      wo.collective_timeout_s = config.sharding.collective_timeout_s;
+    if (watch && w.comm->backend() == "mpi") {
       TESSERA_RETURN_IF_ERROR(StartPeerWatchdog(*w.comm, wo));
     }
+    first.reset();
     ProcessGridOptions o;
     o.group_size = config.sharding.group_size;
     if (config.sharding.plan == kAutoPlan) {

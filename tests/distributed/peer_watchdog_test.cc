@@ -28,10 +28,12 @@ struct Recorder {
   int code = 0;
 };
 
-PeerWatchdogOptions Fast(Recorder* rec, double peer_timeout, double collective_timeout = 0) {
+PeerWatchdogOptions Fast(Recorder* rec, double peer_timeout, double collective_timeout = 0,
+                         double stall_timeout = 0) {
   PeerWatchdogOptions o;
   o.peer_timeout_s = peer_timeout;
   o.collective_timeout_s = collective_timeout;
+  o.stall_timeout_s = stall_timeout;
   o.heartbeat_interval_s = 0.1;
   o.abort = [rec](int code, const std::string& m) {
     std::lock_guard<std::mutex> lock(rec->mu);
@@ -56,7 +58,11 @@ TEST(PeerWatchdogTest, RefusesBadOptions) {
   o.heartbeat_interval_s = 0;
   EXPECT_EQ(StartPeerWatchdog(*World(), o).code(), absl::StatusCode::kInvalidArgument);
   o = PeerWatchdogOptions();
-  o.peer_timeout_s = 0;  // both off: nothing runs
+  o.stall_timeout_s = -1;
+  EXPECT_EQ(StartPeerWatchdog(*World(), o).code(), absl::StatusCode::kInvalidArgument);
+  o = PeerWatchdogOptions();
+  o.peer_timeout_s = 0;  // every timeout off: nothing runs
+  o.stall_timeout_s = 0;
   ASSERT_TRUE(StartPeerWatchdog(*World(), o).ok());
   EXPECT_FALSE(PeerWatchdogRunning());
   auto one = CreateSingleProcessCommunicator();
@@ -66,7 +72,8 @@ TEST(PeerWatchdogTest, RefusesBadOptions) {
 
 TEST(PeerWatchdogTest, SlowLiveRankDoesNotTrip) {
   Recorder rec;
-  ASSERT_TRUE(StartPeerWatchdog(*World(), Fast(&rec, 0.6)).ok());
+  // Neither the peer timeout nor the stall timeout: the waiting ranks wait on one that computes.
+  ASSERT_TRUE(StartPeerWatchdog(*World(), Fast(&rec, 0.6, 0, 0.6)).ok());
   EXPECT_TRUE(PeerWatchdogRunning());
   EXPECT_EQ(StartPeerWatchdog(*World(), Fast(&rec, 0.6)).code(),
             absl::StatusCode::kFailedPrecondition);
@@ -144,6 +151,70 @@ TEST(PeerWatchdogTest, CollectiveTimeoutNamesRanksNotWaiting) {
   } else if (me == 1) {
     ASSERT_EQ(m.size(), 1u);  // rank 1 waited as long: it names rank 0 as in another collective
     EXPECT_THAT(m[0], HasSubstr("waits in Broadcast"));
+  } else {
+    EXPECT_THAT(m, ::testing::IsEmpty());
+  }
+}
+
+// Every rank waiting (in different collectives: a broadcast some ranks finished) for the stall
+// timeout is a stall, named by each rank with what every rank waits in; three waiting on a
+// fourth that computes is not.
+TEST(PeerWatchdogTest, StallEndsAJobWhereEveryRankWaits) {
+  Recorder rec;
+  ASSERT_TRUE(StartPeerWatchdog(*World(), Fast(&rec, 30, 0, 1.0)).ok());
+  Sleep(0.3);
+  ASSERT_TRUE(World()->Barrier().ok());
+  const int me = World()->rank();
+  static const std::vector<int> all = {0, 1, 2, 3};
+  if (me != 3) {
+    CollectiveWait w("AllToAllV", all);
+    Sleep(2.0);
+  } else {
+    Sleep(2.0);
+  }
+  ASSERT_TRUE(World()->Barrier().ok());
+  EXPECT_THAT(Messages(rec), ::testing::IsEmpty());
+  {
+    CollectiveWait w(me == 2 ? "Broadcast" : "AllGatherV", all);
+    Sleep(2.5);
+  }
+  ASSERT_TRUE(World()->Barrier().ok());
+  StopPeerWatchdog();
+  std::vector<std::string> m = Messages(rec);
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_THAT(m[0], HasSubstr("every other rank is alive and has waited as long"));
+  EXPECT_THAT(m[0], HasSubstr(me == 2 ? "in Broadcast" : "in AllGatherV"));
+  if (me != 2) {
+    EXPECT_THAT(m[0], HasSubstr("rank 2 in Broadcast"));
+  }
+  EXPECT_THAT(m[0], HasSubstr("sharding.stall_timeout_s = 1"));
+  EXPECT_EQ(rec.code, kLostPeerExitCode);
+}
+
+// The stretch before any heartbeat (the world's first collectives) is bounded by a
+// StartupDeadline: a rank that arrives after the stall timeout is reported by the ranks that
+// waited for it (the hook gets the message; the barrier then completes); Done() in time is quiet.
+TEST(PeerWatchdogTest, StartupDeadlineBoundsTheFirstCollectives) {
+  Recorder rec;
+  const PeerWatchdogOptions o = Fast(&rec, 30, 0, 0.8);
+  const int me = World()->rank();
+  {
+    StartupDeadline d(o, me, "a test barrier");
+    ASSERT_TRUE(World()->Barrier().ok());
+  }
+  EXPECT_THAT(Messages(rec), ::testing::IsEmpty());
+  if (me == 3) Sleep(2.0);
+  {
+    StartupDeadline d(o, me, "a test barrier");
+    ASSERT_TRUE(World()->Barrier().ok());
+    d.Done();
+  }
+  std::vector<std::string> m = Messages(rec);
+  if (me != 3) {
+    ASSERT_EQ(m.size(), 1u);
+    EXPECT_THAT(m[0], HasSubstr("the ranks' first exchange (a test barrier)"));
+    EXPECT_THAT(m[0], HasSubstr("has not completed after 0.8 s"));
+    EXPECT_EQ(rec.code, kLostPeerExitCode);
   } else {
     EXPECT_THAT(m, ::testing::IsEmpty());
   }

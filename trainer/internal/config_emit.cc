@@ -228,6 +228,7 @@ std::string ConfigToYaml(const Config& c) {
   Key(e, "profile", c.sharding.profile);
   Key(e, "peer_timeout_s", c.sharding.peer_timeout_s);
   Key(e, "collective_timeout_s", c.sharding.collective_timeout_s);
+  Key(e, "stall_timeout_s", c.sharding.stall_timeout_s);
   e << YAML::EndMap << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }
