@@ -6,7 +6,8 @@
 #   data        198.18.NET.(11+i), shaped in both directions with an htb class of RATE: MPI's
 #               traffic between the hosts (btl tcp) and Tessera's heartbeats;
 #   management  198.19.NET.(11+i), not shaped: the launcher's own traffic (Open MPI's daemons,
-#               oob tcp), with TCP keepalive so a host that is gone is noticed in about 5 s.
+#               oob tcp), with TCP keepalive so a host that is gone is noticed in about 5 s
+#               (and tcp_retries2 7 in every host: unacknowledged data is given up after ~51 s).
 # Addresses come only from 198.18.0.0/15 (RFC 2544, benchmarking); NET from TESSERA_CLUSTER_NET
 # (default 0). No traffic leaves the namespaces made here: mpirun runs inside host 0, the other
 # hosts' daemons are started inside theirs by a small rsh agent (`ip netns exec`, no sshd), and
@@ -167,6 +168,10 @@ cmd_up() {
     ip -n "$ns" link set mgmt0 up
     ip -n "$sw" link set "m$i" master br1
     ip -n "$sw" link set "m$i" up
+    # TCP gives up on unacknowledged data after about 51 s instead of ~15 min (tcp_retries2 7:
+    # 0.2 s doubling, 255 x 0.2 s): mpirun with a message in flight to a lost host's daemon
+    # (keepalive probes only idle connections) then notices the loss within a minute.
+    ip netns exec "$ns" sysctl -qw net.ipv4.tcp_retries2=7
     shape "$ns" eth0 "$rate"       # host -> switch
     shape "$sw" "h$i" "$rate"      # switch -> host
     echo "$(host_addr "$i") slots=$slots" >> "$state/hostfile"

@@ -10,7 +10,11 @@
 #   cut-host  both of its links down (the host gone from the network): Open MPI's launcher
 #             notices its daemon is gone (TCP keepalive, scripts/cluster.sh flags) and ends the
 #             job, naming the host; rank 0's start-up line "hosts: ..." says which ranks were
-#             there.
+#             there;
+#   cut-tcp   only the TCP of its data link shaped to 8 bit/s: MPI's connections stall while
+#             the host and its UDP heartbeats live, so no rank is lost; the stall timeout
+#             (sharding.stall_timeout_s, 20 s here) ends the job when every rank has waited that
+#             long, naming what each waits in (no host to name: the check looks for that).
 # Every time: the job (mpirun and every rank on both hosts) must end, non-zero, within LIMIT
 # seconds (default 60) of the loss, its output must name the lost host's address (with a lost
 # rank, for kill and the cuts of the data link; when host 0, mpirun's, is the one cut off, its
@@ -21,17 +25,20 @@
 # without a loss.
 #
 # Usage: lost_host_check.sh BUILD_BIN_DIR SOURCE_DIR [EVENTS [SEED [PEER_TIMEOUT_S]]]
-#   defaults: 4 events (kill, cut, cut-slow, cut-host in turn, with
+#   defaults: 5 events (kill, cut, cut-slow, cut-host, cut-tcp in turn, with
 #   a 10 s peer timeout to keep it short); 20 events at random points with the default
 #   timeout for the full check (scripts/lost_host_loop.sh). PEER_TIMEOUT_S "" = the config
 #   default (30 s).
+# After the losses, one launch on the cluster with host 1's TCP cut must end (exit 75) within
+# LIMIT, its start-up bounded by the stall timeout ("the ranks' first exchange ... has not
+# completed"), before the last chain is finished on the healed cluster.
 # Env: LIMIT (seconds, default 60), START_LIMIT (seconds a launch may take to start training,
-# default 120), STEPS (of the run, default 200: 5-60 s of training on the
+# default 120), STALL (sharding.stall_timeout_s, default 20), STEPS (of the run, default 200: 5-60 s of training on the
 # 2 cores, with their load; a checkpoint every 20), KEEP_TMP=1 keeps the logs.
 # Exit 77 where scripts/cluster.sh cannot make namespaces.
 set -uo pipefail
 bin=$1; src=$2
-events=${3:-4}; seed=${4:-1}; peer_timeout=${5-10}
+events=${3:-5}; seed=${4:-1}; peer_timeout=${5-10}
 limit=${LIMIT:-60}
 RANDOM=$seed
 cluster="$src/scripts/cluster.sh"
@@ -83,8 +90,9 @@ output: {progress: false}
 sharding: {group_size: 2}
 YAML
 sed -i "s/STEPS/${STEPS:-200}/" "$tmp/lh.yaml"
-extra=()
-[ -n "$peer_timeout" ] && extra=(--set "sharding.peer_timeout_s=$peer_timeout")
+stall=${STALL:-20}
+extra=(--set "sharding.stall_timeout_s=$stall")
+[ -n "$peer_timeout" ] && extra+=(--set "sharding.peer_timeout_s=$peer_timeout")
 # run_bg OUT LOG: the command, the same every time, in the background (sets job).
 run_bg() {
   (exec bash "$cluster" run -- "$bin/tessera-train" --config "$tmp/lh.yaml" --quiet \
@@ -112,26 +120,45 @@ complete_ckpt() {  # every part of checkpoint $1/checkpoints/$2 is there
 # false when the job ended first. A launch that has not started training after START_LIMIT
 # seconds (default 120; 2-10 s here) is a hang of its own: the check fails naming it, with the
 # log's tail and the ranks each host still runs, rather than running into ctest's timeout
-# (which kills this script before its cleanup). One exception, retried once per launch: no
-# rank exists on either host, so Open MPI's launch never reached Tessera (its daemon start over
-# the emulated link after a heal hung once in four suite runs, 2026-12-07); the cluster is
-# healed and the same command run again into OUT, and the table's line says "relaunched".
+# (which kills this script before its cleanup). Two exceptions, each launch retried once (the
+# cluster healed, the same command run again into OUT, the table's line saying "relaunched",
+# the first launch's log kept as LOG.first): no rank exists on either host, so Open MPI's launch
+# never reached Tessera (its daemon start over the emulated link after a heal hung once in four
+# suite runs, 2026-12-07); or the launch ended before training with the stall timeout's
+# message, its ranks' first MPI exchange never having completed (an Open MPI TCP connect between
+# the hosts failed at start-up in one CI run, 2026-12-07: "connect() to 198.18.2.11:1029 failed",
+# and every rank waited until the check gave up; now the stall timeout ends such a launch).
 relaunched=0
+stall_pat="the ranks' first exchange .* has not completed|every other rank is alive and has waited"
+relaunch() {  # LOG OUT
+  relaunched=$((relaunched + 1))
+  kill -9 "$job" 2> /dev/null; wait "$job" 2> /dev/null
+  cp "$1" "$1.first"
+  bash "$cluster" heal
+  run_bg "$2" "$1"
+}
 started() {
   local deadline=$(( $(now_ms) + ${START_LIMIT:-120} * 1000 )) retried=0
   while ! grep -qs "info: training" "$1"; do
-    kill -0 "$job" 2> /dev/null || return 1
+    if ! kill -0 "$job" 2> /dev/null; then
+      if [ $retried -eq 0 ] && [ -n "${2:-}" ] && grep -qE "$stall_pat" "$1"; then
+        retried=1; relaunch "$1" "$2"
+        deadline=$(( $(now_ms) + ${START_LIMIT:-120} * 1000 ))
+        continue
+      fi
+      return 1
+    fi
     if [ "$(now_ms)" -gt "$deadline" ]; then
       if [ $retried -eq 0 ] && [ -n "${2:-}" ] && [ "$(ranks_left)" -eq 0 ]; then
-        retried=1; relaunched=$((relaunched + 1))
-        kill -9 "$job" 2> /dev/null; wait "$job" 2> /dev/null
-        bash "$cluster" heal
-        run_bg "$2" "$1"
+        retried=1; relaunch "$1" "$2"
         deadline=$(( $(now_ms) + ${START_LIMIT:-120} * 1000 ))
         continue
       fi
       check "started $(basename "$1")" 1 "no training after ${START_LIMIT:-120} s; ranks on \
-host 0: $(ranks_in 0 | wc -l), host 1: $(ranks_in 1 | wc -l); log: $(tail -8 "$1")"
+host 0: $(ranks_in 0 | wc -l), host 1: $(ranks_in 1 | wc -l); log: $(tail -8 "$1"); TCP in \
+host 0: $(ip netns exec "$TESSERA_CLUSTER_PREFIX-h0" ss -tan 2> /dev/null | tail -n +2 | \
+grep -v LISTEN | head -12); TCP in host 1: $(ip netns exec "$TESSERA_CLUSTER_PREFIX-h1" ss -tan \
+2> /dev/null | tail -n +2 | grep -v LISTEN | head -12)"
       echo "$passed passed, $failed failed"
       exit 1
     fi
@@ -156,8 +183,8 @@ while [ $i -lt "$events" ]; do
   # line to `started` before the new run's redirection empties it.
   launch=$((launch + 1)); log="$tmp/launch$launch.log"
   # The four ways in turn, a random host, a random point in the run.
-  ways=(kill cut cut-slow cut-host)
-  how=${ways[$((i % 4))]}
+  ways=(kill cut cut-slow cut-host cut-tcp)
+  how=${ways[$((i % 5))]}
   host=$((RANDOM % 2))
   # A random point of the training (a host lost while MPI itself starts, inside MPI_Init, is
   # left to the launcher: docs/CLUSTER.md).
@@ -186,6 +213,7 @@ while [ $i -lt "$events" ]; do
     cut) bash "$cluster" cut "$host" down ;;
     cut-slow) bash "$cluster" cut "$host" slow ;;
     cut-host) bash "$cluster" cut "$host" host ;;
+    cut-tcp) bash "$cluster" cut "$host" tcp ;;
   esac
   # Wait for mpirun and every rank to end; past 2 x limit it is a hang.
   ended=""
@@ -221,6 +249,7 @@ while [ $i -lt "$events" ]; do
   lost_addr="$net.$((11 + host))"
   [ "$how" != kill ] && [ "$host" -eq 0 ] && lost_addr="$net.12"
   case $how in
+    cut-tcp) pat="every other rank is alive and has waited as long \([^)]*\)" ;;
     cut|cut-slow) pat="lost rank [0-9]+ \(host [^ ]+ $lost_addr," ;;
     # (mpirun names its own host by host name, the others by their hostfile address)
     kill) pat="process rank [0-9]+ with PID [0-9]+ on node ($lost_addr|$TESSERA_CLUSTER_PREFIX-h$host)[ .]" ;;
@@ -245,6 +274,26 @@ while [ $i -lt "$events" ]; do
     "$named$([ "$relaunched" -gt "$relaunched_before" ] && echo ' (relaunched)')"
   i=$((i + 1))
 done
+# A launch on a cluster whose host 1 has lost its TCP: its first exchange is bounded.
+bash "$cluster" cut 1 tcp
+log="$tmp/stalled-start.log"; t_loss=$(now_ms)
+run_bg "$tmp/stalled-start" "$log"
+ended=""
+while true; do
+  el=$(($(now_ms) - t_loss))
+  if ! kill -0 "$job" 2> /dev/null && [ "$(ranks_left)" -eq 0 ]; then ended=$el; break; fi
+  [ $el -gt $(((stall + limit) * 1000)) ] && break
+  sleep 0.2
+done
+[ -z "$ended" ] && { hangs=$((hangs + 1)); kill -9 "$job" 2> /dev/null; }
+wait "$job" 2> /dev/null; rc=$?; job=""
+check stalled-start-ended "$([ -n "$ended" ] && echo 0 || echo 1)" \
+  "a launch with host 1's TCP cut still ran $((stall + limit)) s later"
+check stalled-start-rc "$([ "$rc" -eq 75 ] && echo 0 || echo 1)" "rc $rc, expected 75"
+grep -qE "the ranks' first exchange .* has not completed after $stall s" "$log"
+check stalled-start-named $? "no start-up stall message: $(grep -v setpgid "$log" | tail -5)"
+echo "a launch with host 1's TCP cut: ended ${ended:+$(secs "$ended") s after its start,} rc $rc"
+bash "$cluster" heal
 # Finish the last chain.
 log="$tmp/final.log"
 run_bg "$out" "$log"; wait "$job"; rc=$?; job=""
@@ -255,6 +304,6 @@ cmp -s "$straight/model.safetensors" "$out/model.safetensors"
 check "chain$chain-model" $? "chain $chain's model differs from the uninterrupted one"
 echo "$i losses, $hangs hang(s), slowest end $(secs $worst) s after a loss;" \
      "$((chain + 1)) chain(s), each byte-identical to the uninterrupted run when it passed;" \
-     "$relaunched launch(es) that started no rank relaunched"
+     "$relaunched launch(es) relaunched (no rank started, or ended by the start-up stall)"
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]
