@@ -58,6 +58,14 @@ rc=$?
 [ $rc -eq 77 ] && exit 77
 [ $rc -eq 0 ] || { echo "FAIL: cluster.sh up failed (rc $rc)"; exit 1; }
 net=198.18.$TESSERA_CLUSTER_NET
+# The TCP cut needs tc's u32 classifier: where the kernel lacks it, the check says so and leaves
+# that way (and the stalled start-up launch) out.
+ways=(kill cut cut-slow cut-host cut-tcp)
+if ! bash "$cluster" cut 0 tcp > "$tmp/probe.log" 2>&1; then
+  echo "note: no TCP cut here ($(tail -1 "$tmp/probe.log")): 4 ways, no stalled start-up launch"
+  ways=(kill cut cut-slow cut-host)
+fi
+bash "$cluster" heal
 
 passed=0; failed=0; hangs=0
 check() {
@@ -183,8 +191,7 @@ while [ $i -lt "$events" ]; do
   # line to `started` before the new run's redirection empties it.
   launch=$((launch + 1)); log="$tmp/launch$launch.log"
   # The four ways in turn, a random host, a random point in the run.
-  ways=(kill cut cut-slow cut-host cut-tcp)
-  how=${ways[$((i % 5))]}
+  how=${ways[$((i % ${#ways[@]}))]}
   host=$((RANDOM % 2))
   # A random point of the training (a host lost while MPI itself starts, inside MPI_Init, is
   # left to the launcher: docs/CLUSTER.md).
@@ -275,24 +282,26 @@ while [ $i -lt "$events" ]; do
   i=$((i + 1))
 done
 # A launch on a cluster whose host 1 has lost its TCP: its first exchange is bounded.
-bash "$cluster" cut 1 tcp
-log="$tmp/stalled-start.log"; t_loss=$(now_ms)
-run_bg "$tmp/stalled-start" "$log"
-ended=""
-while true; do
-  el=$(($(now_ms) - t_loss))
-  if ! kill -0 "$job" 2> /dev/null && [ "$(ranks_left)" -eq 0 ]; then ended=$el; break; fi
-  [ $el -gt $(((stall + limit) * 1000)) ] && break
-  sleep 0.2
-done
-[ -z "$ended" ] && { hangs=$((hangs + 1)); kill -9 "$job" 2> /dev/null; }
-wait "$job" 2> /dev/null; rc=$?; job=""
-check stalled-start-ended "$([ -n "$ended" ] && echo 0 || echo 1)" \
-  "a launch with host 1's TCP cut still ran $((stall + limit)) s later"
-check stalled-start-rc "$([ "$rc" -eq 75 ] && echo 0 || echo 1)" "rc $rc, expected 75"
-grep -qE "the ranks' first exchange .* has not completed after $stall s" "$log"
-check stalled-start-named $? "no start-up stall message: $(grep -v setpgid "$log" | tail -5)"
-echo "a launch with host 1's TCP cut: ended ${ended:+$(secs "$ended") s after its start,} rc $rc"
+if [ ${#ways[@]} -eq 5 ]; then
+  bash "$cluster" cut 1 tcp
+  log="$tmp/stalled-start.log"; t_loss=$(now_ms)
+  run_bg "$tmp/stalled-start" "$log"
+  ended=""
+  while true; do
+    el=$(($(now_ms) - t_loss))
+    if ! kill -0 "$job" 2> /dev/null && [ "$(ranks_left)" -eq 0 ]; then ended=$el; break; fi
+    [ $el -gt $(((stall + limit) * 1000)) ] && break
+    sleep 0.2
+  done
+  [ -z "$ended" ] && { hangs=$((hangs + 1)); kill -9 "$job" 2> /dev/null; }
+  wait "$job" 2> /dev/null; rc=$?; job=""
+  check stalled-start-ended "$([ -n "$ended" ] && echo 0 || echo 1)" \
+    "a launch with host 1's TCP cut still ran $((stall + limit)) s later"
+  check stalled-start-rc "$([ "$rc" -eq 75 ] && echo 0 || echo 1)" "rc $rc, expected 75"
+  grep -qE "the ranks' first exchange .* has not completed after $stall s" "$log"
+  check stalled-start-named $? "no start-up stall message: $(grep -v setpgid "$log" | tail -5)"
+  echo "a launch with host 1's TCP cut: ended ${ended:+$(secs "$ended") s after its start,} rc $rc"
+fi
 bash "$cluster" heal
 # Finish the last chain.
 log="$tmp/final.log"
