@@ -104,7 +104,7 @@ void BM_DotInteractionFwdBwd(benchmark::State& state) {
   const std::vector<float> d_out = Random(b * w, 3);
   std::vector<float> out(b * w), d_bottom(b * d), d_emb(b * nf * d);
   std::vector<uint16_t> emb16(emb.size()), d_emb16(d_emb.size());
-  for (size_t i = 0; i < emb.size(); ++i) emb16[i] = dense_internal::RoundBf16(emb[i]);
+  for (size_t i = 0; i < emb.size(); ++i) emb16[i] = FloatToBf16(emb[i]);
   const DeviceContext ctx = DeviceContext::Cpu();
   for (auto _ : state) {
     const bool ok =

@@ -56,7 +56,7 @@ void BiasActRows(float* __restrict y, const float* __restrict b, int64_t r0, int
 }
 
 // bf16 bits of 8 floats, rounded to nearest even (NaN stays NaN: its quiet bit is set first, so
-// the rounding carry cannot turn it into infinity), as FloatToBf16 rounds.
+// the rounding carry cannot turn it into infinity): the 8-lane form of core/bf16.h FloatToBf16.
 __attribute__((always_inline)) inline void StoreBf16(uint16_t* p, V8f v) {
   V8i u = (V8i)v;
   u |= (v != v) & 0x00400000;

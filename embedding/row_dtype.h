@@ -20,6 +20,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "core/bf16.h"
 #include "core/enum_names.h"
 #include "core/hd.h"
 #include "core/rng.h"
@@ -48,36 +49,14 @@ inline absl::StatusOr<RowRounding> ParseRowRounding(const std::string& name) {
 
 namespace row_dtype {
 
-// The nearest-rounding conversions below compile for the device too (TESSERA_HD_INLINE), so the
-// CUDA kernels that move 16-bit payloads use these very functions.
-TESSERA_HD_INLINE uint32_t FloatBits(float f) {
-#ifdef __CUDA_ARCH__
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-#endif
-}
-TESSERA_HD_INLINE float BitsFloat(uint32_t u) {
-#ifdef __CUDA_ARCH__
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-#endif
-}
+// The nearest-rounding conversions compile for the device too (TESSERA_HD_INLINE), so the CUDA
+// kernels that move 16-bit payloads use these very functions; the bf16 ones are core/bf16.h's.
+using ::tessera::Bf16ToFloat;
+using ::tessera::BitsFloat;
+using ::tessera::FloatBits;
+using ::tessera::FloatToBf16;
 
 // ---- bfloat16 -------------------------------------------------------------------------------
-TESSERA_HD_INLINE float Bf16ToFloat(uint16_t h) { return BitsFloat(static_cast<uint32_t>(h) << 16); }
-// Round to nearest even; NaN stays a (quiet) NaN.
-TESSERA_HD_INLINE uint16_t FloatToBf16(float f) {
-  uint32_t u = FloatBits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1);
-  return static_cast<uint16_t>(u >> 16);
-}
 // Stochastic: adds 16 random bits (the top half of `r`) below the kept bits, then truncates.
 // Inf and NaN round to nearest (they are kept).
 inline uint16_t FloatToBf16Stochastic(float f, uint32_t r) {

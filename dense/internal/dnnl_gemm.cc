@@ -31,7 +31,7 @@ __attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) void FloatToBf16
     const __m512 lo = _mm512_loadu_ps(x + i), hi = _mm512_loadu_ps(x + i + 16);
     _mm512_storeu_si512(out + i, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
   }
-  for (; i < n; ++i) out[i] = RoundBf16(x[i]);
+  for (; i < n; ++i) out[i] = ::tessera::FloatToBf16(x[i]);
 }
 
 }  // namespace
@@ -42,7 +42,7 @@ void FloatToBf16(const float* x, int64_t n, uint16_t* out) {
     FloatToBf16Avx512(x, n, out);
     return;
   }
-  for (int64_t i = 0; i < n; ++i) out[i] = RoundBf16(x[i]);
+  for (int64_t i = 0; i < n; ++i) out[i] = ::tessera::FloatToBf16(x[i]);
 }
 
 namespace {

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "core/bf16.h"
 
 namespace tessera::dense_internal {
 
@@ -54,13 +55,8 @@ int64_t GemmMinMacsPerThread();
 // Rounds n floats to bf16 (round to nearest even; NaN stays NaN), with AVX512_BF16's
 // vcvtne2ps2bf16 when the CPU has it. Runs on the calling thread.
 void FloatToBf16(const float* x, int64_t n, uint16_t* out);
-// The exact float of a bf16 value.
-inline float Bf16ToFloat(uint16_t v) {
-  union {
-    uint32_t u;
-    float f;
-  } c{static_cast<uint32_t>(v) << 16};
-  return c.f;
-}
+// The scalar conversions (core/bf16.h), beside the array one above.
+using ::tessera::Bf16ToFloat;
+using ::tessera::FloatToBf16;
 
 }  // namespace tessera::dense_internal
