@@ -34,7 +34,9 @@ TESSERA_HD_INLINE float BitsFloat(uint32_t u) {
 }
 
 // The exact float of bf16 `h`.
-TESSERA_HD_INLINE float Bf16ToFloat(uint16_t h) { return BitsFloat(static_cast<uint32_t>(h) << 16); }
+TESSERA_HD_INLINE float Bf16ToFloat(uint16_t h) {
+  return BitsFloat(static_cast<uint32_t>(h) << 16);
+}
 
 // `f` rounded to bf16, nearest even; a NaN stays a quiet NaN.
 TESSERA_HD_INLINE uint16_t FloatToBf16(float f) {

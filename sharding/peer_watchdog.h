@@ -27,10 +27,10 @@
 // on emulated hosts: a connection between two ranks failed as the job started ("connect() to ...
 // failed ... Your Open MPI job may now hang"), and every rank then waited forever. The watchdog
 // ends such a job naming what each rank waits in. Only the whole world counts: a rank waiting on
-// a peer that waits on a third rank busy computing (a long checkpoint) is not a stall. Start's own
-// exchange (the first messages between the ranks, before any heartbeat) is bounded by the same
-// timeout (StartupDeadline). What it cannot tell from a stall: one collective moving more than a link carries in
-// `stall_timeout_s`.
+// a peer that waits on a third rank busy computing (a long checkpoint) is not a stall. The world's
+// first collectives (the communicator's creation, Start's own exchange), before any heartbeat,
+// are bounded by the same timeout (StartupDeadline). What it cannot tell from a stall: one
+// collective moving more than a link carries in `stall_timeout_s`.
 //
 // Addresses: each rank binds one UDP socket on all interfaces (a port the kernel picks) and
 // announces its IPv4 addresses on the data network (`networks` below; loopback only when there
@@ -78,9 +78,9 @@ struct PeerWatchdogOptions {
 // Collective over `world` (every rank calls it; the same options): exchanges the heartbeat
 // addresses and starts the thread. OK without doing anything for a world of one or when every
 // timeout is 0. Its exchange runs before any heartbeat: callers bound it (and the collectives
-// before it) with a StartupDeadline. InvalidArgument for negative or non-finite values, FailedPrecondition when
-// one is already running. A socket that cannot be opened is a warning, not an error: that rank
-// then runs unwatched (its peers do not watch it either).
+// before it) with a StartupDeadline. InvalidArgument for negative or non-finite values,
+// FailedPrecondition when one is already running. A socket that cannot be opened is a warning,
+// not an error: that rank then runs unwatched (its peers do not watch it either).
 absl::Status StartPeerWatchdog(Communicator& world, const PeerWatchdogOptions& options);
 // Tells the peers this rank is leaving and stops the thread (MpiFinalize calls it once
 // MPI_Finalize has returned). Safe to call when none runs.

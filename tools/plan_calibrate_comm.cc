@@ -40,6 +40,7 @@
 #include "core/status.h"
 #include "dense/mlp.h"
 #include "sharding/mpi_communicator.h"
+#include "sharding/peer_watchdog.h"
 #include "tools/launcher_env.h"
 #include "tools/plan_calibrate_internal.h"
 
@@ -337,6 +338,12 @@ absl::StatusOr<Slowdowns> ComputeSlowdown(Communicator& comm, bool wall,
 absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_per_point,
                                   int64_t rss_before_mpi, int groups, bool strided,
                                   const std::vector<std::string>& configs) {
+  // The ranks' first collectives (the world's MPI_Comm_dup, the groups' split and the nodes'
+  // exchange) are bounded as tessera-train's are (sharding/peer_watchdog.h StartupDeadline, the
+  // default stall timeout): a transport between hosts that never connects ends the worker (exit
+  // 75) instead of leaving calibrate waiting.
+  StartupDeadline first(PeerWatchdogOptions(), MpiWorldRank(),
+                        "the calibrate worker's communicators");
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> world, CreateMpiWorldCommunicator());
   // The groups that call at once (one: the world), and whether a group spans nodes: the ranks'
   // nodes told apart by the first world rank on each (the launcher places a node's ranks
@@ -361,6 +368,7 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
     TESSERA_ASSIGN_OR_RETURN(const std::vector<double> nodes, FromEveryRank(*comm, &node));
     cross = std::any_of(nodes.begin(), nodes.end(), [&](double n) { return n != nodes[0]; });
   }
+  first.Done();
   // A world across nodes is timed on the wall clock, each call's median (`link`), also where
   // its groups stay on one node: the emulated hosts share one machine's cores, which a thread's
   // CPU clock does not see, and on real hosts the two agree. A group across nodes (`cross`) has

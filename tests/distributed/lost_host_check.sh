@@ -33,8 +33,9 @@
 # LIMIT, its start-up bounded by the stall timeout ("the ranks' first exchange ... has not
 # completed"), before the last chain is finished on the healed cluster.
 # Env: LIMIT (seconds, default 60), START_LIMIT (seconds a launch may take to start training,
-# default 120), STALL (sharding.stall_timeout_s, default 20), STEPS (of the run, default 200: 5-60 s of training on the
-# 2 cores, with their load; a checkpoint every 20), KEEP_TMP=1 keeps the logs.
+# default 120), STALL (sharding.stall_timeout_s, default 20), STEPS (of the run, default 200:
+# 5-60 s of training on the 2 cores, with their load; a checkpoint every 20), KEEP_TMP=1 keeps
+# the logs.
 # Exit 77 where scripts/cluster.sh cannot make namespaces.
 set -uo pipefail
 bin=$1; src=$2
