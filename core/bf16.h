@@ -14,24 +14,14 @@
 namespace tessera {
 
 // The bits of `f`, and the float of bits `u`.
-TESSERA_HD_INLINE uint32_t FloatBits(float f) {
 #ifdef __CUDA_ARCH__
-  return __float_as_uint(f);
+TESSERA_HD_INLINE uint32_t FloatBits(float f) { return __float_as_uint(f); }
+TESSERA_HD_INLINE float BitsFloat(uint32_t u) { return __uint_as_float(u); }
 #else
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
+// (memcpy, not std::bit_cast: nvcc's host pass of the .cu files does not have it.)
+TESSERA_HD_INLINE uint32_t FloatBits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+TESSERA_HD_INLINE float BitsFloat(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 #endif
-}
-TESSERA_HD_INLINE float BitsFloat(uint32_t u) {
-#ifdef __CUDA_ARCH__
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-#endif
-}
 
 // The exact float of bf16 `h`.
 TESSERA_HD_INLINE float Bf16ToFloat(uint16_t h) {
