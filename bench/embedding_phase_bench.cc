@@ -479,9 +479,9 @@ void BM_Phases16(benchmark::State& state) {
   state.counters["lookup_speedup"] = t[0][0] / t[1][0];
   state.counters["update_speedup"] = t[0][1] / t[1][1];
   state.counters["phases_speedup"] = (t[0][0] + t[0][1]) / (t[1][0] + t[1][1]);
-  state.SetLabel(absl::StrCat(RowDtypeName(dtype), " tables, ", RowDtypeName(out), " outputs",
-                              out == RowDtype::kBf16 ? (handoff ? " (bf16 hand-off)" : " (fp32 API)")
-                                                     : ""));
+  const char* route = out != RowDtype::kBf16 ? "" : handoff ? " (bf16 hand-off)" : " (fp32 API)";
+  state.SetLabel(
+      absl::StrCat(RowDtypeName(dtype), " tables, ", RowDtypeName(out), " outputs", route));
 }
 
 void Args(benchmark::internal::Benchmark* b) {

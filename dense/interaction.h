@@ -38,7 +38,7 @@ absl::Status DotInteractionBackward(const DeviceContext& ctx, const float* botto
 
 // The same with bf16 embeddings and a bf16 d_emb (the bf16 hand-off from tables with
 // output_dtype bf16): the kernels widen each sample's emb rows as they read them and round its
-// d_emb rows (nearest even, as embedding/row_dtype.h FloatToBf16) as they write them, so out,
+// d_emb rows (nearest even, core/bf16.h FloatToBf16) as they write them, so out,
 // d_bottom and d_emb have the bits of the fp32 entry points fed the widened emb (d_emb then
 // rounded), for any thread count. Same errors; Unimplemented for kCuda (CPU only).
 absl::Status DotInteractionForwardBf16(const DeviceContext& ctx, const float* bottom,

@@ -72,9 +72,10 @@ struct CalibrateOptions {
   // The pass before calls whose data a step reuses every step, sized by the batch or the model
   // rather than the tables: each dense arch's forward (MeasureDenseArch: its weights and
   // activations), the per-id work (the update's duplicate-id run, which sets id_s: its sort
-  // scratch; the input packing: its hash maps) and the warm update run (a table the LLC keeps). What evicts them in a step is the rest of the
-  // step's traffic, not the whole LLC: a full pass priced skewed (86k ids per step, a 64-wide
-  // arch) 10-30% above its steps. 0: none. Default: 48 MiB.
+  // scratch; the input packing: its hash maps) and the warm update run (a table the LLC keeps).
+  // What evicts them in a step is the rest of the step's traffic, not the whole LLC: a full
+  // pass priced skewed (86k ids per step, a 64-wide arch) 10-30% above its steps. 0: none.
+  // Default: 48 MiB.
   int64_t light_evict_bytes = int64_t{48} << 20;
   // Distinct batches of ids cycled through (fresh ids, as training sees them: a few batches
   // cycled would keep their rows in the caches). Run tessera-bench with as many --batches to

@@ -35,9 +35,7 @@ absl::StatusOr<World> CreateWorld(const Config& config) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, CreateWorldCommunicator());
   w.comm = std::move(comm);
   if (w.size() > 1) {
-    if (watch && w.comm->backend() == "mpi") {
-      TESSERA_RETURN_IF_ERROR(StartPeerWatchdog(*w.comm, wo));
-    }
+    if (watch) TESSERA_RETURN_IF_ERROR(StartPeerWatchdog(*w.comm, wo));
     first.reset();
     ProcessGridOptions o;
     o.group_size = config.sharding.group_size;

@@ -87,8 +87,7 @@ int64_t Extent(bool trans, int64_t rows, int64_t cols, int64_t ld) {
 
 void WidenBf16(const void* src, int64_t n, std::vector<float>* out) {
   out->resize(static_cast<size_t>(n));
-  const uint16_t* s = static_cast<const uint16_t*>(src);
-  for (int64_t i = 0; i < n; ++i) (*out)[static_cast<size_t>(i)] = Bf16ToFloat(s[i]);
+  WidenBf16Row(static_cast<const uint16_t*>(src), n, out->data());
 }
 
 struct Engine {

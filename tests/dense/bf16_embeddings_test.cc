@@ -1,6 +1,6 @@
 // The dense side's bf16 hand-off (DotInteraction*Bf16, DenseArch::ForwardBf16 / BackwardBf16):
 // bf16 embeddings give the bits of the fp32 path fed the widened values, and the bf16 d_emb is
-// the fp32 path's d_emb rounded to nearest even (as embedding/row_dtype.h FloatToBf16), for the
+// the fp32 path's d_emb rounded to nearest even (core/bf16.h FloatToBf16), for the
 // dot interaction and the DCNv2 concat / split, at 1-3 threads; mismatched calls are refused.
 #include <cmath>
 #include <cstring>

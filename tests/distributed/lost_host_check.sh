@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A lost host: tessera-train on 2 emulated hosts x 2 ranks (scripts/cluster.sh) loses one host at
-# a random point of its training (after start-up), in one of four ways:
+# a random point of its training (after start-up), in one of five ways:
 #   kill      SIGKILL of that host's ranks (its daemon lives on: Open MPI notices the dead ranks
 #             and ends the job, naming the first);
 #   cut       its data link cut (switch port down) while the launcher's management network still
@@ -191,7 +191,7 @@ while [ $i -lt "$events" ]; do
   # Every launch its own log: a reused name could still show the previous run's "training"
   # line to `started` before the new run's redirection empties it.
   launch=$((launch + 1)); log="$tmp/launch$launch.log"
-  # The four ways in turn, a random host, a random point in the run.
+  # The ways in turn, a random host, a random point in the run.
   how=${ways[$((i % ${#ways[@]}))]}
   host=$((RANDOM % 2))
   # A random point of the training (a host lost while MPI itself starts, inside MPI_Init, is
