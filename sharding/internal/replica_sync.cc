@@ -47,15 +47,37 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> ReplicaUnion(
   std::vector<int64_t> got(at / 8);
   TESSERA_RETURN_IF_ERROR(rep.AllGatherV(send.data(), total * 8, got.data(), rb, rd));
   std::vector<std::vector<int64_t>> unions(s);
+  // Each list's pieces, one per replica, end to end; a list whose pieces are each increasing
+  // (the aggregated rows are) is merged piece by piece (linear), any other sorted whole.
+  std::vector<std::vector<int64_t>> ends(s, std::vector<int64_t>{0});
+  std::vector<char> sorted(s, 1);
   const int64_t* p = got.data();
   for (int r = 0; r < m; ++r) {
     for (int64_t q = 0; q < s; ++q) {
-      unions[q].insert(unions[q].end(), p, p + all[r * s + q]);
-      p += all[r * s + q];
+      const int64_t n = all[r * s + q];
+      sorted[q] &= std::is_sorted(p, p + n);
+      unions[q].insert(unions[q].end(), p, p + n);
+      ends[q].push_back(static_cast<int64_t>(unions[q].size()));
+      p += n;
     }
   }
-  for (auto& u : unions) {
-    std::sort(u.begin(), u.end());
+  for (int64_t q = 0; q < s; ++q) {
+    std::vector<int64_t>& u = unions[q];
+    if (sorted[q]) {
+      // Pairwise merges of neighbouring pieces until one is left (log2 M passes).
+      std::vector<int64_t>& e = ends[q];
+      while (e.size() > 2) {
+        std::vector<int64_t> next{0};
+        for (size_t i = 0; i + 2 < e.size(); i += 2) {
+          std::inplace_merge(u.begin() + e[i], u.begin() + e[i + 1], u.begin() + e[i + 2]);
+          next.push_back(e[i + 2]);
+        }
+        if (e.size() % 2 == 0) next.push_back(e.back());  // an odd piece out, as it is
+        e = std::move(next);
+      }
+    } else {
+      std::sort(u.begin(), u.end());
+    }
     u.erase(std::unique(u.begin(), u.end()), u.end());
   }
   return unions;
@@ -131,6 +153,13 @@ absl::Status ReplicaSyncPhase::ExactSum(const InputDist& in, std::vector<RowGrad
     at += u * w;
   }
   TESSERA_RETURN_IF_ERROR(l_.replica->AllReduce(buf.data(), total, ReduceOp::kSum));
+  if (local.size() == 1 && !l_.IsDynamic(local[0])) {
+    // One shard: the buffer becomes its gradients and its old gradients' vector the next
+    // step's buffer (both keep their pages), instead of a copy of the union.
+    rg[0].rows = std::move(unions[0]);
+    std::swap(rg[0].grads, buf);
+    return absl::OkStatus();
+  }
   at = 0;
   for (size_t q = 0; q < local.size(); ++q) {
     if (l_.IsDynamic(local[q])) continue;

@@ -130,6 +130,15 @@ absl::Status ScatterRowsCpu(const DeviceContext&, const float* src, const int64_
 absl::Status ScatterToUnionCpu(const DeviceContext&, const int64_t* rows, int64_t count,
                                const int64_t* union_rows, int64_t union_count, const float* src,
                                int64_t width, float* dst) {
+  // Increasing rows (the aggregated ones are) walk the union once; others search it.
+  if (std::is_sorted(rows, rows + count)) {
+    int64_t k = 0;
+    for (int64_t i = 0; i < count; ++i) {
+      while (k < union_count && union_rows[k] < rows[i]) ++k;
+      std::memcpy(dst + k * width, src + i * width, width * sizeof(float));
+    }
+    return absl::OkStatus();
+  }
   for (int64_t i = 0; i < count; ++i) {
     const int64_t k = std::lower_bound(union_rows, union_rows + union_count, rows[i]) - union_rows;
     std::memcpy(dst + k * width, src + i * width, width * sizeof(float));

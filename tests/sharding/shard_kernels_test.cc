@@ -121,6 +121,21 @@ TEST(ShardKernelsTest, RowPayloads) {
   std::vector<float> buf(8, 0.0f);
   ASSERT_TRUE(ScatterToUnion(kCpu, mine.data(), 2, uni.data(), 4, g.data(), 2, buf.data()).ok());
   EXPECT_THAT(buf, ElementsAre(0, 0, 1, 2, 0, 0, 3, 4));
+  // Rows out of order (searched, not walked) land at the same places.
+  const std::vector<int64_t> back_order = {9, 4};
+  const std::vector<float> g_back = {3, 4, 1, 2};
+  std::vector<float> buf2(8, 0.0f);
+  ASSERT_TRUE(
+      ScatterToUnion(kCpu, back_order.data(), 2, uni.data(), 4, g_back.data(), 2, buf2.data()).ok());
+  EXPECT_EQ(buf2, buf);
+  // Increasing rows at the union's first and last entries, and every entry.
+  const std::vector<int64_t> ends = {2, 9}, all = {2, 4, 7, 9};
+  const std::vector<float> g4 = {1, 2, 3, 4, 5, 6, 7, 8};
+  std::vector<float> buf3(8, 0.0f);
+  ASSERT_TRUE(ScatterToUnion(kCpu, ends.data(), 2, uni.data(), 4, g.data(), 2, buf3.data()).ok());
+  EXPECT_THAT(buf3, ElementsAre(1, 2, 0, 0, 0, 0, 3, 4));
+  ASSERT_TRUE(ScatterToUnion(kCpu, all.data(), 4, uni.data(), 4, g4.data(), 2, buf3.data()).ok());
+  EXPECT_EQ(buf3, g4);
 
   // state = avg + (state - snapshot) on slots 2 and 0, state_dim 1.
   std::vector<float> state = {5, 0, 8};
