@@ -189,8 +189,8 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
     // that the ranks share cores, cores_share_). A world across nodes reads it from the
     // cross-node all-reduce at T when the profile has one: that calibration ran the whole
     // world at once, its ranks spread over the hosts as the run's are (on a real cluster the
-    // same as R ranks of one node; on emulated hosts, which share one machine's cores, every
-    // rank of the world competing).
+    // same as R ranks of one node; on emulated hosts, which share one machine's caches and
+    // memory, every rank of the world competing).
     const int cores = profile.fingerprint.present ? profile.fingerprint.cores : 0;
     const int threads = std::max(1, in.step.threads > 0 ? in.step.threads : e.dev_->threads);
     const int on_node = std::min(e.t_, r);
@@ -204,6 +204,11 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
     }
     e.compute_slowdown_ = std::max(1.0, node.compute_slowdown);
     e.gemm_slowdown_ = std::max(1.0, node.gemm_slowdown);
+    // Across hosts whose CPUs calibrate counted: the host's ranks x threads beyond them share
+    // them (the slowdowns were measured with as many ranks per host computing as it has CPUs).
+    if (!world_same_node && has_cross && node.node_cores > 0) {
+      e.cores_share_ = std::max(1.0, static_cast<double>(on_node) * threads / node.node_cores);
+    }
     // The collectives' wait (wait_per_compute) on a node whose cores the profile knows: the
     // ranks wait for each other by the plan's own imbalance (each collective's wait at its
     // slowest rank's compute: CriticalPath) and, when they outnumber the cores, by sharing

@@ -57,11 +57,12 @@
 // which groups are neighbours: Topology) at the same-node points, a group across nodes at the
 // cross-node points (same_node: false, from calibrate across hosts) when the profile has them;
 // a world across nodes also takes compute_slowdown from the cross-node all-reduce at T. Ranks x
-// threads beyond the node's cores (the profile fingerprint's) share them: compute x
-// cores_share(). The step time is the critical path (step_model.cc): between two blocking
-// collectives each rank computes; the collective starts when the last rank arrives, so every
-// other rank waits in it for the gap between the slowest rank's compute and its own (the plan's
-// own imbalance, StepEstimate::wait), and it ends with its slowest transfer.
+// threads beyond the node's cores (the profile fingerprint's; across nodes, the cross-node
+// points' node_cores) share them: compute x cores_share(). The step time is the critical path
+// (step_model.cc): between two blocking collectives each rank computes; the collective starts
+// when the last rank arrives, so every other rank waits in it for the gap between the slowest
+// rank's compute and its own (the plan's own imbalance, StepEstimate::wait), and it ends with
+// its slowest transfer.
 //
 // Memory per rank (bytes): weights and optimizer state of owned shards (device memory when the
 // ranks compute on cuda, host otherwise), tier caches (slots + 48 bytes bookkeeping; RocksDB as

@@ -334,6 +334,12 @@ absl::StatusOr<MachineProfile> ParseRoot(const YAML::Node& root, const std::stri
                      absl::StrCat("must be a whole number >= 1 (got ", groups, ")"));
     }
     pt.groups = static_cast<int>(groups);
+    TESSERA_ASSIGN_OR_RETURN(const double node_cores, c.GetNonNegativeOr("node_cores", 0.0));
+    if (node_cores != std::floor(node_cores) || node_cores > 1e6) {
+      return c.Error(cols[i]["node_cores"], c.Key("node_cores"),
+                     absl::StrCat("must be a whole number >= 0 (got ", node_cores, ")"));
+    }
+    pt.node_cores = static_cast<int>(node_cores);
     TESSERA_RETURN_IF_ERROR(c.Done());
     if (!p.collectives.empty()) {
       const CollectivePoint& b = p.collectives.back();
@@ -553,6 +559,7 @@ std::string MachineProfileToYaml(const MachineProfile& p) {
       e << YAML::Key << "beyond_llc_bytes_per_s" << YAML::Value << c.beyond_llc_bytes_per_s;
     }
     if (c.groups > 1) e << YAML::Key << "groups" << YAML::Value << c.groups;
+    if (c.node_cores > 0) e << YAML::Key << "node_cores" << YAML::Value << c.node_cores;
     e << YAML::EndMap;
   }
   e << YAML::EndSeq;

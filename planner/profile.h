@@ -214,6 +214,13 @@ struct CollectivePoint {
   // the call ends with the slowest group. The estimator reads the point whose groups are
   // nearest the run's (CollectiveAtScope).
   int groups = 1;
+  // Optional (0 when absent: unknown): the CPUs each host gave its ranks while a cross-host
+  // point was measured (calibrate: the union of a host's ranks' affinity masks, the fewest over
+  // the hosts; scripts/cluster.sh gives each emulated host its own). Where a run's ranks x
+  // threads on a host outnumber them, the estimator prices the sharing as cores_share, and
+  // compute_slowdown / gemm_slowdown were measured with only as many ranks per host computing
+  // as it has CPUs (the contention without the sharing).
+  int node_cores = 0;
 };
 
 // The order of MachineProfile::collectives: (op, transport, world_size, same_node first,
@@ -309,6 +316,7 @@ struct CollectiveCost {
   double compute_slowdown = 1;        // interpolated as latency_s, held beyond; 1 when absent
   double gemm_slowdown = 1;           // the same; compute_slowdown where absent
   int groups = 1;                     // CollectivePoint::groups of the points read (the least)
+  int node_cores = 0;                 // CollectivePoint::node_cores of the points read (the least)
   // The wait of one call after `compute_s` of compute on each rank.
   double Wait(double compute_s) const {
     const double w = wait_per_compute * compute_s;

@@ -75,6 +75,7 @@ absl::StatusOr<CollectiveCost> CollectiveFrom(const std::vector<const Collective
     out.compute_slowdown = RowSlowdown(last);
     out.gemm_slowdown = GemmSlowdown(last);
     out.groups = last->groups;
+    out.node_cores = last->node_cores;
     return out;
   }
   // The groups of the points read: the one at world_size, or the lesser of the two around it
@@ -84,8 +85,11 @@ absl::StatusOr<CollectiveCost> CollectiveFrom(const std::vector<const Collective
                            [&](const CollectivePoint* p) { return p->world_size >= world_size; });
     if (hi == by_size.end()) --hi;
     out.groups = (*hi)->groups;
-    if (hi != by_size.begin() && (*hi)->world_size > world_size)
+    out.node_cores = (*hi)->node_cores;
+    if (hi != by_size.begin() && (*hi)->world_size > world_size) {
       out.groups = std::min(out.groups, (*(hi - 1))->groups);
+      out.node_cores = std::min(out.node_cores, (*(hi - 1))->node_cores);
+    }
   }
   out.compute_slowdown = Interp(by_size, x, lx, RowSlowdown);
   out.gemm_slowdown = Interp(by_size, x, lx, GemmSlowdown);

@@ -12,11 +12,15 @@
 # (default 0). No traffic leaves the namespaces made here: mpirun runs inside host 0, the other
 # hosts' daemons are started inside theirs by a small rsh agent (`ip netns exec`, no sshd), and
 # Open MPI is told to use only these two networks. Ranks on one host use shared memory; waiting
-# ranks yield the CPU (mpi_yield_when_idle: every host shares this machine's cores).
+# ranks yield the CPU (mpi_yield_when_idle: a host's ranks may outnumber its CPUs). Each host has
+# CPUs of its own: this machine's CPUs split evenly over the hosts (taskset), unless there are
+# fewer CPUs than hosts or `up ... --shared-cpus` (every host on all of them).
 # What this does not emulate (docs/CLUSTER.md): latency (no netem in these kernels: the links
-# are bandwidth-limited, not delayed) and separate CPUs (every host shares this machine's cores).
+# are bandwidth-limited, not delayed) and separate caches and memory (all hosts share the LLC,
+# the memory bus and the kernel that runs every link's TCP).
 #
-#   cluster.sh up H R [--link RATE]   make H hosts of R slots (RATE as tc takes it: 1gbit, 50mbit;
+#   cluster.sh up H R [--link RATE] [--shared-cpus]
+#                                     make H hosts of R slots (RATE as tc takes it: 1gbit, 50mbit;
 #                                     default 1gbit), write the hostfile and mpirun flags
 #   cluster.sh run [--np N] [MPIRUN_ARGS...] -- CMD [ARGS...]
 #                                     mpirun CMD on the hosts (N default H x R, ranks filled
@@ -77,6 +81,24 @@ check_capable() {
   [ $ok -eq 1 ] || skip "veth, bridge or tc htb not available in a namespace"
 }
 
+# This process's CPUs, one per line (its affinity: /proc/self/status Cpus_allowed_list, "0-3,8").
+cpu_list() {
+  local ranges r
+  ranges=$(awk '/^Cpus_allowed_list:/ {print $2}' /proc/self/status)
+  IFS=, read -ra ranges <<< "$ranges"
+  for r in "${ranges[@]}"; do
+    if [[ "$r" == *-* ]]; then seq "${r%-*}" "${r#*-}"; else echo "$r"; fi
+  done
+}
+
+# host_pin H: "taskset -c LIST" for host H's own CPUs (nothing when the hosts share them).
+host_pin() {
+  local c
+  c=$(sed -n "$(($1 + 1))p" "$state/cpus" 2> /dev/null || true)
+  [ -n "$c" ] && echo "taskset -c $c"
+  return 0
+}
+
 load_state() {
   [ -f "$state/env" ] || die "no cluster is up (no $state/env): run 'cluster.sh up H R' first"
   # shellcheck disable=SC1091
@@ -124,11 +146,12 @@ cmd_down() {
 
 cmd_up() {
   [ $# -ge 2 ] || usage
-  local hosts=$1 slots=$2 rate=1gbit; shift 2
+  local hosts=$1 slots=$2 rate=1gbit pin=1; shift 2
   while [ $# -gt 0 ]; do
     case "$1" in
       --link) rate=$2; shift 2 ;;
       --link=*) rate=${1#--link=}; shift ;;
+      --shared-cpus) pin=0; shift ;;
       *) die "up: unknown argument '$1'" ;;
     esac
   done
@@ -151,6 +174,22 @@ cmd_up() {
   ip -n "$sw" link set lo up
   local i ns
   : > "$state/hostfile"
+  # Each host's own CPUs: this machine's usable CPUs split evenly over the hosts (every host
+  # at least one), as a cluster's nodes each have their own cores; with fewer CPUs than hosts,
+  # or --shared-cpus, every host runs on all of them. One line per host (a taskset CPU list).
+  local cpus=() ncpu
+  mapfile -t cpus < <(cpu_list)
+  ncpu=${#cpus[@]}
+  : > "$state/cpus"
+  for ((i = 0; i < hosts; i++)); do
+    if [ "$pin" = 1 ] && [ "$ncpu" -ge "$hosts" ]; then
+      local lo=$((i * ncpu / hosts)) hi=$(((i + 1) * ncpu / hosts)) list="" j
+      for ((j = lo; j < hi; j++)); do list+="${list:+,}${cpus[$j]}"; done
+      echo "$list" >> "$state/cpus"
+    else
+      echo "" >> "$state/cpus"
+    fi
+  done
   for ((i = 0; i < hosts; i++)); do
     ns=$(host_ns "$i")
     ip netns add "$ns"
@@ -184,7 +223,9 @@ cmd_up() {
 host=\$1; shift
 while [ "\${host#-}" != "\$host" ]; do host=\$1; shift; done  # ssh-style options, if any
 i=\$(( \${host##*.} - 11 ))
-exec ip netns exec "$prefix-h\$i" unshare --uts sh -c "hostname $prefix-h\$i && \$*"
+cpus=\$(sed -n "\$((i + 1))p" "$state/cpus")
+pin=(); [ -n "\$cpus" ] && pin=(taskset -c "\$cpus")
+exec ip netns exec "$prefix-h\$i" "\${pin[@]}" unshare --uts sh -c "hostname $prefix-h\$i && \$*"
 EOF
   chmod +x "$state/rsh"
   cat > "$state/flags" <<EOF
@@ -233,7 +274,7 @@ cmd_mpirun() {
   # The working directory and environment carry over (mpirun passes OMPI_* and -x variables).
   # Each host has a host name of its own (a UTS namespace): Open MPI names its shared-memory
   # segments and session directories after it, so two hosts must not share one.
-  exec ip netns exec "$(host_ns 0)" unshare --uts env OMPI_ALLOW_RUN_AS_ROOT=1 \
+  exec ip netns exec "$(host_ns 0)" $(host_pin 0) unshare --uts env OMPI_ALLOW_RUN_AS_ROOT=1 \
     OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 sh -c 'hostname "$0" && exec "$@"' "$(host_ns 0)" \
     mpirun "${flags[@]}" "$@"
 }
@@ -242,7 +283,7 @@ cmd_exec() {
   load_state
   local h=$1; shift
   [ "${1:-}" = "--" ] && shift
-  exec ip netns exec "$(host_ns "$h")" "$@"
+  exec ip netns exec "$(host_ns "$h")" $(host_pin "$h") "$@"
 }
 
 cmd_link() {

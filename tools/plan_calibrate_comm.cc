@@ -22,13 +22,16 @@
 // cache, bounds them; a 64 MiB all-reduce over a 100 Mbit/s link would take seconds per call),
 // compute_slowdown on the wall clock (ComputeSlowdown), and recorded as same_node: false. Calibrate
 // runs them under CalibrateOptions::cross_host_mpirun with the world spread evenly over the hosts.
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <sstream>
 #include <tuple>
@@ -211,12 +214,20 @@ absl::StatusOr<Unsynced> TimeUnsynced(Communicator& sync, double compute_s,
 // `wall`: on the wall clock instead (the cross-host measurement: there the ranks of emulated
 // hosts share one machine's cores, which a thread's CPU clock does not see; on real hosts with
 // a core per rank the two agree), each rank's runs totalled and the ranks averaged.
+// `computes` false: this rank sleeps through the together runs (a host whose ranks outnumber its
+// CPUs computes with as many as it has: the contention, not the sharing, which the planner
+// prices as cores_share), and the ratio is the computing ranks'.
 struct Slowdowns {
   double rows = 1, gemm = 1;
 };
 absl::StatusOr<Slowdowns> ComputeSlowdown(Communicator& comm, bool wall,
-                                          const std::vector<std::string>& configs) {
+                                          const std::vector<std::string>& configs,
+                                          bool computes = true) {
   constexpr int kRounds = 7;
+  // The ranks that compute together (`computes`; the others sleep through it as through a
+  // lone run): their own communicator for the archs' start barriers.
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> busy, comm.Split(computes ? 0 : 1,
+                                                                          comm.rank()));
   constexpr int64_t kB = 2048, kIn = 512, kOut = 256, kRows = (int64_t{64} << 20) / 256;
   std::vector<float> x(kB * kIn, 0.01f), w(kOut * kIn, 0.02f), b(kOut, 0.0f), y(kB * kOut);
   std::vector<float> table(kRows * 64, 1.0f), acc(64, 0.0f);
@@ -253,7 +264,7 @@ absl::StatusOr<Slowdowns> ComputeSlowdown(Communicator& comm, bool wall,
         // output dist together. Not timed: the wait there is the scheduler's (wait_per_compute
         // prices it); timed, a busy process on one rank's core made the others' busy-polling
         // wait part of the slowdown (1.48x at 2 ranks against 1.02-1.03x quiet).
-        if (together) TESSERA_RETURN_IF_ERROR(comm.Barrier());
+        if (together) TESSERA_RETURN_IF_ERROR(busy->Barrier());
         const double t0 = clock();
         TESSERA_RETURN_IF_ERROR(a->ForwardLoss().status());
         TESSERA_RETURN_IF_ERROR(a->Backward());
@@ -307,13 +318,20 @@ absl::StatusOr<Slowdowns> ComputeSlowdown(Communicator& comm, bool wall,
       usleep(static_cast<useconds_t>(std::min(5.0, margin * reps * one_s[gemm]) * 1e6));
     }
     TESSERA_RETURN_IF_ERROR(comm.Barrier());
-    TESSERA_ASSIGN_OR_RETURN(double together, per_run(gemm, reps, true));
+    double together = -1;  // a rank that sleeps through it: none
+    if (computes) {
+      TESSERA_ASSIGN_OR_RETURN(together, per_run(gemm, reps, true));
+    } else {
+      const double margin = gemm && !archs.empty() ? 1.3 : 2.0;
+      usleep(static_cast<useconds_t>(std::min(5.0, margin * reps * one_s[gemm]) * 1e6));
+    }
     TESSERA_RETURN_IF_ERROR(comm.AllReduce(&alone, 1, ReduceOp::kSum));  // the solo rank's
-    TESSERA_ASSIGN_OR_RETURN(const std::vector<double> all, FromEveryRank(comm, &together));
+    TESSERA_ASSIGN_OR_RETURN(std::vector<double> all, FromEveryRank(comm, &together));
+    all.erase(std::remove(all.begin(), all.end(), -1.0), all.end());
     // The slowest rank's on the CPU clock (contention); on the wall clock the ranks' mean: the
     // ranks that share cores take turns, and which one ran last is the scheduler's pick, not a
     // slower rank (the step's own imbalance is priced by the critical path).
-    together = wall ? std::accumulate(all.begin(), all.end(), 0.0) / n
+    together = wall ? std::accumulate(all.begin(), all.end(), 0.0) / all.size()
                     : *std::max_element(all.begin(), all.end());
     return alone > 0 ? together / alone : 1.0;
   };
@@ -331,6 +349,36 @@ absl::StatusOr<Slowdowns> ComputeSlowdown(Communicator& comm, bool wall,
     rows.push_back(r);
   }
   return Slowdowns{std::max(1.0, mid(rows)), std::max(1.0, mid(gemm))};
+}
+
+// The fewest CPUs any node of `world` gives its ranks: per node (told apart by its first world
+// rank, the launcher placing a node's ranks together) the union of its ranks' affinity masks.
+absl::StatusOr<int> NodeCores(Communicator& world) {
+  constexpr int kWords = CPU_SETSIZE / 32;  // 32 CPUs per value: exact in a double
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) CPU_SET(0, &set);
+  std::vector<double> mine(kWords + 1, 0.0);
+  mine[0] = world.rank() - LauncherLocalRank();
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) mine[1 + c / 32] += static_cast<double>(uint32_t{1} << (c % 32));
+  }
+  TESSERA_ASSIGN_OR_RETURN(const std::vector<double> all,
+                           FromEveryRank(world, mine.data(), kWords + 1));
+  std::map<int, std::vector<uint32_t>> nodes;  // first world rank -> the union's words
+  for (int r = 0; r < world.size(); ++r) {
+    const double* v = all.data() + static_cast<size_t>(r) * (kWords + 1);
+    std::vector<uint32_t>& u = nodes[static_cast<int>(v[0])];
+    u.resize(kWords, 0);
+    for (int k = 0; k < kWords; ++k) u[k] |= static_cast<uint32_t>(v[1 + k]);
+  }
+  int fewest = CPU_SETSIZE;
+  for (const auto& [first, u] : nodes) {
+    int n = 0;
+    for (uint32_t word : u) n += std::popcount(word);
+    fewest = std::min(fewest, std::max(1, n));
+  }
+  return fewest;
 }
 
 }  // namespace
@@ -498,7 +546,18 @@ absl::Status RunCollectivesWorker(const std::string& out_path, double seconds_pe
     out << lines[i] << " " << per << " " << (i == 1 ? beyond : 0.0) << "\n";
   }
   out << "memory " << mpi_bytes << "\n";
-  TESSERA_ASSIGN_OR_RETURN(const Slowdowns slowdown, ComputeSlowdown(*world, link, configs));
+  // Across hosts, the CPUs of each host (the union of its ranks' affinity masks; the fewest over
+  // the hosts): where a host's ranks outnumber them, they share cores, which the planner prices
+  // as the node's cores_share; the slowdown is then measured with as many ranks per host
+  // computing as it has CPUs (the others sleep), the contention alone.
+  bool computes = true;
+  if (link) {
+    TESSERA_ASSIGN_OR_RETURN(const int cores, NodeCores(*world));
+    out << "node_cores " << cores << "\n";
+    computes = LauncherLocalRank() < cores;
+  }
+  TESSERA_ASSIGN_OR_RETURN(const Slowdowns slowdown,
+                           ComputeSlowdown(*world, link, configs, computes));
   out << "compute_slowdown " << w << " " << slowdown.rows << " " << slowdown.gemm << "\n";
   if (world->rank() == 0) {
     std::ofstream f(out_path);
@@ -582,6 +641,7 @@ absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(
     bool same_node = true;
     int groups = 1;
     double wait_cap = 0;
+    int node_cores = 0;
     while (in >> op) {
       if (op == "scope") {
         std::string scope;
@@ -595,6 +655,12 @@ absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(
       }
       if (op == "wait_cap") {
         in >> wait_cap;
+        continue;
+      }
+      if (op == "node_cores") {
+        in >> node_cores;
+        Progress(o, absl::StrFormat("collectives: world %d across hosts: %d CPU(s) per host", w,
+                                    node_cores));
         continue;
       }
       if (op == "compute_slowdown") {
@@ -646,6 +712,7 @@ absl::StatusOr<std::vector<planner::CollectivePoint>> MeasureCollectives(
     for (size_t i = first; i < points.size(); ++i) {
       points[i].compute_slowdown = slowdown;
       points[i].gemm_slowdown = gemm_slowdown;
+      points[i].node_cores = node_cores;
     }
   }
   std::sort(points.begin(), points.end(), planner::CollectivePointLess);

@@ -346,6 +346,40 @@ TEST(EstimatorTest, WorldAcrossNodesTakesTheCrossNodeComputeSlowdown) {
               1e-12);  // 4 on a node: no point has it
 }
 
+TEST(EstimatorTest, RanksBeyondTheHostsCpusShareThem) {
+  // Cross-node points whose hosts gave their ranks 1 CPU each (node_cores 1, emulated hosts
+  // pinned to a CPU each): 2 ranks per node share it, so every compute phase takes 2x (and the
+  // measured slowdown 1.5 on top: the contention of one rank per CPU); with 2 CPUs per host, or
+  // no count, the slowdown alone. The collectives are not the compute's: unchanged.
+  PlanInputs in = SmallInputs({1000, 1000}, 16, 4, 100);
+  in.topology.ranks_per_node = 2;
+  in.step.threads = 1;
+  in.dense.bottom_mlp = {64};
+  std::vector<TablePlacement> p = {TableWise(0, in.tables[0].config),
+                                   TableWise(1, in.tables[1].config)};
+  auto step = [&](int node_cores, double* share) {
+    MachineProfile prof = TwoScopeProfile(/*cross_slowdown=*/1.5);
+    for (CollectivePoint& c : prof.collectives) {
+      if (!c.same_node) c.node_cores = node_cores;
+    }
+    absl::StatusOr<Estimator> e = Estimator::Create(in, prof, 2);
+    EXPECT_TRUE(e.ok()) << e.status();
+    *share = e->cores_share();
+    return e->Evaluate(p).step;
+  };
+  double s0 = 0, s1 = 0, s2 = 0;
+  const PhaseTimes unknown = step(0, &s0), one = step(1, &s1), two = step(2, &s2);
+  EXPECT_EQ(s0, 1);
+  EXPECT_EQ(s1, 2);
+  EXPECT_EQ(s2, 1);
+  for (Phase ph : {kLookup, kDenseForward, kDenseBackward}) {
+    ASSERT_GT(unknown.s[ph], 0) << PhaseName(ph);
+    EXPECT_NEAR(one.s[ph], 2 * unknown.s[ph], 1e-12) << PhaseName(ph);
+    EXPECT_NEAR(two.s[ph], unknown.s[ph], 1e-12) << PhaseName(ph);
+  }
+  EXPECT_NEAR(one.s[kOutputDist], unknown.s[kOutputDist], 1e-12);
+}
+
 TEST(EstimatorTest, TableRowWiseAcrossNodesPaysTheLinkForTheFarRanks) {
   // table_row_wise routes as row_wise: with N = 4 over 2 nodes of 2, a table split over group
   // ranks 0 and 1 (node 0) is requested by ranks 2 and 3 across the link. The owner sends its

@@ -500,6 +500,22 @@ TEST(ProfileTest, CrossNodePointsRoundTripBesideSameNodeOnes) {
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_THAT(std::string(r.status().message()), HasSubstr("collectives[2].groups")) << bad;
   }
+  // node_cores (calibrate across hosts: each host's CPUs) round-trips; a whole number >= 0.
+  MachineProfile nc = g;
+  nc.collectives[2].node_cores = 3;
+  const std::string ny = MachineProfileToYaml(nc);
+  EXPECT_THAT(ny, HasSubstr("node_cores: 3"));
+  absl::StatusOr<MachineProfile> nq = ParseMachineProfile(ny, "node_cores");
+  ASSERT_TRUE(nq.ok()) << nq.status();
+  EXPECT_EQ(nq->collectives[2].node_cores, 3);
+  EXPECT_EQ(nq->collectives[1].node_cores, 0);
+  for (const char* bad : {"node_cores: -1", "node_cores: 1.5"}) {
+    std::string text = ny;
+    text.replace(text.find("node_cores: 3"), 13, bad);
+    absl::StatusOr<MachineProfile> r = ParseMachineProfile(text, "n.yaml");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("collectives[2].node_cores")) << bad;
+  }
   std::swap(g.collectives[1], g.collectives[2]);
   EXPECT_FALSE(ParseMachineProfile(MachineProfileToYaml(g), "unsorted").ok());
   // Out of order (a cross-node point before the same-node one of its size): refused.
