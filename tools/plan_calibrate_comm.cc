@@ -211,9 +211,9 @@ absl::StatusOr<Unsynced> TimeUnsynced(Communicator& sync, double compute_s,
 // rounds alternate the two kinds, so a minute's drift in the machine's speed (a VM's
 // neighbours; 1.01-1.29 between calibrations minutes apart on the Zen 4 VM when both kinds ran
 // as one kernel, once) falls on both sides of every ratio.
-// `wall`: on the wall clock instead (the cross-host measurement: there the ranks of emulated
-// hosts share one machine's cores, which a thread's CPU clock does not see; on real hosts with
-// a core per rank the two agree), each rank's runs totalled and the ranks averaged.
+// `wall`: on the wall clock instead (the cross-host measurement: there ranks may share a host's
+// cores, which a thread's CPU clock does not see; on real hosts with a core per rank the two
+// agree), each rank's runs totalled and the ranks averaged.
 // `computes` false: this rank sleeps through the together runs (a host whose ranks outnumber its
 // CPUs computes with as many as it has: the contention, not the sharing, which the planner
 // prices as cores_share), and the ratio is the computing ranks'.
