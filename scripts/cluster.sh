@@ -176,13 +176,14 @@ cmd_up() {
   : > "$state/hostfile"
   # Each host's own CPUs: this machine's usable CPUs split evenly over the hosts (every host
   # at least one), as a cluster's nodes each have their own cores; with fewer CPUs than hosts,
-  # or --shared-cpus, every host runs on all of them. One line per host (a taskset CPU list).
+  # --shared-cpus or no taskset, every host runs on all of them. One line per host (a taskset
+  # CPU list; empty: not pinned).
   local cpus=() ncpu
   mapfile -t cpus < <(cpu_list)
   ncpu=${#cpus[@]}
   : > "$state/cpus"
   for ((i = 0; i < hosts; i++)); do
-    if [ "$pin" = 1 ] && [ "$ncpu" -ge "$hosts" ]; then
+    if [ "$pin" = 1 ] && [ "$ncpu" -ge "$hosts" ] && command -v taskset > /dev/null; then
       local lo=$((i * ncpu / hosts)) hi=$(((i + 1) * ncpu / hosts)) list="" j
       for ((j = lo; j < hi; j++)); do list+="${list:+,}${cpus[$j]}"; done
       echo "$list" >> "$state/cpus"
