@@ -61,7 +61,8 @@ PhaseTimes Estimator::StepParts(const MetricVec& raw, double world_allreduce_byt
   p.s[kEmbeddingUpdate] = mx[kUpdateS];
   // Exact sync: one step's three replica collectives (counts and ids all-gathers, gradient
   // all-reduce); average sync's all-gather latencies are per shard in kSyncS. The all-reduce:
-  // one call of all the rank's shards' buffer (kSyncBytes), every step (exact) or every k-th
+  // priced as one call of all the rank's shards' buffer (kSyncBytes; exact mode calls once per
+  // shard, each call's latency microseconds on a node), every step (exact) or every k-th
   // (average), beyond the LLC at the beyond-cache rate; on one node the ring's 2 (M-1)/M share
   // of the buffer moved, across nodes (a link-bound cross-node point) the buffer at its rate.
   const bool exact = in_->step.replica_sync == ReplicaSync::kExact;

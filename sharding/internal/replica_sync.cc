@@ -134,39 +134,25 @@ absl::Status ReplicaSyncPhase::ExactSum(const InputDist& in, std::vector<RowGrad
       replica_next_[q].clear();
     }
   }
-  int64_t total = 0;
-  for (size_t q = 0; q < local.size(); ++q) {
-    total += static_cast<int64_t>(unions[q].size()) * local[q].width;
-  }
-  // The union's gradients are copied out of it below. Kept across steps (assign reuses its
-  // pages): a fresh buffer of tens of MB is a fresh mapping whose every page faults in.
-  std::vector<float>& buf = sync_buf_;
-  ReserveScratch(&buf, static_cast<size_t>(total));
-  buf.assign(total, 0.0f);
-  int64_t at = 0;
+  // Per shard, its union's gradients: this replica's placed in a zeroed buffer, summed over the
+  // replica group (one call per shard: every replica owns the same shards, and the ordered
+  // all-reduce sums each value in rank order whatever the call's size), then swapped in as the
+  // shard's gradients; the shard's old gradients' vector is the next step's buffer. Both keep
+  // their pages across steps (a fresh buffer of tens of MB is a fresh mapping whose every page
+  // faults in), and nothing is copied out.
+  exact_bufs_.resize(local.size());
   for (size_t q = 0; q < local.size(); ++q) {
     if (l_.IsDynamic(local[q])) continue;  // an empty union
     const int64_t w = local[q].width, u = static_cast<int64_t>(unions[q].size());
+    std::vector<float>& buf = exact_bufs_[q];
+    ReserveScratch(&buf, static_cast<size_t>(u * w));
+    buf.assign(u * w, 0.0f);
     TESSERA_RETURN_IF_ERROR(
         ScatterToUnion(l_.host, rg[q].rows.data(), static_cast<int64_t>(rg[q].rows.size()),
-                       unions[q].data(), u, rg[q].grads.data(), w, buf.data() + at));
-    at += u * w;
-  }
-  TESSERA_RETURN_IF_ERROR(l_.replica->AllReduce(buf.data(), total, ReduceOp::kSum));
-  if (local.size() == 1 && !l_.IsDynamic(local[0])) {
-    // One shard: the buffer becomes its gradients and its old gradients' vector the next
-    // step's buffer (both keep their pages), instead of a copy of the union.
-    rg[0].rows = std::move(unions[0]);
-    std::swap(rg[0].grads, buf);
-    return absl::OkStatus();
-  }
-  at = 0;
-  for (size_t q = 0; q < local.size(); ++q) {
-    if (l_.IsDynamic(local[q])) continue;
-    const int64_t n = static_cast<int64_t>(unions[q].size()) * local[q].width;
+                       unions[q].data(), u, rg[q].grads.data(), w, buf.data()));
+    TESSERA_RETURN_IF_ERROR(l_.replica->AllReduce(buf.data(), u * w, ReduceOp::kSum));
     rg[q].rows = std::move(unions[q]);
-    rg[q].grads.assign(buf.begin() + at, buf.begin() + at + n);
-    at += n;
+    std::swap(rg[q].grads, buf);
   }
   return absl::OkStatus();
 }

@@ -125,9 +125,10 @@ class ReplicaSyncPhase {
   // average and its snapshot in device memory (unused on the CPU).
   CtxArray<int64_t> sync_slots_;
   CtxArray<float> sync_rows_, sync_avg_, sync_snap_;
-  // The replica all-reduce's host buffer: exact mode's union gradients, average mode's synced
-  // rows (weights then state).
+  // The replica all-reduce's host buffers: average mode's synced rows (weights then state), and
+  // per local shard exact mode's union gradients (swapped with the shard's gradients each step).
   std::vector<float> sync_buf_;
+  std::vector<std::vector<float>> exact_bufs_;
   // ExactSumDynamic's scratch: the aggregation's workspace, and per local shard its slots' keys
   // (slot -> key, written for the step's slots only) and per (feature, sender) the slots of
   // the ids it sent.
