@@ -195,20 +195,21 @@ absl::StatusOr<Estimator> Estimator::Create(const PlanInputs& in, const MachineP
     const int threads = std::max(1, in.step.threads > 0 ? in.step.threads : e.dev_->threads);
     const int on_node = std::min(e.t_, r);
     CollectiveCost node;
+    int node_cores = cores;  // the cores a node gives its ranks (0: unknown, no sharing priced)
     if (!world_same_node && has_cross) {
       TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllReduce, e.t_, false, &node));
+      // Across hosts: the CPUs each host gave its ranks in the calibration (its slowdowns were
+      // measured with as many ranks per host computing as it had).
+      node_cores = node.node_cores;
     } else {
       const int own = cores > 0 ? std::max(1, std::min(on_node, cores / threads)) : on_node;
       TESSERA_RETURN_IF_ERROR(get(CollectiveOp::kAllReduce, own, true, &node));
-      if (cores > 0) e.cores_share_ = std::max(1.0, static_cast<double>(on_node) * threads / cores);
+    }
+    if (node_cores > 0) {
+      e.cores_share_ = std::max(1.0, static_cast<double>(on_node) * threads / node_cores);
     }
     e.compute_slowdown_ = std::max(1.0, node.compute_slowdown);
     e.gemm_slowdown_ = std::max(1.0, node.gemm_slowdown);
-    // Across hosts whose CPUs calibrate counted: the host's ranks x threads beyond them share
-    // them (the slowdowns were measured with as many ranks per host computing as it has CPUs).
-    if (!world_same_node && has_cross && node.node_cores > 0) {
-      e.cores_share_ = std::max(1.0, static_cast<double>(on_node) * threads / node.node_cores);
-    }
     // The collectives' wait (wait_per_compute) on a node whose cores the profile knows: the
     // ranks wait for each other by the plan's own imbalance (each collective's wait at its
     // slowest rank's compute: CriticalPath) and, when they outnumber the cores, by sharing

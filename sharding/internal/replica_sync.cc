@@ -64,16 +64,9 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> ReplicaUnion(
   for (int64_t q = 0; q < s; ++q) {
     std::vector<int64_t>& u = unions[q];
     if (sorted[q]) {
-      // Pairwise merges of neighbouring pieces until one is left (log2 M passes).
-      std::vector<int64_t>& e = ends[q];
-      while (e.size() > 2) {
-        std::vector<int64_t> next{0};
-        for (size_t i = 0; i + 2 < e.size(); i += 2) {
-          std::inplace_merge(u.begin() + e[i], u.begin() + e[i + 1], u.begin() + e[i + 2]);
-          next.push_back(e[i + 2]);
-        }
-        if (e.size() % 2 == 0) next.push_back(e.back());  // an odd piece out, as it is
-        e = std::move(next);
+      // Each replica's piece merged into the merged ones before it (M - 1 linear passes).
+      for (int r = 1; r < m; ++r) {
+        std::inplace_merge(u.begin(), u.begin() + ends[q][r], u.begin() + ends[q][r + 1]);
       }
     } else {
       std::sort(u.begin(), u.end());
